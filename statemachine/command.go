@@ -1,0 +1,231 @@
+package statemachine
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+)
+
+// Kind numbers a command on the wire. Numbered by hand; append new kinds,
+// never renumber: the log outlives the binary that wrote it.
+type Kind uint8
+
+const (
+	KindOpenSession    Kind = 1
+	KindCloseSession   Kind = 2
+	KindExpireSession  Kind = 3
+	KindAcquire        Kind = 4
+	KindRelease        Kind = 5
+	KindSetValue       Kind = 6
+	KindRevoke         Kind = 7
+	KindCancelWait     Kind = 8
+	KindPut            Kind = 9
+	KindDelete         Kind = 10
+	KindCompareAndSwap Kind = 11
+	KindExpireKeys     Kind = 12
+	KindEndLockDelays  Kind = 13
+	KindNewEpoch       Kind = 14
+)
+
+// Command is one state change proposed to the log.
+type Command interface {
+	Kind() Kind
+}
+
+// OpenSession opens a session. MaxPerIdentity (0 = unlimited) bounds the
+// sessions one identity may hold open.
+type OpenSession struct {
+	Identity       string            `json:"identity,omitempty"`
+	TTL            int64             `json:"ttl"`
+	Labels         map[string]string `json:"labels,omitempty"`
+	MaxPerIdentity int               `json:"max_per_identity,omitempty"`
+}
+
+// CloseSession ends a session cleanly: no lock-delay.
+type CloseSession struct {
+	SessionID int64 `json:"session_id"`
+}
+
+// ExpireSessions ends sessions whose TTL passed on the leader. Ignored
+// unless Epoch is the current epoch; unknown IDs are skipped.
+type ExpireSessions struct {
+	Epoch int64   `json:"epoch"`
+	IDs   []int64 `json:"ids"`
+}
+
+// Acquire grants a lease to a session, or queues it when Wait is set.
+type Acquire struct {
+	SessionID  int64             `json:"session_id"`
+	Lease      LeaseID           `json:"lease"`
+	Capacity   int               `json:"capacity"`
+	Wait       bool              `json:"wait,omitempty"`
+	Value      string            `json:"value,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	LockDelay  int64             `json:"lock_delay,omitempty"`
+	MaxWaiters int               `json:"max_waiters,omitempty"` // 0 = unlimited
+}
+
+// Release ends the grant named by Token.
+type Release struct {
+	Lease LeaseID `json:"lease"`
+	Token int64   `json:"token"`
+}
+
+// SetValue replaces the value of the grant named by Token.
+type SetValue struct {
+	Lease LeaseID `json:"lease"`
+	Token int64   `json:"token"`
+	Value string  `json:"value"`
+}
+
+// Revoke ends the grant named by Token, or every grant when Token is 0.
+type Revoke struct {
+	Lease  LeaseID `json:"lease"`
+	Token  int64   `json:"token,omitempty"`
+	Reason string  `json:"reason,omitempty"`
+}
+
+// CancelWait takes a session out of a lease's queue, when a waiting
+// Acquire times out or its caller goes away. With ReleaseIfHeld, a grant
+// the session received meanwhile is released too: nobody is left holding
+// a lease that no caller knows about.
+type CancelWait struct {
+	SessionID     int64   `json:"session_id"`
+	Lease         LeaseID `json:"lease"`
+	ReleaseIfHeld bool    `json:"release_if_held,omitempty"`
+}
+
+// Put writes a key. TTL (nanoseconds) makes it expire; SessionID binds it
+// to a session. PrevKV is always returned.
+type Put struct {
+	Key       string `json:"key"`
+	Value     string `json:"value"`
+	TTL       int64  `json:"ttl,omitempty"`
+	SessionID int64  `json:"session_id,omitempty"`
+}
+
+// Delete removes a key, or every key with Key as prefix.
+type Delete struct {
+	Key    string `json:"key"`
+	Prefix bool   `json:"prefix,omitempty"`
+}
+
+// CompareTarget says what a compare-and-swap checks.
+type CompareTarget uint8
+
+const (
+	CompareAbsent      CompareTarget = 1
+	CompareValue       CompareTarget = 2
+	CompareModRevision CompareTarget = 3
+)
+
+// CompareAndSwap writes or deletes a key only if the compare holds.
+type CompareAndSwap struct {
+	Key         string        `json:"key"`
+	Target      CompareTarget `json:"target"`
+	Value       string        `json:"value,omitempty"`        // CompareValue: expected value
+	ModRevision int64         `json:"mod_revision,omitempty"` // CompareModRevision: expected (0 = absent)
+	Delete      bool          `json:"delete,omitempty"`
+	NewValue    string        `json:"new_value,omitempty"`
+	TTL         int64         `json:"ttl,omitempty"`
+	SessionID   int64         `json:"session_id,omitempty"`
+}
+
+// ExpireKeys deletes keys whose TTL passed on the leader, each only if it
+// is still at the named revision. Ignored unless Epoch is current.
+type ExpireKeys struct {
+	Epoch int64    `json:"epoch"`
+	Keys  []KeyTTL `json:"keys"`
+}
+
+// EndLockDelays lifts lock-delays whose time passed on the leader, each
+// only if it is still the delay named by its revision, and grants waiters.
+// Ignored unless Epoch is current.
+type EndLockDelays struct {
+	Epoch  int64       `json:"epoch"`
+	Delays []LockDelay `json:"delays"`
+}
+
+// NewEpoch is proposed by a node that has just become leader, after a
+// barrier. Expiries proposed by earlier leaders are ignored from then on.
+type NewEpoch struct{}
+
+func (OpenSession) Kind() Kind    { return KindOpenSession }
+func (CloseSession) Kind() Kind   { return KindCloseSession }
+func (ExpireSessions) Kind() Kind { return KindExpireSession }
+func (Acquire) Kind() Kind        { return KindAcquire }
+func (Release) Kind() Kind        { return KindRelease }
+func (SetValue) Kind() Kind       { return KindSetValue }
+func (Revoke) Kind() Kind         { return KindRevoke }
+func (CancelWait) Kind() Kind     { return KindCancelWait }
+func (Put) Kind() Kind            { return KindPut }
+func (Delete) Kind() Kind         { return KindDelete }
+func (CompareAndSwap) Kind() Kind { return KindCompareAndSwap }
+func (ExpireKeys) Kind() Kind     { return KindExpireKeys }
+func (EndLockDelays) Kind() Kind  { return KindEndLockDelays }
+func (NewEpoch) Kind() Kind       { return KindNewEpoch }
+
+const headerLen = 1 + 8
+
+// Encode turns a command and the leader's time into a log entry: one byte
+// of kind, eight bytes of unix nanoseconds, then the command as JSON.
+func Encode(now int64, cmd Command) ([]byte, error) {
+	body, err := json.Marshal(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("encode %T: %w", cmd, err)
+	}
+	buf := make([]byte, headerLen, headerLen+len(body))
+	buf[0] = byte(cmd.Kind())
+	binary.BigEndian.PutUint64(buf[1:], uint64(now))
+	return append(buf, body...), nil
+}
+
+// Decode is the inverse of Encode.
+func Decode(data []byte) (now int64, cmd Command, err error) {
+	if len(data) < headerLen {
+		return 0, nil, fmt.Errorf("%w: entry of %d bytes is shorter than its header", ErrUnknownCommand, len(data))
+	}
+	now = int64(binary.BigEndian.Uint64(data[1:]))
+	body := data[headerLen:]
+	switch Kind(data[0]) {
+	case KindOpenSession:
+		cmd, err = decodeAs[OpenSession](body)
+	case KindCloseSession:
+		cmd, err = decodeAs[CloseSession](body)
+	case KindExpireSession:
+		cmd, err = decodeAs[ExpireSessions](body)
+	case KindAcquire:
+		cmd, err = decodeAs[Acquire](body)
+	case KindRelease:
+		cmd, err = decodeAs[Release](body)
+	case KindSetValue:
+		cmd, err = decodeAs[SetValue](body)
+	case KindRevoke:
+		cmd, err = decodeAs[Revoke](body)
+	case KindCancelWait:
+		cmd, err = decodeAs[CancelWait](body)
+	case KindPut:
+		cmd, err = decodeAs[Put](body)
+	case KindDelete:
+		cmd, err = decodeAs[Delete](body)
+	case KindCompareAndSwap:
+		cmd, err = decodeAs[CompareAndSwap](body)
+	case KindExpireKeys:
+		cmd, err = decodeAs[ExpireKeys](body)
+	case KindEndLockDelays:
+		cmd, err = decodeAs[EndLockDelays](body)
+	case KindNewEpoch:
+		cmd, err = decodeAs[NewEpoch](body)
+	default:
+		return 0, nil, fmt.Errorf("%w: kind %d", ErrUnknownCommand, data[0])
+	}
+	return now, cmd, err
+}
+
+func decodeAs[T Command](body []byte) (Command, error) {
+	var c T
+	if err := json.Unmarshal(body, &c); err != nil {
+		return nil, fmt.Errorf("%w: %T: %v", ErrUnknownCommand, c, err)
+	}
+	return c, nil
+}

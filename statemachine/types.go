@@ -1,0 +1,239 @@
+package statemachine
+
+import "errors"
+
+// Errors returned in Result.Err. The API maps each to a wire code in one
+// table; callers branch with errors.Is.
+var (
+	// ErrSessionNotFound is returned when a command names a session that
+	// does not exist: never opened, closed, or expired.
+	ErrSessionNotFound = errors.New("session not found")
+	// ErrLeaseNotFound is returned when a command names a lease that has
+	// never been acquired.
+	ErrLeaseNotFound = errors.New("lease not found")
+	// ErrKeyNotFound is returned when a command needs a key that is absent.
+	ErrKeyNotFound = errors.New("key not found")
+	// ErrNotHolder is returned when a release, value update or revoke names
+	// a token that is not a current holder's.
+	ErrNotHolder = errors.New("not holder")
+	// ErrLocked is returned by a non-waiting acquire of a full lease.
+	ErrLocked = errors.New("lease is held")
+	// ErrCompareFailed is returned when a compare-and-swap's compare does
+	// not hold; Result.KV carries the key as it is (nil when absent).
+	ErrCompareFailed = errors.New("compare failed")
+	// ErrCapacityMismatch is returned when an acquire asks for a capacity
+	// other than that of a lease that has holders or waiters.
+	ErrCapacityMismatch = errors.New("capacity mismatch")
+	// ErrTooManyWaiters is returned when a lease's queue is at its limit.
+	ErrTooManyWaiters = errors.New("too many waiters")
+	// ErrTooManySessions is returned when an identity has as many open
+	// sessions as the limit allows.
+	ErrTooManySessions = errors.New("too many sessions for identity")
+	// ErrNotWaiting is returned when a cancel names a session that is
+	// neither waiting for nor holding the lease.
+	ErrNotWaiting = errors.New("not waiting")
+	// ErrUnknownCommand is returned for a log entry this version cannot
+	// decode. It is never silently skipped.
+	ErrUnknownCommand = errors.New("unknown command")
+)
+
+// Session is a client's liveness contract. Its ID is the revision at which
+// it was opened, so an ID is never reused: the ID is also its generation.
+type Session struct {
+	ID       int64             `json:"id"`
+	Identity string            `json:"identity"`
+	TTL      int64             `json:"ttl"` // nanoseconds
+	Labels   map[string]string `json:"labels,omitempty"`
+	OpenTime int64             `json:"open_time"` // unix nanoseconds, display only
+}
+
+// LeaseID names a lease.
+type LeaseID struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+func (id LeaseID) String() string { return id.Namespace + "/" + id.Name }
+
+// Grant is one holder of a lease.
+type Grant struct {
+	SessionID   int64  `json:"session_id"`
+	Holder      string `json:"holder"`
+	Token       int64  `json:"token"`
+	AcquireTime int64  `json:"acquire_time"`
+	// RenewTime is the last logged change of the grant (acquire or value
+	// update). Heartbeats are not logged; the API overlays the leader's
+	// in-memory view for display.
+	RenewTime int64  `json:"renew_time"`
+	Value     string `json:"value,omitempty"`
+}
+
+// Waiter is a session parked in a lease's FIFO queue.
+type Waiter struct {
+	SessionID int64  `json:"session_id"`
+	Holder    string `json:"holder"`
+	Since     int64  `json:"since"`
+	Value     string `json:"value,omitempty"`
+}
+
+// Lease is a named ownership record. A lease stays after its last holder
+// releases it, so that transitions and labels survive, like a Kubernetes
+// Lease object.
+type Lease struct {
+	LeaseID
+	Capacity    int               `json:"capacity"`
+	Holders     []Grant           `json:"holders,omitempty"`
+	Waiters     []Waiter          `json:"waiters,omitempty"`
+	Transitions int64             `json:"transitions"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	LockDelay   int64             `json:"lock_delay,omitempty"` // nanoseconds
+	// DelayRevision is non-zero while a lock-delay blocks new grants: the
+	// revision of the expiry that started it. EndLockDelays names it.
+	DelayRevision  int64 `json:"delay_revision,omitempty"`
+	CreateRevision int64 `json:"create_revision"`
+	ModRevision    int64 `json:"mod_revision"`
+}
+
+// KeyValue is a key with its revisions.
+type KeyValue struct {
+	Key            string `json:"key"`
+	Value          string `json:"value"`
+	CreateRevision int64  `json:"create_revision"`
+	ModRevision    int64  `json:"mod_revision"`
+	Version        int64  `json:"version"`
+	TTL            int64  `json:"ttl,omitempty"` // nanoseconds; 0 = no TTL of its own
+	SessionID      int64  `json:"session_id,omitempty"`
+}
+
+// EventType says what an event records.
+type EventType uint8
+
+// Event types, numbered by hand; append new ones.
+const (
+	EventSessionOpened   EventType = 1
+	EventSessionClosed   EventType = 2
+	EventSessionExpired  EventType = 3
+	EventLeaseAcquired   EventType = 4
+	EventLeaseReleased   EventType = 5
+	EventLeaseExpired    EventType = 6 // a grant ended because its session expired
+	EventLeaseRevoked    EventType = 7
+	EventLeaseWaiting    EventType = 8
+	EventLeaseWaitEnded  EventType = 9 // a waiter left the queue without a grant
+	EventLeaseValueSet   EventType = 10
+	EventLockDelayEnded  EventType = 11
+	EventKeyPut          EventType = 12
+	EventKeyDeleted      EventType = 13
+	EventKeyExpired      EventType = 14
+	EventLeaseReleasedBy EventType = 15 // a grant ended because its session was closed
+)
+
+var eventTypeNames = map[EventType]string{
+	EventSessionOpened:   "session-opened",
+	EventSessionClosed:   "session-closed",
+	EventSessionExpired:  "session-expired",
+	EventLeaseAcquired:   "acquired",
+	EventLeaseReleased:   "released",
+	EventLeaseExpired:    "expired",
+	EventLeaseRevoked:    "revoked",
+	EventLeaseWaiting:    "waiting",
+	EventLeaseWaitEnded:  "wait-ended",
+	EventLeaseValueSet:   "value-set",
+	EventLockDelayEnded:  "lock-delay-ended",
+	EventKeyPut:          "put",
+	EventKeyDeleted:      "deleted",
+	EventKeyExpired:      "key-expired",
+	EventLeaseReleasedBy: "released-by-close",
+}
+
+func (t EventType) String() string {
+	if s, ok := eventTypeNames[t]; ok {
+		return s
+	}
+	return "unknown"
+}
+
+// IsLease reports whether the event is about a lease.
+func (t EventType) IsLease() bool {
+	return t >= EventLeaseAcquired && t <= EventLockDelayEnded || t == EventLeaseReleasedBy
+}
+
+// IsKey reports whether the event is about a key.
+func (t EventType) IsKey() bool { return t >= EventKeyPut && t <= EventKeyExpired }
+
+// IsSession reports whether the event is about a session.
+func (t EventType) IsSession() bool { return t >= EventSessionOpened && t <= EventSessionExpired }
+
+// Event is one change to the state. Every event has its own revision, and
+// revisions are contiguous, so a watcher that saw revision r knows the next
+// event is r+1.
+type Event struct {
+	Revision int64     `json:"revision"`
+	Type     EventType `json:"type"`
+	Time     int64     `json:"time"` // the command's now, display only
+
+	// Session events, and lease events about one session's grant or wait.
+	SessionID int64    `json:"session_id,omitempty"`
+	Session   *Session `json:"session,omitempty"` // on EventSessionOpened
+
+	// Lease events.
+	Lease  LeaseID `json:"lease"`
+	Holder string  `json:"holder,omitempty"`
+	Token  int64   `json:"token,omitempty"`
+	Value  string  `json:"value,omitempty"`
+	Reason string  `json:"reason,omitempty"`
+	// LockDelay is set on EventLeaseExpired when the expiry starts a
+	// lock-delay; the delay's revision is the event's revision.
+	LockDelay int64 `json:"lock_delay,omitempty"`
+
+	// Key events.
+	KV     *KeyValue `json:"kv,omitempty"`
+	PrevKV *KeyValue `json:"prev_kv,omitempty"`
+}
+
+// Result is what Apply returns for one command.
+type Result struct {
+	// Revision is the store's revision after the command.
+	Revision int64
+	// Err is a sentinel error from this package, possibly wrapped with
+	// detail. A command that fails changes nothing and has no events.
+	Err    error
+	Events []Event
+
+	Session *Session // OpenSession
+	Lease   *Lease   // Acquire, Release, SetValue, Revoke: the lease after
+	Grant   *Grant   // Acquire: the caller's grant when acquired
+	Queued  bool     // Acquire: the caller waits in the queue
+	KV      *KeyValue
+	PrevKV  *KeyValue
+	Deleted int64   // Delete
+	Revoked []int64 // Revoke: tokens revoked
+	Epoch   int64   // NewEpoch
+}
+
+// Deadlines lists everything the leader's lessor must time, read from the
+// state when a node becomes leader.
+type Deadlines struct {
+	Sessions []SessionTTL
+	Keys     []KeyTTL
+	Delays   []LockDelay
+}
+
+// SessionTTL is a session's identity and TTL.
+type SessionTTL struct {
+	ID  int64
+	TTL int64 // nanoseconds
+}
+
+// KeyTTL is a key with a TTL of its own, at the revision that set it.
+type KeyTTL struct {
+	Key         string `json:"key"`
+	ModRevision int64  `json:"mod_revision"`
+	TTL         int64  `json:"ttl,omitempty"`
+}
+
+// LockDelay is an active lock-delay, named by the revision that began it.
+type LockDelay struct {
+	Lease    LeaseID `json:"lease"`
+	Revision int64   `json:"revision"`
+	Delay    int64   `json:"delay,omitempty"`
+}
