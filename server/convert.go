@@ -1,0 +1,152 @@
+package server
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/statemachine"
+)
+
+func stamp(unixNano int64) *timestamppb.Timestamp {
+	if unixNano == 0 {
+		return nil
+	}
+	return timestamppb.New(time.Unix(0, unixNano))
+}
+
+func dur(nanos int64) *durationpb.Duration {
+	if nanos == 0 {
+		return nil
+	}
+	return durationpb.New(time.Duration(nanos))
+}
+
+// heartbeats tells when the leader last heard from a session, for
+// display. The lessor implements it; followers know nothing.
+type heartbeats interface {
+	LastHeartbeat(id int64) time.Time
+}
+
+func sessionProto(m *statemachine.Machine, s statemachine.Session, hb heartbeats) *tenurev1.Session {
+	held, waiting, keys := m.SessionHoldings(s.ID)
+	out := &tenurev1.Session{
+		Id:       s.ID,
+		Identity: s.Identity,
+		Ttl:      dur(s.TTL),
+		Labels:   s.Labels,
+		OpenTime: stamp(s.OpenTime),
+		Keys:     int64(keys),
+	}
+	if t := hb.LastHeartbeat(s.ID); !t.IsZero() {
+		out.LastHeartbeat = timestamppb.New(t)
+	}
+	for _, id := range held {
+		out.Leases = append(out.Leases, id.String())
+	}
+	for _, id := range waiting {
+		out.Waiting = append(out.Waiting, id.String())
+	}
+	return out
+}
+
+func leaseProto(m *statemachine.Machine, l statemachine.Lease, hb heartbeats) *tenurev1.Lease {
+	out := &tenurev1.Lease{
+		Namespace:        l.Namespace,
+		Name:             l.Name,
+		Capacity:         int32(l.Capacity),
+		LeaseTransitions: l.Transitions,
+		Labels:           l.Labels,
+		LockDelay:        dur(l.LockDelay),
+		LockDelayActive:  l.DelayRevision != 0,
+		CreateRevision:   l.CreateRevision,
+		ModRevision:      l.ModRevision,
+	}
+	for i, g := range l.Holders {
+		renew := g.RenewTime
+		if t := hb.LastHeartbeat(g.SessionID); !t.IsZero() && t.UnixNano() > renew {
+			renew = t.UnixNano()
+		}
+		out.Holders = append(out.Holders, &tenurev1.Grant{
+			SessionId:      g.SessionID,
+			HolderIdentity: g.Holder,
+			Token:          g.Token,
+			AcquireTime:    stamp(g.AcquireTime),
+			RenewTime:      stamp(renew),
+			Value:          g.Value,
+		})
+		if i == 0 {
+			out.HolderIdentity = g.Holder
+			out.FencingToken = g.Token
+			out.AcquireTime = stamp(g.AcquireTime)
+			out.RenewTime = stamp(renew)
+			out.Value = g.Value
+			if s, ok := m.Session(g.SessionID); ok {
+				out.LeaseDuration = dur(s.TTL)
+			}
+		}
+	}
+	for _, w := range l.Waiters {
+		out.Waiters = append(out.Waiters, &tenurev1.Waiter{SessionId: w.SessionID, HolderIdentity: w.Holder, Since: stamp(w.Since)})
+	}
+	return out
+}
+
+func kvProto(kv *statemachine.KeyValue) *tenurev1.KeyValue {
+	if kv == nil {
+		return nil
+	}
+	return &tenurev1.KeyValue{
+		Key:            kv.Key,
+		Value:          kv.Value,
+		CreateRevision: kv.CreateRevision,
+		ModRevision:    kv.ModRevision,
+		Version:        kv.Version,
+		Ttl:            dur(kv.TTL),
+		SessionId:      kv.SessionID,
+	}
+}
+
+var leaseEventTypes = map[statemachine.EventType]tenurev1.LeaseEventType{
+	statemachine.EventLeaseAcquired:   tenurev1.LeaseEventType_LEASE_EVENT_TYPE_ACQUIRED,
+	statemachine.EventLeaseReleased:   tenurev1.LeaseEventType_LEASE_EVENT_TYPE_RELEASED,
+	statemachine.EventLeaseReleasedBy: tenurev1.LeaseEventType_LEASE_EVENT_TYPE_RELEASED,
+	statemachine.EventLeaseExpired:    tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED,
+	statemachine.EventLeaseRevoked:    tenurev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED,
+	statemachine.EventLeaseWaiting:    tenurev1.LeaseEventType_LEASE_EVENT_TYPE_WAITING,
+	statemachine.EventLeaseWaitEnded:  tenurev1.LeaseEventType_LEASE_EVENT_TYPE_WAIT_ENDED,
+	statemachine.EventLeaseValueSet:   tenurev1.LeaseEventType_LEASE_EVENT_TYPE_VALUE_SET,
+	statemachine.EventLockDelayEnded:  tenurev1.LeaseEventType_LEASE_EVENT_TYPE_LOCK_DELAY_ENDED,
+}
+
+func leaseEventProto(e *statemachine.Event) *tenurev1.LeaseEvent {
+	return &tenurev1.LeaseEvent{
+		Revision:       e.Revision,
+		Type:           leaseEventTypes[e.Type],
+		Namespace:      e.Lease.Namespace,
+		Name:           e.Lease.Name,
+		SessionId:      e.SessionID,
+		HolderIdentity: e.Holder,
+		Token:          e.Token,
+		Value:          e.Value,
+		Reason:         e.Reason,
+		Time:           stamp(e.Time),
+	}
+}
+
+var keyEventTypes = map[statemachine.EventType]tenurev1.WatchEventType{
+	statemachine.EventKeyPut:     tenurev1.WatchEventType_WATCH_EVENT_TYPE_PUT,
+	statemachine.EventKeyDeleted: tenurev1.WatchEventType_WATCH_EVENT_TYPE_DELETE,
+	statemachine.EventKeyExpired: tenurev1.WatchEventType_WATCH_EVENT_TYPE_EXPIRE,
+}
+
+func keyEventProto(e *statemachine.Event) *tenurev1.WatchEvent {
+	return &tenurev1.WatchEvent{
+		Revision: e.Revision,
+		Type:     keyEventTypes[e.Type],
+		Kv:       kvProto(e.KV),
+		PrevKv:   kvProto(e.PrevKV),
+	}
+}

@@ -1,0 +1,104 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/raftnode"
+)
+
+// testServer is a single node on 127.0.0.1 free ports with short raft
+// timeouts and a 100ms minimum TTL, and clients for each service.
+type testServer struct {
+	*Server
+	URL      string
+	Sessions tenurev1connect.SessionServiceClient
+	Leases   tenurev1connect.LeaseServiceClient
+	KV       tenurev1connect.KVServiceClient
+}
+
+func testLimits() Limits {
+	l := DefaultLimits()
+	l.MinTTL = 100 * time.Millisecond
+	l.DefaultTTL = time.Second
+	return l
+}
+
+func startServer(t testing.TB, dir string, limits Limits) *testServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if os.Getenv("TENURE_TEST_LOG") != "" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	srv, err := Open(Config{
+		Listener: ln,
+		Limits:   limits,
+		Logger:   logger,
+		Raft: raftnode.Config{
+			NodeID:             "node1",
+			DataDir:            dir,
+			PeerAddr:           "127.0.0.1:0",
+			Bootstrap:          true,
+			HeartbeatTimeout:   100 * time.Millisecond,
+			ElectionTimeout:    100 * time.Millisecond,
+			LeaderLeaseTimeout: 100 * time.Millisecond,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	url := "http://" + srv.Addr()
+	hc := h2cClient()
+	ts := &testServer{
+		Server:   srv,
+		URL:      url,
+		Sessions: tenurev1connect.NewSessionServiceClient(hc, url),
+		Leases:   tenurev1connect.NewLeaseServiceClient(hc, url),
+		KV:       tenurev1connect.NewKVServiceClient(hc, url),
+	}
+	waitReady(t, url)
+	return ts
+}
+
+// h2cClient speaks cleartext HTTP/2, as a Go client of Tenure does, so
+// bidirectional streams work.
+func h2cClient() *http.Client {
+	return &http.Client{Transport: &http2.Transport{
+		AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	}}
+}
+
+func waitReady(t testing.TB, url string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("server at %s not ready after 10s", url)
+}

@@ -1,0 +1,117 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenurehq/tenure/statemachine"
+	"github.com/tenurehq/tenure/watch"
+)
+
+// The connect streaming protocol frames every message in a binary
+// envelope, which plain curl shows as noise. These endpoints stream the
+// same events as newline-delimited JSON, one event per line, flushed as
+// they happen:
+//
+//	curl -N 'http://127.0.0.1:7480/v1/watch/leases?namespace=default'
+//	curl -N 'http://127.0.0.1:7480/v1/watch/keys?key=jobs/&prefix=true&start_revision=1'
+
+func (s *Server) watchLeasesHTTP(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	ns := ""
+	if all, _ := strconv.ParseBool(q.Get("all_namespaces")); !all {
+		var err error
+		if ns, err = s.cfg.Limits.namespace(q.Get("namespace")); err != nil {
+			httpError(w, toConnect(err))
+			return
+		}
+	}
+	s.watchHTTP(w, r, watch.LeaseFilter(ns), func(e *statemachine.Event) proto.Message { return leaseEventProto(e) })
+}
+
+func (s *Server) watchKeysHTTP(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	prefix, _ := strconv.ParseBool(q.Get("prefix"))
+	key := q.Get("key")
+	if err := (&kvService{s}).watchKey(key, prefix); err != nil {
+		httpError(w, toConnect(err))
+		return
+	}
+	s.watchHTTP(w, r, watch.KeyFilter(key, prefix), func(e *statemachine.Event) proto.Message { return keyEventProto(e) })
+}
+
+func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, filter func(*statemachine.Event) bool, render func(*statemachine.Event) proto.Message) {
+	var start int64
+	if v := r.URL.Query().Get("start_revision"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			httpError(w, toConnect(invalid("start_revision %q is not a number", v)))
+			return
+		}
+		start = n
+	}
+	flusher, _ := w.(http.Flusher)
+	started := false
+	err := s.streamEvents(r.Context(), start, filter, func(e *statemachine.Event) error {
+		if !started {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			started = true
+		}
+		line, err := protojson.Marshal(render(e))
+		if err != nil {
+			return err
+		}
+		if _, err := w.Write(append(line, '\n')); err != nil {
+			return err
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return nil
+	})
+	if err == nil {
+		return
+	}
+	if !started {
+		httpError(w, err)
+		return
+	}
+	// Headers are gone: the last line says why the stream ended.
+	_, _ = w.Write([]byte(`{"error":` + strconv.Quote(err.Error()) + "}\n"))
+}
+
+func httpError(w http.ResponseWriter, err error) {
+	status := http.StatusInternalServerError
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		status = httpStatus(ce.Code())
+		if name := ce.Meta().Get(ErrorHeader); name != "" {
+			w.Header().Set(ErrorHeader, name)
+		}
+	}
+	http.Error(w, err.Error(), status)
+}
+
+// httpStatus follows the connect protocol's code-to-status table.
+func httpStatus(c connect.Code) int {
+	switch c {
+	case connect.CodeInvalidArgument, connect.CodeOutOfRange:
+		return http.StatusBadRequest
+	case connect.CodeNotFound:
+		return http.StatusNotFound
+	case connect.CodeFailedPrecondition, connect.CodeAborted:
+		return http.StatusConflict
+	case connect.CodeResourceExhausted:
+		return http.StatusTooManyRequests
+	case connect.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case connect.CodeDeadlineExceeded:
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,173 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/statemachine"
+	"github.com/tenurehq/tenure/watch"
+)
+
+type kvService struct{ s *Server }
+
+func (h *kvService) Get(ctx context.Context, req *connect.Request[tenurev1.GetRequest]) (*connect.Response[tenurev1.GetResponse], error) {
+	key := req.Msg.GetKey()
+	if err := h.s.cfg.Limits.name("key", key); err != nil {
+		return nil, toConnect(err)
+	}
+	out := &tenurev1.GetResponse{}
+	err := h.s.read(ctx, func(m *statemachine.Machine) error {
+		kv, ok := m.Key(key)
+		if !ok {
+			return fmt.Errorf("%w: %q", statemachine.ErrKeyNotFound, key)
+		}
+		out.Kv, out.Revision = kvProto(&kv), m.Revision()
+		return nil
+	})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (h *kvService) Range(ctx context.Context, req *connect.Request[tenurev1.RangeRequest]) (*connect.Response[tenurev1.RangeResponse], error) {
+	if len(req.Msg.GetPrefix()) > h.s.cfg.Limits.MaxNameBytes {
+		return nil, toConnect(invalid("prefix is %d bytes, over the limit of %d bytes (--max-name-bytes)", len(req.Msg.GetPrefix()), h.s.cfg.Limits.MaxNameBytes))
+	}
+	if req.Msg.GetLimit() < 0 {
+		return nil, toConnect(invalid("limit %d is negative", req.Msg.GetLimit()))
+	}
+	out := &tenurev1.RangeResponse{}
+	err := h.s.read(ctx, func(m *statemachine.Machine) error {
+		kvs, more := m.Range(req.Msg.GetPrefix(), int(req.Msg.GetLimit()))
+		for i := range kvs {
+			out.Kvs = append(out.Kvs, kvProto(&kvs[i]))
+		}
+		out.More, out.Revision = more, m.Revision()
+		return nil
+	})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// keyWrite checks what Put and CompareAndSwap share: key, value, TTL.
+func (h *kvService) keyWrite(key, value string, ttlMsg *durationpb.Duration) (int64, error) {
+	lim := h.s.cfg.Limits
+	if err := lim.name("key", key); err != nil {
+		return 0, err
+	}
+	if err := lim.value("value", value); err != nil {
+		return 0, err
+	}
+	if ttlMsg == nil {
+		return 0, nil
+	}
+	ttl, err := lim.ttl("ttl", ttlMsg.AsDuration(), 0)
+	if err != nil {
+		return 0, err
+	}
+	return int64(ttl), nil
+}
+
+func (h *kvService) Put(ctx context.Context, req *connect.Request[tenurev1.PutRequest]) (*connect.Response[tenurev1.PutResponse], error) {
+	ttl, err := h.keyWrite(req.Msg.GetKey(), req.Msg.GetValue(), req.Msg.GetTtl())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if req.Msg.GetSessionId() < 0 {
+		return nil, toConnect(invalid("session_id %d is negative", req.Msg.GetSessionId()))
+	}
+	res, err := h.s.propose(ctx, statemachine.Put{Key: req.Msg.GetKey(), Value: req.Msg.GetValue(), TTL: ttl, SessionID: req.Msg.GetSessionId()})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.PutResponse{Revision: res.Revision, PrevKv: kvProto(res.PrevKV)}), nil
+}
+
+func (h *kvService) Delete(ctx context.Context, req *connect.Request[tenurev1.DeleteRequest]) (*connect.Response[tenurev1.DeleteResponse], error) {
+	key := req.Msg.GetKey()
+	if !req.Msg.GetPrefix() {
+		if err := h.s.cfg.Limits.name("key", key); err != nil {
+			return nil, toConnect(err)
+		}
+	} else if len(key) > h.s.cfg.Limits.MaxNameBytes {
+		return nil, toConnect(invalid("prefix is %d bytes, over the limit of %d bytes (--max-name-bytes)", len(key), h.s.cfg.Limits.MaxNameBytes))
+	}
+	res, err := h.s.propose(ctx, statemachine.Delete{Key: key, Prefix: req.Msg.GetPrefix()})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.DeleteResponse{Deleted: res.Deleted, Revision: res.Revision}), nil
+}
+
+// CompareAndSwap fails with FailedPrecondition when the compare does not
+// hold; the error carries the key as it is, so the caller can print
+// "[expected != actual] revision" without a second read.
+func (h *kvService) CompareAndSwap(ctx context.Context, req *connect.Request[tenurev1.CompareAndSwapRequest]) (*connect.Response[tenurev1.CompareAndSwapResponse], error) {
+	msg := req.Msg
+	ttl, err := h.keyWrite(msg.GetKey(), msg.GetValue(), msg.GetTtl())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	cmd := statemachine.CompareAndSwap{Key: msg.GetKey(), Delete: msg.GetDelete(), NewValue: msg.GetValue(), TTL: ttl, SessionID: msg.GetSessionId()}
+	switch t := msg.GetCompare().GetTarget().(type) {
+	case *tenurev1.Compare_Absent:
+		if !t.Absent {
+			return nil, toConnect(invalid("compare.absent must be true when set"))
+		}
+		cmd.Target = statemachine.CompareAbsent
+	case *tenurev1.Compare_Value:
+		if err := h.s.cfg.Limits.value("compare.value", t.Value); err != nil {
+			return nil, toConnect(err)
+		}
+		cmd.Target, cmd.Value = statemachine.CompareValue, t.Value
+	case *tenurev1.Compare_ModRevision:
+		if t.ModRevision < 0 {
+			return nil, toConnect(invalid("compare.mod_revision %d is negative", t.ModRevision))
+		}
+		cmd.Target, cmd.ModRevision = statemachine.CompareModRevision, t.ModRevision
+	default:
+		return nil, toConnect(invalid("compare must set one of absent, value or mod_revision"))
+	}
+	if msg.GetSessionId() < 0 {
+		return nil, toConnect(invalid("session_id %d is negative", msg.GetSessionId()))
+	}
+	res, err := h.s.propose(ctx, cmd)
+	if err != nil {
+		ce := toConnect(err)
+		var cerr *connect.Error
+		if errors.Is(err, statemachine.ErrCompareFailed) && errors.As(ce, &cerr) {
+			if detail, derr := connect.NewErrorDetail(&tenurev1.GetResponse{Kv: kvProto(res.KV), Revision: res.Revision}); derr == nil {
+				cerr.AddDetail(detail)
+			}
+		}
+		return nil, ce
+	}
+	return connect.NewResponse(&tenurev1.CompareAndSwapResponse{Revision: res.Revision, Kv: kvProto(res.KV)}), nil
+}
+
+func (h *kvService) Watch(ctx context.Context, req *connect.Request[tenurev1.WatchRequest], stream *connect.ServerStream[tenurev1.WatchEvent]) error {
+	if err := h.watchKey(req.Msg.GetKey(), req.Msg.GetPrefix()); err != nil {
+		return toConnect(err)
+	}
+	return h.s.streamEvents(ctx, req.Msg.GetStartRevision(), watch.KeyFilter(req.Msg.GetKey(), req.Msg.GetPrefix()), func(e *statemachine.Event) error {
+		return stream.Send(keyEventProto(e))
+	})
+}
+
+func (h *kvService) watchKey(key string, prefix bool) error {
+	if prefix {
+		if len(key) > h.s.cfg.Limits.MaxNameBytes {
+			return invalid("prefix is %d bytes, over the limit of %d bytes (--max-name-bytes)", len(key), h.s.cfg.Limits.MaxNameBytes)
+		}
+		return nil
+	}
+	return h.s.cfg.Limits.name("key", key)
+}

@@ -1,0 +1,336 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/statemachine"
+	"github.com/tenurehq/tenure/watch"
+)
+
+type leaseService struct{ s *Server }
+
+func (h *leaseService) leaseID(ns, name string) (statemachine.LeaseID, error) {
+	ns, err := h.s.cfg.Limits.namespace(ns)
+	if err != nil {
+		return statemachine.LeaseID{}, err
+	}
+	if err := h.s.cfg.Limits.name("name", name); err != nil {
+		return statemachine.LeaseID{}, err
+	}
+	return statemachine.LeaseID{Namespace: ns, Name: name}, nil
+}
+
+func (h *leaseService) acquireCommand(msg *tenurev1.AcquireRequest) (statemachine.Acquire, error) {
+	lim := h.s.cfg.Limits
+	id, err := h.leaseID(msg.GetNamespace(), msg.GetName())
+	if err != nil {
+		return statemachine.Acquire{}, err
+	}
+	if msg.GetSessionId() <= 0 {
+		return statemachine.Acquire{}, invalid("session_id must be a positive session ID, got %d", msg.GetSessionId())
+	}
+	capacity := int(msg.GetCapacity())
+	if capacity == 0 {
+		capacity = 1
+	}
+	if capacity < 1 || capacity > lim.MaxCapacity {
+		return statemachine.Acquire{}, invalid("capacity %d is outside 1..%d", msg.GetCapacity(), lim.MaxCapacity)
+	}
+	if err := lim.value("value", msg.GetValue()); err != nil {
+		return statemachine.Acquire{}, err
+	}
+	if err := lim.labels("lease", msg.GetLabels()); err != nil {
+		return statemachine.Acquire{}, err
+	}
+	delay := msg.GetLockDelay().AsDuration()
+	if delay < 0 || delay > lim.MaxTTL {
+		return statemachine.Acquire{}, invalid("lock_delay %v is outside 0..%v", delay, lim.MaxTTL)
+	}
+	if t := msg.GetWaitTimeout().AsDuration(); t < 0 {
+		return statemachine.Acquire{}, invalid("wait_timeout %v is negative", t)
+	}
+	return statemachine.Acquire{
+		SessionID:  msg.GetSessionId(),
+		Lease:      id,
+		Capacity:   capacity,
+		Wait:       msg.GetWait(),
+		Value:      msg.GetValue(),
+		Labels:     msg.GetLabels(),
+		LockDelay:  int64(delay),
+		MaxWaiters: lim.MaxWaitersPerLease,
+	}, nil
+}
+
+// Acquire grants at once, or parks until the state machine grants this
+// session, the wait times out, or the session ends. The park is
+// registered before the proposal so that a grant applied right after it
+// cannot be missed.
+func (h *leaseService) Acquire(ctx context.Context, req *connect.Request[tenurev1.AcquireRequest]) (*connect.Response[tenurev1.AcquireResponse], error) {
+	cmd, err := h.acquireCommand(req.Msg)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	var parked chan waitOutcome
+	if cmd.Wait {
+		parked = h.s.waiters.park(cmd.SessionID, cmd.Lease)
+		defer h.s.waiters.unpark(cmd.SessionID, cmd.Lease, parked)
+	}
+	res, err := h.s.propose(ctx, cmd)
+	if errors.Is(err, statemachine.ErrLocked) {
+		return h.notAcquired(ctx, cmd.Lease)
+	}
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if res.Grant != nil {
+		return connect.NewResponse(&tenurev1.AcquireResponse{Acquired: true, Token: res.Grant.Token, Lease: h.leaseNow(cmd.Lease, res.Lease)}), nil
+	}
+
+	var timeout <-chan time.Time
+	if t := req.Msg.GetWaitTimeout().AsDuration(); t > 0 {
+		timer := time.NewTimer(t)
+		defer timer.Stop()
+		timeout = timer.C
+	}
+	h.s.metrics.waiting.Inc()
+	defer h.s.metrics.waiting.Dec()
+	select {
+	case out := <-parked:
+		if out.token != 0 {
+			return connect.NewResponse(&tenurev1.AcquireResponse{Acquired: true, Token: out.token, Lease: h.leaseNow(cmd.Lease, nil)}), nil
+		}
+		return nil, toConnect(fmt.Errorf("%w: session %d stopped waiting for %s: %s", statemachine.ErrSessionNotFound, cmd.SessionID, cmd.Lease, out.reason))
+	case <-timeout:
+		// The caller is still here: a grant that raced the timeout is
+		// theirs.
+		res, err := h.s.propose(ctx, statemachine.CancelWait{SessionID: cmd.SessionID, Lease: cmd.Lease})
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		if res.Grant != nil {
+			return connect.NewResponse(&tenurev1.AcquireResponse{Acquired: true, Token: res.Grant.Token, Lease: h.leaseNow(cmd.Lease, res.Lease)}), nil
+		}
+		return h.notAcquired(ctx, cmd.Lease)
+	case <-ctx.Done():
+		// The caller is gone: leave the queue, and give back a grant that
+		// raced the cancellation, since nobody would know to release it.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := h.s.propose(cctx, statemachine.CancelWait{SessionID: cmd.SessionID, Lease: cmd.Lease, ReleaseIfHeld: true}); err != nil && !errors.Is(err, statemachine.ErrSessionNotFound) && !errors.Is(err, statemachine.ErrNotWaiting) {
+			h.s.log.Warn("cancel abandoned wait", "session", cmd.SessionID, "lease", cmd.Lease.String(), "err", err)
+		}
+		return nil, toConnect(ctx.Err())
+	}
+}
+
+func (h *leaseService) notAcquired(ctx context.Context, id statemachine.LeaseID) (*connect.Response[tenurev1.AcquireResponse], error) {
+	resp := &tenurev1.AcquireResponse{}
+	err := h.s.node.ReadLocal(func(m *statemachine.Machine) error {
+		if l, ok := m.Lease(id); ok {
+			resp.Lease = leaseProto(m, l, h.s.lessor)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// leaseNow renders the lease as it is now, from the command's result when
+// there is one.
+func (h *leaseService) leaseNow(id statemachine.LeaseID, l *statemachine.Lease) *tenurev1.Lease {
+	var out *tenurev1.Lease
+	_ = h.s.node.ReadLocal(func(m *statemachine.Machine) error {
+		if l == nil {
+			cur, ok := m.Lease(id)
+			if !ok {
+				return nil
+			}
+			l = &cur
+		}
+		out = leaseProto(m, *l, h.s.lessor)
+		return nil
+	})
+	return out
+}
+
+func (h *leaseService) Release(ctx context.Context, req *connect.Request[tenurev1.ReleaseRequest]) (*connect.Response[tenurev1.ReleaseResponse], error) {
+	id, err := h.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	res, err := h.s.propose(ctx, statemachine.Release{Lease: id, Token: req.Msg.GetToken()})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.ReleaseResponse{Revision: res.Revision}), nil
+}
+
+func (h *leaseService) SetValue(ctx context.Context, req *connect.Request[tenurev1.SetValueRequest]) (*connect.Response[tenurev1.SetValueResponse], error) {
+	id, err := h.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if err := h.s.cfg.Limits.value("value", req.Msg.GetValue()); err != nil {
+		return nil, toConnect(err)
+	}
+	res, err := h.s.propose(ctx, statemachine.SetValue{Lease: id, Token: req.Msg.GetToken(), Value: req.Msg.GetValue()})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.SetValueResponse{Revision: res.Revision}), nil
+}
+
+func (h *leaseService) Revoke(ctx context.Context, req *connect.Request[tenurev1.RevokeRequest]) (*connect.Response[tenurev1.RevokeResponse], error) {
+	id, err := h.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if err := h.s.cfg.Limits.value("reason", req.Msg.GetReason()); err != nil {
+		return nil, toConnect(err)
+	}
+	res, err := h.s.propose(ctx, statemachine.Revoke{Lease: id, Token: req.Msg.GetToken(), Reason: req.Msg.GetReason()})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	h.s.log.Info("lease revoked", "lease", id.String(), "tokens", res.Revoked, "reason", req.Msg.GetReason())
+	return connect.NewResponse(&tenurev1.RevokeResponse{Revision: res.Revision, Revoked: res.Revoked}), nil
+}
+
+func (h *leaseService) Get(ctx context.Context, req *connect.Request[tenurev1.GetLeaseRequest]) (*connect.Response[tenurev1.GetLeaseResponse], error) {
+	id, err := h.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	var out *tenurev1.Lease
+	err = h.s.read(ctx, func(m *statemachine.Machine) error {
+		l, ok := m.Lease(id)
+		if !ok {
+			return fmt.Errorf("%w: %s", statemachine.ErrLeaseNotFound, id)
+		}
+		out = leaseProto(m, l, h.s.lessor)
+		return nil
+	})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&tenurev1.GetLeaseResponse{Lease: out}), nil
+}
+
+func (h *leaseService) List(ctx context.Context, req *connect.Request[tenurev1.ListLeasesRequest]) (*connect.Response[tenurev1.ListLeasesResponse], error) {
+	ns := ""
+	if !req.Msg.GetAllNamespaces() {
+		var err error
+		if ns, err = h.s.cfg.Limits.namespace(req.Msg.GetNamespace()); err != nil {
+			return nil, toConnect(err)
+		}
+	}
+	sel, err := parseSelector(req.Msg.GetLabelSelector())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &tenurev1.ListLeasesResponse{}
+	err = h.s.read(ctx, func(m *statemachine.Machine) error {
+		for _, l := range m.Leases(ns) {
+			if sel.matches(l.Labels) {
+				out.Leases = append(out.Leases, leaseProto(m, l, h.s.lessor))
+			}
+		}
+		out.Revision = m.Revision()
+		return nil
+	})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// Validate is the downstream worker's check: is this token still a
+// current holder's? Linearizable, so a deposed owner is never told yes
+// after its successor was granted.
+func (h *leaseService) Validate(ctx context.Context, req *connect.Request[tenurev1.ValidateRequest]) (*connect.Response[tenurev1.ValidateResponse], error) {
+	id, err := h.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if req.Msg.GetToken() <= 0 {
+		return nil, toConnect(invalid("token must be a positive fencing token, got %d", req.Msg.GetToken()))
+	}
+	out := &tenurev1.ValidateResponse{}
+	err = h.s.read(ctx, func(m *statemachine.Machine) error {
+		out.Revision = m.Revision()
+		l, ok := m.Lease(id)
+		if !ok {
+			return nil
+		}
+		for i, g := range l.Holders {
+			if i == 0 {
+				out.HolderIdentity, out.CurrentToken = g.Holder, g.Token
+			}
+			out.Tokens = append(out.Tokens, g.Token)
+			if g.Token == req.Msg.GetToken() {
+				out.Valid = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.WatchLeasesRequest], stream *connect.ServerStream[tenurev1.LeaseEvent]) error {
+	ns := ""
+	if !req.Msg.GetAllNamespaces() {
+		var err error
+		if ns, err = h.s.cfg.Limits.namespace(req.Msg.GetNamespace()); err != nil {
+			return toConnect(err)
+		}
+	}
+	return h.s.streamEvents(ctx, req.Msg.GetStartRevision(), watch.LeaseFilter(ns), func(e *statemachine.Event) error {
+		return stream.Send(leaseEventProto(e))
+	})
+}
+
+// streamEvents feeds a watcher's events to send until the caller goes
+// away, the server stops, or the watcher falls behind (an explicit error
+// naming the revision to resync from).
+func (s *Server) streamEvents(ctx context.Context, start int64, filter func(*statemachine.Event) bool, send func(*statemachine.Event) error) error {
+	if start < 0 {
+		return toConnect(invalid("start_revision %d is negative", start))
+	}
+	w, err := s.hub.Watch(start, filter)
+	if err != nil {
+		return toConnect(err)
+	}
+	defer w.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stopC:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		e, err := w.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return toConnect(err)
+		}
+		if err := send(&e); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,296 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/h2c"
+
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/lessor"
+	"github.com/tenurehq/tenure/raftnode"
+	"github.com/tenurehq/tenure/statemachine"
+	"github.com/tenurehq/tenure/watch"
+)
+
+// Config configures a Tenure server node.
+type Config struct {
+	// Listener serves the API, the web page and the operational endpoints.
+	// The caller creates it (tests bind 127.0.0.1:0); Close closes it.
+	Listener net.Listener
+	Raft     raftnode.Config
+	Limits   Limits
+	Logger   *slog.Logger
+	// Registry receives every metric; nil makes a private one.
+	Registry *prometheus.Registry
+}
+
+// Server is one Tenure node: the replicated log, the lessor, the watch
+// hub and the API on one port.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	node    *raftnode.Node
+	lessor  *lessor.Lessor
+	hub     *watch.Hub
+	waiters *waiters
+	http    *http.Server
+	metrics *metrics
+
+	// ready is set once this node is the promoted leader or knows one;
+	// leading only while it is the promoted leader, whose reads are
+	// current.
+	ready, leading atomic.Bool
+
+	stopC     chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+	serveErr  chan error
+}
+
+// Open starts a node and begins serving on cfg.Listener. The caller must
+// call Close.
+func Open(cfg Config) (*Server, error) {
+	if cfg.Listener == nil {
+		return nil, errors.New("server: no listener")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits()
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		hub:      watch.NewHub(cfg.Limits.WatchHistory),
+		waiters:  newWaiters(),
+		stopC:    make(chan struct{}),
+		serveErr: make(chan error, 1),
+	}
+	s.metrics = newMetrics(cfg.Registry, s)
+	s.lessor = lessor.New(lessor.Config{
+		Proposer:   proposer{s},
+		Logger:     cfg.Logger.With("component", "lessor"),
+		Registerer: cfg.Registry,
+	})
+	rc := cfg.Raft
+	rc.Logger = cfg.Logger.With("component", "raft")
+	rc.Registerer = cfg.Registry
+	rc.Observer = s.observe
+	rc.OnRestore = s.hub.Reset
+	node, err := raftnode.Open(rc)
+	if err != nil {
+		s.lessor.Stop()
+		return nil, fmt.Errorf("open raft node: %w", err)
+	}
+	s.node = node
+	s.http = &http.Server{
+		Handler:           h2c.NewHandler(s.routes(), &http2.Server{}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		s.leadershipLoop()
+	}()
+	go func() {
+		defer s.wg.Done()
+		if err := s.http.Serve(cfg.Listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.serveErr <- err
+		}
+	}()
+	s.log.Info("tenure serving", "addr", cfg.Listener.Addr().String(), "node", rc.NodeID, "peer", rc.PeerAddr, "data", rc.DataDir)
+	return s, nil
+}
+
+// Addr is the address the API listens on.
+func (s *Server) Addr() string { return s.cfg.Listener.Addr().String() }
+
+// Err reports a fatal serving error, if the HTTP server stopped by itself.
+func (s *Server) Err() <-chan error { return s.serveErr }
+
+// Close stops serving, steps down and shuts the node, in that order, so
+// that no request is acknowledged after the log is closed. Safe to call
+// twice.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stopC)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		// Streams (watches, keep-alives) never finish by themselves:
+		// Shutdown waits for the unary calls, then Close cuts the rest.
+		_ = s.http.Shutdown(ctx)
+		_ = s.http.Close()
+		s.lessor.Stop()
+		s.closeErr = s.node.Close()
+		s.wg.Wait()
+	})
+	return s.closeErr
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	opts := []connect.HandlerOption{
+		connect.WithReadMaxBytes(s.cfg.Limits.MaxRequestBytes),
+		connect.WithInterceptors(s.metrics.interceptor()),
+	}
+	mux.Handle(tenurev1connect.NewSessionServiceHandler(&sessionService{s}, opts...))
+	mux.Handle(tenurev1connect.NewLeaseServiceHandler(&leaseService{s}, opts...))
+	mux.Handle(tenurev1connect.NewKVServiceHandler(&kvService{s}, opts...))
+	mux.HandleFunc("GET /v1/watch/leases", s.watchLeasesHTTP)
+	mux.HandleFunc("GET /v1/watch/keys", s.watchKeysHTTP)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "not ready: no leader yet", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// observe receives every applied command's events, in log order, on the
+// FSM goroutine under the state write lock. Nothing here may block.
+func (s *Server) observe(events []statemachine.Event) {
+	s.hub.Publish(events)
+	s.lessor.Observe(events)
+	s.waiters.observe(events)
+}
+
+// leadershipLoop promotes the lessor when this node becomes leader and
+// demotes it when it stops being one.
+func (s *Server) leadershipLoop() {
+	var (
+		cancel context.CancelFunc = func() {}
+		done   chan struct{}
+	)
+	stopPromotion := func() {
+		cancel()
+		if done != nil {
+			<-done
+			done = nil
+		}
+	}
+	defer stopPromotion()
+	check := time.NewTicker(250 * time.Millisecond)
+	defer check.Stop()
+	for {
+		select {
+		case <-s.stopC:
+			return
+		case leader := <-s.node.LeaderChanges():
+			stopPromotion()
+			s.leading.Store(false)
+			s.lessor.Demote()
+			s.ready.Store(false)
+			if leader {
+				var ctx context.Context
+				ctx, cancel = context.WithCancel(context.Background())
+				done = make(chan struct{})
+				go func() {
+					defer close(done)
+					s.promote(ctx)
+				}()
+			}
+		case <-check.C:
+			// A follower is ready when it knows a leader; the leader only
+			// once promote has finished.
+			if !s.node.IsLeader() {
+				addr, _ := s.node.Leader()
+				s.ready.Store(addr != "")
+			}
+		}
+	}
+}
+
+// promote runs after this node became leader: a barrier so the state is
+// current, a NewEpoch entry so expiries from earlier leaders are void,
+// then every deadline restarts at a full TTL plus an election timeout.
+func (s *Server) promote(ctx context.Context) {
+	for attempt := 0; ; attempt++ {
+		err := s.tryPromote(ctx)
+		if err == nil {
+			s.leading.Store(true)
+			s.ready.Store(true)
+			return
+		}
+		if ctx.Err() != nil || errors.Is(err, raftnode.ErrNotLeader) || errors.Is(err, raftnode.ErrClosed) {
+			return
+		}
+		s.log.Warn("promotion to leader failed; retrying", "err", err, "attempt", attempt)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) tryPromote(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.node.Barrier(ctx); err != nil {
+		return fmt.Errorf("barrier: %w", err)
+	}
+	res, err := s.node.Propose(ctx, statemachine.NewEpoch{})
+	if err != nil {
+		return fmt.Errorf("new epoch: %w", err)
+	}
+	return s.node.ReadLocal(func(m *statemachine.Machine) error {
+		if m.Epoch() != res.Epoch {
+			return fmt.Errorf("epoch moved from %d to %d during promotion", res.Epoch, m.Epoch())
+		}
+		s.lessor.Promote(res.Epoch, m.Deadlines(), s.node.ElectionTimeout())
+		s.log.Info("leader ready", "epoch", res.Epoch, "sessions", len(m.Sessions()))
+		return nil
+	})
+}
+
+// proposer lets the lessor propose expiries through the node.
+type proposer struct{ s *Server }
+
+func (p proposer) ExpireSessions(ctx context.Context, epoch int64, ids []int64) error {
+	_, err := p.s.node.Propose(ctx, statemachine.ExpireSessions{Epoch: epoch, IDs: ids})
+	return err
+}
+
+func (p proposer) ExpireKeys(ctx context.Context, epoch int64, keys []statemachine.KeyTTL) error {
+	_, err := p.s.node.Propose(ctx, statemachine.ExpireKeys{Epoch: epoch, Keys: keys})
+	return err
+}
+
+func (p proposer) EndLockDelays(ctx context.Context, epoch int64, delays []statemachine.LockDelay) error {
+	_, err := p.s.node.Propose(ctx, statemachine.EndLockDelays{Epoch: epoch, Delays: delays})
+	return err
+}
+
+// propose applies a command and returns its result, with the command's
+// own error as the error.
+func (s *Server) propose(ctx context.Context, cmd statemachine.Command) (statemachine.Result, error) {
+	res, err := s.node.Propose(ctx, cmd)
+	if err != nil {
+		return res, err
+	}
+	return res, res.Err
+}
