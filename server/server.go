@@ -181,15 +181,17 @@ func (s *Server) observe(events []statemachine.Event) {
 // leadershipLoop promotes the lessor when this node becomes leader and
 // demotes it when it stops being one.
 func (s *Server) leadershipLoop() {
-	var (
-		cancel context.CancelFunc = func() {}
+	// promotion is the running promote, if any; it is stopped before a
+	// leadership change is acted on, so two never overlap.
+	var promotion struct {
+		cancel context.CancelFunc
 		done   chan struct{}
-	)
+	}
 	stopPromotion := func() {
-		cancel()
-		if done != nil {
-			<-done
-			done = nil
+		if promotion.cancel != nil {
+			promotion.cancel()
+			<-promotion.done
+			promotion.cancel, promotion.done = nil, nil
 		}
 	}
 	defer stopPromotion()
@@ -205,9 +207,9 @@ func (s *Server) leadershipLoop() {
 			s.lessor.Demote()
 			s.ready.Store(false)
 			if leader {
-				var ctx context.Context
-				ctx, cancel = context.WithCancel(context.Background())
-				done = make(chan struct{})
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan struct{})
+				promotion.cancel, promotion.done = cancel, done
 				go func() {
 					defer close(done)
 					s.promote(ctx)
