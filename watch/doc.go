@@ -1,0 +1,28 @@
+// Package watch fans applied state machine events out to watchers: the key
+// and lease watches of the API.
+//
+// A Hub keeps the last N events in one ring shared by every watcher, and
+// each Watcher is only a cursor into it (the next revision to read) plus a
+// filter. Revisions are contiguous, so the ring maps a revision straight to
+// its slot, and a watcher that wants to start in the past just sets its
+// cursor there.
+//
+// Why one ring with cursors instead of a channel per watcher: with channels,
+// Publish does work per watcher and must choose, for a full channel, between
+// blocking the apply path and dropping events. With the ring, Publish is
+// O(len(events)) whatever the number of watchers and never waits for one;
+// memory is the ring, not N copies of a backlog; and falling behind is
+// detected exactly, at read time, as "my cursor is older than the oldest
+// event kept". That watcher gets ErrLagged naming the revision to resync
+// from (DESIGN.md, safety rule 8: watches never silently drop); the others
+// are not affected.
+//
+// Caller's duties:
+//   - Call Reset with the restored revision at startup and after every
+//     snapshot restore, before publishing the events that follow it.
+//   - Call Publish with the events of every applied command, in apply
+//     order, from the one goroutine that applies the log.
+//   - Treat published events as read-only: the hub and every watcher share
+//     them, including the KeyValue and Session they point to.
+//   - Close every Watcher when its stream ends.
+package watch
