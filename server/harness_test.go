@@ -1,8 +1,6 @@
 package server
 
 import (
-	"context"
-	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
@@ -10,8 +8,6 @@ import (
 	"os"
 	"testing"
 	"time"
-
-	"golang.org/x/net/http2"
 
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/raftnode"
@@ -63,7 +59,7 @@ func startServer(t testing.TB, dir string, limits Limits) *testServer {
 	}
 	t.Cleanup(func() { srv.Close() })
 	url := "http://" + srv.Addr()
-	hc := h2cClient()
+	hc := h2cClient(t)
 	ts := &testServer{
 		Server:   srv,
 		URL:      url,
@@ -77,14 +73,12 @@ func startServer(t testing.TB, dir string, limits Limits) *testServer {
 
 // h2cClient speaks cleartext HTTP/2, as a Go client of Tenure does, so
 // bidirectional streams work.
-func h2cClient() *http.Client {
-	return &http.Client{Transport: &http2.Transport{
-		AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		},
-	}}
+func h2cClient(t testing.TB) *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: &p}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
 }
 
 func waitReady(t testing.TB, url string) {

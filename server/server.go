@@ -14,8 +14,6 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/h2c"
 
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/lessor"
@@ -100,8 +98,14 @@ func Open(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("open raft node: %w", err)
 	}
 	s.node = node
+	// HTTP/1.1 for curl and browsers, cleartext HTTP/2 for gRPC and for
+	// Go clients' bidirectional keep-alive streams.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
 	s.http = &http.Server{
-		Handler:           h2c.NewHandler(s.routes(), &http2.Server{}),
+		Handler:           s.routes(),
+		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}

@@ -19,12 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// The h2c client transports keep idle connections' readers alive
-		// until the process ends.
-		goleak.IgnoreTopFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -117,8 +112,8 @@ func TestJSONQuickstartFlow(t *testing.T) {
 	}
 
 	code, out = postJSON(t, ts.URL, "tenure.v1.LeaseService/Release", `{"name":"nightly-report","token":"999"}`)
-	if code != http.StatusConflict || out["code"] != "failed_precondition" || !strings.Contains(out["message"].(string), "not holder") {
-		t.Fatalf("release with wrong token: got = %d %v, expected: 409 failed_precondition not holder", code, out)
+	if code != http.StatusBadRequest || out["code"] != "failed_precondition" || !strings.Contains(out["message"].(string), "not holder") {
+		t.Fatalf("release with wrong token: got = %d %v, expected: 400 failed_precondition not holder", code, out)
 	}
 
 	code, out = postJSON(t, ts.URL, "tenure.v1.LeaseService/Release", `{"name":"nightly-report","token":"`+token+`"}`)
