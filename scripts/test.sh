@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The project's whole test run, as CI runs it: formatting, vet, every test
+# under the race detector, and a short fuzzing pass on each fuzz target.
+# FUZZTIME (default 10s) sets how long each fuzz target runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fuzztime="${FUZZTIME:-10s}"
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test -race"
+go test -race -count=1 -timeout 15m ./...
+
+echo "== fuzz (${fuzztime} each)"
+for target in $(grep -rhoE '^func (Fuzz[A-Za-z0-9_]+)' --include='*_test.go' . | sed 's/func //' | sort -u); do
+  pkg=$(dirname "$(grep -rlE "^func ${target}\(" --include='*_test.go' . | head -1)")
+  echo "-- ${target} in ${pkg}"
+  go test -run '^$' -fuzz "^${target}\$" -fuzztime "${fuzztime}" "${pkg}"
+done
+echo "== all tests passed"
