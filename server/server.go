@@ -88,7 +88,7 @@ func Open(cfg Config) (*Server, error) {
 		Registerer: cfg.Registry,
 	})
 	rc := cfg.Raft
-	rc.Logger = cfg.Logger.With("component", "raft")
+	rc.Logger = cfg.Logger
 	rc.Registerer = cfg.Registry
 	rc.Observer = s.observe
 	rc.OnRestore = s.hub.Reset
