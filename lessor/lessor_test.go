@@ -1,0 +1,785 @@
+package lessor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/tenurehq/tenure/lessor"
+	"github.com/tenurehq/tenure/statemachine"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// Proposer is a lessor.Proposer whose methods call its function fields.
+type Proposer struct {
+	ExpireSessionsFn func(ctx context.Context, epoch int64, ids []int64) error
+	ExpireKeysFn     func(ctx context.Context, epoch int64, keys []statemachine.KeyTTL) error
+	EndLockDelaysFn  func(ctx context.Context, epoch int64, delays []statemachine.LockDelay) error
+}
+
+var _ lessor.Proposer = (*Proposer)(nil)
+
+func (p *Proposer) ExpireSessions(ctx context.Context, epoch int64, ids []int64) error {
+	return p.ExpireSessionsFn(ctx, epoch, ids)
+}
+
+func (p *Proposer) ExpireKeys(ctx context.Context, epoch int64, keys []statemachine.KeyTTL) error {
+	return p.ExpireKeysFn(ctx, epoch, keys)
+}
+
+func (p *Proposer) EndLockDelays(ctx context.Context, epoch int64, delays []statemachine.LockDelay) error {
+	return p.EndLockDelaysFn(ctx, epoch, delays)
+}
+
+// call is one proposal as the recorder saw it.
+type call struct {
+	at     time.Time
+	kind   string
+	epoch  int64
+	ids    []int64
+	keys   []statemachine.KeyTTL
+	delays []statemachine.LockDelay
+	err    error
+}
+
+// recorder records proposals and plays the state machine: unless told to
+// fail, it feeds the events an applied expiry would emit back through
+// Observe, as the server does before the proposal returns.
+type recorder struct {
+	mu    sync.Mutex
+	calls []call
+	fail  int            // fail this many more calls
+	block bool           // wait for ctx to be cancelled, then fail
+	l     *lessor.Lessor // fed back the events
+}
+
+func (r *recorder) proposer() *Proposer {
+	return &Proposer{
+		ExpireSessionsFn: func(ctx context.Context, epoch int64, ids []int64) error {
+			evs := make([]statemachine.Event, len(ids))
+			for i, id := range ids {
+				evs[i] = statemachine.Event{Type: statemachine.EventSessionExpired, SessionID: id}
+			}
+			return r.record(ctx, call{kind: "session", epoch: epoch, ids: slices.Clone(ids)}, evs)
+		},
+		ExpireKeysFn: func(ctx context.Context, epoch int64, keys []statemachine.KeyTTL) error {
+			evs := make([]statemachine.Event, len(keys))
+			for i, k := range keys {
+				evs[i] = statemachine.Event{Type: statemachine.EventKeyExpired,
+					KV: &statemachine.KeyValue{Key: k.Key, ModRevision: k.ModRevision}}
+			}
+			return r.record(ctx, call{kind: "key", epoch: epoch, keys: slices.Clone(keys)}, evs)
+		},
+		EndLockDelaysFn: func(ctx context.Context, epoch int64, delays []statemachine.LockDelay) error {
+			evs := make([]statemachine.Event, len(delays))
+			for i, d := range delays {
+				evs[i] = statemachine.Event{Type: statemachine.EventLockDelayEnded, Lease: d.Lease}
+			}
+			return r.record(ctx, call{kind: "lock_delay", epoch: epoch, delays: slices.Clone(delays)}, evs)
+		},
+	}
+}
+
+func (r *recorder) record(ctx context.Context, c call, evs []statemachine.Event) error {
+	c.at = time.Now()
+	r.mu.Lock()
+	block := r.block
+	if !block && r.fail > 0 {
+		r.fail--
+		c.err = errors.New("injected failure")
+	}
+	r.calls = append(r.calls, c)
+	l := r.l
+	r.mu.Unlock()
+	switch {
+	case block:
+		<-ctx.Done()
+		return ctx.Err()
+	case c.err != nil:
+		return c.err
+	case l != nil:
+		l.Observe(evs)
+	}
+	return nil
+}
+
+func (r *recorder) snapshot() []call {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+func (r *recorder) set(f func(r *recorder)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(r)
+}
+
+// newLessor returns a lessor proposing to r, stopped when the test ends.
+func newLessor(t testing.TB, r *recorder, cfg lessor.Config) *lessor.Lessor {
+	t.Helper()
+	cfg.Proposer = r.proposer()
+	l := lessor.New(cfg)
+	r.set(func(r *recorder) { r.l = l })
+	t.Cleanup(l.Stop)
+	return l
+}
+
+// waitCalls waits until the recorder has seen at least n calls.
+func waitCalls(t *testing.T, r *recorder, n int, timeout time.Duration) []call {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		calls := r.snapshot()
+		if len(calls) >= n {
+			return calls
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("calls = %d after %v, expected: at least %d", len(calls), timeout, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// quiet is how long a test waits to see that nothing is proposed: several
+// times every TTL the tests use, and still short.
+const quiet = 600 * time.Millisecond
+
+// clock is a fake Now. It starts at the real time, so that its readings
+// carry a monotonic part as the lessor requires.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Now()} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func sessions(ttl time.Duration, ids ...int64) statemachine.Deadlines {
+	var d statemachine.Deadlines
+	for _, id := range ids {
+		d.Sessions = append(d.Sessions, statemachine.SessionTTL{ID: id, TTL: int64(ttl)})
+	}
+	return d
+}
+
+func opened(ttl time.Duration, ids ...int64) []statemachine.Event {
+	evs := make([]statemachine.Event, len(ids))
+	for i, id := range ids {
+		evs[i] = statemachine.Event{Type: statemachine.EventSessionOpened, SessionID: id,
+			Session: &statemachine.Session{ID: id, TTL: int64(ttl)}}
+	}
+	return evs
+}
+
+func TestSessionExpiry(t *testing.T) {
+	tests := []struct {
+		name  string
+		ttl   time.Duration
+		extra time.Duration
+		start func(l *lessor.Lessor, ttl, extra time.Duration)
+	}{
+		{
+			name: "A session opened on the leader expires no sooner than its TTL, and soon after.",
+			ttl:  200 * time.Millisecond,
+			start: func(l *lessor.Lessor, ttl, _ time.Duration) {
+				l.Promote(7, statemachine.Deadlines{}, time.Hour)
+				l.Observe(opened(ttl, 1))
+			},
+		},
+		{
+			name:  "A session known at promotion expires no sooner than its TTL plus the election timeout.",
+			ttl:   150 * time.Millisecond,
+			extra: 150 * time.Millisecond,
+			start: func(l *lessor.Lessor, ttl, extra time.Duration) {
+				l.Promote(7, sessions(ttl, 1), extra)
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &recorder{}
+			l := newLessor(t, r, lessor.Config{})
+			begin := time.Now()
+			tt.start(l, tt.ttl, tt.extra)
+
+			calls := waitCalls(t, r, 1, tt.ttl+tt.extra+3*time.Second)
+			c := calls[0]
+			if got, min := c.at.Sub(begin), tt.ttl+tt.extra; got < min {
+				t.Errorf("expired after %v, expected: at least %v", got, min)
+			}
+			if got, max := c.at.Sub(begin), tt.ttl+tt.extra+2*time.Second; got > max {
+				t.Errorf("expired after %v, expected: at most %v", got, max)
+			}
+			if c.kind != "session" || c.epoch != 7 || !slices.Equal(c.ids, []int64{1}) {
+				t.Errorf("got = %s epoch %d ids %v, expected: session epoch 7 ids [1]", c.kind, c.epoch, c.ids)
+			}
+			if _, ok := l.Remaining(1); ok {
+				t.Errorf("Remaining ok = true after the expiry was applied, expected: false")
+			}
+			if _, err := l.Heartbeat(1); !errors.Is(err, lessor.ErrSessionExpired) {
+				t.Errorf("Heartbeat err = %v, expected: %v", err, lessor.ErrSessionExpired)
+			}
+		})
+	}
+}
+
+func TestHeartbeatsKeepSessionAlive(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	r := &recorder{}
+	l := newLessor(t, r, lessor.Config{})
+	l.Promote(1, statemachine.Deadlines{}, 0)
+	l.Observe(opened(ttl, 1))
+
+	// Beat at TTL/6 for four TTLs: the session must outlive its TTL many
+	// times over, and nothing may be proposed.
+	var last time.Time
+	for end := time.Now().Add(4 * ttl); time.Now().Before(end); time.Sleep(ttl / 6) {
+		got, err := l.Heartbeat(1)
+		if err != nil || got != ttl {
+			t.Fatalf("Heartbeat = %v, %v, expected: %v, nil", got, err, ttl)
+		}
+		last = time.Now()
+	}
+	if calls := r.snapshot(); len(calls) != 0 {
+		t.Fatalf("proposals while beating = %d, expected: 0", len(calls))
+	}
+
+	calls := waitCalls(t, r, 1, ttl+3*time.Second)
+	if got := calls[0].at.Sub(last); got < ttl {
+		t.Errorf("expired %v after the last heartbeat, expected: at least %v", got, ttl)
+	}
+}
+
+func TestHeartbeat(t *testing.T) {
+	const ttl = time.Hour
+	tests := []struct {
+		name    string
+		promote bool
+		demote  bool
+		advance time.Duration
+		id      int64
+		wantTTL time.Duration
+		wantErr error
+	}{
+		{name: "A heartbeat before the deadline renews the session for a full TTL.",
+			promote: true, advance: 30 * time.Minute, id: 1, wantTTL: ttl},
+		{name: "A heartbeat at the deadline is refused: the session is being expired.",
+			promote: true, advance: ttl, id: 1, wantErr: lessor.ErrSessionExpired},
+		{name: "A heartbeat for an unknown session is refused.",
+			promote: true, id: 99, wantErr: lessor.ErrSessionExpired},
+		{name: "A heartbeat before promotion is sent to the wrong node.",
+			id: 1, wantErr: lessor.ErrNotLeader},
+		{name: "A heartbeat after demotion is sent to the wrong node.",
+			promote: true, demote: true, id: 1, wantErr: lessor.ErrNotLeader},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newClock()
+			l := newLessor(t, &recorder{}, lessor.Config{Now: c.Now})
+			if tt.promote {
+				l.Promote(1, sessions(ttl, 1), 0)
+			}
+			if tt.demote {
+				l.Demote()
+			}
+			c.Advance(tt.advance)
+
+			got, err := l.Heartbeat(tt.id)
+			if got != tt.wantTTL || !errors.Is(err, tt.wantErr) {
+				t.Fatalf("got = %v, %v, expected: %v, %v", got, err, tt.wantTTL, tt.wantErr)
+			}
+			if err != nil {
+				if got := l.LastHeartbeat(tt.id); !got.IsZero() {
+					t.Errorf("LastHeartbeat = %v, expected: zero", got)
+				}
+				return
+			}
+			if got, ok := l.Remaining(tt.id); got != ttl || !ok {
+				t.Errorf("Remaining = %v, %v, expected: %v, true", got, ok, ttl)
+			}
+			if got, want := l.LastHeartbeat(tt.id), c.Now().Round(0); !got.Equal(want) {
+				t.Errorf("LastHeartbeat = %v, expected: %v", got, want)
+			}
+		})
+	}
+}
+
+func TestLateHeartbeatDoesNotRevive(t *testing.T) {
+	const ttl = 100 * time.Millisecond
+	r := &recorder{fail: 1 << 30}
+	l := newLessor(t, r, lessor.Config{RetryInterval: 50 * time.Millisecond})
+	l.Promote(1, sessions(ttl, 1), 0)
+	waitCalls(t, r, 1, 3*time.Second)
+
+	for range 3 {
+		if _, err := l.Heartbeat(1); !errors.Is(err, lessor.ErrSessionExpired) {
+			t.Fatalf("Heartbeat err = %v, expected: %v", err, lessor.ErrSessionExpired)
+		}
+	}
+	// The expiry is still being retried: the heartbeat changed nothing.
+	calls := waitCalls(t, r, 3, 3*time.Second)
+	if got := calls[2].ids; !slices.Equal(got, []int64{1}) {
+		t.Errorf("retried ids = %v, expected: [1]", got)
+	}
+	if got, ok := l.Remaining(1); got != 0 || !ok {
+		t.Errorf("Remaining = %v, %v, expected: 0, true", got, ok)
+	}
+}
+
+func TestPromote(t *testing.T) {
+	const ttl, extra = time.Hour, 10 * time.Minute
+	tests := []struct {
+		name  string
+		steps func(l *lessor.Lessor, c *clock)
+		id    int64
+		want  time.Duration
+		ok    bool
+	}{
+		{
+			name:  "Promotion gives every session its TTL plus the election timeout.",
+			steps: func(l *lessor.Lessor, c *clock) { l.Promote(1, sessions(ttl, 1), extra) },
+			id:    1, want: ttl + extra, ok: true,
+		},
+		{
+			name: "A session whose deadline passed before promotion still gets a full TTL.",
+			steps: func(l *lessor.Lessor, c *clock) {
+				l.Promote(1, sessions(ttl, 1), extra)
+				c.Advance(2 * ttl)
+				l.Demote()
+				l.Promote(2, sessions(ttl, 1), extra)
+			},
+			id: 1, want: ttl + extra, ok: true,
+		},
+		{
+			name: "A heartbeat just after promotion keeps the election timeout's grace.",
+			steps: func(l *lessor.Lessor, c *clock) {
+				l.Promote(1, sessions(ttl, 1), extra)
+				c.Advance(time.Minute)
+				l.Heartbeat(1)
+			},
+			id: 1, want: ttl + extra - time.Minute, ok: true,
+		},
+		{
+			name: "Promotion replaces what was tracked before.",
+			steps: func(l *lessor.Lessor, c *clock) {
+				l.Promote(1, sessions(ttl, 1), extra)
+				l.Promote(2, sessions(ttl, 2), extra)
+			},
+			id: 1, want: 0, ok: false,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newClock()
+			// Failing keeps a stray expiry of the first term, should the
+			// loop run after an Advance, from feeding back into the second.
+			l := newLessor(t, &recorder{fail: 1 << 30}, lessor.Config{Now: c.Now})
+			tt.steps(l, c)
+			if got, ok := l.Remaining(tt.id); got != tt.want || ok != tt.ok {
+				t.Errorf("Remaining = %v, %v, expected: %v, %v", got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func TestFailedProposalsAreRetried(t *testing.T) {
+	const ttl, retry = 100 * time.Millisecond, 80 * time.Millisecond
+	lease := statemachine.LeaseID{Namespace: "ns", Name: "db"}
+	tests := []struct {
+		name   string
+		d      statemachine.Deadlines
+		kind   string
+		forgot func(l *lessor.Lessor) bool
+	}{
+		{
+			name: "A failed session expiry is proposed again until it succeeds.",
+			d:    sessions(ttl, 1), kind: "session",
+			forgot: func(l *lessor.Lessor) bool { _, ok := l.Remaining(1); return !ok },
+		},
+		{
+			name: "A failed key expiry is proposed again until it succeeds.",
+			d:    statemachine.Deadlines{Keys: []statemachine.KeyTTL{{Key: "k", ModRevision: 3, TTL: int64(ttl)}}},
+			kind: "key",
+		},
+		{
+			name: "A failed lock-delay end is proposed again until it succeeds.",
+			d:    statemachine.Deadlines{Delays: []statemachine.LockDelay{{Lease: lease, Revision: 4, Delay: int64(ttl)}}},
+			kind: "lock_delay",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &recorder{fail: 2}
+			l := newLessor(t, r, lessor.Config{RetryInterval: retry})
+			l.Promote(5, tt.d, 0)
+
+			calls := waitCalls(t, r, 3, 5*time.Second)
+			for i, c := range calls[:3] {
+				if c.kind != tt.kind || c.epoch != 5 {
+					t.Errorf("call %d = %s epoch %d, expected: %s epoch 5", i, c.kind, c.epoch, tt.kind)
+				}
+				if i > 0 {
+					if got := c.at.Sub(calls[i-1].at); got < retry {
+						t.Errorf("call %d came %v after the last, expected: at least %v", i, got, retry)
+					}
+				}
+			}
+			if got, want := calls[2].err, error(nil); got != want {
+				t.Errorf("third call err = %v, expected: %v", got, want)
+			}
+			// Once applied, the item is forgotten and never proposed again.
+			time.Sleep(3 * retry)
+			if got := len(r.snapshot()); got != 3 {
+				t.Errorf("calls = %d, expected: 3", got)
+			}
+			if tt.forgot != nil && !tt.forgot(l) {
+				t.Errorf("forgotten = false, expected: true")
+			}
+		})
+	}
+}
+
+func TestDemote(t *testing.T) {
+	const ttl, retry = 100 * time.Millisecond, 50 * time.Millisecond
+	r := &recorder{block: true}
+	l := newLessor(t, r, lessor.Config{RetryInterval: retry})
+	l.Promote(1, sessions(ttl, 1, 2), 0)
+	waitCalls(t, r, 1, 3*time.Second)
+
+	l.Demote() // cancels the blocked proposal
+	if _, err := l.Heartbeat(1); !errors.Is(err, lessor.ErrNotLeader) {
+		t.Errorf("Heartbeat err = %v, expected: %v", err, lessor.ErrNotLeader)
+	}
+	if _, ok := l.Remaining(2); ok {
+		t.Errorf("Remaining ok = true, expected: false")
+	}
+	l.Observe(opened(ttl, 3)) // ignored: not leader
+	time.Sleep(quiet)
+	if got := len(r.snapshot()); got != 1 {
+		t.Fatalf("calls after demotion = %d, expected: 1", got)
+	}
+
+	// A second leadership works like the first, with its own epoch.
+	r.set(func(r *recorder) { r.block = false })
+	l.Promote(2, sessions(ttl, 4), 0)
+	calls := waitCalls(t, r, 2, 3*time.Second)
+	if c := calls[1]; c.epoch != 2 || !slices.Equal(c.ids, []int64{4}) {
+		t.Errorf("got = epoch %d ids %v, expected: epoch 2 ids [4]", c.epoch, c.ids)
+	}
+}
+
+func TestKeyExpiry(t *testing.T) {
+	const ttl = 150 * time.Millisecond
+	put := func(rev int64, ttl time.Duration) []statemachine.Event {
+		return []statemachine.Event{{Revision: rev, Type: statemachine.EventKeyPut,
+			KV: &statemachine.KeyValue{Key: "k", ModRevision: rev, TTL: int64(ttl)}}}
+	}
+	tests := []struct {
+		name    string
+		observe [][]statemachine.Event
+		want    []statemachine.KeyTTL // nil: nothing is proposed
+	}{
+		{
+			name:    "A key with a TTL expires no sooner than its TTL, named by the revision of its put.",
+			observe: [][]statemachine.Event{put(5, ttl)},
+			want:    []statemachine.KeyTTL{{Key: "k", ModRevision: 5, TTL: int64(ttl)}},
+		},
+		{
+			name:    "A newer put replaces the key's deadline and revision.",
+			observe: [][]statemachine.Event{put(5, ttl/2), put(7, ttl)},
+			want:    []statemachine.KeyTTL{{Key: "k", ModRevision: 7, TTL: int64(ttl)}},
+		},
+		{
+			name:    "A put without a TTL stops the key from expiring.",
+			observe: [][]statemachine.Event{put(5, ttl), put(6, 0)},
+		},
+		{
+			name: "A deleted key is not expired.",
+			observe: [][]statemachine.Event{put(5, ttl), {{Revision: 6, Type: statemachine.EventKeyDeleted,
+				KV: &statemachine.KeyValue{Key: "k", ModRevision: 6}}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &recorder{}
+			l := newLessor(t, r, lessor.Config{})
+			l.Promote(1, statemachine.Deadlines{}, 0)
+			var last time.Time
+			for _, evs := range tt.observe {
+				last = time.Now()
+				l.Observe(evs)
+			}
+			if tt.want == nil {
+				time.Sleep(quiet)
+				if calls := r.snapshot(); len(calls) != 0 {
+					t.Errorf("got = %v, expected: no proposal", calls[0].keys)
+				}
+				return
+			}
+			calls := waitCalls(t, r, 1, 3*time.Second)
+			if got := calls[0].at.Sub(last); got < ttl {
+				t.Errorf("expired %v after the put, expected: at least %v", got, ttl)
+			}
+			if got := calls[0].keys; !slices.Equal(got, tt.want) {
+				t.Errorf("got = %v, expected: %v", got, tt.want)
+			}
+			time.Sleep(quiet)
+			if got := len(r.snapshot()); got != 1 {
+				t.Errorf("calls = %d, expected: 1", got)
+			}
+		})
+	}
+}
+
+func TestLockDelayEnd(t *testing.T) {
+	const delay = 150 * time.Millisecond
+	lease := statemachine.LeaseID{Namespace: "ns", Name: "db"}
+	expired := func(delay time.Duration) []statemachine.Event {
+		return []statemachine.Event{{Revision: 9, Type: statemachine.EventLeaseExpired, Lease: lease,
+			SessionID: 1, Token: 8, LockDelay: int64(delay)}}
+	}
+	tests := []struct {
+		name    string
+		observe [][]statemachine.Event
+		want    []statemachine.LockDelay // nil: nothing is proposed
+	}{
+		{
+			name:    "A lock-delay ends no sooner than its delay, named by the revision of the expiry.",
+			observe: [][]statemachine.Event{expired(delay)},
+			want:    []statemachine.LockDelay{{Lease: lease, Revision: 9, Delay: int64(delay)}},
+		},
+		{
+			name:    "An expiry without a lock-delay times nothing.",
+			observe: [][]statemachine.Event{expired(0)},
+		},
+		{
+			name: "A lock-delay already ended is not ended again.",
+			observe: [][]statemachine.Event{expired(delay),
+				{{Revision: 10, Type: statemachine.EventLockDelayEnded, Lease: lease}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &recorder{}
+			l := newLessor(t, r, lessor.Config{})
+			l.Promote(1, statemachine.Deadlines{}, 0)
+			begin := time.Now()
+			for _, evs := range tt.observe {
+				l.Observe(evs)
+			}
+			if tt.want == nil {
+				time.Sleep(quiet)
+				if calls := r.snapshot(); len(calls) != 0 {
+					t.Errorf("got = %v, expected: no proposal", calls[0].delays)
+				}
+				return
+			}
+			calls := waitCalls(t, r, 1, 3*time.Second)
+			if got := calls[0].at.Sub(begin); got < delay {
+				t.Errorf("ended %v after the expiry, expected: at least %v", got, delay)
+			}
+			if got := calls[0].delays; !slices.Equal(got, tt.want) {
+				t.Errorf("got = %v, expected: %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestManySessionsExpireInFewProposals(t *testing.T) {
+	const n, ttl = 2500, 100 * time.Millisecond
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = int64(i + 1)
+	}
+	tests := []struct {
+		name  string
+		start func(l *lessor.Lessor)
+	}{
+		{
+			name:  "Sessions known at promotion expire in batches of at most a thousand.",
+			start: func(l *lessor.Lessor) { l.Promote(1, sessions(ttl, ids...), 0) },
+		},
+		{
+			name: "Sessions opened by one command expire together.",
+			start: func(l *lessor.Lessor) {
+				l.Promote(1, statemachine.Deadlines{}, 0)
+				l.Observe(opened(ttl, ids...))
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &recorder{}
+			l := newLessor(t, r, lessor.Config{})
+			tt.start(l)
+
+			deadline := time.Now().Add(5 * time.Second)
+			var got []int64
+			var calls []call
+			for len(got) < n && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+				calls, got = r.snapshot(), nil
+				for _, c := range calls {
+					got = append(got, c.ids...)
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, ids) {
+				t.Fatalf("expired ids = %d (with any repeats), expected: each of %d once", len(got), n)
+			}
+			if len(calls) > 5 {
+				t.Errorf("proposals = %d, expected: at most 5", len(calls))
+			}
+			for i, c := range calls {
+				if len(c.ids) > 1000 {
+					t.Errorf("proposal %d has %d ids, expected: at most 1000", i, len(c.ids))
+				}
+			}
+		})
+	}
+}
+
+func TestStop(t *testing.T) {
+	tests := []struct {
+		name  string
+		block bool
+	}{
+		{name: "Stop may be called twice."},
+		{name: "Stop cancels a proposal in flight and returns.", block: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &recorder{block: tt.block}
+			l := lessor.New(lessor.Config{Proposer: r.proposer()})
+			l.Promote(1, sessions(50*time.Millisecond, 1), 0)
+			if tt.block {
+				waitCalls(t, r, 1, 3*time.Second)
+			}
+			l.Stop()
+			l.Stop()
+			if _, err := l.Heartbeat(1); !errors.Is(err, lessor.ErrNotLeader) {
+				t.Errorf("Heartbeat err = %v, expected: %v", err, lessor.ErrNotLeader)
+			}
+			l.Promote(2, sessions(time.Hour, 1), 0)
+			if _, ok := l.Remaining(1); ok {
+				t.Errorf("Remaining after Promote on a stopped lessor ok = true, expected: false")
+			}
+		})
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := &recorder{}
+	l := newLessor(t, r, lessor.Config{Registerer: reg})
+	l.Promote(1, sessions(time.Hour, 1, 2, 3), 0)
+	l.Observe(opened(100*time.Millisecond, 4))
+	for range 5 {
+		if _, err := l.Heartbeat(1); err != nil {
+			t.Fatalf("Heartbeat err = %v, expected: nil", err)
+		}
+	}
+	// Session 4 expires; the others are renewed or have an hour left.
+	want := map[string]float64{
+		"tenure_lessor_sessions":                              3,
+		"tenure_lessor_heartbeats_total":                      5,
+		`tenure_lessor_expiries_proposed_total{kind=session}`: 1,
+	}
+	var got map[string]float64
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		got = gather(t, reg)
+		if matches(got, want) {
+			return
+		}
+	}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("%s = %v, expected: %v", name, got[name], w)
+		}
+	}
+}
+
+func matches(got, want map[string]float64) bool {
+	for name, w := range want {
+		if got[name] != w {
+			return false
+		}
+	}
+	return true
+}
+
+// gather flattens a registry into name{label=value} → value.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather err = %v, expected: nil", err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, lp := range m.GetLabel() {
+				name += fmt.Sprintf("{%s=%s}", lp.GetName(), lp.GetValue())
+			}
+			switch {
+			case m.GetGauge() != nil:
+				out[name] = m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				out[name] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// BenchmarkHeartbeat renews sessions on a leader tracking 100,000 of them,
+// from as many goroutines as GOMAXPROCS.
+func BenchmarkHeartbeat(b *testing.B) {
+	const n = 100_000
+	r := &recorder{}
+	l := newLessor(b, r, lessor.Config{})
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = int64(i + 1)
+	}
+	l.Promote(1, sessions(time.Hour, ids...), 0)
+
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := rand.IntN(n)
+		for pb.Next() {
+			if _, err := l.Heartbeat(ids[i]); err != nil {
+				b.Errorf("Heartbeat err = %v, expected: nil", err)
+				return
+			}
+			if i++; i == n {
+				i = 0
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "heartbeats/s")
+}
