@@ -150,7 +150,7 @@ func (m *Machine) closeSession(c CloseSession) Result {
 	if !ok {
 		return Result{Err: fmt.Errorf("%w: session %d", ErrSessionNotFound, c.SessionID)}
 	}
-	m.endSession(s, false)
+	m.grantFreed(m.endSession(s, false))
 	return Result{}
 }
 
@@ -158,18 +158,22 @@ func (m *Machine) expireSessions(c ExpireSessions) Result {
 	if c.Epoch != m.epoch {
 		return Result{} // proposed by an earlier leader: its clock no longer counts
 	}
+	// End every session of the batch before granting anything: a waiter
+	// that expires in the same batch as the holder is never granted.
+	var freed []LeaseID
 	for _, id := range c.IDs {
 		if s, ok := m.sessions[id]; ok {
-			m.endSession(s, true)
+			freed = append(freed, m.endSession(s, true)...)
 		}
 	}
+	m.grantFreed(freed)
 	return Result{}
 }
 
-// endSession releases everything a session holds. Its own waits and
-// grants go first, then waiters of the freed leases are granted, so the
-// ending session can never be granted anything.
-func (m *Machine) endSession(s *sessionState, expired bool) {
+// endSession releases everything a session holds and returns the leases
+// it freed. The caller grants their waiters with grantFreed once every
+// session it ends is gone, so an ending session is never granted anything.
+func (m *Machine) endSession(s *sessionState, expired bool) []LeaseID {
 	reason := "session closed"
 	if expired {
 		reason = "session expired"
@@ -208,6 +212,11 @@ func (m *Machine) endSession(s *sessionState, expired bool) {
 		typ = EventSessionExpired
 	}
 	m.emit(Event{Type: typ, SessionID: s.ID, Holder: s.Identity, Reason: reason})
+	return freed
+}
+
+// grantFreed grants the waiters of leases that ending sessions freed.
+func (m *Machine) grantFreed(freed []LeaseID) {
 	for _, id := range freed {
 		m.grantWaiters(m.leases[id])
 	}
@@ -252,6 +261,12 @@ func (m *Machine) acquire(c Acquire) Result {
 		m.leases[c.Lease] = l
 	}
 	if !free {
+		if len(l.Holders) == 0 && len(l.Waiters) == 0 {
+			// An idle lease in its lock-delay: the first waiter sets the
+			// capacity, as a grant would, so later acquires that ask for
+			// the same capacity do not fail with ErrCapacityMismatch.
+			l.Capacity = capacity
+		}
 		s.waiting[c.Lease] = struct{}{}
 		l.Waiters = append(l.Waiters, Waiter{SessionID: s.ID, Holder: s.Identity, Since: m.now, Value: c.Value})
 		l.ModRevision = m.emit(Event{Type: EventLeaseWaiting, Lease: c.Lease, SessionID: s.ID, Holder: s.Identity})

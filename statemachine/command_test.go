@@ -1,0 +1,171 @@
+package statemachine
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math"
+	"testing"
+)
+
+// sampleCommands has one command of every kind, with every field set.
+func sampleCommands() []Command {
+	return []Command{
+		OpenSession{Identity: "web-1", TTL: ttl, Labels: map[string]string{"zone": "a"}, MaxPerIdentity: 3},
+		CloseSession{SessionID: 7},
+		ExpireSessions{Epoch: 2, IDs: []int64{1, 5}},
+		Acquire{SessionID: 1, Lease: leaseA, Capacity: 2, Wait: true, Value: "addr", Labels: map[string]string{"app": "x"}, LockDelay: lockDelay, MaxWaiters: 4},
+		Release{Lease: leaseA, Token: 9},
+		SetValue{Lease: leaseA, Token: 9, Value: "new"},
+		Revoke{Lease: leaseB, Token: 3, Reason: "operator"},
+		CancelWait{SessionID: 1, Lease: leaseA, ReleaseIfHeld: true},
+		Put{Key: "k", Value: "v", TTL: keyTTL, SessionID: 1},
+		Delete{Key: "a/", Prefix: true},
+		CompareAndSwap{Key: "k", Target: CompareModRevision, Value: "v", ModRevision: 4, Delete: true, NewValue: "n", TTL: keyTTL, SessionID: 2},
+		ExpireKeys{Epoch: 1, Keys: []KeyTTL{{Key: "k", ModRevision: 3, TTL: keyTTL}}},
+		EndLockDelays{Epoch: 1, Delays: []LockDelay{{Lease: leaseA, Revision: 5, Delay: lockDelay}}},
+		NewEpoch{},
+	}
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	kinds := map[Kind]bool{}
+	for _, cmd := range sampleCommands() {
+		kinds[cmd.Kind()] = true
+		for _, now := range []int64{0, 1_700_000_000_000_000_000, -1, math.MaxInt64, math.MinInt64} {
+			data, err := Encode(now, cmd)
+			if err != nil {
+				t.Fatalf("Encode(%T): %v", cmd, err)
+			}
+			expect(t, "kind byte", Kind(data[0]), cmd.Kind())
+			gotNow, got, err := Decode(data)
+			if err != nil {
+				t.Fatalf("Decode(%T): got = %v, expected: nil", cmd, err)
+			}
+			expect(t, "now", gotNow, now)
+			expect(t, "command", got, cmd)
+		}
+	}
+	for k := KindOpenSession; k <= KindNewEpoch; k++ {
+		if !kinds[k] {
+			t.Errorf("kind %d: got = no sample command, expected: one", k)
+		}
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	header := func(k Kind) []byte {
+		b := make([]byte, headerLen)
+		b[0] = byte(k)
+		binary.BigEndian.PutUint64(b[1:], 42)
+		return b
+	}
+	with := func(k Kind, body string) []byte { return append(header(k), body...) }
+	tests := []struct {
+		name string
+		data []byte
+	}{
+		{"an empty entry is refused", nil},
+		{"an entry shorter than its header is refused", []byte{byte(KindPut), 0, 0, 0}},
+		{"an entry of kind 0 is refused", with(0, `{}`)},
+		{"an entry of a kind after the last is refused", with(KindNewEpoch+1, `{}`)},
+		{"an entry of kind 255 is refused", with(255, `{}`)},
+		{"a header without a body is refused", header(KindPut)},
+		{"a body that is not JSON is refused", with(KindAcquire, `{"session_id":`)},
+		{"a body of the wrong JSON type is refused", with(KindRelease, `{"token":"nine"}`)},
+		{"a body with trailing data is refused", with(KindCloseSession, `{"session_id":1} {}`)},
+		{"a new epoch without a body is refused", header(KindNewEpoch)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, cmd, err := Decode(tt.data)
+			if !errors.Is(err, ErrUnknownCommand) {
+				t.Errorf("Err: got = %v, expected: %v", err, ErrUnknownCommand)
+			}
+			if cmd != nil {
+				t.Errorf("command: got = %#v, expected: nil", cmd)
+			}
+		})
+	}
+}
+
+// fuzzFixture returns a machine with sessions, holders, waiters, keys and
+// a lock-delay, for decoded commands to run against.
+func fuzzFixture(t testing.TB) *Machine {
+	m := New()
+	for _, c := range []Command{
+		open("a"), open("b"), open("c"), // 1, 2, 3
+		withDelay(acquire(1, leaseA)),                                  // 4
+		wait(2, leaseA),                                                // 5
+		semaphore(2, leaseB, 2, false), semaphore(3, leaseB, 2, false), // 6, 7
+		Put{Key: "k", Value: "v", TTL: keyTTL}, Put{Key: "b", Value: "v", SessionID: 3}, // 8, 9
+		open("d"), withDelay(acquire(10, LeaseID{Namespace: "ns", Name: "c"})), expire(0, 10), // 10, 11, 12..13
+	} {
+		applyOK(t, m, 1, c)
+	}
+	return m
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, cmd := range sampleCommands() {
+		data, err := Encode(12345, cmd)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte{})
+	f.Add([]byte{byte(KindAcquire), 0, 0, 0, 0, 0, 0, 0, 1, '{', '}'})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		now, cmd, err := Decode(data)
+		if err != nil {
+			if !errors.Is(err, ErrUnknownCommand) {
+				t.Fatalf("Err: got = %v, expected: it wraps %v", err, ErrUnknownCommand)
+			}
+			if cmd != nil {
+				t.Fatalf("command with an error: got = %#v, expected: nil", cmd)
+			}
+			return
+		}
+		// What decodes re-encodes, and the re-encoding is a fixed point.
+		again, err := Encode(now, cmd)
+		if err != nil {
+			t.Fatalf("Encode(Decode(x)): %v", err)
+		}
+		now2, cmd2, err := Decode(again)
+		if err != nil {
+			t.Fatalf("Decode(Encode(Decode(x))): got = %v, expected: nil", err)
+		}
+		if now2 != now || cmd2.Kind() != cmd.Kind() {
+			t.Fatalf("round trip: got = %d %T, expected: %d %T", now2, cmd2, now, cmd)
+		}
+		third, err := Encode(now2, cmd2)
+		if err != nil || !bytes.Equal(third, again) {
+			t.Fatalf("second round trip: got = %q (%v), expected: %q", third, err, again)
+		}
+		for _, m := range []*Machine{New(), fuzzFixture(t)} {
+			before := snapshotBytes(t, m)
+			rev := m.Revision()
+			res := m.Apply(now, cmd2)
+			checkRevisions(t, rev, m, res)
+			if res.Err != nil {
+				if len(res.Events) != 0 {
+					t.Fatalf("events of a failed command: got = %v, expected: none", eventTypes(res))
+				}
+				if after := snapshotBytes(t, m); !bytes.Equal(before, after) {
+					t.Fatalf("state after a failed command:\ngot = %s\nexpected: %s", after, before)
+				}
+			}
+			checkInvariants(t, m)
+			// The state it left must survive a snapshot.
+			restored := New()
+			snap := snapshotBytes(t, m)
+			if err := restored.Restore(bytes.NewReader(snap)); err != nil {
+				t.Fatalf("Restore: %v", err)
+			}
+			if got := snapshotBytes(t, restored); !bytes.Equal(got, snap) {
+				t.Fatalf("restored snapshot:\ngot = %s\nexpected: %s", got, snap)
+			}
+		}
+	})
+}

@@ -1,0 +1,567 @@
+package statemachine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"maps"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// The property tests draw command sequences from a small universe (a few
+// sessions, three leases, three keys, current and stale tokens, current and
+// wrong epochs) so that contention, queues, delays and stale requests are
+// common, and check the safety rules after every command.
+
+var (
+	propLeases = []LeaseID{{Namespace: "p", Name: "x"}, {Namespace: "p", Name: "y"}, {Namespace: "q", Name: "x"}}
+	propKeys   = []string{"a", "a/b", "b"}
+)
+
+// world draws commands against a machine's state and checks each result
+// against what it knew before the command.
+type world struct {
+	m        *Machine
+	now      int64
+	sessions []int64             // every session ID ever opened
+	tokens   map[LeaseID][]int64 // every token ever granted, per lease
+
+	lastToken map[LeaseID]int64 // the highest token granted, per lease
+	ended     map[int64]bool    // sessions closed or expired
+}
+
+func newWorld() *world {
+	return &world{
+		m:         New(),
+		now:       1_700_000_000_000_000_000,
+		tokens:    map[LeaseID][]int64{},
+		lastToken: map[LeaseID]int64{},
+		ended:     map[int64]bool{},
+	}
+}
+
+// tick advances the leader's clock by a random step.
+func (w *world) tick(t *rapid.T) int64 {
+	w.now += rapid.Int64Range(0, int64(3*time.Second)).Draw(t, "elapsed")
+	return w.now
+}
+
+// session draws a session ID: most of the time an open one, otherwise
+// one that ended or never was.
+func (w *world) session(t *rapid.T) int64 {
+	if open := w.m.Sessions(); len(open) > 0 && rapid.IntRange(0, 9).Draw(t, "open session") > 1 {
+		return rapid.SampledFrom(open).Draw(t, "session").ID
+	}
+	return rapid.SampledFrom(append(slices.Clone(w.sessions), 0, 999)).Draw(t, "session")
+}
+
+func (w *world) lease(t *rapid.T) LeaseID { return rapid.SampledFrom(propLeases).Draw(t, "lease") }
+
+// token draws, most of the time, a current holder's token, and otherwise
+// any token ever granted (most of them stale, some of another lease) or
+// one never granted.
+func (w *world) token(t *rapid.T, id LeaseID) int64 {
+	if l, ok := w.m.Lease(id); ok && len(l.Holders) > 0 && rapid.Bool().Draw(t, "current token") {
+		return rapid.SampledFrom(l.Holders).Draw(t, "holder").Token
+	}
+	all := []int64{0, w.m.Revision(), w.m.Revision() + 1}
+	for _, id := range propLeases {
+		all = append(all, w.tokens[id]...)
+	}
+	return rapid.SampledFrom(all).Draw(t, "token")
+}
+
+func (w *world) epoch(t *rapid.T) int64 {
+	e := w.m.Epoch()
+	return rapid.SampledFrom([]int64{e, e, e, e - 1, e + 1}).Draw(t, "epoch")
+}
+
+func (w *world) value(t *rapid.T) string {
+	return rapid.SampledFrom([]string{"", "v1", "v2"}).Draw(t, "value")
+}
+
+func (w *world) draw(t *rapid.T) Command {
+	kinds := []Kind{
+		KindOpenSession, KindOpenSession, KindCloseSession, KindExpireSession, KindExpireSession,
+		KindAcquire, KindAcquire, KindAcquire, KindAcquire, KindRelease, KindRelease,
+		KindSetValue, KindRevoke, KindCancelWait, KindPut, KindPut, KindDelete,
+		KindCompareAndSwap, KindCompareAndSwap, KindExpireKeys, KindEndLockDelays,
+		KindEndLockDelays, KindEndLockDelays, KindNewEpoch,
+	}
+	switch rapid.SampledFrom(kinds).Draw(t, "kind") {
+	case KindOpenSession:
+		if len(w.m.Sessions()) >= 4 {
+			return wait(w.session(t), w.lease(t))
+		}
+		return OpenSession{
+			Identity:       rapid.SampledFrom([]string{"", "a", "b"}).Draw(t, "identity"),
+			TTL:            ttl,
+			Labels:         rapid.SampledFrom([]map[string]string{nil, {"zone": "z"}}).Draw(t, "labels"),
+			MaxPerIdentity: rapid.IntRange(0, 2).Draw(t, "max per identity"),
+		}
+	case KindCloseSession:
+		return CloseSession{SessionID: w.session(t)}
+	case KindExpireSession:
+		ids := rapid.SliceOfN(rapid.Custom(w.session), 0, 3).Draw(t, "ids")
+		return ExpireSessions{Epoch: w.epoch(t), IDs: ids}
+	case KindAcquire:
+		id := w.lease(t)
+		// Mostly the capacity the lease is used with, sometimes another.
+		capacity := 1
+		if id == propLeases[1] {
+			capacity = 2
+		}
+		if rapid.IntRange(0, 4).Draw(t, "other capacity") == 0 {
+			capacity = 3 - capacity
+		}
+		return Acquire{
+			SessionID:  w.session(t),
+			Lease:      id,
+			Capacity:   capacity,
+			Wait:       rapid.Bool().Draw(t, "wait"),
+			Value:      w.value(t),
+			Labels:     rapid.SampledFrom([]map[string]string{nil, {"app": "x"}}).Draw(t, "labels"),
+			LockDelay:  rapid.SampledFrom([]int64{0, lockDelay}).Draw(t, "lock delay"),
+			MaxWaiters: rapid.IntRange(0, 2).Draw(t, "max waiters"),
+		}
+	case KindRelease:
+		id := w.lease(t)
+		return Release{Lease: id, Token: w.token(t, id)}
+	case KindSetValue:
+		id := w.lease(t)
+		return SetValue{Lease: id, Token: w.token(t, id), Value: w.value(t)}
+	case KindRevoke:
+		id := w.lease(t)
+		token := int64(0)
+		if rapid.Bool().Draw(t, "one token") {
+			token = w.token(t, id)
+		}
+		return Revoke{Lease: id, Token: token, Reason: rapid.SampledFrom([]string{"", "drain"}).Draw(t, "reason")}
+	case KindCancelWait:
+		return CancelWait{SessionID: w.session(t), Lease: w.lease(t), ReleaseIfHeld: rapid.Bool().Draw(t, "release if held")}
+	case KindPut:
+		return Put{
+			Key:       rapid.SampledFrom(propKeys).Draw(t, "key"),
+			Value:     w.value(t),
+			TTL:       rapid.SampledFrom([]int64{0, keyTTL}).Draw(t, "ttl"),
+			SessionID: w.boundSession(t),
+		}
+	case KindDelete:
+		return Delete{
+			Key:    rapid.SampledFrom(append([]string{"", "a/"}, propKeys...)).Draw(t, "key"),
+			Prefix: rapid.Bool().Draw(t, "prefix"),
+		}
+	case KindCompareAndSwap:
+		key := rapid.SampledFrom(propKeys).Draw(t, "key")
+		revs := []int64{0, w.m.Revision()}
+		if kv, ok := w.m.Key(key); ok {
+			revs = append(revs, kv.ModRevision, kv.ModRevision)
+		}
+		return CompareAndSwap{
+			Key:         key,
+			Target:      CompareTarget(rapid.IntRange(0, 4).Draw(t, "target")),
+			Value:       w.value(t),
+			ModRevision: rapid.SampledFrom(revs).Draw(t, "mod revision"),
+			Delete:      rapid.Bool().Draw(t, "delete"),
+			NewValue:    w.value(t),
+			TTL:         rapid.SampledFrom([]int64{0, keyTTL}).Draw(t, "ttl"),
+			SessionID:   w.boundSession(t),
+		}
+	case KindExpireKeys:
+		due := w.m.Deadlines().Keys
+		keys := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) KeyTTL {
+			if len(due) > 0 && rapid.Bool().Draw(t, "due") {
+				return rapid.SampledFrom(due).Draw(t, "key ttl")
+			}
+			return KeyTTL{
+				Key:         rapid.SampledFrom(propKeys).Draw(t, "key"),
+				ModRevision: rapid.Int64Range(0, w.m.Revision()).Draw(t, "mod revision"),
+			}
+		}), 0, 3).Draw(t, "keys")
+		return ExpireKeys{Epoch: w.epoch(t), Keys: keys}
+	case KindEndLockDelays:
+		due := w.m.Deadlines().Delays
+		delays := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) LockDelay {
+			if len(due) > 0 && rapid.IntRange(0, 3).Draw(t, "due") > 0 {
+				return rapid.SampledFrom(due).Draw(t, "delay")
+			}
+			return LockDelay{Lease: w.lease(t), Revision: rapid.Int64Range(0, w.m.Revision()).Draw(t, "revision")}
+		}), 0, 2).Draw(t, "delays")
+		return EndLockDelays{Epoch: w.epoch(t), Delays: delays}
+	default:
+		return NewEpoch{}
+	}
+}
+
+// boundSession is no session most of the time.
+func (w *world) boundSession(t *rapid.T) int64 {
+	if rapid.IntRange(0, 2).Draw(t, "bound") > 0 {
+		return 0
+	}
+	return w.session(t)
+}
+
+// step applies a command and checks the safety rules on its result.
+func (w *world) step(t *rapid.T, now int64, cmd Command) Result {
+	t.Helper()
+	m := w.m
+	before := snapshotBytes(t, m)
+	pre := map[LeaseID]Lease{}
+	for _, l := range m.Leases("") {
+		pre[l.LeaseID] = l
+	}
+	rev := m.Revision()
+	res := m.Apply(now, cmd)
+	checkRevisions(t, rev, m, res)
+
+	if res.Err != nil {
+		if len(res.Events) != 0 {
+			t.Fatalf("%T failed with %v: events: got = %v, expected: none", cmd, res.Err, eventTypes(res))
+		}
+		if after := snapshotBytes(t, m); !bytes.Equal(before, after) {
+			t.Fatalf("%T failed with %v: state:\ngot = %s\nexpected: %s", cmd, res.Err, after, before)
+		}
+		if !slices.ContainsFunc(sentinels, func(s error) bool { return errors.Is(res.Err, s) }) {
+			t.Fatalf("%T: error %v wraps no sentinel of the package", cmd, res.Err)
+		}
+	}
+	w.checkToken(t, cmd, pre, res)
+	w.checkEvents(t, cmd, pre, res)
+	checkInvariants(t, m)
+
+	for _, e := range res.Events {
+		switch e.Type {
+		case EventSessionOpened:
+			w.sessions = append(w.sessions, e.SessionID)
+		case EventLeaseAcquired:
+			w.tokens[e.Lease] = append(w.tokens[e.Lease], e.Token)
+		}
+	}
+	return res
+}
+
+// checkToken checks rule 2: a release, value update or revoke naming a
+// token succeeds exactly when the token is a current holder's.
+func (w *world) checkToken(t *rapid.T, cmd Command, pre map[LeaseID]Lease, res Result) {
+	t.Helper()
+	var id LeaseID
+	var token int64
+	switch c := cmd.(type) {
+	case Release:
+		id, token = c.Lease, c.Token
+	case SetValue:
+		id, token = c.Lease, c.Token
+	case Revoke:
+		if c.Token == 0 {
+			return
+		}
+		id, token = c.Lease, c.Token
+	default:
+		return
+	}
+	l, ok := pre[id]
+	held := ok && slices.ContainsFunc(l.Holders, func(g Grant) bool { return g.Token == token })
+	switch {
+	case !ok && !errors.Is(res.Err, ErrLeaseNotFound):
+		t.Fatalf("%T %+v on an unknown lease: got = %v, expected: %v", cmd, cmd, res.Err, ErrLeaseNotFound)
+	case ok && held && res.Err != nil:
+		t.Fatalf("%T %+v with a holder's token: got = %v, expected: nil", cmd, cmd, res.Err)
+	case ok && !held && !errors.Is(res.Err, ErrNotHolder):
+		t.Fatalf("%T %+v with a token not held (holders %+v): got = %v, expected: %v", cmd, cmd, l.Holders, res.Err, ErrNotHolder)
+	}
+}
+
+// checkEvents walks a command's events against the state before it:
+// grants go to the head of the queue, never to an ended session, never
+// during a lock-delay, with tokens that increase per lease; a lock-delay
+// starts only on an expiry.
+func (w *world) checkEvents(t *rapid.T, cmd Command, pre map[LeaseID]Lease, res Result) {
+	t.Helper()
+	queues := map[LeaseID][]int64{}
+	delays := map[LeaseID]int64{}
+	for id, l := range pre {
+		for _, wt := range l.Waiters {
+			queues[id] = append(queues[id], wt.SessionID)
+		}
+		delays[id] = l.DelayRevision
+	}
+	endedNow := map[int64]bool{}
+	for _, e := range res.Events {
+		if e.Type == EventSessionClosed || e.Type == EventSessionExpired {
+			endedNow[e.SessionID] = true
+		}
+	}
+	for _, e := range res.Events {
+		switch e.Type {
+		case EventSessionOpened:
+			if w.ended[e.SessionID] || slices.Contains(w.sessions, e.SessionID) {
+				t.Fatalf("session ID %d opened again", e.SessionID)
+			}
+			if e.Session == nil || e.Session.ID != e.SessionID || e.SessionID != e.Revision {
+				t.Fatalf("opened session: got = %+v at revision %d, expected: ID %d = revision", e.Session, e.Revision, e.SessionID)
+			}
+		case EventSessionClosed, EventSessionExpired:
+			w.ended[e.SessionID] = true
+		case EventLeaseWaiting:
+			queues[e.Lease] = append(queues[e.Lease], e.SessionID)
+		case EventLeaseWaitEnded:
+			queues[e.Lease] = slices.DeleteFunc(queues[e.Lease], func(id int64) bool { return id == e.SessionID })
+		case EventLeaseExpired:
+			if _, ok := cmd.(ExpireSessions); !ok {
+				t.Fatalf("%T emitted %v", cmd, e.Type)
+			}
+			if e.LockDelay > 0 {
+				delays[e.Lease] = e.Revision
+			}
+		case EventLockDelayEnded:
+			delays[e.Lease] = 0
+		case EventLeaseAcquired:
+			sid := e.SessionID
+			if w.ended[sid] || endedNow[sid] {
+				t.Fatalf("%v granted to session %d, which ended (%T)", e.Lease, sid, cmd)
+			}
+			if delays[e.Lease] != 0 {
+				t.Fatalf("%v granted to session %d during the lock-delay of revision %d", e.Lease, sid, delays[e.Lease])
+			}
+			if e.Token != e.Revision {
+				t.Fatalf("token: got = %d, expected: the grant's revision %d", e.Token, e.Revision)
+			}
+			if e.Token <= w.lastToken[e.Lease] {
+				t.Fatalf("token of %v: got = %d, expected: above the last token %d", e.Lease, e.Token, w.lastToken[e.Lease])
+			}
+			w.lastToken[e.Lease] = e.Token
+			q := queues[e.Lease]
+			if i := slices.Index(q, sid); i >= 0 {
+				if i != 0 {
+					t.Fatalf("%v granted to waiter %d, expected: the head of the queue %v", e.Lease, sid, q)
+				}
+				queues[e.Lease] = q[1:]
+				continue
+			}
+			// A grant to a session that did not wait is its own acquire,
+			// and only when nobody waits before it.
+			a, ok := cmd.(Acquire)
+			if !ok || a.SessionID != sid || a.Lease != e.Lease {
+				t.Fatalf("%v granted to session %d, which did not wait, by %T %+v", e.Lease, sid, cmd, cmd)
+			}
+			if len(q) > 0 {
+				t.Fatalf("%v granted to session %d ahead of the queue %v", e.Lease, sid, q)
+			}
+		}
+	}
+	for _, l := range w.m.Leases("") {
+		if l.DelayRevision != delays[l.LeaseID] {
+			t.Fatalf("delay revision of %v after %T: got = %d, expected: %d", l.LeaseID, cmd, l.DelayRevision, delays[l.LeaseID])
+		}
+	}
+	if a, ok := cmd.(Acquire); ok && res.Err == nil {
+		if (res.Grant != nil) == res.Queued {
+			t.Fatalf("acquire: got = grant %+v and queued %v, expected: exactly one", res.Grant, res.Queued)
+		}
+		if res.Grant != nil && (res.Grant.SessionID != a.SessionID || !slices.Contains(tokens(t, w.m, a.Lease), res.Grant.Token)) {
+			t.Fatalf("acquire: grant %+v is not a current grant to session %d", res.Grant, a.SessionID)
+		}
+	}
+}
+
+// checkInvariants checks what must hold of any state.
+func checkInvariants(t tb, m *Machine) {
+	t.Helper()
+	sessions := map[int64]Session{}
+	identities := map[string]int{}
+	for _, s := range m.Sessions() {
+		sessions[s.ID] = s
+		identities[s.Identity]++
+	}
+	if !maps.Equal(identities, m.identities) {
+		t.Fatalf("sessions per identity: got = %v, expected: %v", m.identities, identities)
+	}
+	held := map[int64][]LeaseID{}
+	waiting := map[int64][]LeaseID{}
+	for _, l := range m.Leases("") {
+		if l.Capacity < 1 || len(l.Holders) > l.Capacity {
+			t.Fatalf("%v: got = %d holders, expected: at most its capacity %d", l.LeaseID, len(l.Holders), l.Capacity)
+		}
+		seen := map[int64]bool{}
+		for _, g := range l.Holders {
+			if _, ok := sessions[g.SessionID]; !ok {
+				t.Fatalf("%v: holder session %d does not exist", l.LeaseID, g.SessionID)
+			}
+			if seen[g.SessionID] {
+				t.Fatalf("%v: session %d holds it twice", l.LeaseID, g.SessionID)
+			}
+			seen[g.SessionID] = true
+			if g.Token < l.CreateRevision || g.Token > m.Revision() || g.Token > l.ModRevision {
+				t.Fatalf("%v: token %d outside [create %d, mod %d]", l.LeaseID, g.Token, l.CreateRevision, l.ModRevision)
+			}
+			held[g.SessionID] = append(held[g.SessionID], l.LeaseID)
+		}
+		for _, wt := range l.Waiters {
+			if _, ok := sessions[wt.SessionID]; !ok {
+				t.Fatalf("%v: waiting session %d does not exist", l.LeaseID, wt.SessionID)
+			}
+			if seen[wt.SessionID] {
+				t.Fatalf("%v: session %d both holds and waits, or waits twice", l.LeaseID, wt.SessionID)
+			}
+			seen[wt.SessionID] = true
+			waiting[wt.SessionID] = append(waiting[wt.SessionID], l.LeaseID)
+		}
+		if len(l.Waiters) > 0 && len(l.Holders) < l.Capacity && l.DelayRevision == 0 {
+			t.Fatalf("%v: waiters %v are left waiting with %d of %d places taken and no lock-delay", l.LeaseID, l.Waiters, len(l.Holders), l.Capacity)
+		}
+		if l.ModRevision > m.Revision() || l.CreateRevision > l.ModRevision {
+			t.Fatalf("%v: revisions create %d, mod %d at revision %d", l.LeaseID, l.CreateRevision, l.ModRevision, m.Revision())
+		}
+	}
+	bound := map[int64]int{}
+	kvs, _ := m.Range("", 0)
+	if len(kvs) != m.KeyCount() {
+		t.Fatalf("KeyCount: got = %d, expected: %d", m.KeyCount(), len(kvs))
+	}
+	for _, kv := range kvs {
+		if kv.SessionID != 0 {
+			if _, ok := sessions[kv.SessionID]; !ok {
+				t.Fatalf("key %q is bound to session %d, which does not exist", kv.Key, kv.SessionID)
+			}
+			bound[kv.SessionID]++
+		}
+		if kv.Version < 1 || kv.CreateRevision > kv.ModRevision || kv.ModRevision > m.Revision() {
+			t.Fatalf("key %+v at revision %d", kv, m.Revision())
+		}
+	}
+	for id := range sessions {
+		h, w, n := m.SessionHoldings(id)
+		if !slices.Equal(h, held[id]) || !slices.Equal(w, waiting[id]) || n != bound[id] {
+			t.Fatalf("holdings of session %d: got = %v %v %d keys, expected: %v %v %d keys", id, h, w, n, held[id], waiting[id], bound[id])
+		}
+	}
+	d := m.Deadlines()
+	if len(d.Sessions) != len(sessions) {
+		t.Fatalf("deadlines: got = %d sessions, expected: %d", len(d.Sessions), len(sessions))
+	}
+	for _, dl := range d.Delays {
+		l, _ := m.Lease(dl.Lease)
+		if l.DelayRevision == 0 || l.DelayRevision != dl.Revision {
+			t.Fatalf("deadline %+v: got = lease delay revision %d", dl, l.DelayRevision)
+		}
+	}
+}
+
+// compareResults checks that two machines answered a command alike.
+func compareResults(t *rapid.T, cmd Command, a, b Result) {
+	t.Helper()
+	if (a.Err == nil) != (b.Err == nil) || a.Err != nil && a.Err.Error() != b.Err.Error() {
+		t.Fatalf("%T: error: got = %v, expected: %v", cmd, b.Err, a.Err)
+	}
+	for _, s := range sentinels {
+		if errors.Is(a.Err, s) != errors.Is(b.Err, s) {
+			t.Fatalf("%T: errors.Is(%v, %v): got = %v, expected: %v", cmd, b.Err, s, errors.Is(b.Err, s), errors.Is(a.Err, s))
+		}
+	}
+	a, b = normalize(a), normalize(b)
+	a.Err, b.Err = nil, nil
+	if !reflect.DeepEqual(a.Events, b.Events) {
+		t.Fatalf("%T: events:\ngot = %+v\nexpected: %+v", cmd, b.Events, a.Events)
+	}
+	if !reflect.DeepEqual(a, b) {
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		t.Fatalf("%T: result:\ngot = %s\nexpected: %s", cmd, jb, ja)
+	}
+}
+
+// normalize makes empty holder and waiter lists nil: a lease restored from
+// a snapshot has nil where the original has an emptied slice, which no
+// caller can tell apart.
+func normalize(r Result) Result {
+	if r.Lease != nil {
+		l := *r.Lease
+		if len(l.Holders) == 0 {
+			l.Holders = nil
+		}
+		if len(l.Waiters) == 0 {
+			l.Waiters = nil
+		}
+		r.Lease = &l
+	}
+	return r
+}
+
+func TestProperties(t *testing.T) {
+	t.Run("the safety rules hold after every command", func(t *testing.T) {
+		rapid.Check(t, func(t *rapid.T) {
+			w := newWorld()
+			steps := rapid.IntRange(1, 100).Draw(t, "steps")
+			for range steps {
+				cmd := w.draw(t)
+				w.step(t, w.tick(t), cmd)
+			}
+		})
+	})
+
+	t.Run("a restored snapshot has identical state and identical future behaviour", func(t *testing.T) {
+		rapid.Check(t, func(t *rapid.T) {
+			w := newWorld()
+			for range rapid.IntRange(0, 60).Draw(t, "steps before") {
+				cmd := w.draw(t)
+				w.step(t, w.tick(t), cmd)
+			}
+			snap := snapshotBytes(t, w.m)
+
+			// Restore replaces whatever state the machine had.
+			other := newWorld()
+			for range rapid.IntRange(0, 10).Draw(t, "steps of the other machine") {
+				cmd := other.draw(t)
+				other.step(t, other.tick(t), cmd)
+			}
+			restored := other.m
+			if err := restored.Restore(bytes.NewReader(snap)); err != nil {
+				t.Fatalf("Restore: %v", err)
+			}
+			if got := snapshotBytes(t, restored); !bytes.Equal(got, snap) {
+				t.Fatalf("restored snapshot:\ngot = %s\nexpected: %s", got, snap)
+			}
+			expect(t, "revision", restored.Revision(), w.m.Revision())
+			expect(t, "epoch", restored.Epoch(), w.m.Epoch())
+			expect(t, "identities", restored.identities, w.m.identities)
+			expect(t, "deadlines", restored.Deadlines(), w.m.Deadlines())
+			for _, s := range w.m.Sessions() {
+				h1, w1, n1 := w.m.SessionHoldings(s.ID)
+				h2, w2, n2 := restored.SessionHoldings(s.ID)
+				expect(t, "holdings", [3]any{h2, w2, n2}, [3]any{h1, w1, n1})
+			}
+			checkInvariants(t, restored)
+
+			for range rapid.IntRange(0, 60).Draw(t, "steps after") {
+				cmd := w.draw(t)
+				now := w.tick(t)
+				expected := w.step(t, now, cmd)
+				got := restored.Apply(now, cmd)
+				compareResults(t, cmd, expected, got)
+			}
+			if a, b := snapshotBytes(t, w.m), snapshotBytes(t, restored); !bytes.Equal(a, b) {
+				t.Fatalf("final snapshot of the restored machine:\ngot = %s\nexpected: %s", b, a)
+			}
+		})
+	})
+
+	t.Run("two machines applying the same commands write the same snapshot", func(t *testing.T) {
+		rapid.Check(t, func(t *rapid.T) {
+			w := newWorld()
+			twin := New()
+			for range rapid.IntRange(1, 80).Draw(t, "steps") {
+				cmd := w.draw(t)
+				now := w.tick(t)
+				compareResults(t, cmd, w.step(t, now, cmd), twin.Apply(now, cmd))
+			}
+			if a, b := snapshotBytes(t, w.m), snapshotBytes(t, twin); !bytes.Equal(a, b) {
+				t.Fatalf("snapshot of the twin:\ngot = %s\nexpected: %s", b, a)
+			}
+		})
+	})
+}

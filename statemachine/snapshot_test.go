@@ -1,0 +1,99 @@
+package statemachine
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// busyMachine has sessions with labels, holders, waiters, a semaphore,
+// keys with and without TTL and session, a lock-delay and a new epoch.
+func busyMachine(t *testing.T) *Machine {
+	m := New()
+	for _, c := range []Command{
+		OpenSession{Identity: "a", TTL: ttl, Labels: map[string]string{"zone": "z"}}, // 1
+		open("b"), open("c"), open("d"), // 2, 3, 4
+		Acquire{SessionID: 1, Lease: leaseA, Capacity: 1, Value: "addr", Labels: map[string]string{"app": "x"}}, // 5
+		wait(2, leaseA),                                                                               // 6
+		semaphore(2, leaseB, 2, false), semaphore(3, leaseB, 2, false), semaphore(1, leaseB, 2, true), // 7, 8, 9
+		Put{Key: "k", Value: "v", TTL: keyTTL}, Put{Key: "s", Value: "v", SessionID: 3}, Put{Key: "k", Value: "w"}, // 10, 11, 12
+		withDelay(acquire(4, LeaseID{Namespace: "other", Name: "c"})), // 13
+		NewEpoch{},
+		expire(1, 4),                                                // 14, 15
+		open("e"), wait(16, LeaseID{Namespace: "other", Name: "c"}), // 16, 17
+	} {
+		applyOK(t, m, 7, c)
+	}
+	return m
+}
+
+func TestSnapshotRestore(t *testing.T) {
+	m := busyMachine(t)
+	snap := snapshotBytes(t, m)
+	restored := New()
+	applyOK(t, restored, 1, open("stale"))
+	if err := restored.Restore(bytes.NewReader(snap)); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if got := snapshotBytes(t, restored); !bytes.Equal(got, snap) {
+		t.Fatalf("snapshot of the restored machine:\ngot = %s\nexpected: %s", got, snap)
+	}
+	expect(t, "revision", restored.Revision(), int64(17))
+	expect(t, "epoch", restored.Epoch(), int64(1))
+	expect(t, "deadlines", restored.Deadlines(), m.Deadlines())
+	checkInvariants(t, restored)
+
+	// The same commands have the same results on both.
+	for _, c := range []Command{
+		CloseSession{SessionID: 1},
+		EndLockDelays{Epoch: 1, Delays: []LockDelay{{Lease: LeaseID{Namespace: "other", Name: "c"}, Revision: 14}}},
+		OpenSession{Identity: "a", TTL: ttl, MaxPerIdentity: 1},
+		CloseSession{SessionID: 3},
+	} {
+		a, b := m.Apply(9, c), restored.Apply(9, c)
+		expect(t, "events", b.Events, a.Events)
+		expect(t, "error", b.Err, a.Err)
+	}
+	expect(t, "final snapshot", string(snapshotBytes(t, restored)), string(snapshotBytes(t, m)))
+}
+
+func TestRestoreErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		snap    string
+		message string
+	}{
+		{"a snapshot that is not JSON is refused", `{"version":1,`, "read snapshot"},
+		{"a snapshot of another version is refused", `{"version":2}`, "version 2"},
+		{"a snapshot without a version is refused", `{}`, "version 0"},
+		{
+			"a grant of a session not in the snapshot is refused",
+			`{"version":1,"revision":3,"leases":[{"namespace":"ns","name":"a","capacity":1,"holders":[{"session_id":1,"token":2}]}]}`,
+			"names session 1",
+		},
+		{
+			"a waiter of a session not in the snapshot is refused",
+			`{"version":1,"revision":3,"leases":[{"namespace":"ns","name":"a","capacity":1,"waiters":[{"session_id":2}]}]}`,
+			"names session 2",
+		},
+		{
+			"a key bound to a session not in the snapshot is refused",
+			`{"version":1,"revision":3,"keys":[{"key":"k","value":"v","session_id":3}]}`,
+			"names session 3",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := busyMachine(t)
+			before := snapshotBytes(t, m)
+			err := m.Restore(strings.NewReader(tt.snap))
+			if err == nil || !strings.Contains(err.Error(), tt.message) {
+				t.Fatalf("Restore: got = %v, expected: an error containing %q", err, tt.message)
+			}
+			if after := snapshotBytes(t, m); !bytes.Equal(after, before) {
+				t.Errorf("state after a failed restore:\ngot = %s\nexpected: %s", after, before)
+			}
+			checkInvariants(t, m)
+		})
+	}
+}
