@@ -76,6 +76,7 @@ func leaseProto(m *statemachine.Machine, l statemachine.Lease, hb heartbeats) *t
 			AcquireTime:    stamp(g.AcquireTime),
 			RenewTime:      stamp(renew),
 			Value:          g.Value,
+			Exclusive:      g.Exclusive,
 		})
 		if i == 0 {
 			out.HolderIdentity = g.Holder
@@ -89,7 +90,7 @@ func leaseProto(m *statemachine.Machine, l statemachine.Lease, hb heartbeats) *t
 		}
 	}
 	for _, w := range l.Waiters {
-		out.Waiters = append(out.Waiters, &tenurev1.Waiter{SessionId: w.SessionID, HolderIdentity: w.Holder, Since: stamp(w.Since)})
+		out.Waiters = append(out.Waiters, &tenurev1.Waiter{SessionId: w.SessionID, HolderIdentity: w.Holder, Since: stamp(w.Since), Exclusive: w.Exclusive})
 	}
 	return out
 }

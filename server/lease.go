@@ -64,6 +64,7 @@ func (h *leaseService) acquireCommand(msg *tenurev1.AcquireRequest) (statemachin
 		Labels:     msg.GetLabels(),
 		LockDelay:  int64(delay),
 		MaxWaiters: lim.MaxWaitersPerLease,
+		Exclusive:  msg.GetExclusive(),
 	}, nil
 }
 
@@ -209,19 +210,19 @@ func (h *leaseService) Get(ctx context.Context, req *connect.Request[tenurev1.Ge
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	var out *tenurev1.Lease
+	out := &tenurev1.GetLeaseResponse{}
 	err = h.s.read(ctx, func(m *statemachine.Machine) error {
 		l, ok := m.Lease(id)
 		if !ok {
 			return fmt.Errorf("%w: %s", statemachine.ErrLeaseNotFound, id)
 		}
-		out = leaseProto(m, l, h.s.lessor)
+		out.Lease, out.Revision = leaseProto(m, l, h.s.lessor), m.Revision()
 		return nil
 	})
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&tenurev1.GetLeaseResponse{Lease: out}), nil
+	return connect.NewResponse(out), nil
 }
 
 func (h *leaseService) List(ctx context.Context, req *connect.Request[tenurev1.ListLeasesRequest]) (*connect.Response[tenurev1.ListLeasesResponse], error) {

@@ -63,6 +63,9 @@ type Acquire struct {
 	Labels     map[string]string `json:"labels,omitempty"`
 	LockDelay  int64             `json:"lock_delay,omitempty"`
 	MaxWaiters int               `json:"max_waiters,omitempty"` // 0 = unlimited
+	// Exclusive asks for the lease alone, whatever its capacity: the
+	// writer of a readers-writer lock whose readers use capacity N.
+	Exclusive bool `json:"exclusive,omitempty"`
 }
 
 // Release ends the grant named by Token.

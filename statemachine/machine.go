@@ -244,7 +244,7 @@ func (m *Machine) acquire(c Acquire) Result {
 			return Result{Err: fmt.Errorf("%w: %s has capacity %d, the request asks for %d", ErrCapacityMismatch, c.Lease, l.Capacity, capacity)}
 		}
 	}
-	free := !exists || (len(l.Holders) < capacity && len(l.Waiters) == 0 && l.DelayRevision == 0)
+	free := !exists || (len(l.Waiters) == 0 && l.DelayRevision == 0 && fits(l.Holders, capacity, c.Exclusive))
 	if !free && !c.Wait {
 		if l.DelayRevision != 0 {
 			return Result{Err: fmt.Errorf("%w: %s is in its lock-delay after an expired holder", ErrLocked, c.Lease)}
@@ -268,7 +268,7 @@ func (m *Machine) acquire(c Acquire) Result {
 			l.Capacity = capacity
 		}
 		s.waiting[c.Lease] = struct{}{}
-		l.Waiters = append(l.Waiters, Waiter{SessionID: s.ID, Holder: s.Identity, Since: m.now, Value: c.Value})
+		l.Waiters = append(l.Waiters, Waiter{SessionID: s.ID, Holder: s.Identity, Since: m.now, Value: c.Value, Exclusive: c.Exclusive})
 		l.ModRevision = m.emit(Event{Type: EventLeaseWaiting, Lease: c.Lease, SessionID: s.ID, Holder: s.Identity})
 		return Result{Lease: cloneLease(l), Queued: true}
 	}
@@ -277,14 +277,24 @@ func (m *Machine) acquire(c Acquire) Result {
 	if c.Labels != nil {
 		l.Labels = cloneLabels(c.Labels)
 	}
-	g := m.grant(l, s, c.Value, exists)
+	g := m.grant(l, s, c.Value, c.Exclusive, exists)
 	return Result{Lease: cloneLease(l), Grant: &g}
 }
 
+// fits reports whether one more grant fits beside holders: an exclusive
+// grant only on an empty lease, a shared one while no exclusive grant is
+// held and the capacity allows.
+func fits(holders []Grant, capacity int, exclusive bool) bool {
+	if exclusive {
+		return len(holders) == 0
+	}
+	return len(holders) < capacity && !slices.ContainsFunc(holders, func(g Grant) bool { return g.Exclusive })
+}
+
 // grant makes s a holder of l at a new revision: the fencing token.
-func (m *Machine) grant(l *Lease, s *sessionState, value string, transition bool) Grant {
+func (m *Machine) grant(l *Lease, s *sessionState, value string, exclusive, transition bool) Grant {
 	token := m.emit(Event{Type: EventLeaseAcquired, Lease: l.LeaseID, SessionID: s.ID, Holder: s.Identity, Value: value})
-	g := Grant{SessionID: s.ID, Holder: s.Identity, Token: token, AcquireTime: m.now, RenewTime: m.now, Value: value}
+	g := Grant{SessionID: s.ID, Holder: s.Identity, Token: token, AcquireTime: m.now, RenewTime: m.now, Value: value, Exclusive: exclusive}
 	m.events[len(m.events)-1].Token = token
 	l.Holders = append(l.Holders, g)
 	l.ModRevision = token
@@ -297,13 +307,15 @@ func (m *Machine) grant(l *Lease, s *sessionState, value string, transition bool
 
 // grantWaiters fills free places from the head of the queue, in the same
 // command that freed them: no polling, and only the granted waiter wakes.
+// It stops at the first waiter that does not fit, so a waiting writer is
+// not overtaken by readers queued behind it.
 func (m *Machine) grantWaiters(l *Lease) {
-	for len(l.Holders) < l.Capacity && len(l.Waiters) > 0 && l.DelayRevision == 0 {
+	for len(l.Waiters) > 0 && l.DelayRevision == 0 && fits(l.Holders, l.Capacity, l.Waiters[0].Exclusive) {
 		w := l.Waiters[0]
 		l.Waiters = slices.Delete(l.Waiters, 0, 1)
 		s := m.sessions[w.SessionID]
 		delete(s.waiting, l.LeaseID)
-		m.grant(l, s, w.Value, true)
+		m.grant(l, s, w.Value, w.Exclusive, true)
 	}
 }
 

@@ -66,6 +66,8 @@ type Grant struct {
 	// in-memory view for display.
 	RenewTime int64  `json:"renew_time"`
 	Value     string `json:"value,omitempty"`
+	// Exclusive grants hold the lease alone, whatever its capacity.
+	Exclusive bool `json:"exclusive,omitempty"`
 }
 
 // Waiter is a session parked in a lease's FIFO queue.
@@ -74,6 +76,7 @@ type Waiter struct {
 	Holder    string `json:"holder"`
 	Since     int64  `json:"since"`
 	Value     string `json:"value,omitempty"`
+	Exclusive bool   `json:"exclusive,omitempty"`
 }
 
 // Lease is a named ownership record. A lease stays after its last holder

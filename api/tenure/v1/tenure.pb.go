@@ -758,6 +758,7 @@ type Grant struct {
 	AcquireTime   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=acquire_time,json=acquireTime,proto3" json:"acquire_time,omitempty"`
 	RenewTime     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=renew_time,json=renewTime,proto3" json:"renew_time,omitempty"`
 	Value         string                 `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	Exclusive     bool                   `protobuf:"varint,7,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -834,11 +835,19 @@ func (x *Grant) GetValue() string {
 	return ""
 }
 
+func (x *Grant) GetExclusive() bool {
+	if x != nil {
+		return x.Exclusive
+	}
+	return false
+}
+
 type Waiter struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	SessionId      int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	HolderIdentity string                 `protobuf:"bytes,2,opt,name=holder_identity,json=holderIdentity,proto3" json:"holder_identity,omitempty"`
 	Since          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	Exclusive      bool                   `protobuf:"varint,4,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -892,6 +901,13 @@ func (x *Waiter) GetSince() *timestamppb.Timestamp {
 		return x.Since
 	}
 	return nil
+}
+
+func (x *Waiter) GetExclusive() bool {
+	if x != nil {
+		return x.Exclusive
+	}
+	return false
 }
 
 // Lease is shaped like a Kubernetes coordination.k8s.io/v1 Lease, plus a
@@ -1086,7 +1102,11 @@ type AcquireRequest struct {
 	Value       string               `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
 	Labels      map[string]string    `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// After a holder's session expires, nobody may acquire for lock_delay.
-	LockDelay     *durationpb.Duration `protobuf:"bytes,9,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	LockDelay *durationpb.Duration `protobuf:"bytes,9,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
+	// exclusive asks for the lease alone, whatever its capacity: a writer
+	// of a readers-writer lock, whose readers acquire with capacity N. In
+	// the FIFO queue, readers behind a waiting writer wait for it.
+	Exclusive     bool `protobuf:"varint,10,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1182,6 +1202,13 @@ func (x *AcquireRequest) GetLockDelay() *durationpb.Duration {
 		return x.LockDelay
 	}
 	return nil
+}
+
+func (x *AcquireRequest) GetExclusive() bool {
+	if x != nil {
+		return x.Exclusive
+	}
+	return false
 }
 
 type AcquireResponse struct {
@@ -1636,8 +1663,11 @@ func (x *GetLeaseRequest) GetName() string {
 }
 
 type GetLeaseResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lease         *Lease                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Lease *Lease                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	// The store's revision at the read; watch from revision + 1 to see
+	// every later change.
+	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1677,6 +1707,13 @@ func (x *GetLeaseResponse) GetLease() *Lease {
 		return x.Lease
 	}
 	return nil
+}
+
+func (x *GetLeaseResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 type ListLeasesRequest struct {
@@ -3056,7 +3093,7 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x0elabel_selector\x18\x01 \x01(\tR\rlabelSelector\"b\n" +
 	"\x14ListSessionsResponse\x12.\n" +
 	"\bsessions\x18\x01 \x03(\v2\x12.tenure.v1.SessionR\bsessions\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\xf5\x01\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\x93\x02\n" +
 	"\x05Grant\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12'\n" +
@@ -3065,12 +3102,14 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\facquire_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vacquireTime\x129\n" +
 	"\n" +
 	"renew_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\trenewTime\x12\x14\n" +
-	"\x05value\x18\x06 \x01(\tR\x05value\"\x82\x01\n" +
+	"\x05value\x18\x06 \x01(\tR\x05value\x12\x1c\n" +
+	"\texclusive\x18\a \x01(\bR\texclusive\"\xa0\x01\n" +
 	"\x06Waiter\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12'\n" +
 	"\x0fholder_identity\x18\x02 \x01(\tR\x0eholderIdentity\x120\n" +
-	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\x9e\x06\n" +
+	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1c\n" +
+	"\texclusive\x18\x04 \x01(\bR\texclusive\"\x9e\x06\n" +
 	"\x05Lease\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -3094,7 +3133,7 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\fmod_revision\x18\x11 \x01(\x03R\vmodRevision\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x99\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb7\x03\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x1c\n" +
@@ -3106,7 +3145,9 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x05value\x18\a \x01(\tR\x05value\x12=\n" +
 	"\x06labels\x18\b \x03(\v2%.tenure.v1.AcquireRequest.LabelsEntryR\x06labels\x128\n" +
 	"\n" +
-	"lock_delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x1a9\n" +
+	"lock_delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x1c\n" +
+	"\texclusive\x18\n" +
+	" \x01(\bR\texclusive\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
@@ -3137,9 +3178,10 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\arevoked\x18\x02 \x03(\x03R\arevoked\"C\n" +
 	"\x0fGetLeaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\":\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"V\n" +
 	"\x10GetLeaseResponse\x12&\n" +
-	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"\x7f\n" +
+	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\x7f\n" +
 	"\x11ListLeasesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eall_namespaces\x18\x02 \x01(\bR\rallNamespaces\x12%\n" +
