@@ -31,7 +31,14 @@ func (s *Server) watchLeasesHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.watchHTTP(w, r, watch.LeaseFilter(ns), func(e *statemachine.Event) proto.Message { return leaseEventProto(e) })
+	name := q.Get("name")
+	if name != "" {
+		if err := s.cfg.Limits.name("name", name); err != nil {
+			httpError(w, toConnect(err))
+			return
+		}
+	}
+	s.watchHTTP(w, r, leaseFilter(ns, name), func(e *statemachine.Event) proto.Message { return leaseEventProto(e) })
 }
 
 func (s *Server) watchKeysHTTP(w http.ResponseWriter, r *http.Request) {

@@ -296,9 +296,24 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 			return toConnect(err)
 		}
 	}
-	return h.s.streamEvents(ctx, req.Msg.GetStartRevision(), watch.LeaseFilter(ns), func(e *statemachine.Event) error {
+	if name := req.Msg.GetName(); name != "" {
+		if err := h.s.cfg.Limits.name("name", name); err != nil {
+			return toConnect(err)
+		}
+	}
+	return h.s.streamEvents(ctx, req.Msg.GetStartRevision(), leaseFilter(ns, req.Msg.GetName()), func(e *statemachine.Event) error {
 		return stream.Send(leaseEventProto(e))
 	})
+}
+
+// leaseFilter selects lease events of a namespace ("" for all) and, when
+// name is set, of one lease.
+func leaseFilter(ns, name string) func(*statemachine.Event) bool {
+	inNamespace := watch.LeaseFilter(ns)
+	if name == "" {
+		return inNamespace
+	}
+	return func(e *statemachine.Event) bool { return inNamespace(e) && e.Lease.Name == name }
 }
 
 // streamEvents feeds a watcher's events to send until the caller goes

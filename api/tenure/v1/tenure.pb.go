@@ -1972,6 +1972,8 @@ type WatchLeasesRequest struct {
 	AllNamespaces bool                   `protobuf:"varint,2,opt,name=all_namespaces,json=allNamespaces,proto3" json:"all_namespaces,omitempty"`
 	// Replay from this revision (inclusive) if it is still in the history.
 	StartRevision int64 `protobuf:"varint,3,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
+	// Only events of the lease with this name (in namespace).
+	Name          string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2025,6 +2027,13 @@ func (x *WatchLeasesRequest) GetStartRevision() int64 {
 		return x.StartRevision
 	}
 	return 0
+}
+
+func (x *WatchLeasesRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
 }
 
 type LeaseEvent struct {
@@ -3198,11 +3207,12 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x0fholder_identity\x18\x02 \x01(\tR\x0eholderIdentity\x12#\n" +
 	"\rcurrent_token\x18\x03 \x01(\x03R\fcurrentToken\x12\x16\n" +
 	"\x06tokens\x18\x04 \x03(\x03R\x06tokens\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision\"\x80\x01\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\"\x94\x01\n" +
 	"\x12WatchLeasesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eall_namespaces\x18\x02 \x01(\bR\rallNamespaces\x12%\n" +
-	"\x0estart_revision\x18\x03 \x01(\x03R\rstartRevision\"\xc5\x02\n" +
+	"\x0estart_revision\x18\x03 \x01(\x03R\rstartRevision\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\"\xc5\x02\n" +
 	"\n" +
 	"LeaseEvent\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12-\n" +
