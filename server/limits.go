@@ -120,13 +120,16 @@ func (l Limits) labels(what string, labels map[string]string) error {
 var (
 	labelNameRE  = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
 	labelValueRE = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$`)
+	// labelPrefixRE is a DNS subdomain, so a prefix can hold no ',', '='
+	// or space that would make the label impossible to select.
+	labelPrefixRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 )
 
 func labelKey(k string) error {
 	name := k
 	if prefix, rest, ok := strings.Cut(k, "/"); ok {
-		if prefix == "" || len(prefix) > 253 {
-			return fmt.Errorf("label key %q has an empty or over-long prefix", k)
+		if len(prefix) > 253 || !labelPrefixRE.MatchString(prefix) {
+			return fmt.Errorf("label key %q prefix must be a DNS subdomain: at most 253 lowercase letters, digits, '-' and '.', like example.com", k)
 		}
 		name = rest
 	}
