@@ -366,7 +366,7 @@ func TestInvalidJSONIsInvalidArgument(t *testing.T) {
 		contains  string
 	}{
 		{"a body that is not JSON", tenurev1connect.SessionServiceOpenProcedure, "identity=alice", "invalid_argument", "unmarshal"},
-		{"an empty body", tenurev1connect.SessionServiceOpenProcedure, "", "invalid_argument", "zero-length payload"},
+		{"an empty body", tenurev1connect.SessionServiceOpenProcedure, "", "invalid_argument", "empty body"},
 		{"a truncated object", tenurev1connect.KVServicePutProcedure, `{"key":"k","value":`, "invalid_argument", "unmarshal"},
 		{"a JSON array instead of an object", tenurev1connect.KVServicePutProcedure, `[{"key":"k"}]`, "invalid_argument", "unmarshal"},
 		{"JSON null", tenurev1connect.SessionServiceOpenProcedure, "null", "invalid_argument", "unmarshal"},
@@ -380,8 +380,8 @@ func TestInvalidJSONIsInvalidArgument(t *testing.T) {
 		{"both targets of the compare oneof", tenurev1connect.KVServiceCompareAndSwapProcedure, `{"key":"k","compare":{"absent":true,"value":"v"}}`, "invalid_argument", "unmarshal"},
 		{"a duplicate field", tenurev1connect.KVServicePutProcedure, `{"key":"k","key":"j"}`, "invalid_argument", "unmarshal"},
 		{"invalid UTF-8 in a string", tenurev1connect.KVServicePutProcedure, "{\"key\":\"\xff\"}", "invalid_argument", "unmarshal"},
-		{"an unknown field is ignored, so a misspelled key reads as empty", tenurev1connect.KVServicePutProcedure, `{"kee":"k","value":"v"}`, "invalid_argument", "key is empty"},
-		{"an unknown field beside a bad TTL still names the TTL", tenurev1connect.SessionServiceOpenProcedure, `{"colour":"red","ttl":"-1s"}`, "invalid_argument", "outside 100ms..24h0m0s"},
+		{"a misspelled field is named, not ignored", tenurev1connect.KVServicePutProcedure, `{"kee":"k","value":"v"}`, "invalid_argument", `unknown field "kee"`},
+		{"an unknown field is rejected before the TTL is read", tenurev1connect.SessionServiceOpenProcedure, `{"colour":"red","ttl":"-1s"}`, "invalid_argument", `unknown field "colour"`},
 		{"a body over MaxRequestBytes", tenurev1connect.KVServicePutProcedure, huge, "resource_exhausted", "larger than configured max 1024"},
 		{"a body over MaxRequestBytes that is not JSON", tenurev1connect.KVServicePutProcedure, strings.Repeat("x", 2048), "resource_exhausted", "larger than configured max 1024"},
 	}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -69,11 +71,18 @@ func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, filter func(*
 			w.Header().Set("Content-Type", "application/x-ndjson")
 			started = true
 		}
-		line, err := protojson.Marshal(render(e))
+		raw, err := protojson.Marshal(render(e))
 		if err != nil {
 			return err
 		}
-		if _, err := w.Write(append(line, '\n')); err != nil {
+		// protojson varies its spacing on purpose; one compact line per
+		// event is what line-oriented tools expect.
+		var line bytes.Buffer
+		if err := json.Compact(&line, raw); err != nil {
+			return err
+		}
+		line.WriteByte('\n')
+		if _, err := w.Write(line.Bytes()); err != nil {
 			return err
 		}
 		if flusher != nil {

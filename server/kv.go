@@ -97,6 +97,8 @@ func (h *kvService) Delete(ctx context.Context, req *connect.Request[tenurev1.De
 		if err := h.s.cfg.Limits.name("key", key); err != nil {
 			return nil, toConnect(err)
 		}
+	} else if key == "" {
+		return nil, toConnect(invalid("an empty prefix would delete every key; name a prefix"))
 	} else if len(key) > h.s.cfg.Limits.MaxNameBytes {
 		return nil, toConnect(invalid("prefix is %d bytes, over the limit of %d bytes (--max-name-bytes)", len(key), h.s.cfg.Limits.MaxNameBytes))
 	}

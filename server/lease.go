@@ -69,28 +69,44 @@ func (h *leaseService) acquireCommand(msg *tenurev1.AcquireRequest) (statemachin
 }
 
 // Acquire grants at once, or parks until the state machine grants this
-// session, the wait times out, or the session ends. The park is
-// registered before the proposal so that a grant applied right after it
-// cannot be missed.
+// session, the wait times out, or the session ends. The call is parked
+// before the proposal so that a grant applied right after it cannot be
+// missed.
 func (h *leaseService) Acquire(ctx context.Context, req *connect.Request[tenurev1.AcquireRequest]) (*connect.Response[tenurev1.AcquireResponse], error) {
 	cmd, err := h.acquireCommand(req.Msg)
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	var parked chan waitOutcome
-	if cmd.Wait {
-		parked = h.s.waiters.park(cmd.SessionID, cmd.Lease)
-		defer h.s.waiters.unpark(cmd.SessionID, cmd.Lease, parked)
+	if !cmd.Wait {
+		res, err := h.s.propose(ctx, cmd)
+		if errors.Is(err, statemachine.ErrLocked) {
+			return h.notAcquired(cmd.Lease)
+		}
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		return h.acquired(cmd.Lease, res.Grant.Token, res.Lease), nil
 	}
+
+	entry, parked := h.s.waiters.park(cmd.SessionID, cmd.Lease)
 	res, err := h.s.propose(ctx, cmd)
-	if errors.Is(err, statemachine.ErrLocked) {
-		return h.notAcquired(ctx, cmd.Lease)
+	entry.endTurn()
+	// cancel leaves the queue when this is the last call waiting for the
+	// session; releaseIfHeld also gives back a grant that raced the end of
+	// the wait, for a caller who is gone and could never release it.
+	var cancelRes statemachine.Result
+	var cancelErr error
+	cancelWait := func(ctx context.Context, releaseIfHeld bool) func() {
+		return func() {
+			cancelRes, cancelErr = h.s.propose(ctx, statemachine.CancelWait{SessionID: cmd.SessionID, Lease: cmd.Lease, ReleaseIfHeld: releaseIfHeld})
+		}
 	}
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	if res.Grant != nil {
-		return connect.NewResponse(&tenurev1.AcquireResponse{Acquired: true, Token: res.Grant.Token, Lease: h.leaseNow(cmd.Lease, res.Lease)}), nil
+	if err != nil || res.Grant != nil {
+		h.s.waiters.leave(cmd.SessionID, cmd.Lease, entry, parked, nil)
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		return h.acquired(cmd.Lease, res.Grant.Token, res.Lease), nil
 	}
 
 	var timeout <-chan time.Time
@@ -103,34 +119,38 @@ func (h *leaseService) Acquire(ctx context.Context, req *connect.Request[tenurev
 	defer h.s.metrics.waiting.Dec()
 	select {
 	case out := <-parked:
+		h.s.waiters.leave(cmd.SessionID, cmd.Lease, entry, parked, nil)
 		if out.token != 0 {
-			return connect.NewResponse(&tenurev1.AcquireResponse{Acquired: true, Token: out.token, Lease: h.leaseNow(cmd.Lease, nil)}), nil
+			return h.acquired(cmd.Lease, out.token, nil), nil
 		}
 		return nil, toConnect(fmt.Errorf("%w: session %d stopped waiting for %s: %s", statemachine.ErrSessionNotFound, cmd.SessionID, cmd.Lease, out.reason))
 	case <-timeout:
 		// The caller is still here: a grant that raced the timeout is
 		// theirs.
-		res, err := h.s.propose(ctx, statemachine.CancelWait{SessionID: cmd.SessionID, Lease: cmd.Lease})
-		if err != nil {
-			return nil, toConnect(err)
+		h.s.waiters.leave(cmd.SessionID, cmd.Lease, entry, parked, cancelWait(ctx, false))
+		if errors.Is(cancelErr, statemachine.ErrNotWaiting) || (cancelErr == nil && cancelRes.Grant == nil) {
+			return h.notAcquired(cmd.Lease)
 		}
-		if res.Grant != nil {
-			return connect.NewResponse(&tenurev1.AcquireResponse{Acquired: true, Token: res.Grant.Token, Lease: h.leaseNow(cmd.Lease, res.Lease)}), nil
+		if cancelErr != nil {
+			return nil, toConnect(cancelErr)
 		}
-		return h.notAcquired(ctx, cmd.Lease)
+		return h.acquired(cmd.Lease, cancelRes.Grant.Token, cancelRes.Lease), nil
 	case <-ctx.Done():
-		// The caller is gone: leave the queue, and give back a grant that
-		// raced the cancellation, since nobody would know to release it.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if _, err := h.s.propose(cctx, statemachine.CancelWait{SessionID: cmd.SessionID, Lease: cmd.Lease, ReleaseIfHeld: true}); err != nil && !errors.Is(err, statemachine.ErrSessionNotFound) && !errors.Is(err, statemachine.ErrNotWaiting) {
-			h.s.log.Warn("cancel abandoned wait", "session", cmd.SessionID, "lease", cmd.Lease.String(), "err", err)
+		h.s.waiters.leave(cmd.SessionID, cmd.Lease, entry, parked, cancelWait(cctx, true))
+		if cancelErr != nil && !errors.Is(cancelErr, statemachine.ErrSessionNotFound) && !errors.Is(cancelErr, statemachine.ErrNotWaiting) {
+			h.s.log.Warn("cancel abandoned wait", "session", cmd.SessionID, "lease", cmd.Lease.String(), "err", cancelErr)
 		}
 		return nil, toConnect(ctx.Err())
 	}
 }
 
-func (h *leaseService) notAcquired(ctx context.Context, id statemachine.LeaseID) (*connect.Response[tenurev1.AcquireResponse], error) {
+func (h *leaseService) acquired(id statemachine.LeaseID, token int64, l *statemachine.Lease) *connect.Response[tenurev1.AcquireResponse] {
+	return connect.NewResponse(&tenurev1.AcquireResponse{Acquired: true, Token: token, Lease: h.leaseNow(id, l)})
+}
+
+func (h *leaseService) notAcquired(id statemachine.LeaseID) (*connect.Response[tenurev1.AcquireResponse], error) {
 	resp := &tenurev1.AcquireResponse{}
 	err := h.s.node.ReadLocal(func(m *statemachine.Machine) error {
 		if l, ok := m.Lease(id); ok {

@@ -155,6 +155,7 @@ func (s *Server) routes() http.Handler {
 		connect.WithReadMaxBytes(s.cfg.Limits.MaxRequestBytes),
 		connect.WithInterceptors(s.metrics.interceptor()),
 	}
+	opts = append(opts, strictJSONCodecs()...)
 	mux.Handle(tenurev1connect.NewSessionServiceHandler(&sessionService{s}, opts...))
 	mux.Handle(tenurev1connect.NewLeaseServiceHandler(&leaseService{s}, opts...))
 	mux.Handle(tenurev1connect.NewKVServiceHandler(&kvService{s}, opts...))

@@ -119,6 +119,9 @@ func (h *sessionService) Refresh(ctx context.Context, req *connect.Request[tenur
 }
 
 func (h *sessionService) Close(ctx context.Context, req *connect.Request[tenurev1.CloseSessionRequest]) (*connect.Response[tenurev1.CloseSessionResponse], error) {
+	if id := req.Msg.GetSessionId(); id <= 0 {
+		return nil, toConnect(invalid("session_id must be a positive session ID, got %d", id))
+	}
 	res, err := h.s.propose(ctx, statemachine.CloseSession{SessionID: req.Msg.GetSessionId()})
 	if err != nil {
 		return nil, toConnect(err)
@@ -127,6 +130,9 @@ func (h *sessionService) Close(ctx context.Context, req *connect.Request[tenurev
 }
 
 func (h *sessionService) Get(ctx context.Context, req *connect.Request[tenurev1.GetSessionRequest]) (*connect.Response[tenurev1.GetSessionResponse], error) {
+	if id := req.Msg.GetSessionId(); id <= 0 {
+		return nil, toConnect(invalid("session_id must be a positive session ID, got %d", id))
+	}
 	var out *tenurev1.Session
 	err := h.s.read(ctx, func(m *statemachine.Machine) error {
 		sess, ok := m.Session(req.Msg.GetSessionId())

@@ -18,45 +18,77 @@ type waitKey struct {
 	lease   statemachine.LeaseID
 }
 
+// waitEntry is every Acquire call parked for one session and lease. A
+// client that lost its connection retries with a new call while the old
+// one is still being torn down; both share the session's one grant or
+// place in the queue.
+type waitEntry struct {
+	// turn serializes the proposals of calls for this key, so that "am I
+	// the last call waiting?" and the CancelWait that follows are atomic
+	// with respect to a new call's Acquire.
+	turn  sync.Mutex
+	calls []chan waitOutcome // guarded by waiters.mu
+}
+
 // waiters wakes parked Acquire calls. The state machine decides who is
-// granted; this only routes the decision to the one call that waits for
-// it, so a release wakes exactly one caller, not every waiter.
+// granted; this only routes the decision to the calls that wait for it,
+// so a release wakes exactly one session's callers, not every waiter.
 type waiters struct {
-	mu     sync.Mutex // guards parked
-	parked map[waitKey][]chan waitOutcome
+	mu     sync.Mutex // guards parked and every entry's calls
+	parked map[waitKey]*waitEntry
 }
 
 func newWaiters() *waiters {
-	return &waiters{parked: map[waitKey][]chan waitOutcome{}}
+	return &waiters{parked: map[waitKey]*waitEntry{}}
 }
 
-// park registers interest before the Acquire is proposed, so an outcome
-// applied right after the proposal cannot be missed. The caller must call
-// unpark when done waiting.
-func (w *waiters) park(session int64, lease statemachine.LeaseID) chan waitOutcome {
+// park registers a call before its Acquire is proposed, so an outcome
+// applied right after the proposal cannot be missed, and takes the key's
+// turn. The caller proposes, calls endTurn, waits on the channel, and
+// finally calls leave.
+func (w *waiters) park(session int64, lease statemachine.LeaseID) (*waitEntry, chan waitOutcome) {
+	k := waitKey{session, lease}
 	ch := make(chan waitOutcome, 1)
-	k := waitKey{session, lease}
 	w.mu.Lock()
-	w.parked[k] = append(w.parked[k], ch)
+	e, ok := w.parked[k]
+	if !ok {
+		e = &waitEntry{}
+		w.parked[k] = e
+	}
+	e.calls = append(e.calls, ch)
 	w.mu.Unlock()
-	return ch
+	e.turn.Lock()
+	return e, ch
 }
 
-func (w *waiters) unpark(session int64, lease statemachine.LeaseID, ch chan waitOutcome) {
+func (e *waitEntry) endTurn() { e.turn.Unlock() }
+
+// leave unregisters a call. With cancel set it first asks, under the
+// key's turn, whether the call is the last one parked; only then does
+// cancel run (to propose CancelWait), so a grant another call is still
+// waiting for or has just been told about is never taken away.
+func (w *waiters) leave(session int64, lease statemachine.LeaseID, e *waitEntry, ch chan waitOutcome, cancel func()) {
 	k := waitKey{session, lease}
+	if cancel != nil {
+		e.turn.Lock()
+		defer e.turn.Unlock()
+		w.mu.Lock()
+		last := len(e.calls) == 1
+		w.mu.Unlock()
+		if last {
+			cancel()
+		}
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	list := w.parked[k]
-	for i, c := range list {
+	for i, c := range e.calls {
 		if c == ch {
-			list = append(list[:i], list[i+1:]...)
+			e.calls = append(e.calls[:i], e.calls[i+1:]...)
 			break
 		}
 	}
-	if len(list) == 0 {
+	if len(e.calls) == 0 && w.parked[k] == e {
 		delete(w.parked, k)
-	} else {
-		w.parked[k] = list
 	}
 }
 
@@ -79,13 +111,15 @@ func (w *waiters) observe(events []statemachine.Event) {
 		default:
 			continue
 		}
-		k := waitKey{e.SessionID, e.Lease}
-		for _, ch := range w.parked[k] {
+		entry, ok := w.parked[waitKey{e.SessionID, e.Lease}]
+		if !ok {
+			continue
+		}
+		for _, ch := range entry.calls {
 			select {
 			case ch <- out:
 			default:
 			}
 		}
-		delete(w.parked, k)
 	}
 }
