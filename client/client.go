@@ -1,0 +1,221 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+)
+
+// Client talks to a Tenure cluster through any of its endpoints. It is
+// safe for concurrent use. The caller should call Close when finished;
+// Close does not close sessions, which should be closed first.
+type Client struct {
+	opts      options
+	endpoints []*endpoint
+	transport *http.Transport
+
+	mu      sync.Mutex // guards current and closed
+	current int
+	closed  bool
+}
+
+type endpoint struct {
+	url      string
+	sessions tenurev1connect.SessionServiceClient
+	leases   tenurev1connect.LeaseServiceClient
+	kv       tenurev1connect.KVServiceClient
+}
+
+type options struct {
+	dialTimeout    time.Duration
+	requestTimeout time.Duration
+	maxAttempts    int
+	backoff        time.Duration
+	maxBackoff     time.Duration
+	logger         *slog.Logger
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+// WithDialTimeout bounds connecting to one endpoint (default 2s).
+func WithDialTimeout(d time.Duration) Option { return func(o *options) { o.dialTimeout = d } }
+
+// WithRequestTimeout bounds each attempt of a call that does not wait by
+// design (default 5s). Blocking calls — Lock, Campaign, watches — are
+// bounded only by their context.
+func WithRequestTimeout(d time.Duration) Option { return func(o *options) { o.requestTimeout = d } }
+
+// WithRetry sets how many times a call is tried in all (default 6) and
+// the first pause between tries, doubled each time up to 1s (default
+// 50ms). Only calls that are safe to repeat are retried after they were
+// sent; others only when the server provably did not take them.
+func WithRetry(attempts int, backoff time.Duration) Option {
+	return func(o *options) { o.maxAttempts, o.backoff = max(attempts, 1), backoff }
+}
+
+// WithLogger sets where the client logs reconnects and losses (default
+// slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// New returns a client for the given endpoints ("host:port" or URLs). It
+// does not connect until the first call; ctx bounds nothing yet and is
+// taken for symmetry with calls that will check the cluster.
+func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, error) {
+	o := options{
+		dialTimeout:    2 * time.Second,
+		requestTimeout: 5 * time.Second,
+		maxAttempts:    6,
+		backoff:        50 * time.Millisecond,
+		maxBackoff:     time.Second,
+		logger:         slog.Default(),
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(endpoints) == 0 {
+		return nil, &Error{Op: "New", Kind: ErrInvalidArgument, Cause: errors.New("no endpoints")}
+	}
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	dialer := &net.Dialer{Timeout: o.dialTimeout, KeepAlive: 15 * time.Second}
+	tr := &http.Transport{
+		Protocols:   &protocols,
+		DialContext: dialer.DialContext,
+		// HTTP/2 pings find a dead connection under a blocked Lock call.
+		HTTP2: &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 5 * time.Second},
+	}
+	hc := &http.Client{Transport: tr}
+	c := &Client{opts: o, transport: tr}
+	for _, e := range endpoints {
+		url := strings.TrimSpace(e)
+		if url == "" {
+			continue
+		}
+		if !strings.Contains(url, "://") {
+			url = "http://" + url
+		}
+		url = strings.TrimSuffix(url, "/")
+		c.endpoints = append(c.endpoints, &endpoint{
+			url:      url,
+			sessions: tenurev1connect.NewSessionServiceClient(hc, url),
+			leases:   tenurev1connect.NewLeaseServiceClient(hc, url),
+			kv:       tenurev1connect.NewKVServiceClient(hc, url),
+		})
+	}
+	if len(c.endpoints) == 0 {
+		return nil, &Error{Op: "New", Kind: ErrInvalidArgument, Cause: fmt.Errorf("no endpoints in %q", endpoints)}
+	}
+	return c, nil
+}
+
+// Close releases the client's connections. Sessions opened through it
+// stop heartbeating; close them first to release what they hold at once.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.transport.CloseIdleConnections()
+	return nil
+}
+
+// Endpoints lists the endpoint URLs, the one in use first.
+func (c *Client) Endpoints() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.endpoints))
+	for i := range c.endpoints {
+		out = append(out, c.endpoints[(c.current+i)%len(c.endpoints)].url)
+	}
+	return out
+}
+
+func (c *Client) endpoint() (*endpoint, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	return c.endpoints[c.current], nil
+}
+
+// failover moves off ep unless another caller already did.
+func (c *Client) failover(ep *endpoint, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.endpoints[c.current] != ep || len(c.endpoints) == 1 {
+		return
+	}
+	c.current = (c.current + 1) % len(c.endpoints)
+	c.opts.logger.Debug("tenure: switching endpoint", "from", ep.url, "to", c.endpoints[c.current].url, "err", err)
+}
+
+// callKind says how a call may be retried.
+type callKind int
+
+const (
+	// idempotent calls may be repeated after any transient failure.
+	idempotent callKind = iota
+	// once calls are repeated only when the server provably did not take
+	// them; otherwise they fail with ErrUnknownOutcome.
+	once
+	// blocking calls are idempotent and wait by design: no request
+	// timeout, only ctx.
+	blocking
+)
+
+// do runs op against the current endpoint, failing over to the others.
+func (c *Client) do(ctx context.Context, name string, kind callKind, op func(ctx context.Context, ep *endpoint) error) error {
+	pause := c.opts.backoff
+	var last error
+	for attempt := 1; ; attempt++ {
+		ep, err := c.endpoint()
+		if err != nil {
+			return &Error{Op: name, Kind: ErrClosed, Cause: err}
+		}
+		callCtx, cancel := ctx, context.CancelFunc(func() {})
+		if kind != blocking && c.opts.requestTimeout > 0 {
+			callCtx, cancel = context.WithTimeout(ctx, c.opts.requestTimeout)
+		}
+		err = op(callCtx, ep)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		if ctx.Err() != nil {
+			return wrap(name, ctx.Err())
+		}
+		retry := notSent(err) || (kind != once && (transient(err) || connect.CodeOf(err) == connect.CodeDeadlineExceeded))
+		if !retry {
+			if kind == once && transient(err) {
+				return &Error{Op: name, Kind: ErrUnknownOutcome, Cause: err}
+			}
+			return wrap(name, err)
+		}
+		if attempt >= c.opts.maxAttempts {
+			break
+		}
+		c.failover(ep, err)
+		select {
+		case <-ctx.Done():
+			return wrap(name, ctx.Err())
+		case <-time.After(pause):
+		}
+		pause = min(pause*2, c.opts.maxBackoff)
+	}
+	if kind == once && !notSent(last) {
+		return &Error{Op: name, Kind: ErrUnknownOutcome, Cause: last}
+	}
+	return &Error{Op: name, Kind: ErrUnavailable, Cause: last}
+}

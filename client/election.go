@@ -1,0 +1,293 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// Leader is who leads an election.
+type Leader struct {
+	Identity  string // the leader session's holder identity; "" when nobody leads
+	SessionID int64
+	Value     string // what the leader proclaimed, e.g. its address
+	Token     int64  // the leader's fencing token
+	Revision  int64  // the revision of the change
+}
+
+// Election elects one leader among the sessions that campaign for name.
+// The leader holds a lease whose value it proclaims; its token fences its
+// writes. An Election is safe for concurrent use.
+type Election struct{ h *holder }
+
+// Election returns the election named name.
+func (s *Session) Election(name string, opts ...LeaseOption) *Election {
+	return &Election{newHolder(s, name, 1, false, opts)}
+}
+
+// Campaign waits until this session leads, then proclaims value.
+func (e *Election) Campaign(ctx context.Context, value string) error {
+	return e.h.acquire(ctx, true, value)
+}
+
+// Proclaim changes the leader's value without an election.
+func (e *Election) Proclaim(ctx context.Context, value string) error {
+	err := e.h.setValue(ctx, value)
+	if errors.Is(err, ErrNotHolder) {
+		return &Error{Op: "Proclaim", Kind: ErrNotLeader, Cause: err}
+	}
+	return err
+}
+
+// Resign gives up leadership, so that the next candidate is elected at
+// once.
+func (e *Election) Resign(ctx context.Context) error {
+	if t, _, _ := e.h.current(); t == 0 {
+		return &Error{Op: "Resign", Kind: ErrNotLeader, Cause: errors.New("this session does not lead")}
+	}
+	return e.h.release(ctx)
+}
+
+// IsLeader reports whether this session leads and still certainly does.
+func (e *Election) IsLeader() bool { return e.h.valid() }
+
+// Token is the leader's fencing token, 0 when this session does not lead.
+func (e *Election) Token() int64 { t, _, _ := e.h.current(); return t }
+
+// FenceToken is the token with its lease name, and whether it is valid.
+func (e *Election) FenceToken() (Token, bool) { return e.h.fenceToken() }
+
+// Lost is closed when this session's leadership ends.
+func (e *Election) Lost() <-chan struct{} { _, _, l := e.h.current(); return l }
+
+// Context is cancelled when this session's leadership ends.
+func (e *Election) Context() context.Context { _, c, _ := e.h.current(); return c }
+
+// Leader returns the current leader, or ErrNoLeader.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	return leaderOf(ctx, e.h.s.c, e.h.ns, e.h.name)
+}
+
+func leaderOf(ctx context.Context, c *Client, ns, name string) (Leader, error) {
+	var resp *connect.Response[tenurev1.GetLeaseResponse]
+	err := c.do(ctx, "Leader", idempotent, func(ctx context.Context, ep *endpoint) (err error) {
+		resp, err = ep.leases.Get(ctx, connect.NewRequest(&tenurev1.GetLeaseRequest{Namespace: ns, Name: name}))
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return Leader{}, &Error{Op: "Leader", Kind: ErrNoLeader, Cause: err}
+	}
+	if err != nil {
+		return Leader{}, err
+	}
+	l := resp.Msg.GetLease()
+	if len(l.GetHolders()) == 0 {
+		return Leader{Revision: resp.Msg.GetRevision()}, &Error{Op: "Leader", Kind: ErrNoLeader, Cause: fmt.Errorf("%s/%s has no leader", ns, name)}
+	}
+	g := l.GetHolders()[0]
+	return Leader{Identity: g.GetHolderIdentity(), SessionID: g.GetSessionId(), Value: g.GetValue(), Token: g.GetToken(), Revision: resp.Msg.GetRevision()}, nil
+}
+
+// Observe sends the current leader, then every change — a new leader, a
+// proclaimed value, or nobody leading (a zero Identity) — in revision
+// order, until ctx ends; then it closes the channel. It reconnects on
+// its own; if it falls behind the server's history it re-reads the
+// leader and carries on.
+func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	return observe(ctx, e.h.s.c, e.h.ns, e.h.name)
+}
+
+func observe(ctx context.Context, c *Client, ns, name string) <-chan Leader {
+	out := make(chan Leader, 1)
+	go func() {
+		defer close(out)
+		var last Leader
+		emit := func(l Leader) bool {
+			if l.Token == last.Token && l.Value == last.Value && l.Identity == last.Identity && last.Revision != 0 {
+				return true
+			}
+			last = l
+			select {
+			case out <- l:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		pause := c.opts.backoff
+		for ctx.Err() == nil {
+			cur, err := leaderOf(ctx, c, ns, name)
+			if err != nil && !errors.Is(err, ErrNoLeader) {
+				if !sleep(ctx, pause) {
+					return
+				}
+				pause = min(pause*2, c.opts.maxBackoff)
+				continue
+			}
+			if !emit(cur) {
+				return
+			}
+			// Follow events from just after the read until the stream
+			// breaks; then read again, so nothing between is missed.
+			if !followLeader(ctx, c, ns, name, cur, emit) {
+				return
+			}
+		}
+	}()
+	return out
+}
+
+func followLeader(ctx context.Context, c *Client, ns, name string, cur Leader, emit func(Leader) bool) bool {
+	ep, err := c.endpoint()
+	if err != nil {
+		return false
+	}
+	st, err := ep.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchLeasesRequest{Namespace: ns, Name: name, StartRevision: cur.Revision + 1}))
+	if err != nil {
+		c.failover(ep, err)
+		return sleep(ctx, c.opts.backoff)
+	}
+	defer st.Close()
+	for st.Receive() {
+		ev := st.Msg()
+		switch ev.GetType() {
+		case tenurev1.LeaseEventType_LEASE_EVENT_TYPE_ACQUIRED, tenurev1.LeaseEventType_LEASE_EVENT_TYPE_VALUE_SET:
+			cur = Leader{Identity: ev.GetHolderIdentity(), SessionID: ev.GetSessionId(), Value: ev.GetValue(), Token: ev.GetToken(), Revision: ev.GetRevision()}
+		case tenurev1.LeaseEventType_LEASE_EVENT_TYPE_RELEASED, tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED, tenurev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED:
+			if ev.GetToken() != cur.Token {
+				continue
+			}
+			cur = Leader{Revision: ev.GetRevision()}
+		default:
+			continue
+		}
+		if !emit(cur) {
+			return false
+		}
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	if err := st.Err(); err != nil && connect.CodeOf(err) != connect.CodeAborted && connect.CodeOf(err) != connect.CodeOutOfRange {
+		c.failover(ep, err)
+	}
+	return sleep(ctx, c.opts.backoff)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Callbacks are RunElection's hooks.
+type Callbacks struct {
+	// OnStartedLeading runs when this process becomes leader, with a
+	// context cancelled the instant leadership may be lost. It must
+	// return promptly once ctx is cancelled: the next campaign waits for
+	// it, so that two leaders never run in this process.
+	OnStartedLeading func(ctx context.Context)
+	// OnStoppedLeading runs after OnStartedLeading has returned, always
+	// before any later OnStartedLeading.
+	OnStoppedLeading func()
+	// OnNewLeader runs when the leader changes, with its identity ("" when
+	// nobody leads).
+	OnNewLeader func(identity string)
+}
+
+// RunElection campaigns for name with session until ctx ends. When
+// elected it calls OnStartedLeading with a context that is cancelled the
+// instant leadership may be lost; after a loss it calls OnStoppedLeading
+// and campaigns again, with a new session (same TTL and identity) if the
+// old one expired. When ctx is cancelled while leading, it cancels the
+// leader's context, waits for OnStartedLeading to return, then resigns,
+// so the next candidate takes over in milliseconds rather than after a
+// TTL, and never while this one still works. Sessions it opened itself
+// are closed on return; session is left open. WithValue sets the value
+// proclaimed when elected.
+func RunElection(ctx context.Context, session *Session, name string, cb Callbacks, opts ...LeaseOption) error {
+	c := session.c
+	o := leaseOptions{namespace: "default"}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	observeCtx, stopObserve := context.WithCancel(ctx)
+	var observed sync.WaitGroup
+	defer func() {
+		stopObserve()
+		observed.Wait()
+	}()
+	if cb.OnNewLeader != nil {
+		observed.Add(1)
+		go func() {
+			defer observed.Done()
+			for l := range observe(observeCtx, c, o.namespace, name) {
+				cb.OnNewLeader(l.Identity)
+			}
+		}()
+	}
+	sessionOpts := []SessionOption{WithTTL(session.TTL()), WithIdentity(session.Identity()), WithValidityFactor(session.opts.validityFactor), WithHeartbeatInterval(session.opts.interval)}
+	var own *Session // a session RunElection opened, to close when done
+	defer func() {
+		if own != nil {
+			closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.requestTimeout)
+			defer cancel()
+			_ = own.Close(closeCtx)
+		}
+	}()
+	for ctx.Err() == nil {
+		if session.Err() != nil {
+			if own != nil {
+				_ = own.Close(context.WithoutCancel(ctx))
+				own = nil
+			}
+			next, err := c.NewSession(ctx, sessionOpts...)
+			if err != nil {
+				sleep(ctx, c.opts.maxBackoff)
+				continue
+			}
+			session, own = next, next
+		}
+		e := session.Election(name, opts...)
+		if err := e.Campaign(ctx, o.value); err != nil {
+			if !errors.Is(err, ErrSessionExpired) {
+				sleep(ctx, c.opts.backoff)
+			}
+			continue
+		}
+		lead, stopLeading := context.WithCancel(e.Context())
+		finished := make(chan struct{})
+		go func() {
+			defer close(finished)
+			if cb.OnStartedLeading != nil {
+				cb.OnStartedLeading(lead)
+			}
+		}()
+		select {
+		case <-ctx.Done():
+		case <-lead.Done():
+		}
+		stopLeading()
+		<-finished
+		// Resign also after a loss: it frees the session's turn at the
+		// lease, and a grant already gone counts as released.
+		resignCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.requestTimeout)
+		_ = e.Resign(resignCtx)
+		cancel()
+		if cb.OnStoppedLeading != nil {
+			cb.OnStoppedLeading()
+		}
+	}
+	return ctx.Err()
+}

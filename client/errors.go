@@ -1,0 +1,160 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net"
+
+	"connectrpc.com/connect"
+)
+
+// Errors callers branch on with errors.Is. They survive the network: the
+// server names each failure in a response header and the client maps the
+// name back here.
+var (
+	// ErrNotHolder is returned when a release or value update names a
+	// token that is not a current holder's: the grant is already gone.
+	ErrNotHolder = errors.New("not holder")
+	// ErrLocked is returned by TryLock (and TryAcquire) when the lease is
+	// held by others.
+	ErrLocked = errors.New("locked")
+	// ErrCompareFailed is returned by CompareAndSwap when its compare
+	// does not hold; nothing was written.
+	ErrCompareFailed = errors.New("compare failed")
+	// ErrSessionExpired is returned when the session is gone on the
+	// server or was given up as lost by this client. Everything it held
+	// is released; a new session is needed.
+	ErrSessionExpired = errors.New("session expired")
+	// ErrNotFound is returned when a key, lease or session does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalidArgument is returned when the server rejected the request
+	// as malformed or over a limit; the message names the problem.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrUnavailable is returned when no endpoint could serve the call:
+	// all down, or no leader within the retries allowed.
+	ErrUnavailable = errors.New("unavailable")
+	// ErrUnknownOutcome is returned when a call that is not safe to
+	// repeat failed after it was sent: it may or may not have been
+	// applied. Read the state before trying again.
+	ErrUnknownOutcome = errors.New("outcome unknown")
+	// ErrNoLeader is returned by Election.Leader when nobody leads.
+	ErrNoLeader = errors.New("no leader")
+	// ErrNotLeader is returned by Election.Proclaim and Resign when this
+	// session does not lead.
+	ErrNotLeader = errors.New("not the leader")
+	// ErrLagged is returned by watches that fell too far behind the
+	// server's history; resync by reading the state and watching anew.
+	ErrLagged = errors.New("watch fell behind")
+	// ErrClosed is returned by calls on a closed Client.
+	ErrClosed = errors.New("client closed")
+	// ErrResourceExhausted is returned when a server limit (waiters per
+	// lease, sessions per identity) is reached.
+	ErrResourceExhausted = errors.New("resource exhausted")
+)
+
+// errorNames maps the server's Tenure-Error header to sentinels.
+var errorNames = map[string]error{
+	"invalid-argument":  ErrInvalidArgument,
+	"session-not-found": ErrSessionExpired,
+	"lease-not-found":   ErrNotFound,
+	"key-not-found":     ErrNotFound,
+	"not-holder":        ErrNotHolder,
+	"locked":            ErrLocked,
+	"compare-failed":    ErrCompareFailed,
+	"capacity-mismatch": ErrInvalidArgument,
+	"not-waiting":       ErrNotHolder,
+	"too-many-waiters":  ErrResourceExhausted,
+	"too-many-sessions": ErrResourceExhausted,
+	"not-leader":        ErrUnavailable,
+	"shutting-down":     ErrUnavailable,
+	"watch-lagged":      ErrLagged,
+	"compacted":         ErrLagged,
+}
+
+const errorHeader = "Tenure-Error"
+
+// Error is a failed call: the sentinel it matches, the server's message,
+// and the transport error underneath.
+type Error struct {
+	Op    string // the method, e.g. "Acquire"
+	Kind  error  // one of the sentinels above, or nil
+	Cause error  // the connect or network error
+}
+
+func (e *Error) Error() string {
+	msg := e.Op + ": "
+	var ce *connect.Error
+	switch {
+	case errors.As(e.Cause, &ce) && ce.Message() != "":
+		msg += ce.Message()
+	case e.Cause != nil:
+		msg += e.Cause.Error()
+	default:
+		msg += e.Kind.Error()
+	}
+	if errors.Is(e.Kind, ErrUnknownOutcome) {
+		msg += " (outcome unknown: the call may or may not have been applied)"
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrNotHolder) and friends work.
+func (e *Error) Is(target error) bool { return e.Kind != nil && target == e.Kind }
+
+func (e *Error) Unwrap() error { return e.Cause }
+
+// wrap turns a transport error into an *Error.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var te *Error
+	if errors.As(err, &te) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Op: op, Cause: err}
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		if kind, ok := errorNames[ce.Meta().Get(errorHeader)]; ok {
+			return &Error{Op: op, Kind: kind, Cause: err}
+		}
+		switch ce.Code() {
+		case connect.CodeUnavailable:
+			return &Error{Op: op, Kind: ErrUnavailable, Cause: err}
+		case connect.CodeInvalidArgument:
+			return &Error{Op: op, Kind: ErrInvalidArgument, Cause: err}
+		case connect.CodeNotFound:
+			return &Error{Op: op, Kind: ErrNotFound, Cause: err}
+		}
+	}
+	return &Error{Op: op, Cause: err}
+}
+
+// notSent reports whether err proves the request never reached a server
+// that could apply it: the connection could not be made, or the server
+// refused it as not the leader before proposing anything.
+func notSent(err error) bool {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		switch ce.Meta().Get(errorHeader) {
+		case "not-leader", "shutting-down":
+			return true
+		}
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// transient reports whether a failure is worth retrying elsewhere.
+func transient(err error) bool {
+	if notSent(err) {
+		return true
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeInternal, connect.CodeAborted:
+		return true
+	}
+	return false
+}

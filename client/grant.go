@@ -1,0 +1,342 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// leaseOptions configure Mutex, Semaphore, RWMutex and Election.
+type leaseOptions struct {
+	namespace string
+	labels    map[string]string
+	lockDelay time.Duration
+	watchdog  func()
+	value     string
+}
+
+// LeaseOption configures a lock or an election.
+type LeaseOption func(*leaseOptions)
+
+// WithNamespace puts the lease in a namespace (default "default").
+func WithNamespace(ns string) LeaseOption { return func(o *leaseOptions) { o.namespace = ns } }
+
+// WithLabels labels the lease when it is granted.
+func WithLabels(l map[string]string) LeaseOption { return func(o *leaseOptions) { o.labels = l } }
+
+// WithLockDelay asks that, if this holder's session expires, nobody be
+// granted the lease for d: time for a partitioned holder to stop.
+func WithLockDelay(d time.Duration) LeaseOption { return func(o *leaseOptions) { o.lockDelay = d } }
+
+// WithValue sets the value RunElection proclaims when elected.
+func WithValue(v string) LeaseOption { return func(o *leaseOptions) { o.value = v } }
+
+// WithWatchdog calls fn the moment a held grant may be lost (Valid turns
+// false, the session ends, or the grant is revoked). fn runs on its own
+// goroutine; it should stop the protected work at once.
+func WithWatchdog(fn func()) LeaseOption { return func(o *leaseOptions) { o.watchdog = fn } }
+
+// WithExitWatchdog exits the process with code the moment a held grant
+// may be lost: the bluntest way to make sure protected work stops.
+func WithExitWatchdog(code int) LeaseOption {
+	return WithWatchdog(func() {
+		fmt.Fprintln(os.Stderr, "tenure: lease may be lost; exiting")
+		os.Exit(code)
+	})
+}
+
+// Token is a fencing token: the grant's revision, which strictly
+// increases per lease.
+type Token struct {
+	Namespace string
+	Name      string
+	Token     int64
+}
+
+func (t Token) String() string { return fmt.Sprintf("%s/%s:%d", t.Namespace, t.Name, t.Token) }
+
+// holder acquires, keeps and gives back one session's grant of a lease.
+// Goroutines that share the session take turns through the session's
+// gate for the lease, because the server grants a lease once per session.
+type holder struct {
+	s         *Session
+	ns, name  string
+	capacity  int
+	exclusive bool
+	opts      leaseOptions
+	gate      chan struct{}
+
+	mu    sync.Mutex // guards the fields below
+	token int64
+	value string
+	ctx   context.Context // cancelled when the current grant ends
+	lost  chan struct{}   // closed when the current grant ends
+	end   func(cause error)
+	done  chan struct{} // closed when the grant's monitor has stopped
+}
+
+func newHolder(s *Session, name string, capacity int, exclusive bool, opts []LeaseOption) *holder {
+	o := leaseOptions{namespace: "default"}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	h := &holder{s: s, ns: o.namespace, name: name, capacity: capacity, exclusive: exclusive, opts: o}
+	// Readers and writers of one RWMutex share a gate: one session, one grant.
+	h.gate = s.gate(o.namespace+"/"+name, 1)
+	h.lost = make(chan struct{})
+	close(h.lost)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	h.ctx = ctx
+	return h
+}
+
+var errReleased = errors.New("released")
+
+// acquire takes the session's gate, then the server grant. With wait it
+// parks on the server's FIFO queue until granted or ctx ends.
+func (h *holder) acquire(ctx context.Context, wait bool, value string) error {
+	select {
+	case h.gate <- struct{}{}:
+	case <-ctx.Done():
+		return wrap("Acquire", ctx.Err())
+	case <-h.s.lost:
+		return &Error{Op: "Acquire", Kind: ErrSessionExpired, Cause: h.s.Err()}
+	}
+	token, err := h.request(ctx, wait, value)
+	if err != nil {
+		<-h.gate
+		return err
+	}
+	h.start(token, value)
+	return nil
+}
+
+func (h *holder) request(ctx context.Context, wait bool, value string) (int64, error) {
+	if !h.s.Valid() {
+		return 0, &Error{Op: "Acquire", Kind: ErrSessionExpired, Cause: errors.New("the session is no longer valid")}
+	}
+	// The wait also ends when the session is lost: a grant to a lost
+	// session is worthless.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(h.s.ctx, cancel)
+	defer stop()
+	req := &tenurev1.AcquireRequest{
+		SessionId: h.s.id,
+		Namespace: h.ns,
+		Name:      h.name,
+		Capacity:  int32(h.capacity),
+		Wait:      wait,
+		Value:     value,
+		Labels:    h.opts.labels,
+		Exclusive: h.exclusive,
+	}
+	if h.opts.lockDelay > 0 {
+		req.LockDelay = durationpb.New(h.opts.lockDelay)
+	}
+	kind := idempotent // Acquire is idempotent per session and lease
+	if wait {
+		kind = blocking
+	}
+	var resp *connect.Response[tenurev1.AcquireResponse]
+	err := h.s.c.do(ctx, "Acquire", kind, func(ctx context.Context, ep *endpoint) (err error) {
+		resp, err = ep.leases.Acquire(ctx, connect.NewRequest(req))
+		return err
+	})
+	if err != nil {
+		if h.s.Err() != nil {
+			return 0, &Error{Op: "Acquire", Kind: ErrSessionExpired, Cause: h.s.Err()}
+		}
+		return 0, err
+	}
+	if !resp.Msg.GetAcquired() {
+		holder := resp.Msg.GetLease().GetHolderIdentity()
+		return 0, &Error{Op: "Acquire", Kind: ErrLocked, Cause: fmt.Errorf("%s/%s is held by %q", h.ns, h.name, holder)}
+	}
+	return resp.Msg.GetToken(), nil
+}
+
+// start records a new grant and starts its monitor, which ends the grant
+// locally when the session is lost or the server reports the grant gone
+// (revoked, or released by someone else's break-lock).
+func (h *holder) start(token int64, value string) {
+	ctx, cancel := context.WithCancelCause(h.s.ctx)
+	lost := make(chan struct{})
+	done := make(chan struct{})
+	var once sync.Once
+	end := func(cause error) {
+		once.Do(func() {
+			cancel(cause)
+			close(lost)
+		})
+	}
+	h.mu.Lock()
+	h.token, h.value, h.ctx, h.lost, h.end, h.done = token, value, ctx, lost, end, done
+	h.mu.Unlock()
+	go func() {
+		defer close(done)
+		h.monitor(ctx, token, end)
+	}()
+}
+
+// monitor watches the lease for the end of this grant until the grant
+// ends for any reason.
+func (h *holder) monitor(ctx context.Context, token int64, end func(error)) {
+	watchdog := h.opts.watchdog
+	defer func() {
+		if watchdog != nil && !errors.Is(context.Cause(ctx), errReleased) {
+			go watchdog()
+		}
+	}()
+	from := token + 1
+	pause := h.s.c.opts.backoff
+	for ctx.Err() == nil {
+		ended, next, err := h.watchFrom(ctx, from, token)
+		if ended != nil {
+			end(ended)
+			return
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		from = next
+		if errors.Is(err, ErrLagged) {
+			// History moved on: ask directly whether the grant stands.
+			if valid, verr := h.validate(ctx, token); verr == nil && !valid {
+				end(&Error{Op: "Lock", Kind: ErrNotHolder, Cause: fmt.Errorf("grant %d of %s/%s is gone", token, h.ns, h.name)})
+				return
+			}
+			from = 0
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		pause = min(pause*2, h.s.c.opts.maxBackoff)
+	}
+	end(context.Cause(ctx))
+}
+
+// watchFrom streams the lease's events from revision from, returning the
+// cause when the grant ends, or the revision to resume from when the
+// stream breaks.
+func (h *holder) watchFrom(ctx context.Context, from, token int64) (ended error, next int64, err error) {
+	ep, err := h.s.c.endpoint()
+	if err != nil {
+		return nil, from, err
+	}
+	st, err := ep.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchLeasesRequest{Namespace: h.ns, Name: h.name, StartRevision: from}))
+	if err != nil {
+		h.s.c.failover(ep, err)
+		return nil, from, wrap("Watch", err)
+	}
+	defer st.Close()
+	for st.Receive() {
+		ev := st.Msg()
+		from = ev.GetRevision() + 1
+		if ev.GetToken() != token {
+			continue
+		}
+		switch ev.GetType() {
+		case tenurev1.LeaseEventType_LEASE_EVENT_TYPE_RELEASED,
+			tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED,
+			tenurev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED:
+			reason := ev.GetReason()
+			kind := ErrNotHolder
+			if ev.GetType() == tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED {
+				kind = ErrSessionExpired
+			}
+			return &Error{Op: "Lock", Kind: kind, Cause: fmt.Errorf("grant %d of %s/%s ended: %s", token, h.ns, h.name, reason)}, from, nil
+		}
+	}
+	err = wrap("Watch", st.Err())
+	if err != nil && !errors.Is(err, ErrLagged) {
+		h.s.c.failover(ep, err)
+	}
+	return nil, from, err
+}
+
+func (h *holder) validate(ctx context.Context, token int64) (bool, error) {
+	var valid bool
+	err := h.s.c.do(ctx, "Validate", idempotent, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.leases.Validate(ctx, connect.NewRequest(&tenurev1.ValidateRequest{Namespace: h.ns, Name: h.name, Token: token}))
+		if err == nil {
+			valid = resp.Msg.GetValid()
+		}
+		return err
+	})
+	return valid, err
+}
+
+// release gives the grant back and frees the session's gate. A grant
+// already gone (revoked, session ended) counts as released.
+func (h *holder) release(ctx context.Context) error {
+	h.mu.Lock()
+	token, end, done := h.token, h.end, h.done
+	h.token = 0
+	h.mu.Unlock()
+	if token == 0 {
+		return &Error{Op: "Unlock", Kind: ErrNotHolder, Cause: fmt.Errorf("%s/%s is not held by this session", h.ns, h.name)}
+	}
+	end(errReleased)
+	<-done
+	defer func() { <-h.gate }()
+	if h.s.Err() != nil {
+		return nil // the session is gone, and with it the grant
+	}
+	err := h.s.c.do(ctx, "Release", idempotent, func(ctx context.Context, ep *endpoint) error {
+		_, err := ep.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{Namespace: h.ns, Name: h.name, Token: token}))
+		return err
+	})
+	// Not holder means the grant is already gone — also after a retry
+	// whose first attempt released it.
+	if errors.Is(err, ErrNotHolder) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrSessionExpired) {
+		return nil
+	}
+	return err
+}
+
+func (h *holder) setValue(ctx context.Context, value string) error {
+	h.mu.Lock()
+	token := h.token
+	h.mu.Unlock()
+	if token == 0 {
+		return &Error{Op: "SetValue", Kind: ErrNotLeader, Cause: fmt.Errorf("%s/%s is not held by this session", h.ns, h.name)}
+	}
+	err := h.s.c.do(ctx, "SetValue", idempotent, func(ctx context.Context, ep *endpoint) error {
+		_, err := ep.leases.SetValue(ctx, connect.NewRequest(&tenurev1.SetValueRequest{Namespace: h.ns, Name: h.name, Token: token, Value: value}))
+		return err
+	})
+	if err == nil {
+		h.mu.Lock()
+		h.value = value
+		h.mu.Unlock()
+	}
+	return err
+}
+
+// current returns the grant's token (0 when not held) and loss signals.
+func (h *holder) current() (int64, context.Context, chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.token, h.ctx, h.lost
+}
+
+func (h *holder) valid() bool {
+	token, ctx, _ := h.current()
+	return token != 0 && ctx.Err() == nil && h.s.Valid()
+}
+
+func (h *holder) fenceToken() (Token, bool) {
+	token, _, _ := h.current()
+	return Token{Namespace: h.ns, Name: h.name, Token: token}, token != 0 && h.valid()
+}
