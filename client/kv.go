@@ -144,7 +144,9 @@ func (kv *KV) delete(ctx context.Context, key string, prefix bool) (int64, error
 type Compare struct{ c *tenurev1.Compare }
 
 // Absent holds when the key does not exist.
-func Absent() Compare { return Compare{&tenurev1.Compare{Target: &tenurev1.Compare_Absent{Absent: true}}} }
+func Absent() Compare {
+	return Compare{&tenurev1.Compare{Target: &tenurev1.Compare_Absent{Absent: true}}}
+}
 
 // ValueIs holds when the key's value is v.
 func ValueIs(v string) Compare {
