@@ -1,0 +1,268 @@
+package client
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// Lease is a lease as listed: shaped like a Kubernetes Lease, plus a
+// fencing token, a capacity and a wait queue.
+type Lease struct {
+	Namespace     string
+	Name          string
+	Capacity      int
+	Holder        string        // first holder's identity, "" when free
+	FencingToken  int64         // first holder's token, 0 when free
+	Value         string        // first holder's value
+	LeaseDuration time.Duration // the holder session's TTL
+	AcquireTime   time.Time
+	RenewTime     time.Time // last heartbeat seen by the leader (display only)
+	Transitions   int64
+	Labels        map[string]string
+	Holders       []Grant
+	Waiters       []Waiter
+	LockDelay     time.Duration
+	LockDelayOn   bool
+	CreateRev     int64
+	ModRev        int64
+}
+
+// Grant is one holder of a lease.
+type Grant struct {
+	SessionID   int64
+	Holder      string
+	Token       int64
+	AcquireTime time.Time
+	RenewTime   time.Time
+	Value       string
+	Exclusive   bool
+}
+
+// Waiter is a session queued for a lease.
+type Waiter struct {
+	SessionID int64
+	Holder    string
+	Since     time.Time
+	Exclusive bool
+}
+
+// SessionInfo is a session as listed.
+type SessionInfo struct {
+	ID            int64
+	Identity      string
+	TTL           time.Duration
+	Labels        map[string]string
+	OpenTime      time.Time
+	LastHeartbeat time.Time
+	Leases        []string
+	Waiting       []string
+	Keys          int64
+}
+
+func leaseFrom(p *tenurev1.Lease) Lease {
+	l := Lease{
+		Namespace: p.GetNamespace(), Name: p.GetName(), Capacity: int(p.GetCapacity()),
+		Holder: p.GetHolderIdentity(), FencingToken: p.GetFencingToken(), Value: p.GetValue(),
+		LeaseDuration: p.GetLeaseDuration().AsDuration(), Transitions: p.GetLeaseTransitions(),
+		Labels: p.GetLabels(), LockDelay: p.GetLockDelay().AsDuration(), LockDelayOn: p.GetLockDelayActive(),
+		CreateRev: p.GetCreateRevision(), ModRev: p.GetModRevision(),
+	}
+	if p.GetAcquireTime() != nil {
+		l.AcquireTime = p.GetAcquireTime().AsTime()
+	}
+	if p.GetRenewTime() != nil {
+		l.RenewTime = p.GetRenewTime().AsTime()
+	}
+	for _, g := range p.GetHolders() {
+		gr := Grant{SessionID: g.GetSessionId(), Holder: g.GetHolderIdentity(), Token: g.GetToken(), Value: g.GetValue(), Exclusive: g.GetExclusive()}
+		if g.GetAcquireTime() != nil {
+			gr.AcquireTime = g.GetAcquireTime().AsTime()
+		}
+		if g.GetRenewTime() != nil {
+			gr.RenewTime = g.GetRenewTime().AsTime()
+		}
+		l.Holders = append(l.Holders, gr)
+	}
+	for _, w := range p.GetWaiters() {
+		wt := Waiter{SessionID: w.GetSessionId(), Holder: w.GetHolderIdentity(), Exclusive: w.GetExclusive()}
+		if w.GetSince() != nil {
+			wt.Since = w.GetSince().AsTime()
+		}
+		l.Waiters = append(l.Waiters, wt)
+	}
+	return l
+}
+
+// ListOptions select leases or sessions.
+type ListOptions struct {
+	Namespace     string // default "default"
+	AllNamespaces bool
+	LabelSelector string // "a=b,c!=d,e,!f"
+}
+
+// Leases lists leases, sorted by namespace and name.
+func (c *Client) Leases(ctx context.Context, o ListOptions) ([]Lease, error) {
+	var out []Lease
+	err := c.do(ctx, "ListLeases", idempotent, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.leases.List(ctx, connect.NewRequest(&tenurev1.ListLeasesRequest{Namespace: o.Namespace, AllNamespaces: o.AllNamespaces, LabelSelector: o.LabelSelector}))
+		if err != nil {
+			return err
+		}
+		out = out[:0]
+		for _, l := range resp.Msg.GetLeases() {
+			out = append(out, leaseFrom(l))
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Lease returns one lease, or ErrNotFound.
+func (c *Client) Lease(ctx context.Context, namespace, name string) (Lease, error) {
+	var out Lease
+	err := c.do(ctx, "GetLease", idempotent, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.leases.Get(ctx, connect.NewRequest(&tenurev1.GetLeaseRequest{Namespace: namespace, Name: name}))
+		if err == nil {
+			out = leaseFrom(resp.Msg.GetLease())
+		}
+		return err
+	})
+	return out, err
+}
+
+// Sessions lists open sessions, by ID.
+func (c *Client) Sessions(ctx context.Context, labelSelector string) ([]SessionInfo, error) {
+	var out []SessionInfo
+	err := c.do(ctx, "ListSessions", idempotent, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.sessions.List(ctx, connect.NewRequest(&tenurev1.ListSessionsRequest{LabelSelector: labelSelector}))
+		if err != nil {
+			return err
+		}
+		out = out[:0]
+		for _, s := range resp.Msg.GetSessions() {
+			info := SessionInfo{
+				ID: s.GetId(), Identity: s.GetIdentity(), TTL: s.GetTtl().AsDuration(), Labels: s.GetLabels(),
+				Leases: s.GetLeases(), Waiting: s.GetWaiting(), Keys: s.GetKeys(),
+			}
+			if s.GetOpenTime() != nil {
+				info.OpenTime = s.GetOpenTime().AsTime()
+			}
+			if s.GetLastHeartbeat() != nil {
+				info.LastHeartbeat = s.GetLastHeartbeat().AsTime()
+			}
+			out = append(out, info)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Revoke is the administrative break-lock: it ends every grant of the
+// lease, or only the one named by token when token is not 0, records the
+// reason, and returns the tokens revoked.
+func (c *Client) Revoke(ctx context.Context, namespace, name string, token int64, reason string) ([]int64, error) {
+	var revoked []int64
+	err := c.do(ctx, "Revoke", idempotent, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.leases.Revoke(ctx, connect.NewRequest(&tenurev1.RevokeRequest{Namespace: namespace, Name: name, Token: token, Reason: reason}))
+		if err == nil {
+			revoked = resp.Msg.GetRevoked()
+		}
+		return err
+	})
+	return revoked, err
+}
+
+// LeaseEvent is one change to a lease.
+type LeaseEvent struct {
+	Revision  int64
+	Type      string // acquired, released, expired, revoked, waiting, wait-ended, value-set, lock-delay-ended
+	Namespace string
+	Name      string
+	SessionID int64
+	Holder    string
+	Token     int64
+	Value     string
+	Reason    string
+	Time      time.Time
+	Err       error // set on the last event when the watch ends with an error
+}
+
+var leaseEventNames = map[tenurev1.LeaseEventType]string{
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_ACQUIRED:         "acquired",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_RELEASED:         "released",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED:          "expired",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED:          "revoked",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_WAITING:          "waiting",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_WAIT_ENDED:       "wait-ended",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_VALUE_SET:        "value-set",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_LOCK_DELAY_ENDED: "lock-delay-ended",
+}
+
+// WatchLeases sends lease events in revision order — of one namespace,
+// or all with AllNamespaces — from revision from (0: from now) until ctx
+// ends or an error ends the watch (the last event carries Err). It
+// resumes across endpoint failures without skipping events.
+func (c *Client) WatchLeases(ctx context.Context, o ListOptions, from int64) <-chan LeaseEvent {
+	out := make(chan LeaseEvent, 16)
+	go func() {
+		defer close(out)
+		send := func(ev LeaseEvent) bool {
+			select {
+			case out <- ev:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		failures := 0
+		for ctx.Err() == nil {
+			ep, err := c.endpoint()
+			if err != nil {
+				send(LeaseEvent{Err: wrap("WatchLeases", err)})
+				return
+			}
+			st, err := ep.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchLeasesRequest{Namespace: o.Namespace, AllNamespaces: o.AllNamespaces, StartRevision: from}))
+			if err == nil {
+				for st.Receive() {
+					failures = 0
+					ev := st.Msg()
+					from = ev.GetRevision() + 1
+					le := LeaseEvent{
+						Revision: ev.GetRevision(), Type: leaseEventNames[ev.GetType()], Namespace: ev.GetNamespace(), Name: ev.GetName(),
+						SessionID: ev.GetSessionId(), Holder: ev.GetHolderIdentity(), Token: ev.GetToken(), Value: ev.GetValue(), Reason: ev.GetReason(),
+					}
+					if ev.GetTime() != nil {
+						le.Time = ev.GetTime().AsTime()
+					}
+					if !send(le) {
+						st.Close()
+						return
+					}
+				}
+				err = st.Err()
+				st.Close()
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			werr := wrap("WatchLeases", err)
+			if werr != nil && (connect.CodeOf(err) == connect.CodeAborted || connect.CodeOf(err) == connect.CodeOutOfRange || connect.CodeOf(err) == connect.CodeInvalidArgument) {
+				send(LeaseEvent{Err: werr})
+				return
+			}
+			if failures++; failures >= c.opts.maxAttempts {
+				send(LeaseEvent{Err: &Error{Op: "WatchLeases", Kind: ErrUnavailable, Cause: err}})
+				return
+			}
+			c.failover(ep, err)
+			if !sleep(ctx, c.opts.backoff) {
+				return
+			}
+		}
+	}()
+	return out
+}
