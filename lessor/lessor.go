@@ -320,7 +320,7 @@ func (l *Lessor) Observe(events []statemachine.Event) {
 			if kv := eventKey(ev); kv != nil {
 				l.forgetKeyLocked(kv.Key)
 			}
-		case statemachine.EventLeaseExpired:
+		case statemachine.EventLeaseExpired, statemachine.EventLeaseRevoked:
 			if ev.LockDelay <= 0 {
 				continue
 			}

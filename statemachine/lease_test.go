@@ -303,13 +303,24 @@ func TestRevoke(t *testing.T) {
 			},
 		},
 		{
-			name:  "a revoke grants the waiters and never starts a lock-delay",
-			setup: []Command{open("a"), open("b"), withDelay(acquire(1, leaseA)), wait(2, leaseA)},
+			name:  "a revoke grants the waiters at once when the lease has no lock-delay",
+			setup: []Command{open("a"), open("b"), acquire(1, leaseA), wait(2, leaseA)},
 			cmd:   Revoke{Lease: leaseA, Reason: "operator"},
 			check: func(t *testing.T, m *Machine, res Result) {
 				expectEvents(t, res, EventLeaseRevoked, EventLeaseAcquired)
 				expect(t, "holders", holders(t, m, leaseA), []int64{2})
 				expect(t, "delay revision", mustLease(t, m, leaseA).DelayRevision, int64(0))
+			},
+		},
+		{
+			name:  "a revoke starts the lease's lock-delay, since the revoked holder may still be working",
+			setup: []Command{open("a"), open("b"), withDelay(acquire(1, leaseA)), wait(2, leaseA)},
+			cmd:   Revoke{Lease: leaseA, Reason: "operator"},
+			check: func(t *testing.T, m *Machine, res Result) {
+				expectEvents(t, res, EventLeaseRevoked)
+				expect(t, "holders", holders(t, m, leaseA), []int64(nil))
+				expect(t, "delay revision", mustLease(t, m, leaseA).DelayRevision, res.Events[0].Revision)
+				expect(t, "event lock delay", res.Events[0].LockDelay, lockDelay)
 			},
 		},
 		{

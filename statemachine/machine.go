@@ -385,6 +385,13 @@ func (m *Machine) revoke(c Revoke) Result {
 		}
 		g := m.removeHolder(l, i, EventLeaseRevoked, reason)
 		revoked = append(revoked, g.Token)
+		// A revoked holder did not stop by itself and may still be
+		// working: like an expired one, it gets the lease's lock-delay
+		// to notice before anyone else is granted.
+		if l.LockDelay > 0 {
+			l.DelayRevision = l.ModRevision
+			m.events[len(m.events)-1].LockDelay = l.LockDelay
+		}
 	}
 	m.grantWaiters(l)
 	return Result{Lease: cloneLease(l), Revoked: revoked}

@@ -318,6 +318,10 @@ func (w *world) checkEvents(t *rapid.T, cmd Command, pre map[LeaseID]Lease, res 
 			if e.LockDelay > 0 {
 				delays[e.Lease] = e.Revision
 			}
+		case EventLeaseRevoked:
+			if e.LockDelay > 0 {
+				delays[e.Lease] = e.Revision
+			}
 		case EventLockDelayEnded:
 			delays[e.Lease] = 0
 		case EventLeaseAcquired:
