@@ -7,11 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tenurehq/tenure/client"
 )
 
 // Exit codes, documented in docs/cli.md.
@@ -22,17 +27,26 @@ const (
 	ExitUnreachable = 3
 )
 
-// exitError carries an exit code out of a command's RunE.
+// exitError carries an exit code out of a command's RunE. A nil err
+// exits quietly (the command printed what it had to say).
 type exitError struct {
 	code int
 	err  error
 }
 
-func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
 func (e *exitError) Unwrap() error { return e.err }
 
 // Main runs the tenure command line and returns the process exit code.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// Signals are caught here so that commands can shut down cleanly;
+	// lock and elect forward them to their child instead.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := NewRootCommand()
@@ -44,22 +58,123 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintln(stderr, "Error:", err)
 	var ee *exitError
 	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintln(stderr, "Error:", ee.err)
+		}
 		return ee.code
+	}
+	fmt.Fprintln(stderr, "Error:", err)
+	switch {
+	case errors.Is(err, client.ErrUnavailable):
+		return ExitUnreachable
+	case errors.Is(err, client.ErrLocked), errors.Is(err, client.ErrCompareFailed),
+		errors.Is(err, client.ErrNotFound), errors.Is(err, client.ErrNotHolder):
+		return ExitUnmet
+	}
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		return ExitUnmet
 	}
 	return ExitUsage
 }
 
+// globals are the flags every command shares.
+type globals struct {
+	endpoints     string
+	timeout       time.Duration
+	output        string
+	namespace     string
+	allNamespaces bool
+}
+
 // NewRootCommand builds the whole command tree.
 func NewRootCommand() *cobra.Command {
+	g := &globals{}
 	root := &cobra.Command{
-		Use:           "tenure",
-		Short:         "Distributed locks, leases, semaphores and leader election with fencing tokens",
+		Use:   "tenure",
+		Short: "Distributed locks, leases, semaphores and leader election with fencing tokens",
+		Long: `tenure runs a Tenure server (tenure serve) and talks to one: run a command
+while holding a lock or leadership, list who holds what, validate fencing
+tokens, and use the key/value layer.
+
+Exit codes: 0 ok; 1 a condition was not met (compare failed, lock held with
+--try, token not valid, not found); 2 usage error; 3 server unreachable;
+lock and elect exit with their command's exit code.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(NewServeCommand())
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &exitError{code: ExitUsage, err: fmt.Errorf("%w\nSee '%s --help'.", err, cmd.CommandPath())}
+	})
+	pf := root.PersistentFlags()
+	defaultEndpoints := os.Getenv("TENURE_ENDPOINTS")
+	if defaultEndpoints == "" {
+		defaultEndpoints = "127.0.0.1:7480"
+	}
+	pf.StringVar(&g.endpoints, "endpoints", defaultEndpoints, "comma-separated server endpoints (env TENURE_ENDPOINTS)")
+	pf.DurationVar(&g.timeout, "timeout", 5*time.Second, "timeout of each request that does not wait by design")
+	pf.StringVarP(&g.namespace, "namespace", "n", "default", "lease namespace")
+
+	root.AddGroup(
+		&cobra.Group{ID: "run", Title: "Run under a lock or leadership:"},
+		&cobra.Group{ID: "inspect", Title: "Inspect and administer:"},
+		&cobra.Group{ID: "keys", Title: "Keys:"},
+		&cobra.Group{ID: "server", Title: "Server:"},
+	)
+	add := func(group string, cmds ...*cobra.Command) {
+		for _, c := range cmds {
+			c.GroupID = group
+			root.AddCommand(c)
+		}
+	}
+	add("run", NewLockCommand(g), NewElectCommand(g))
+	add("inspect", NewGetCommand(g), NewValidateCommand(g), NewRevokeCommand(g), NewWatchCommand(g))
+	add("keys", NewKVCommand(g))
+	add("server", NewServeCommand())
 	return root
 }
+
+// addOutputFlags adds -o and -A to commands that list.
+func addOutputFlags(cmd *cobra.Command, g *globals, formats string) {
+	cmd.Flags().StringVarP(&g.output, "output", "o", "", "output format: "+formats)
+}
+
+func addAllNamespacesFlag(cmd *cobra.Command, g *globals) {
+	cmd.Flags().BoolVarP(&g.allNamespaces, "all-namespaces", "A", false, "across all namespaces")
+}
+
+// connect returns a client for --endpoints.
+func (g *globals) connect(ctx context.Context) (*client.Client, error) {
+	var eps []string
+	for e := range strings.SplitSeq(g.endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	if len(eps) == 0 {
+		return nil, &exitError{code: ExitUsage, err: errors.New("--endpoints is empty")}
+	}
+	return client.New(ctx, eps,
+		client.WithRequestTimeout(g.timeout),
+		client.WithRetry(3, 100*time.Millisecond),
+		client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+	)
+}
+
+// unreachable marks a failure to reach any endpoint with exit code 3.
+func unreachable(err error) error {
+	if errors.Is(err, client.ErrUnavailable) {
+		return &exitError{code: ExitUnreachable, err: err}
+	}
+	return err
+}
+
+// usage is a usage error: exit code 2.
+func usage(format string, args ...any) error {
+	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// unmet is a condition that did not hold: exit code 1.
+func unmet(err error) error { return &exitError{code: ExitUnmet, err: err} }

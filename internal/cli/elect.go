@@ -1,0 +1,169 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenurehq/tenure/client"
+)
+
+type electOptions struct {
+	grantOptions
+	value   string
+	retry   bool
+	observe bool
+	leader  bool
+}
+
+// NewElectCommand builds `tenure elect`.
+func NewElectCommand(g *globals) *cobra.Command {
+	o := &electOptions{}
+	cmd := &cobra.Command{
+		Use:   "elect NAME [-- CMD [ARGS...]]",
+		Short: "Run a command while leader, or observe an election",
+		Long: `Campaign in the election NAME; once leader, run CMD with TENURE_LEASE,
+TENURE_FENCING_TOKEN and TENURE_HOLDER in its environment, proclaiming
+--value (e.g. this instance's address) to everyone who asks who leads.
+
+CMD is supervised as with 'tenure lock': signals are forwarded to its process
+group, and if leadership may be lost the group is stopped (SIGTERM, then
+SIGKILL after --kill-grace) before another candidate can be elected. With
+--retry, tenure campaigns again after such a loss; otherwise it exits with
+CMD's exit code.
+
+--observe prints every leader change (identity, value, token) until
+interrupted; --leader prints the current leader and exits (1 if none).`,
+		Example: `  # Run the scheduler on exactly one host, re-campaigning after a loss
+  tenure elect scheduler --value "$(hostname):8080" --retry -- ./scheduler
+
+  # Who leads now?
+  tenure elect scheduler --leader
+
+  # Follow every change
+  tenure elect scheduler --observe`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if at := cmd.ArgsLenAtDash(); at > 1 || (at < 0 && len(args) > 1) {
+				return usage("elect takes one NAME; put the command after --")
+			}
+			return runElect(cmd, g, o, args[0], args[1:])
+		},
+	}
+	addGrantFlags(cmd, &o.grantOptions)
+	f := cmd.Flags()
+	f.StringVar(&o.value, "value", "", "value to proclaim while leader (e.g. an address)")
+	f.BoolVar(&o.retry, "retry", false, "campaign again after the command is stopped by a loss")
+	f.BoolVar(&o.observe, "observe", false, "print every leader change until interrupted")
+	f.BoolVar(&o.leader, "leader", false, "print the current leader and exit")
+	cmd.MarkFlagsMutuallyExclusive("observe", "leader")
+	return cmd
+}
+
+func runElect(cmd *cobra.Command, g *globals, o *electOptions, name string, argv []string) error {
+	ctx := cmd.Context()
+	if (o.observe || o.leader) && len(argv) > 0 {
+		return usage("--observe and --leader take no command")
+	}
+	c, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	out := cmd.OutOrStdout()
+	if o.leader || o.observe {
+		// Observing needs no session: it only reads and watches.
+		e := observer{c: c, ns: g.namespace, name: name}
+		if o.leader {
+			l, err := e.leader(ctx)
+			if errors.Is(err, client.ErrNoLeader) {
+				return unmet(fmt.Errorf("%s/%s has no leader", g.namespace, name))
+			}
+			if err != nil {
+				return unreachable(err)
+			}
+			fmt.Fprintln(out, formatLeader(l))
+			return nil
+		}
+		for l := range e.observe(ctx) {
+			fmt.Fprintln(out, formatLeader(l))
+		}
+		return nil
+	}
+	if len(argv) == 0 {
+		return usage("elect needs a command after --, or --observe or --leader")
+	}
+	if err := o.check(); err != nil {
+		return err
+	}
+	for {
+		code, lost, err := campaignOnce(cmd, g, o, c, name, argv)
+		if err != nil || !lost || !o.retry || ctx.Err() != nil {
+			if err != nil {
+				return err
+			}
+			if lost {
+				return &exitError{code: code, err: fmt.Errorf("lost leadership of %s/%s; the command was stopped", g.namespace, name)}
+			}
+			return exitCodeErr(code)
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "tenure: lost leadership of %s/%s; the command was stopped; campaigning again\n", g.namespace, name)
+	}
+}
+
+// campaignOnce opens a session, waits to be elected, runs the command and
+// resigns.
+func campaignOnce(cmd *cobra.Command, g *globals, o *electOptions, c *client.Client, name string, argv []string) (int, bool, error) {
+	ctx := cmd.Context()
+	s, err := o.session(ctx, c)
+	if err != nil {
+		return 0, false, err
+	}
+	defer closeSession(s)
+	e := s.Election(name, client.WithNamespace(g.namespace), client.WithLockDelay(o.lockDelay))
+	if err := e.Campaign(ctx, o.value); err != nil {
+		if ctx.Err() != nil {
+			return 0, false, unmet(fmt.Errorf("interrupted while campaigning for %s/%s", g.namespace, name))
+		}
+		return 0, false, unreachable(err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
+		defer cancel()
+		_ = e.Resign(rctx)
+	}()
+	token, _ := e.FenceToken()
+	ch := &child{
+		args:      argv,
+		env:       grantEnv(token, s.Identity(), g.endpoints),
+		killGrace: o.killGrace,
+		stdin:     cmd.InOrStdin(),
+		stdout:    cmd.OutOrStdout(),
+		stderr:    cmd.ErrOrStderr(),
+	}
+	code, lost, err := ch.run(e.Lost())
+	return code, lost, err
+}
+
+// observer reads an election without campaigning in it.
+type observer struct {
+	c        *client.Client
+	ns, name string
+}
+
+func (o observer) leader(ctx context.Context) (client.Leader, error) {
+	return o.c.ElectionLeader(ctx, o.ns, o.name)
+}
+
+func (o observer) observe(ctx context.Context) <-chan client.Leader {
+	return o.c.ObserveElection(ctx, o.ns, o.name)
+}
+
+func formatLeader(l client.Leader) string {
+	if l.Identity == "" {
+		return fmt.Sprintf("revision=%d leader=<none>", l.Revision)
+	}
+	return fmt.Sprintf("revision=%d leader=%s value=%q token=%d", l.Revision, l.Identity, l.Value, l.Token)
+}

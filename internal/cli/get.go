@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenurehq/tenure/client"
+)
+
+// NewGetCommand builds `tenure get`.
+func NewGetCommand(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "get",
+		Short: "List leases or sessions, kubectl-style",
+	}
+	var selector string
+	leases := &cobra.Command{
+		Use:     "leases [NAME]",
+		Aliases: []string{"lease"},
+		Short:   "List leases, or show one",
+		Long: `List leases: NAMESPACE (with -A), NAME, HOLDER and AGE (how long the current
+holder has held it). -o wide adds TOKEN, TTL, EXPIRES-IN, WAITERS,
+TRANSITIONS and VALUE; -o json and -o yaml print Kubernetes-Lease-shaped
+documents with Tenure's status (fencing token, holders, waiters).`,
+		Example: `  tenure get leases -A
+  tenure get leases -n prod -l app=scheduler -o wide
+  tenure get lease nightly-report -o yaml`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if len(args) == 1 {
+				l, err := c.Lease(ctx, g.namespace, args[0])
+				if err != nil {
+					return unreachable(err)
+				}
+				if g.output == "json" || g.output == "yaml" {
+					return printDoc(cmd.OutOrStdout(), g.output, toLeaseDoc(l))
+				}
+				return printLeases(cmd.OutOrStdout(), []client.Lease{l}, g.output, false, time.Now())
+			}
+			list, err := c.Leases(ctx, listOptions(g, selector))
+			if err != nil {
+				return unreachable(err)
+			}
+			return printLeases(cmd.OutOrStdout(), list, g.output, g.allNamespaces, time.Now())
+		},
+	}
+	addOutputFlags(leases, g, "table, wide, json or yaml")
+	addAllNamespacesFlag(leases, g)
+	leases.Flags().StringVarP(&selector, "selector", "l", "", "label selector, e.g. app=web,tier!=db")
+
+	sessions := &cobra.Command{
+		Use:     "sessions",
+		Aliases: []string{"session"},
+		Short:   "List open sessions",
+		Example: `  tenure get sessions
+  tenure get sessions -o yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			list, err := c.Sessions(ctx, selector)
+			if err != nil {
+				return unreachable(err)
+			}
+			return printSessions(cmd.OutOrStdout(), list, g.output, time.Now())
+		},
+	}
+	addOutputFlags(sessions, g, "table, json or yaml")
+	sessions.Flags().StringVarP(&selector, "selector", "l", "", "label selector")
+	cmd.AddCommand(leases, sessions)
+	return cmd
+}
+
+func listOptions(g *globals, selector string) client.ListOptions {
+	return client.ListOptions{Namespace: g.namespace, AllNamespaces: g.allNamespaces, LabelSelector: selector}
+}

@@ -1,0 +1,217 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenurehq/tenure/client"
+)
+
+// grantOptions are the flags lock and elect share.
+type grantOptions struct {
+	ttl       time.Duration
+	killGrace time.Duration
+	lockDelay time.Duration
+	identity  string
+}
+
+func addGrantFlags(cmd *cobra.Command, o *grantOptions) {
+	f := cmd.Flags()
+	f.DurationVar(&o.ttl, "ttl", 10*time.Second, "session TTL: how long after the last heartbeat the server releases the grant")
+	f.DurationVar(&o.killGrace, "kill-grace", 2*time.Second, "time between SIGTERM and SIGKILL when the grant may be lost; must be under a quarter of --ttl")
+	f.DurationVar(&o.lockDelay, "lock-delay", -1, "after an expiry or revoke, how long nobody may be granted (default: --kill-grace + 1s)")
+	f.StringVar(&o.identity, "identity", "", "holder identity (default hostname_pid_random)")
+}
+
+// validityFactor is the share of the TTL, after the last acknowledged
+// heartbeat was sent, during which the CLI trusts its grant.
+const validityFactor = 0.75
+
+// check keeps the promise that the child is stopped before anyone else
+// can hold the grant: it is told to stop when validity ends, at
+// 0.75×TTL, and killed killGrace later, which must come before the
+// server can expire the session at 1×TTL.
+func (o *grantOptions) check() error {
+	if o.ttl <= 0 {
+		return usage("--ttl %v must be positive", o.ttl)
+	}
+	if o.killGrace <= 0 {
+		return usage("--kill-grace %v must be positive", o.killGrace)
+	}
+	margin := time.Duration(float64(o.ttl) * (1 - validityFactor))
+	if o.killGrace >= margin {
+		return usage("--kill-grace %v must be under %v (a quarter of --ttl %v): the command must be dead before the server can expire the session", o.killGrace, margin, o.ttl)
+	}
+	if o.lockDelay < 0 {
+		o.lockDelay = o.killGrace + time.Second
+	}
+	return nil
+}
+
+func (o *grantOptions) session(ctx context.Context, c *client.Client) (*client.Session, error) {
+	opts := []client.SessionOption{client.WithTTL(o.ttl), client.WithValidityFactor(validityFactor)}
+	if o.identity != "" {
+		opts = append(opts, client.WithIdentity(o.identity))
+	}
+	s, err := c.NewSession(ctx, opts...)
+	return s, unreachable(err)
+}
+
+type lockOptions struct {
+	grantOptions
+	try      bool
+	wait     time.Duration
+	capacity int
+}
+
+// NewLockCommand builds `tenure lock`.
+func NewLockCommand(g *globals) *cobra.Command {
+	o := &lockOptions{}
+	cmd := &cobra.Command{
+		Use:   "lock NAME [-- CMD [ARGS...]]",
+		Short: "Run a command while holding a lock",
+		Long: `Acquire the lock NAME (waiting in the server's FIFO queue), then run CMD with
+TENURE_LEASE, TENURE_FENCING_TOKEN and TENURE_HOLDER in its environment.
+
+CMD runs in its own process group. SIGINT and SIGTERM to tenure are forwarded
+to the group. If the lock may be lost (heartbeats not acknowledged for 0.75 of
+the TTL, the session ended, or the lock was revoked), the whole group gets
+SIGTERM, then SIGKILL after --kill-grace, so the command never runs past the
+point where someone else can hold the lock. When CMD exits, the lock is
+released and tenure exits with CMD's exit code.
+
+Without CMD, tenure holds the lock until interrupted and prints the token.
+With --capacity N the lock is a semaphore with N places.`,
+		Example: `  # Protect a cron job: at most one copy runs across all hosts
+  tenure lock nightly-report -- ./report.sh
+
+  # Give up at once if someone else holds it (exit code 1)
+  tenure lock --try nightly-report -- ./report.sh
+
+  # At most 3 concurrent renders, waiting at most a minute for a place
+  tenure lock --capacity 3 --wait 1m render -- ./render.sh
+
+  # The command can fence its writes with the token
+  tenure lock db-migrate -- sh -c 'migrate --fencing-token "$TENURE_FENCING_TOKEN"'`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if at := cmd.ArgsLenAtDash(); at > 1 || (at < 0 && len(args) > 1) {
+				return usage("lock takes one NAME; put the command after --")
+			}
+			return runLock(cmd, g, o, args[0], args[1:])
+		},
+	}
+	addGrantFlags(cmd, &o.grantOptions)
+	f := cmd.Flags()
+	f.BoolVar(&o.try, "try", false, "do not wait: exit 1 if the lock is held")
+	f.DurationVar(&o.wait, "wait", 0, "wait at most this long for the lock (default: as long as it takes)")
+	f.IntVar(&o.capacity, "capacity", 1, "places in the lock: more than 1 makes it a semaphore")
+	return cmd
+}
+
+func runLock(cmd *cobra.Command, g *globals, o *lockOptions, name string, argv []string) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	if o.capacity < 1 {
+		return usage("--capacity %d must be at least 1", o.capacity)
+	}
+	ctx := cmd.Context()
+	c, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	s, err := o.session(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer closeSession(s)
+
+	opts := []client.LeaseOption{client.WithNamespace(g.namespace), client.WithLockDelay(o.lockDelay)}
+	sem := s.Semaphore(name, o.capacity, opts...)
+	acquireCtx, cancel := ctx, context.CancelFunc(func() {})
+	if o.wait > 0 {
+		acquireCtx, cancel = context.WithTimeout(ctx, o.wait)
+	}
+	if o.try {
+		err = sem.TryAcquire(acquireCtx)
+	} else {
+		err = sem.Acquire(acquireCtx)
+	}
+	cancel()
+	switch {
+	case errors.Is(err, client.ErrLocked):
+		return unmet(fmt.Errorf("%s/%s is held: %w", g.namespace, name, err))
+	case err != nil && ctx.Err() != nil:
+		return unmet(fmt.Errorf("interrupted while waiting for %s/%s", g.namespace, name))
+	case err != nil && acquireCtx.Err() != nil:
+		return unmet(fmt.Errorf("gave up waiting for %s/%s after %v", g.namespace, name, o.wait))
+	case err != nil:
+		return unreachable(err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
+		defer cancel()
+		_ = sem.Release(rctx)
+	}()
+	token, _ := sem.FenceToken()
+	if len(argv) == 0 {
+		return holdUntilInterrupted(cmd, ctx, token, s.Identity(), sem.Lost())
+	}
+	ch := &child{
+		args:      argv,
+		env:       grantEnv(token, s.Identity(), g.endpoints),
+		killGrace: o.killGrace,
+		stdin:     cmd.InOrStdin(),
+		stdout:    cmd.OutOrStdout(),
+		stderr:    cmd.ErrOrStderr(),
+	}
+	code, lost, err := ch.run(sem.Lost())
+	if err != nil {
+		return &exitError{code: code, err: err}
+	}
+	if lost {
+		return &exitError{code: code, err: fmt.Errorf("lost %s (token %d) while the command ran; it was stopped: %v", token.Namespace+"/"+token.Name, token.Token, context.Cause(sem.Context()))}
+	}
+	return exitCodeErr(code)
+}
+
+func grantEnv(t client.Token, holder, endpoints string) []string {
+	return []string{
+		"TENURE_LEASE=" + t.Namespace + "/" + t.Name,
+		"TENURE_FENCING_TOKEN=" + strconv.FormatInt(t.Token, 10),
+		"TENURE_HOLDER=" + holder,
+		"TENURE_ENDPOINTS=" + endpoints,
+	}
+}
+
+// holdUntilInterrupted prints the grant and keeps it until a signal or
+// its loss.
+func holdUntilInterrupted(cmd *cobra.Command, ctx context.Context, t client.Token, holder string, lost <-chan struct{}) error {
+	fmt.Fprintf(cmd.OutOrStdout(), "%s/%s held by %s with fencing token %d; interrupt to release\n", t.Namespace, t.Name, holder, t.Token)
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-lost:
+		return unmet(fmt.Errorf("lost %s/%s (token %d)", t.Namespace, t.Name, t.Token))
+	}
+}
+
+func exitCodeErr(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return &exitError{code: code}
+}
+
+func closeSession(s *client.Session) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.Close(ctx)
+}

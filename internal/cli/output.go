@@ -1,0 +1,272 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/tenurehq/tenure/client"
+)
+
+// leaseDoc is a lease as a Kubernetes-Lease-shaped document, for -o json
+// and -o yaml: what people who know `kubectl get lease -o yaml` expect,
+// plus Tenure's status.
+type leaseDoc struct {
+	APIVersion string        `json:"apiVersion"`
+	Kind       string        `json:"kind"`
+	Metadata   leaseMetadata `json:"metadata"`
+	Spec       leaseSpec     `json:"spec"`
+	Status     leaseStatus   `json:"status"`
+}
+
+type leaseMetadata struct {
+	Name            string            `json:"name"`
+	Namespace       string            `json:"namespace"`
+	Labels          map[string]string `json:"labels,omitempty"`
+	ResourceVersion string            `json:"resourceVersion"`
+}
+
+type leaseSpec struct {
+	HolderIdentity       *string `json:"holderIdentity,omitempty"`
+	LeaseDurationSeconds *int64  `json:"leaseDurationSeconds,omitempty"`
+	AcquireTime          *string `json:"acquireTime,omitempty"`
+	RenewTime            *string `json:"renewTime,omitempty"`
+	LeaseTransitions     int64   `json:"leaseTransitions"`
+}
+
+type leaseStatus struct {
+	FencingToken    int64       `json:"fencingToken"`
+	Capacity        int         `json:"capacity"`
+	Value           string      `json:"value,omitempty"`
+	Holders         []holderDoc `json:"holders,omitempty"`
+	Waiters         []waiterDoc `json:"waiters"`
+	LockDelay       string      `json:"lockDelay,omitempty"`
+	LockDelayActive bool        `json:"lockDelayActive,omitempty"`
+}
+
+type holderDoc struct {
+	HolderIdentity string `json:"holderIdentity"`
+	SessionID      int64  `json:"sessionID"`
+	FencingToken   int64  `json:"fencingToken"`
+	AcquireTime    string `json:"acquireTime"`
+	RenewTime      string `json:"renewTime,omitempty"`
+	Value          string `json:"value,omitempty"`
+	Exclusive      bool   `json:"exclusive,omitempty"`
+}
+
+type waiterDoc struct {
+	HolderIdentity string `json:"holderIdentity"`
+	SessionID      int64  `json:"sessionID"`
+	Since          string `json:"since"`
+	Exclusive      bool   `json:"exclusive,omitempty"`
+}
+
+// microTime formats like a Kubernetes MicroTime.
+func microTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000000Z07:00") }
+
+func toLeaseDoc(l client.Lease) leaseDoc {
+	d := leaseDoc{
+		APIVersion: "coordination.tenure.dev/v1",
+		Kind:       "Lease",
+		Metadata:   leaseMetadata{Name: l.Name, Namespace: l.Namespace, Labels: l.Labels, ResourceVersion: strconv.FormatInt(l.ModRev, 10)},
+		Spec:       leaseSpec{LeaseTransitions: l.Transitions},
+		Status:     leaseStatus{FencingToken: l.FencingToken, Capacity: l.Capacity, Value: l.Value, Waiters: []waiterDoc{}, LockDelayActive: l.LockDelayOn},
+	}
+	if l.LockDelay > 0 {
+		d.Status.LockDelay = l.LockDelay.String()
+	}
+	if l.Holder != "" {
+		holder := l.Holder
+		secs := int64(l.LeaseDuration / time.Second)
+		acq, renew := microTime(l.AcquireTime), microTime(l.RenewTime)
+		d.Spec.HolderIdentity, d.Spec.LeaseDurationSeconds, d.Spec.AcquireTime, d.Spec.RenewTime = &holder, &secs, &acq, &renew
+	}
+	for _, g := range l.Holders {
+		h := holderDoc{HolderIdentity: g.Holder, SessionID: g.SessionID, FencingToken: g.Token, AcquireTime: microTime(g.AcquireTime), Value: g.Value, Exclusive: g.Exclusive}
+		if !g.RenewTime.IsZero() {
+			h.RenewTime = microTime(g.RenewTime)
+		}
+		d.Status.Holders = append(d.Status.Holders, h)
+	}
+	for _, w := range l.Waiters {
+		d.Status.Waiters = append(d.Status.Waiters, waiterDoc{HolderIdentity: w.Holder, SessionID: w.SessionID, Since: microTime(w.Since), Exclusive: w.Exclusive})
+	}
+	return d
+}
+
+// listDoc is kubectl's List wrapper for -o json/yaml of several items.
+type listDoc struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Items      any    `json:"items"`
+}
+
+func printDoc(w io.Writer, format string, doc any) error {
+	switch format {
+	case "json":
+		b, err := json.MarshalIndent(doc, "", "    ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	case "yaml":
+		b, err := yaml.Marshal(doc)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	return usage("unknown output format %q", format)
+}
+
+// printLeases prints leases as kubectl prints `get lease`: NAMESPACE only
+// across namespaces, AGE as how long the current holder has held it.
+func printLeases(w io.Writer, leases []client.Lease, format string, allNamespaces bool, now time.Time) error {
+	switch format {
+	case "json", "yaml":
+		items := make([]leaseDoc, 0, len(leases))
+		for _, l := range leases {
+			items = append(items, toLeaseDoc(l))
+		}
+		return printDoc(w, format, listDoc{APIVersion: "v1", Kind: "List", Items: items})
+	case "", "table", "wide":
+	default:
+		return usage("-o %q: use table, wide, json or yaml", format)
+	}
+	if len(leases) == 0 {
+		_, err := fmt.Fprintln(w, "No leases found.")
+		return err
+	}
+	wide := format == "wide"
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	var head []string
+	if allNamespaces {
+		head = append(head, "NAMESPACE")
+	}
+	head = append(head, "NAME", "HOLDER", "AGE")
+	if wide {
+		head = append(head, "TOKEN", "TTL", "EXPIRES-IN", "WAITERS", "TRANSITIONS", "VALUE")
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	for _, l := range leases {
+		var row []string
+		if allNamespaces {
+			row = append(row, l.Namespace)
+		}
+		holder, age := "<none>", "<none>"
+		if l.Holder != "" {
+			holder = holderList(l)
+			age = humanDuration(now.Sub(l.AcquireTime))
+		}
+		row = append(row, l.Name, holder, age)
+		if wide {
+			token, ttl, expires := "<none>", "<none>", "<none>"
+			if l.Holder != "" {
+				token = strconv.FormatInt(l.FencingToken, 10)
+				ttl = l.LeaseDuration.String()
+				if !l.RenewTime.IsZero() {
+					expires = humanDuration(l.RenewTime.Add(l.LeaseDuration).Sub(now))
+				}
+			}
+			value := l.Value
+			if value == "" {
+				value = "<none>"
+			}
+			row = append(row, token, ttl, expires, strconv.Itoa(len(l.Waiters)), strconv.FormatInt(l.Transitions, 10), value)
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	return tw.Flush()
+}
+
+// holderList shows a semaphore's holders as "a,b (+2)" beyond two.
+func holderList(l client.Lease) string {
+	if len(l.Holders) <= 1 {
+		return l.Holder
+	}
+	names := make([]string, 0, len(l.Holders))
+	for _, g := range l.Holders {
+		names = append(names, g.Holder)
+	}
+	if len(names) > 2 {
+		return fmt.Sprintf("%s (+%d)", strings.Join(names[:2], ","), len(names)-2)
+	}
+	return strings.Join(names, ",")
+}
+
+// humanDuration is kubectl's short age: 45s, 3m12s, 5h, 2d.
+func humanDuration(d time.Duration) string {
+	if d < 0 {
+		return "0s"
+	}
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < 10*time.Minute:
+		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+type sessionDoc struct {
+	ID            int64             `json:"id"`
+	Identity      string            `json:"identity"`
+	TTL           string            `json:"ttl"`
+	Labels        map[string]string `json:"labels,omitempty"`
+	OpenTime      string            `json:"openTime"`
+	LastHeartbeat string            `json:"lastHeartbeat,omitempty"`
+	Leases        []string          `json:"leases,omitempty"`
+	Waiting       []string          `json:"waiting,omitempty"`
+	Keys          int64             `json:"keys,omitempty"`
+}
+
+func printSessions(w io.Writer, sessions []client.SessionInfo, format string, now time.Time) error {
+	switch format {
+	case "json", "yaml":
+		items := make([]sessionDoc, 0, len(sessions))
+		for _, s := range sessions {
+			d := sessionDoc{ID: s.ID, Identity: s.Identity, TTL: s.TTL.String(), Labels: s.Labels, OpenTime: microTime(s.OpenTime), Leases: s.Leases, Waiting: s.Waiting, Keys: s.Keys}
+			if !s.LastHeartbeat.IsZero() {
+				d.LastHeartbeat = microTime(s.LastHeartbeat)
+			}
+			items = append(items, d)
+		}
+		return printDoc(w, format, listDoc{APIVersion: "v1", Kind: "List", Items: items})
+	case "", "table", "wide":
+	default:
+		return usage("-o %q: use table, wide, json or yaml", format)
+	}
+	if len(sessions) == 0 {
+		_, err := fmt.Fprintln(w, "No sessions found.")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "ID\tIDENTITY\tTTL\tAGE\tLAST-HEARTBEAT\tLEASES\tWAITING")
+	for _, s := range sessions {
+		hb := "<none>"
+		if !s.LastHeartbeat.IsZero() {
+			hb = humanDuration(now.Sub(s.LastHeartbeat)) + " ago"
+		}
+		leases, waiting := strings.Join(s.Leases, ","), strings.Join(s.Waiting, ",")
+		if leases == "" {
+			leases = "<none>"
+		}
+		if waiting == "" {
+			waiting = "<none>"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%v\t%s\t%s\t%s\t%s\n", s.ID, s.Identity, s.TTL, humanDuration(now.Sub(s.OpenTime)), hb, leases, waiting)
+	}
+	return tw.Flush()
+}
