@@ -187,7 +187,10 @@ func (p *serverProc) start(ctx context.Context) {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(f, "=== start %d\n", p.starts)
-	cmd := exec.Command(p.bin, "serve", "--listen", p.listen, "--peer-listen", p.peer, "--data-dir", p.dataDir)
+	// A low snapshot threshold makes restarts restore snapshots and replay
+	// the log after them, not only replay.
+	cmd := exec.Command(p.bin, "serve", "--listen", p.listen, "--peer-listen", p.peer, "--data-dir", p.dataDir,
+		"--snapshot-threshold", "256", "--snapshot-interval", "200ms")
 	cmd.Stdout, cmd.Stderr = f, f
 	setDeathSignal(cmd)
 	err = cmd.Start()

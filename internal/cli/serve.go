@@ -16,6 +16,8 @@ import (
 
 type serveOptions struct {
 	listen, peerListen, dataDir, nodeID, logStore, logLevel string
+	snapshotThreshold                                       uint64
+	snapshotInterval                                        time.Duration
 	limits                                                  server.Limits
 }
 
@@ -48,6 +50,8 @@ fsynced before the reply. SIGINT or SIGTERM shut it down cleanly.`,
 	f.StringVar(&o.nodeID, "node-id", "", "this node's raft ID (default: derived from --peer-listen)")
 	f.StringVar(&o.logStore, "log-store", "wal", `raft log store: "wal" (raft-wal) or "boltdb" (raft-boltdb/v2)`)
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.Uint64Var(&o.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
+	f.DurationVar(&o.snapshotInterval, "snapshot-interval", 2*time.Minute, "how often to check whether a snapshot is due")
 	l := &o.limits
 	f.IntVar(&l.MaxNameBytes, "max-name-bytes", l.MaxNameBytes, "longest key, lease name or identity")
 	f.IntVar(&l.MaxValueBytes, "max-value-bytes", l.MaxValueBytes, "largest key or lease value")
@@ -99,6 +103,9 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 			PeerAddr:  o.peerListen,
 			LogStore:  o.logStore,
 			Bootstrap: true,
+
+			SnapshotThreshold: o.snapshotThreshold,
+			SnapshotInterval:  o.snapshotInterval,
 		},
 	})
 	if err != nil {
