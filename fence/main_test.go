@@ -1,0 +1,122 @@
+package fence_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/raftnode"
+	"github.com/tenurehq/tenure/server"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startServer runs a single Tenure node on 127.0.0.1 free ports and
+// returns its endpoint, ready for sessions.
+func startServer(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.Open(server.Config{
+		Listener: ln,
+		Limits:   server.DefaultLimits(),
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Raft: raftnode.Config{
+			DataDir:            t.TempDir(),
+			PeerAddr:           "127.0.0.1:0",
+			Bootstrap:          true,
+			HeartbeatTimeout:   100 * time.Millisecond,
+			ElectionTimeout:    100 * time.Millisecond,
+			LeaderLeaseTimeout: 100 * time.Millisecond,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	c := newClient(t, srv.Addr())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s, err := c.NewSession(ctx, client.WithTTL(2*time.Second))
+		cancel()
+		if err == nil {
+			s.Close(context.Background())
+			return srv.Addr()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server at %s not ready: %v", srv.Addr(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func newClient(t testing.TB, endpoints ...string) *client.Client {
+	t.Helper()
+	c, err := client.New(context.Background(), endpoints,
+		client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
+		client.WithRetry(2, 10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newSession(t testing.TB, c *client.Client, identity string) *client.Session {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := c.NewSession(ctx, client.WithTTL(5*time.Second), client.WithIdentity(identity))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
+// source is a fake Source: a token and whether it is valid.
+type source struct {
+	mu    sync.Mutex // guards tok and valid
+	tok   client.Token
+	valid bool
+}
+
+func newSource(t client.Token, valid bool) *source { return &source{tok: t, valid: valid} }
+
+func (s *source) set(t client.Token, valid bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tok, s.valid = t, valid
+}
+
+func (s *source) FenceToken() (client.Token, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tok, s.valid
+}
+
+func tok(ns, name string, n int64) client.Token {
+	return client.Token{Namespace: ns, Name: name, Token: n}
+}
+
+// closedAddr returns a 127.0.0.1 address where nothing listens.
+func closedAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
