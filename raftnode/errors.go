@@ -1,0 +1,43 @@
+package raftnode
+
+import "errors"
+
+var (
+	// ErrNotLeader is returned by Propose, Read, Barrier and membership
+	// changes when this node is not the leader. The error is a
+	// *NotLeaderError naming the leader when one is known; the command was
+	// not applied, so the caller may forward it to the leader.
+	ErrNotLeader = errors.New("not leader")
+
+	// ErrLeadershipLost is returned by Propose and Barrier when this node
+	// stopped being leader while the entry was in flight. Unlike
+	// ErrNotLeader the outcome is unknown: the next leader may still commit
+	// the entry, so a caller must not blindly resend a non-idempotent
+	// command.
+	ErrLeadershipLost = errors.New("leadership lost while the entry was in flight")
+
+	// ErrClosed is returned by every method that needs the log once Close
+	// has been called.
+	ErrClosed = errors.New("node closed")
+)
+
+// NotLeaderError is returned when a call needs the leader and this node is
+// not it. Leader and LeaderID are empty while no leader is known (during an
+// election, or on a node that has not joined a cluster).
+type NotLeaderError struct {
+	// Leader is the leader's raft transport address (Config.Advertise),
+	// not its API address; LeaderID names the node so that the caller can
+	// look up the address it serves clients on.
+	Leader   string
+	LeaderID string
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == "" {
+		return "not leader (no leader known)"
+	}
+	return "not leader (leader is " + e.LeaderID + " at " + e.Leader + ")"
+}
+
+// Unwrap makes errors.Is(err, ErrNotLeader) hold.
+func (e *NotLeaderError) Unwrap() error { return ErrNotLeader }

@@ -1,0 +1,218 @@
+package raftnode
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tenurehq/tenure/statemachine"
+)
+
+// state is what the FSM needs from the replicated state. *statemachine.Machine
+// is the only production implementation; the seam exists so that the log,
+// snapshots and read protocol can be tested with a fake while the machine
+// evolves.
+type state interface {
+	Apply(now int64, cmd statemachine.Command) statemachine.Result
+	Revision() int64
+	Snapshot(w io.Writer) error
+	Restore(r io.Reader) error
+}
+
+var _ state = (*statemachine.Machine)(nil)
+
+// fsm owns the state and is the only writer to it. Raft calls ApplyBatch,
+// Snapshot and Restore from its single FSM goroutine, never concurrently
+// with each other; Node's readers run alongside under mu.
+type fsm struct {
+	mu sync.RWMutex // guards st; held for writing across a whole batch
+	st state
+
+	newState  func() state
+	observer  func([]statemachine.Event)
+	onRestore func(revision int64)
+	log       *slog.Logger
+	metrics   *metrics
+
+	// applied is the index of the last entry whose effect is visible under
+	// mu. Barrier also advances it (see advance), since raft does not hand
+	// no-op and barrier entries to the FSM.
+	applied atomic.Uint64
+
+	waitMu sync.Mutex    // guards waitCh
+	waitCh chan struct{} // closed when applied moves; nil until a reader waits
+	// waiting lets a batch skip waitMu when no reader is parked, which is
+	// the common case under write load.
+	waiting atomic.Bool
+}
+
+var _ raft.BatchingFSM = (*fsm)(nil)
+
+// ApplyBatch is called by raft's FSM goroutine with committed entries in
+// log order. It holds the write lock for the whole batch: readers see
+// either none or all of a group commit, and the lock is taken once per
+// batch rather than once per entry.
+func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+	start := time.Now()
+	out := make([]any, len(logs))
+	f.mu.Lock()
+	for i, l := range logs {
+		// Configuration entries arrive here too; they change membership,
+		// not the state, and nobody waits for a result from them.
+		if l.Type == raft.LogCommand {
+			out[i] = f.applyLocked(l)
+		}
+	}
+	f.mu.Unlock()
+	if len(logs) > 0 {
+		f.advance(logs[len(logs)-1].Index)
+	}
+	f.metrics.applyBatch.Observe(time.Since(start).Seconds())
+	f.metrics.batchSize.Observe(float64(len(logs)))
+	return out
+}
+
+// Apply is raft.FSM's single-entry path. Raft uses ApplyBatch since fsm
+// implements BatchingFSM; this exists to satisfy the interface.
+func (f *fsm) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		f.advance(l.Index)
+		return nil
+	}
+	f.mu.Lock()
+	res := f.applyLocked(l)
+	f.mu.Unlock()
+	f.advance(l.Index)
+	return res
+}
+
+func (f *fsm) applyLocked(l *raft.Log) statemachine.Result {
+	now, cmd, err := statemachine.Decode(l.Data)
+	if err != nil {
+		// Every replica fails the same entry the same way, so the state
+		// stays identical; the proposer learns why from Result.Err.
+		f.log.Error("undecodable log entry", "index", l.Index, "term", l.Term, "error", err)
+		return statemachine.Result{Revision: f.st.Revision(), Err: err}
+	}
+	res := f.st.Apply(now, cmd)
+	if len(res.Events) > 0 && f.observer != nil {
+		f.observer(res.Events)
+	}
+	return res
+}
+
+// advance raises applied to idx and wakes parked readers. It never lowers
+// applied: a barrier and a batch may report out of order.
+func (f *fsm) advance(idx uint64) {
+	for {
+		cur := f.applied.Load()
+		if idx <= cur {
+			return
+		}
+		if f.applied.CompareAndSwap(cur, idx) {
+			break
+		}
+	}
+	f.metrics.applied.Set(float64(idx))
+	f.wake()
+}
+
+func (f *fsm) wake() {
+	if !f.waiting.Load() {
+		return
+	}
+	f.waitMu.Lock()
+	if f.waitCh != nil {
+		close(f.waitCh)
+		f.waitCh = nil
+	}
+	f.waiting.Store(false)
+	f.waitMu.Unlock()
+}
+
+// appliedChanged returns a channel that is closed the next time applied
+// moves. Callers take it before checking applied, so no move is missed.
+func (f *fsm) appliedChanged() <-chan struct{} {
+	f.waitMu.Lock()
+	defer f.waitMu.Unlock()
+	if f.waitCh == nil {
+		f.waitCh = make(chan struct{})
+	}
+	f.waiting.Store(true)
+	return f.waitCh
+}
+
+// snapshotVersion heads every snapshot, followed by the applied index, so
+// that a restored node knows how far its state reaches without waiting
+// for the next entry. Bump it when the header changes.
+const snapshotVersion byte = 1
+
+const snapshotHeaderLen = 1 + 8
+
+// Snapshot serialises the state into memory under the read lock. Raft
+// calls Persist on another goroutine while applies continue, and the
+// Machine is not safe for concurrent use; copying it to a buffer first is
+// cheap at Tenure's sizes (sessions, leases and small keys, bounded by
+// the limits) and keeps disk I/O out of every lock.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var buf bytes.Buffer
+	var hdr [snapshotHeaderLen]byte
+	hdr[0] = snapshotVersion
+	binary.BigEndian.PutUint64(hdr[1:], f.applied.Load())
+	buf.Write(hdr[:])
+	if err := f.st.Snapshot(&buf); err != nil {
+		return nil, fmt.Errorf("raftnode: snapshot state: %w", err)
+	}
+	return &fsmSnapshot{data: buf.Bytes()}, nil
+}
+
+// Restore replaces the state with a snapshot, at startup or when a
+// follower is sent one. The new state is built outside the lock, so
+// readers keep seeing the old one until the swap.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	var hdr [snapshotHeaderLen]byte
+	if _, err := io.ReadFull(rc, hdr[:]); err != nil {
+		return fmt.Errorf("raftnode: read snapshot header: %w", err)
+	}
+	if hdr[0] != snapshotVersion {
+		return fmt.Errorf("raftnode: snapshot version %d, this build reads %d", hdr[0], snapshotVersion)
+	}
+	idx := binary.BigEndian.Uint64(hdr[1:])
+	st := f.newState()
+	if err := st.Restore(rc); err != nil {
+		return fmt.Errorf("raftnode: restore state: %w", err)
+	}
+	f.mu.Lock()
+	f.st = st
+	if f.onRestore != nil {
+		f.onRestore(st.Revision())
+	}
+	f.mu.Unlock()
+	// Store, not advance: the state now is exactly the snapshot's.
+	f.applied.Store(idx)
+	f.metrics.applied.Set(float64(idx))
+	f.wake()
+	return nil
+}
+
+type fsmSnapshot struct{ data []byte }
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s.data); err != nil {
+		sink.Cancel()
+		return fmt.Errorf("raftnode: write snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}

@@ -1,0 +1,678 @@
+package raftnode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/tenurehq/tenure/statemachine"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeState is a tiny key/value state with revisions, standing in for
+// statemachine.Machine so that the log can be tested on its own.
+type fakeState struct {
+	Rev  int64                            `json:"rev"`
+	KV   map[string]statemachine.KeyValue `json:"kv"`
+	hook func(statemachine.Command)       // called at the start of Apply; may block the FSM goroutine
+}
+
+var _ state = (*fakeState)(nil)
+
+func newFake(hook func(statemachine.Command)) func() state {
+	return func() state { return &fakeState{KV: map[string]statemachine.KeyValue{}, hook: hook} }
+}
+
+func (s *fakeState) Revision() int64 { return s.Rev }
+
+func (s *fakeState) Apply(now int64, cmd statemachine.Command) statemachine.Result {
+	if s.hook != nil {
+		s.hook(cmd)
+	}
+	switch c := cmd.(type) {
+	case statemachine.Put:
+		s.Rev++
+		prev, had := s.KV[c.Key]
+		kv := statemachine.KeyValue{Key: c.Key, Value: c.Value, CreateRevision: s.Rev, ModRevision: s.Rev, Version: prev.Version + 1}
+		if had {
+			kv.CreateRevision = prev.CreateRevision
+		}
+		s.KV[c.Key] = kv
+		res := statemachine.Result{Revision: s.Rev, KV: &kv,
+			Events: []statemachine.Event{{Revision: s.Rev, Type: statemachine.EventKeyPut, Time: now, KV: &kv}}}
+		if had {
+			res.PrevKV = &prev
+		}
+		return res
+	case statemachine.NewEpoch: // a command that changes nothing and has no events
+		return statemachine.Result{Revision: s.Rev}
+	default:
+		return statemachine.Result{Revision: s.Rev, Err: statemachine.ErrUnknownCommand}
+	}
+}
+
+func (s *fakeState) Snapshot(w io.Writer) error { return json.NewEncoder(w).Encode(s) }
+
+func (s *fakeState) Restore(r io.Reader) error { return json.NewDecoder(r).Decode(s) }
+
+// testConfig returns a config for a single node on a fresh port with
+// short timeouts.
+func testConfig(t testing.TB, dir, logStore string) Config {
+	return Config{
+		DataDir:            dir,
+		PeerAddr:           "127.0.0.1:0",
+		LogStore:           logStore,
+		Bootstrap:          true,
+		HeartbeatTimeout:   50 * time.Millisecond,
+		ElectionTimeout:    50 * time.Millisecond,
+		LeaderLeaseTimeout: 50 * time.Millisecond,
+		Logger:             slog.New(slog.DiscardHandler),
+	}
+}
+
+func openFake(t testing.TB, cfg Config, hook func(statemachine.Command)) *Node {
+	t.Helper()
+	n, err := open(cfg, newFake(hook))
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+func waitLeader(t testing.TB, n *Node) {
+	t.Helper()
+	if n.IsLeader() {
+		return
+	}
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case v := <-n.LeaderChanges():
+			if v {
+				return
+			}
+		case <-timeout:
+			t.Fatal("node did not become leader within 5s")
+		}
+	}
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func put(t testing.TB, n *Node, key, value string) statemachine.Result {
+	t.Helper()
+	res, err := n.Propose(ctxT(t), statemachine.Put{Key: key, Value: value})
+	if err != nil {
+		t.Fatalf("propose put %s: %v", key, err)
+	}
+	if res.Err != nil {
+		t.Fatalf("put %s: result error %v", key, res.Err)
+	}
+	return res
+}
+
+// readKV returns the fake's keys and revision through a linearizable read.
+func readKV(t testing.TB, n *Node) (map[string]string, int64) {
+	t.Helper()
+	got := map[string]string{}
+	var rev int64
+	err := n.readState(ctxT(t), func(st state) error {
+		f := st.(*fakeState)
+		for k, kv := range f.KV {
+			got[k] = kv.Value
+		}
+		rev = f.Rev
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	return got, rev
+}
+
+var logStores = []string{"wal", "boltdb"}
+
+func TestProposeReturnsTheStateMachineResult(t *testing.T) {
+	for _, store := range logStores {
+		t.Run(store, func(t *testing.T) {
+			var mu sync.Mutex
+			var seen []statemachine.Event
+			cfg := testConfig(t, t.TempDir(), store)
+			cfg.Observer = func(ev []statemachine.Event) {
+				mu.Lock()
+				seen = append(seen, ev...)
+				mu.Unlock()
+			}
+			n := openFake(t, cfg, nil)
+			waitLeader(t, n)
+
+			before := time.Now().UnixNano()
+			r1 := put(t, n, "a", "1")
+			r2 := put(t, n, "a", "2")
+			r3 := put(t, n, "b", "3")
+			after := time.Now().UnixNano()
+
+			if r1.Revision != 1 || r2.Revision != 2 || r3.Revision != 3 {
+				t.Errorf("revisions = %d, %d, %d, expected: 1, 2, 3", r1.Revision, r2.Revision, r3.Revision)
+			}
+			if r2.PrevKV == nil || r2.PrevKV.Value != "1" || r2.KV.Version != 2 {
+				t.Errorf("second put: prev = %+v, kv = %+v, expected prev value 1 and version 2", r2.PrevKV, r2.KV)
+			}
+			if ev := r3.Events; len(ev) != 1 || ev[0].Time < before || ev[0].Time > after {
+				t.Errorf("events = %+v, expected one event stamped between %d and %d", ev, before, after)
+			}
+
+			// A command the state rejects is a result, not an error.
+			res, err := n.Propose(ctxT(t), statemachine.Release{Token: 7})
+			if err != nil || !errors.Is(res.Err, statemachine.ErrUnknownCommand) {
+				t.Errorf("rejected command: err = %v, res.Err = %v, expected: nil, ErrUnknownCommand", err, res.Err)
+			}
+
+			mu.Lock()
+			defer mu.Unlock()
+			if len(seen) != 3 {
+				t.Fatalf("observer saw %d events, expected: 3", len(seen))
+			}
+			for i, ev := range seen {
+				if ev.Revision != int64(i+1) {
+					t.Errorf("observer event %d has revision %d, expected: %d", i, ev.Revision, i+1)
+				}
+			}
+		})
+	}
+}
+
+func TestReopenReplaysTheLog(t *testing.T) {
+	for _, store := range logStores {
+		t.Run(store, func(t *testing.T) {
+			dir := t.TempDir()
+			n := openFake(t, testConfig(t, dir, store), nil)
+			waitLeader(t, n)
+			put(t, n, "a", "1")
+			put(t, n, "b", "2")
+			put(t, n, "a", "3")
+			if err := n.Close(); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+
+			var replayed int
+			cfg := testConfig(t, dir, store)
+			cfg.Observer = func(ev []statemachine.Event) { replayed += len(ev) }
+			n = openFake(t, cfg, nil)
+			waitLeader(t, n)
+			// Read right after election, with no new write: the read index
+			// is the new leader's no-op, which the FSM never sees.
+			got, rev := readKV(t, n)
+			if rev != 3 || got["a"] != "3" || got["b"] != "2" {
+				t.Errorf("after reopen: kv = %v at revision %d, expected: map[a:3 b:2] at 3", got, rev)
+			}
+			if replayed != 3 {
+				t.Errorf("observer saw %d replayed events, expected: 3", replayed)
+			}
+			if r := put(t, n, "c", "4"); r.Revision != 4 {
+				t.Errorf("next revision = %d, expected: 4", r.Revision)
+			}
+		})
+	}
+}
+
+func TestSnapshotRestore(t *testing.T) {
+	for _, store := range logStores {
+		t.Run(store, func(t *testing.T) {
+			dir := t.TempDir()
+			n := openFake(t, testConfig(t, dir, store), nil)
+			waitLeader(t, n)
+			for i := range 5 {
+				put(t, n, fmt.Sprintf("k%d", i), "before")
+			}
+			if err := n.raft.Snapshot().Error(); err != nil {
+				t.Fatalf("snapshot: %v", err)
+			}
+			put(t, n, "k0", "after")
+			if err := n.Close(); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+
+			restored := int64(-1)
+			cfg := testConfig(t, dir, store)
+			cfg.OnRestore = func(rev int64) { restored = rev }
+			n = openFake(t, cfg, nil)
+			if restored != 5 {
+				t.Errorf("OnRestore revision = %d, expected: 5", restored)
+			}
+			if idx := n.AppliedIndex(); idx == 0 {
+				t.Error("applied index after restore = 0, expected the snapshot's index")
+			}
+			waitLeader(t, n)
+			got, rev := readKV(t, n)
+			if rev != 6 || got["k0"] != "after" || got["k4"] != "before" {
+				t.Errorf("after restore and replay: kv = %v at revision %d, expected k0=after, k4=before at 6", got, rev)
+			}
+		})
+	}
+}
+
+func TestUndecodableEntryIsAResult(t *testing.T) {
+	n := openFake(t, testConfig(t, t.TempDir(), "wal"), nil)
+	waitLeader(t, n)
+	put(t, n, "a", "1")
+
+	f := n.raft.Apply([]byte{200, 0, 0, 0, 0, 0, 0, 0, 0, '{', '}'}, time.Second)
+	if err := f.Error(); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	res, ok := f.Response().(statemachine.Result)
+	if !ok || !errors.Is(res.Err, statemachine.ErrUnknownCommand) || res.Revision != 1 {
+		t.Errorf("response = %#v, expected a Result with ErrUnknownCommand at revision 1", f.Response())
+	}
+	if r := put(t, n, "b", "2"); r.Revision != 2 {
+		t.Errorf("revision after a bad entry = %d, expected: 2", r.Revision)
+	}
+}
+
+func TestReadSeesEveryAcknowledgedWrite(t *testing.T) {
+	n := openFake(t, testConfig(t, t.TempDir(), "wal"), nil)
+	waitLeader(t, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 20 {
+				key := fmt.Sprintf("w%d", w)
+				val := fmt.Sprint(i)
+				res, err := n.Propose(context.Background(), statemachine.Put{Key: key, Value: val})
+				if err != nil {
+					errs <- err
+					return
+				}
+				err = n.readState(context.Background(), func(st state) error {
+					kv := st.(*fakeState).KV[key]
+					if kv.ModRevision < res.Revision {
+						return fmt.Errorf("read %s at mod revision %d after a write acknowledged at %d", key, kv.ModRevision, res.Revision)
+					}
+					return nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func TestProposeReturnsWhenTheContextEndsAndTheEntryStillCommits(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	hook := func(cmd statemachine.Command) {
+		if p, ok := cmd.(statemachine.Put); ok && p.Key == "slow" {
+			close(entered)
+			<-release
+		}
+	}
+	n := openFake(t, testConfig(t, t.TempDir(), "wal"), hook)
+	waitLeader(t, n)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := n.Propose(ctx, statemachine.Put{Key: "slow", Value: "v"})
+		errc <- err
+	}()
+	// The entry is committed and the FSM goroutine is parked applying it;
+	// cancelling must not wait for it.
+	<-entered
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("propose error = %v, expected: context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("propose did not return after its context was cancelled")
+	}
+	close(release)
+	if got, _ := readKV(t, n); got["slow"] != "v" {
+		t.Errorf("after cancel: kv = %v, expected the entry to commit anyway", got)
+	}
+}
+
+func TestNotLeader(t *testing.T) {
+	cfg := testConfig(t, t.TempDir(), "wal")
+	cfg.Bootstrap = false // never joined, so never leader
+	n := openFake(t, cfg, nil)
+
+	_, err := n.Propose(ctxT(t), statemachine.Put{Key: "a"})
+	var nle *NotLeaderError
+	if !errors.Is(err, ErrNotLeader) || !errors.As(err, &nle) {
+		t.Errorf("propose on a non-leader: err = %v, expected: a *NotLeaderError", err)
+	}
+	if err := n.Read(ctxT(t), func(*statemachine.Machine) error { return nil }); !errors.Is(err, ErrNotLeader) {
+		t.Errorf("read on a non-leader: err = %v, expected: ErrNotLeader", err)
+	}
+	if err := n.Barrier(ctxT(t)); !errors.Is(err, ErrNotLeader) {
+		t.Errorf("barrier on a non-leader: err = %v, expected: ErrNotLeader", err)
+	}
+	if n.IsLeader() {
+		t.Error("IsLeader = true on a node that never joined")
+	}
+	if err := n.ReadLocal(func(*statemachine.Machine) error { return nil }); err != nil {
+		t.Errorf("local read on a non-leader: %v", err)
+	}
+}
+
+func TestClosedNode(t *testing.T) {
+	n := openFake(t, testConfig(t, t.TempDir(), "wal"), nil)
+	waitLeader(t, n)
+	put(t, n, "a", "1")
+	if err := n.Close(); err != nil {
+		t.Fatalf("first close: %v", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Errorf("second close: %v", err)
+	}
+	if _, err := n.Propose(ctxT(t), statemachine.Put{Key: "a"}); !errors.Is(err, ErrClosed) {
+		t.Errorf("propose after close: err = %v, expected: ErrClosed", err)
+	}
+	if err := n.Read(ctxT(t), func(*statemachine.Machine) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Errorf("read after close: err = %v, expected: ErrClosed", err)
+	}
+	if err := n.ReadLocal(func(*statemachine.Machine) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Errorf("local read after close: err = %v, expected: ErrClosed", err)
+	}
+	if err := n.Barrier(ctxT(t)); !errors.Is(err, ErrClosed) {
+		t.Errorf("barrier after close: err = %v, expected: ErrClosed", err)
+	}
+	if n.IsLeader() {
+		t.Error("IsLeader = true after close")
+	}
+	// The lessor learns that leadership ended.
+	select {
+	case v := <-n.LeaderChanges():
+		if v {
+			t.Error("last leadership change after close = true, expected: false")
+		}
+	default:
+		t.Error("no leadership change after closing a leader, expected: false")
+	}
+}
+
+func TestCloseWaitsForProposalsInFlight(t *testing.T) {
+	n := openFake(t, testConfig(t, t.TempDir(), "wal"), nil)
+	waitLeader(t, n)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for {
+				_, err := n.Propose(context.Background(), statemachine.Put{Key: "k", Value: "v"})
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Errorf("propose during close: %v, expected: success or ErrClosed", err)
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond) // let proposals pile up in raft's queue
+	if err := n.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	wg.Wait()
+}
+
+func TestOpenRefusesTheOtherLogStoresDirectory(t *testing.T) {
+	dir := t.TempDir()
+	n := openFake(t, testConfig(t, dir, "wal"), nil)
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := open(testConfig(t, dir, "boltdb"), newFake(nil))
+	if err == nil || !strings.Contains(err.Error(), "holds a wal log store") {
+		t.Errorf("open boltdb on a wal directory: err = %v, expected a refusal", err)
+	}
+	_, err = open(testConfig(t, t.TempDir(), "sqlite"), newFake(nil))
+	if err == nil {
+		t.Error("open with an unknown log store: err = nil, expected an error")
+	}
+}
+
+func TestMetricsAreRegisteredAndReleased(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	dir := t.TempDir()
+	cfg := testConfig(t, dir, "wal")
+	cfg.Registerer = reg
+	n := openFake(t, cfg, nil)
+	waitLeader(t, n)
+	put(t, n, "a", "1")
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = true
+		if mf.GetName() == "tenure_raft_propose_duration_seconds" {
+			if c := mf.GetMetric()[0].GetHistogram().GetSampleCount(); c != 1 {
+				t.Errorf("propose histogram count = %d, expected: 1", c)
+			}
+		}
+		if mf.GetName() == "tenure_raft_is_leader" {
+			if v := mf.GetMetric()[0].GetGauge().GetValue(); v != 1 {
+				t.Errorf("is_leader = %v, expected: 1", v)
+			}
+		}
+	}
+	for _, name := range []string{
+		"tenure_raft_propose_duration_seconds", "tenure_raft_apply_batch_duration_seconds",
+		"tenure_raft_store_logs_duration_seconds", "tenure_raft_applied_index", "tenure_raft_is_leader",
+	} {
+		if !got[name] {
+			t.Errorf("metric %s not registered", name)
+		}
+	}
+
+	// Reopening on the same registry works because Close unregisters.
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n = openFake(t, cfg, nil)
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestThreeNodes(t *testing.T) {
+	nodes := make([]*Node, 3)
+	for i := range nodes {
+		cfg := testConfig(t, t.TempDir(), "wal")
+		cfg.NodeID = fmt.Sprintf("n%d", i+1)
+		cfg.Bootstrap = i == 0
+		nodes[i] = openFake(t, cfg, nil)
+	}
+	leader := nodes[0]
+	waitLeader(t, leader)
+	for i, f := range nodes[1:] {
+		if err := leader.AddVoter(ctxT(t), fmt.Sprintf("n%d", i+2), string(f.trans.LocalAddr())); err != nil {
+			t.Fatalf("add voter: %v", err)
+		}
+	}
+	r := put(t, leader, "a", "1")
+
+	// A follower names the leader, so the API can forward the write.
+	follower := nodes[1]
+	_, err := follower.Propose(ctxT(t), statemachine.Put{Key: "b"})
+	var nle *NotLeaderError
+	if !errors.As(err, &nle) || nle.LeaderID != "n1" || nle.Leader != string(leader.trans.LocalAddr()) {
+		t.Errorf("propose on a follower: err = %v, expected: a *NotLeaderError naming n1", err)
+	}
+	if err := follower.Read(ctxT(t), func(*statemachine.Machine) error { return nil }); !errors.Is(err, ErrNotLeader) {
+		t.Errorf("read on a follower: err = %v, expected: ErrNotLeader", err)
+	}
+	waitFor(t, "followers to apply the write", func() bool {
+		return nodes[1].AppliedIndex() >= leader.AppliedIndex() && nodes[2].AppliedIndex() >= leader.AppliedIndex()
+	})
+
+	// Fail over: the new leader must serve reads that include the old
+	// leader's acknowledged write.
+	if err := leader.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var next *Node
+	waitFor(t, "a new leader", func() bool {
+		for _, n := range nodes[1:] {
+			if n.IsLeader() {
+				next = n
+				return true
+			}
+		}
+		return false
+	})
+	got, rev := readKV(t, next)
+	if got["a"] != "1" || rev != r.Revision {
+		t.Errorf("new leader reads %v at revision %d, expected a=1 at %d", got, rev, r.Revision)
+	}
+	if r2 := put(t, next, "b", "2"); r2.Revision != r.Revision+1 {
+		t.Errorf("write on the new leader at revision %d, expected: %d", r2.Revision, r.Revision+1)
+	}
+}
+
+// waitFor polls cond; replication and elections have no event a test can
+// wait on directly.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestRealMachine runs the log against statemachine.Machine once its
+// Apply is implemented; until then it is skipped.
+func TestRealMachine(t *testing.T) {
+	if !machineImplemented() {
+		t.Skip("statemachine.Machine.Apply is not implemented yet")
+	}
+	dir := t.TempDir()
+	cfg := testConfig(t, dir, "wal")
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	waitLeader(t, n)
+	res, err := n.Propose(ctxT(t), statemachine.OpenSession{Identity: "test", TTL: int64(10 * time.Second)})
+	if err != nil || res.Err != nil || res.Session == nil {
+		t.Fatalf("open session: err = %v, result = %+v", err, res)
+	}
+	res, err = n.Propose(ctxT(t), statemachine.Put{Key: "k", Value: "v", SessionID: res.Session.ID})
+	if err != nil || res.Err != nil {
+		t.Fatalf("put: err = %v, result error = %v", err, res.Err)
+	}
+	if err := n.raft.Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n, err = Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	waitLeader(t, n)
+	err = n.Read(ctxT(t), func(m *statemachine.Machine) error {
+		kv, ok := m.Key("k")
+		if !ok || kv.Value != "v" {
+			return fmt.Errorf("key k = %+v, %v after restart, expected value v", kv, ok)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+func machineImplemented() (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	statemachine.New().Apply(1, statemachine.NewEpoch{})
+	return true
+}
+
+// trivial is the benchmarks' command: it decodes like any other but the
+// fake applies it without touching state, so the figures are the log's.
+var trivial = statemachine.NewEpoch{}
+
+func BenchmarkPropose(b *testing.B) {
+	for _, store := range logStores {
+		b.Run(store, func(b *testing.B) {
+			n := openFake(b, testConfig(b, b.TempDir(), store), nil)
+			waitLeader(b, n)
+			// Cancellable, as a server request's context is.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := n.Propose(ctx, trivial); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+		})
+	}
+}
+
+func BenchmarkProposeParallel(b *testing.B) {
+	for _, store := range logStores {
+		b.Run(store, func(b *testing.B) {
+			n := openFake(b, testConfig(b, b.TempDir(), store), nil)
+			waitLeader(b, n)
+			// 64 proposers on any GOMAXPROCS: enough to fill raft's batches.
+			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := n.Propose(ctx, trivial); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+		})
+	}
+}
