@@ -123,6 +123,20 @@ func observe(ctx context.Context, c *Client, ns, name string) <-chan Leader {
 		pause := c.opts.backoff
 		for ctx.Err() == nil {
 			cur, err := leaderOf(ctx, c, ns, name)
+			if errors.Is(err, ErrNoLeader) && cur.Revision == 0 {
+				// The election does not exist yet, so the read has no
+				// revision to follow from, and revision 1 may be gone
+				// from the server's history. Pin one, then read again:
+				// if it still does not exist, none of its events lies
+				// between the pin and the read.
+				var pin int64
+				if pin, err = storeRevision(ctx, c); err == nil {
+					cur, err = leaderOf(ctx, c, ns, name)
+					if cur.Revision == 0 {
+						cur.Revision = pin
+					}
+				}
+			}
 			if err != nil && !errors.Is(err, ErrNoLeader) {
 				if !sleep(ctx, pause) {
 					return
@@ -141,6 +155,19 @@ func observe(ctx context.Context, c *Client, ns, name string) <-chan Leader {
 		}
 	}()
 	return out
+}
+
+// storeRevision returns the store's current revision.
+func storeRevision(ctx context.Context, c *Client) (int64, error) {
+	var rev int64
+	err := c.do(ctx, "Revision", idempotent, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.kv.Range(ctx, connect.NewRequest(&tenurev1.RangeRequest{Limit: 1}))
+		if err == nil {
+			rev = resp.Msg.GetRevision()
+		}
+		return err
+	})
+	return rev, err
 }
 
 func followLeader(ctx context.Context, c *Client, ns, name string, cur Leader, emit func(Leader) bool) bool {
@@ -198,8 +225,10 @@ type Callbacks struct {
 	// return promptly once ctx is cancelled: the next campaign waits for
 	// it, so that two leaders never run in this process.
 	OnStartedLeading func(ctx context.Context)
-	// OnStoppedLeading runs after OnStartedLeading has returned, always
-	// before any later OnStartedLeading.
+	// OnStoppedLeading runs after OnStartedLeading has returned and
+	// before the lease is given back, so always before any later
+	// OnStartedLeading, of this RunElection or — when leadership passes
+	// by resignation — of another in the process.
 	OnStoppedLeading func()
 	// OnNewLeader runs when the leader changes, with its identity ("" when
 	// nobody leads).
@@ -211,11 +240,11 @@ type Callbacks struct {
 // instant leadership may be lost; after a loss it calls OnStoppedLeading
 // and campaigns again, with a new session (same TTL and identity) if the
 // old one expired. When ctx is cancelled while leading, it cancels the
-// leader's context, waits for OnStartedLeading to return, then resigns,
-// so the next candidate takes over in milliseconds rather than after a
-// TTL, and never while this one still works. Sessions it opened itself
-// are closed on return; session is left open. WithValue sets the value
-// proclaimed when elected.
+// leader's context, waits for OnStartedLeading to return, calls
+// OnStoppedLeading, then resigns, so the next candidate takes over in
+// milliseconds rather than after a TTL, and never while this one still
+// works. Sessions it opened itself are closed on return; session is left
+// open. WithValue sets the value proclaimed when elected.
 func RunElection(ctx context.Context, session *Session, name string, cb Callbacks, opts ...LeaseOption) error {
 	c := session.c
 	o := leaseOptions{namespace: "default"}
@@ -261,8 +290,16 @@ func RunElection(ctx context.Context, session *Session, name string, cb Callback
 		}
 		e := session.Election(name, opts...)
 		if err := e.Campaign(ctx, o.value); err != nil {
-			if !errors.Is(err, ErrSessionExpired) {
-				sleep(ctx, c.opts.backoff)
+			// Campaign again after a pause, or at once with a new session
+			// once this one is lost. The server can say the session is
+			// gone (ErrSessionExpired) before its heartbeats do: without
+			// the pause that would be a busy loop until they do.
+			if session.Err() == nil {
+				select {
+				case <-ctx.Done():
+				case <-session.Lost():
+				case <-time.After(c.opts.backoff):
+				}
 			}
 			continue
 		}
@@ -280,14 +317,17 @@ func RunElection(ctx context.Context, session *Session, name string, cb Callback
 		}
 		stopLeading()
 		<-finished
+		// Stopped before the resignation: once the lease is given back
+		// the next candidate may start at once, and this one must
+		// already have stopped leading.
+		if cb.OnStoppedLeading != nil {
+			cb.OnStoppedLeading()
+		}
 		// Resign also after a loss: it frees the session's turn at the
 		// lease, and a grant already gone counts as released.
 		resignCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.requestTimeout)
 		_ = e.Resign(resignCtx)
 		cancel()
-		if cb.OnStoppedLeading != nil {
-			cb.OnStoppedLeading()
-		}
 	}
 	return ctx.Err()
 }

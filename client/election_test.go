@@ -1,0 +1,797 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/server"
+)
+
+// term is what an observer reports of a leader, without the revision.
+type term struct {
+	Identity, Value string
+	Token           int64
+}
+
+func termOf(l client.Leader) term { return term{l.Identity, l.Value, l.Token} }
+
+func (t term) String() string {
+	if t.Identity == "" {
+		return "(nobody)"
+	}
+	return fmt.Sprintf("%s=%q@%d", t.Identity, t.Value, t.Token)
+}
+
+// campaign runs e.Campaign on its own goroutine.
+func campaign(ctx context.Context, e *client.Election, value string) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- e.Campaign(ctx, value) }()
+	return done
+}
+
+// wait returns what ch delivers, failing the test after 10s.
+func wait[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out after 10s waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+// waitQueued waits until n sessions wait in the queue of default/name, so
+// that the order of campaigns is the order the test started them in.
+func waitQueued(t *testing.T, c *client.Client, name string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l, err := c.Lease(context.Background(), "default", name)
+		if err == nil && len(l.Waiters) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiters of %s: got = %d (err %v), expected: %d", name, len(l.Waiters), err, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestElectionObserveSeesEveryChangeInOrder(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const name = "scheduler"
+	ids := []string{"a", "b", "c"}
+	var es []*client.Election
+	for _, id := range ids {
+		es = append(es, newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity(id)).Election(name))
+	}
+	watcher := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("watcher")).Election(name)
+
+	if err := es[0].Campaign(ctx, "a:1"); err != nil {
+		t.Fatal(err)
+	}
+	want := []term{{"a", "a:1", es[0].Token()}}
+
+	observeCtx, stopObserving := context.WithCancel(ctx)
+	defer stopObserving()
+	observed := watcher.Observe(observeCtx)
+	var got []client.Leader
+	got = append(got, wait(t, observed, "the current leader"))
+	if termOf(got[0]) != want[0] {
+		t.Fatalf("first observed: got = %v, expected: the current leader %v", termOf(got[0]), want[0])
+	}
+
+	// b and c queue behind a, in that order; then each leader proclaims
+	// a new value and resigns, handing over to the next.
+	elected := []<-chan error{nil, campaign(ctx, es[1], "b:1")}
+	waitQueued(t, c, name, 1)
+	elected = append(elected, campaign(ctx, es[2], "c:1"))
+	waitQueued(t, c, name, 2)
+	for i, e := range es {
+		id := ids[i]
+		if i > 0 {
+			if err := wait(t, elected[i], id+"'s campaign"); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, term{id, id + ":1", e.Token()})
+		}
+		if err := e.Proclaim(ctx, id+":2"); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, term{id, id + ":2", e.Token()})
+		if err := e.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Read until the last leader's resignation is reported.
+	for {
+		l := wait(t, observed, fmt.Sprintf("observed changes (so far %v)", got))
+		got = append(got, l)
+		var leaders []term
+		for _, g := range got {
+			if g.Identity != "" {
+				leaders = append(leaders, termOf(g))
+			}
+		}
+		if len(leaders) >= len(want) && l.Identity == "" {
+			if !slices.Equal(leaders, want) {
+				t.Fatalf("observed leaders: got = %v, expected: %v", leaders, want)
+			}
+			break
+		}
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Revision <= got[i-1].Revision {
+			t.Errorf("observed revisions: got = %d after %d, expected: strictly increasing", got[i].Revision, got[i-1].Revision)
+		}
+		if termOf(got[i]) == termOf(got[i-1]) {
+			t.Errorf("observed %v twice in a row at revisions %d and %d, expected: each change once", termOf(got[i]), got[i-1].Revision, got[i].Revision)
+		}
+	}
+	for i := 1; i < len(want); i++ {
+		if want[i].Identity != want[i-1].Identity && want[i].Token <= want[i-1].Token {
+			t.Errorf("token of %s: got = %d, expected: above %s's %d", want[i].Identity, want[i].Token, want[i-1].Identity, want[i-1].Token)
+		}
+	}
+	stopObserving()
+	for l := range observed {
+		t.Errorf("observed after the last change: got = %v, expected: nothing", termOf(l))
+	}
+}
+
+// An observer of an election nobody has campaigned for, on a server whose
+// watch history no longer reaches back to revision 1 (a busy or restarted
+// server), reports "nobody leads" once and then the first leader.
+func TestElectionObserveBeforeAnyCampaignWithTrimmedHistory(t *testing.T) {
+	limits := server.DefaultLimits()
+	limits.MinTTL = 100 * time.Millisecond
+	limits.WatchHistory = 8
+	addr, stop, err := openServer(limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 20 {
+		if _, err := c.KV().Put(ctx, fmt.Sprintf("filler/%d", i), "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("a")).Election("fresh")
+	watcher := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("watcher")).Election("fresh")
+
+	observeCtx, stopObserving := context.WithCancel(ctx)
+	defer stopObserving()
+	observed := watcher.Observe(observeCtx)
+	if got := termOf(wait(t, observed, "the first report")); got != (term{}) {
+		t.Fatalf("first observed: got = %v, expected: (nobody)", got)
+	}
+	// Give a faulty observer time to repeat itself before anything changes.
+	time.Sleep(300 * time.Millisecond)
+	if err := a.Campaign(ctx, "a:1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := termOf(wait(t, observed, "the first leader")), (term{"a", "a:1", a.Token()}); got != want {
+		t.Fatalf("second observed: got = %v, expected: %v", got, want)
+	}
+	stopObserving()
+	for range observed {
+	}
+}
+
+func TestElectionLeader(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sa := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("a"))
+	a := sa.Election("scheduler")
+	other := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("b")).Election("scheduler")
+
+	if _, err := other.Leader(ctx); !errors.Is(err, client.ErrNoLeader) {
+		t.Fatalf("Leader before anyone campaigned: got = %v, expected: ErrNoLeader", err)
+	}
+	if err := a.Campaign(ctx, "10.0.0.7:8080"); err != nil {
+		t.Fatal(err)
+	}
+	if !a.IsLeader() || a.Token() <= 0 {
+		t.Fatalf("after Campaign: got = leader %v token %d, expected: leader with a token", a.IsLeader(), a.Token())
+	}
+	if tok, ok := a.FenceToken(); !ok || tok != (client.Token{Namespace: "default", Name: "scheduler", Token: a.Token()}) {
+		t.Fatalf("FenceToken: got = %v %v, expected: default/scheduler:%d true", tok, ok, a.Token())
+	}
+	l, err := other.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (client.Leader{Identity: "a", SessionID: sa.ID(), Value: "10.0.0.7:8080", Token: a.Token(), Revision: l.Revision}); l != want || l.Revision < a.Token() {
+		t.Fatalf("Leader: got = %+v, expected: %+v at or after revision %d", l, want, a.Token())
+	}
+
+	if err := a.Proclaim(ctx, "10.0.0.8:8080"); err != nil {
+		t.Fatal(err)
+	}
+	l, err = other.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := termOf(l), (term{"a", "10.0.0.8:8080", a.Token()}); got != want {
+		t.Fatalf("Leader after Proclaim: got = %v, expected: %v (same token, new value)", got, want)
+	}
+
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Leader(ctx); !errors.Is(err, client.ErrNoLeader) {
+		t.Fatalf("Leader after the leader resigned: got = %v, expected: ErrNoLeader", err)
+	}
+}
+
+func TestElectionResignHandsOverToNextCampaigner(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("a")).Election("scheduler")
+	b := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("b")).Election("scheduler")
+
+	if err := a.Campaign(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	first, lost, leading := a.Token(), a.Lost(), a.Context()
+	bElected := campaign(ctx, b, "b")
+	waitQueued(t, c, "scheduler", 1)
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(t, bElected, "b's campaign"); err != nil {
+		t.Fatal(err)
+	}
+	if !b.IsLeader() || b.Token() <= first {
+		t.Fatalf("b after a resigned: got = leader %v token %d, expected: leader with a token above %d", b.IsLeader(), b.Token(), first)
+	}
+	select {
+	case <-lost:
+	default:
+		t.Fatal("a's Lost after Resign: got = open, expected: closed")
+	}
+	if leading.Err() == nil {
+		t.Fatal("a's Context after Resign: got = not done, expected: cancelled")
+	}
+	if a.IsLeader() || a.Token() != 0 {
+		t.Fatalf("a after Resign: got = leader %v token %d, expected: not leader, token 0", a.IsLeader(), a.Token())
+	}
+	l, err := a.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := termOf(l), (term{"b", "b", b.Token()}); got != want {
+		t.Fatalf("Leader: got = %v, expected: %v", got, want)
+	}
+}
+
+func TestElectionCampaignGivenUpLeavesTheQueue(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("a")).Election("scheduler")
+	b := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("b")).Election("scheduler")
+	if err := a.Campaign(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+
+	giveUp, stop := context.WithCancel(ctx)
+	bElected := campaign(giveUp, b, "b")
+	waitQueued(t, c, "scheduler", 1)
+	stop()
+	if err := wait(t, bElected, "b's campaign to end"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Campaign with its context cancelled: got = %v, expected: context.Canceled", err)
+	}
+	waitQueued(t, c, "scheduler", 0)
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := b.Leader(ctx); !errors.Is(err, client.ErrNoLeader) {
+		t.Fatalf("Leader after a resigned: got = %v %v, expected: ErrNoLeader (b gave up)", termOf(l), err)
+	}
+	if b.IsLeader() || b.Token() != 0 {
+		t.Fatalf("b after giving up: got = leader %v token %d, expected: not leader", b.IsLeader(), b.Token())
+	}
+	// b can campaign again.
+	if err := b.Campaign(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if !b.IsLeader() {
+		t.Fatal("b after campaigning again: got = not leader, expected: leader")
+	}
+}
+
+func TestElectionProclaimByNonLeader(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	for _, tc := range []struct {
+		name string
+		// setup makes "leader" lead name with value "v" and returns an
+		// Election of the same name that does not lead.
+		setup func(t *testing.T, ctx context.Context, name string, stale, leader *client.Election) *client.Election
+		// resign is what Resign returns to the non-leader.
+		resign error
+	}{
+		{
+			name: "a session that never campaigned is not the leader",
+			setup: func(t *testing.T, ctx context.Context, name string, stale, leader *client.Election) *client.Election {
+				if err := leader.Campaign(ctx, "v"); err != nil {
+					t.Fatal(err)
+				}
+				return stale
+			},
+			resign: client.ErrNotLeader,
+		},
+		{
+			name: "a leader that resigned is no longer the leader",
+			setup: func(t *testing.T, ctx context.Context, name string, stale, leader *client.Election) *client.Election {
+				if err := stale.Campaign(ctx, "old"); err != nil {
+					t.Fatal(err)
+				}
+				if err := stale.Resign(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := leader.Campaign(ctx, "v"); err != nil {
+					t.Fatal(err)
+				}
+				return stale
+			},
+			resign: client.ErrNotLeader,
+		},
+		{
+			name: "a leader whose grant was revoked is no longer the leader, and resigning it is a no-op",
+			setup: func(t *testing.T, ctx context.Context, name string, stale, leader *client.Election) *client.Election {
+				if err := stale.Campaign(ctx, "old"); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.Revoke(ctx, "default", name, 0, "test: break the lock"); err != nil {
+					t.Fatal(err)
+				}
+				wait(t, stale.Lost(), "the revoked leader's Lost")
+				if err := leader.Campaign(ctx, "v"); err != nil {
+					t.Fatal(err)
+				}
+				return stale
+			},
+			resign: nil,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			name := strings.ReplaceAll(tc.name, " ", "-")[:40]
+			stale := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("stale")).Election(name)
+			leader := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("leader")).Election(name)
+			stale = tc.setup(t, ctx, name, stale, leader)
+
+			if err := stale.Proclaim(ctx, "hijacked"); !errors.Is(err, client.ErrNotLeader) {
+				t.Errorf("Proclaim: got = %v, expected: ErrNotLeader", err)
+			}
+			if stale.IsLeader() {
+				t.Errorf("IsLeader: got = true, expected: false")
+			}
+			if err := stale.Resign(ctx); !errors.Is(err, tc.resign) || (tc.resign == nil && err != nil) {
+				t.Errorf("Resign: got = %v, expected: %v", err, tc.resign)
+			}
+			l, err := leader.Leader(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := termOf(l), (term{"leader", "v", leader.Token()}); got != want {
+				t.Errorf("Leader: got = %v, expected: %v, untouched", got, want)
+			}
+		})
+	}
+}
+
+// callbackLog records RunElection callbacks from several instances in
+// one process, in the order they ran.
+type callbackLog struct {
+	started chan int // instances, as they start leading
+	stopped chan int // instances, as they stop leading
+
+	mu      sync.Mutex // guards entries, leading and overlaps
+	entries []string   // "started 1", "stopped 1", …
+	leading map[int]bool
+	overlap []string // violations seen as they happened
+}
+
+func newCallbackLog() *callbackLog {
+	return &callbackLog{started: make(chan int, 100), stopped: make(chan int, 100), leading: map[int]bool{}}
+}
+
+func (l *callbackLog) callbacks(instance int, startedAt chan<- time.Time) client.Callbacks {
+	return client.Callbacks{
+		OnStartedLeading: func(ctx context.Context) {
+			if startedAt != nil {
+				startedAt <- time.Now()
+			}
+			l.mu.Lock()
+			for other := range l.leading {
+				l.overlap = append(l.overlap, fmt.Sprintf("%d started while %d had not stopped", instance, other))
+			}
+			l.leading[instance] = true
+			l.entries = append(l.entries, fmt.Sprintf("started %d", instance))
+			l.mu.Unlock()
+			l.started <- instance
+			<-ctx.Done()
+		},
+		OnStoppedLeading: func() {
+			l.mu.Lock()
+			delete(l.leading, instance)
+			l.entries = append(l.entries, fmt.Sprintf("stopped %d", instance))
+			l.mu.Unlock()
+			l.stopped <- instance
+		},
+	}
+}
+
+// check fails unless each instance alternated started/stopped, ending
+// stopped, and no instance started while another had not stopped.
+func (l *callbackLog) check(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	last := map[int]string{}
+	for _, e := range l.entries {
+		kind, instance, _ := strings.Cut(e, " ")
+		var n int
+		fmt.Sscan(instance, &n)
+		if last[n] == kind || (last[n] == "" && kind == "stopped") {
+			t.Errorf("instance %d: got = %s after %q, expected: started and stopped alternating (log %v)", n, kind, last[n], l.entries)
+		}
+		last[n] = kind
+	}
+	for n, kind := range last {
+		if kind != "stopped" {
+			t.Errorf("instance %d: got = last callback %s, expected: stopped (log %v)", n, kind, l.entries)
+		}
+	}
+	for _, o := range l.overlap {
+		t.Errorf("got = %s, expected: one leader at a time in the process (log %v)", o, l.entries)
+	}
+}
+
+// runElection runs RunElection until the returned stop is called, which
+// returns its error. The test's cleanup stops it too.
+func runElection(t *testing.T, s *client.Session, name string, cb client.Callbacks, opts ...client.LeaseOption) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- client.RunElection(ctx, s, name, cb, opts...) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				err = errors.New("RunElection did not return within 10s of its context's end")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// holderOf returns the holder's session and token of default/name.
+func holderOf(t *testing.T, c *client.Client, name string) (session, token int64) {
+	t.Helper()
+	l, err := c.Lease(context.Background(), "default", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Holders) != 1 {
+		t.Fatalf("holders of %s: got = %d, expected: 1", name, len(l.Holders))
+	}
+	return l.Holders[0].SessionID, l.Holders[0].Token
+}
+
+func TestRunElectionCampaignsAgainAfterLoss(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	sessions := tenurev1connect.NewSessionServiceClient(&http.Client{Transport: tr}, "http://"+addr)
+
+	for _, tc := range []struct {
+		name string
+		// lose makes the leader, on session s, lose its grant.
+		lose func(t *testing.T, ctx context.Context, s *client.Session, name string)
+		// newSession says whether RunElection needs a session of its own
+		// to campaign again.
+		newSession bool
+	}{
+		{
+			name: "an operator revokes the grant, and the same session campaigns again",
+			lose: func(t *testing.T, ctx context.Context, s *client.Session, name string) {
+				if _, err := c.Revoke(ctx, "default", name, 0, "test: break the lock"); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		{
+			name: "the session is closed from outside, and a new session campaigns again",
+			lose: func(t *testing.T, ctx context.Context, s *client.Session, name string) {
+				if _, err := sessions.Close(ctx, connect.NewRequest(&tenurev1.CloseSessionRequest{SessionId: s.ID()})); err != nil {
+					t.Fatal(err)
+				}
+			},
+			newSession: true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			name := strings.ReplaceAll(tc.name, " ", "-")[:40]
+			s := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("runner"))
+			log := newCallbackLog()
+			stop := runElection(t, s, name, log.callbacks(1, nil), client.WithValue("10.0.0.7:8080"))
+
+			wait(t, log.started, "the first OnStartedLeading")
+			firstSession, firstToken := holderOf(t, c, name)
+			if firstSession != s.ID() {
+				t.Fatalf("leader's session: got = %d, expected: %d", firstSession, s.ID())
+			}
+			tc.lose(t, ctx, s, name)
+			wait(t, log.stopped, "OnStoppedLeading after the loss")
+			wait(t, log.started, "OnStartedLeading after campaigning again")
+
+			session, token := holderOf(t, c, name)
+			if token <= firstToken {
+				t.Errorf("token after campaigning again: got = %d, expected: above %d", token, firstToken)
+			}
+			if tc.newSession == (session == s.ID()) {
+				t.Errorf("session after campaigning again: got = %d (first %d), expected: a new one %v", session, s.ID(), tc.newSession)
+			}
+			l, err := c.Lease(ctx, "default", name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Holder != "runner" || l.Value != "10.0.0.7:8080" {
+				t.Errorf("leader after campaigning again: got = %s %q, expected: runner \"10.0.0.7:8080\"", l.Holder, l.Value)
+			}
+
+			if err := stop(); !errors.Is(err, context.Canceled) {
+				t.Fatalf("RunElection: got = %v, expected: context.Canceled", err)
+			}
+			log.check(t)
+			if tc.newSession {
+				if !errors.Is(s.Err(), client.ErrSessionExpired) {
+					t.Errorf("the closed session's Err: got = %v, expected: ErrSessionExpired", s.Err())
+				}
+				// The session RunElection opened is closed on return.
+				infos, err := c.Sessions(ctx, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, info := range infos {
+					if info.ID == session {
+						t.Errorf("session %d that RunElection opened: got = still open, expected: closed on return", session)
+					}
+				}
+			}
+		})
+	}
+}
+
+// OnNewLeader hears of each leader, including those of other processes.
+func TestRunElectionReportsNewLeaders(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	const name = "scheduler"
+	a := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("a"))
+	b := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("b"))
+	logA, logB := newCallbackLog(), newCallbackLog()
+	stopA := runElection(t, a, name, logA.callbacks(1, nil))
+	wait(t, logA.started, "a to lead")
+
+	heard := make(chan string, 100)
+	cb := logB.callbacks(2, nil)
+	cb.OnNewLeader = func(identity string) { heard <- identity }
+	stopB := runElection(t, b, name, cb)
+	if got := wait(t, heard, "the first OnNewLeader"); got != "a" {
+		t.Fatalf("first OnNewLeader: got = %q, expected: \"a\"", got)
+	}
+	waitQueued(t, c, name, 1)
+	if err := stopA(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunElection: got = %v, expected: context.Canceled", err)
+	}
+	wait(t, logB.started, "b to lead")
+	for {
+		got := wait(t, heard, "OnNewLeader for b")
+		if got == "b" {
+			break
+		}
+		if got != "" {
+			t.Fatalf("OnNewLeader after a stopped: got = %q, expected: \"\" (nobody, briefly) or \"b\"", got)
+		}
+	}
+	if err := stopB(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunElection: got = %v, expected: context.Canceled", err)
+	}
+	logA.check(t)
+	logB.check(t)
+}
+
+// The server can say a session is gone before the session's heartbeats
+// do. RunElection then campaigns again at a modest pace — it does not
+// spin on Acquire until the heartbeats catch up.
+func TestRunElectionDoesNotSpinWhileItsSessionIsGone(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	hc := &http.Client{Transport: tr}
+	sessions := tenurev1connect.NewSessionServiceClient(hc, "http://"+addr)
+	acquires := func() int {
+		resp, err := hc.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "tenure_requests_total{") && strings.Contains(line, "/tenure.v1.LeaseService/Acquire") {
+				v, err := strconv.Atoi(line[strings.LastIndexByte(line, ' ')+1:])
+				if err != nil {
+					t.Fatalf("metric line %q: %v", line, err)
+				}
+				n += v
+			}
+		}
+		return n
+	}
+
+	// Heartbeats every 3s: the client learns of the closed session up to
+	// 3s after the server has forgotten it.
+	s := newSession(t, c, client.WithTTL(9*time.Second), client.WithIdentity("runner"))
+	log := newCallbackLog()
+	runElection(t, s, "scheduler", log.callbacks(1, nil))
+	wait(t, log.started, "the first OnStartedLeading")
+	before := acquires()
+	if _, err := sessions.Close(context.Background(), connect.NewRequest(&tenurev1.CloseSessionRequest{SessionId: s.ID()})); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, log.stopped, "OnStoppedLeading after the loss")
+	wait(t, log.started, "OnStartedLeading with a new session")
+	// At the client's 50ms backoff, 3s allow some 60 tries; a busy loop
+	// makes thousands.
+	if n := acquires() - before; n > 100 {
+		t.Errorf("Acquire calls between the loss and the new term: got = %d, expected: at most 100", n)
+	}
+}
+
+// Cancelling the leader's context hands leadership to the next
+// candidate within 50ms: it resigns rather than waiting for a TTL.
+func TestRunElectionHandsOverWithin50msOnCancel(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	const name = "scheduler"
+	sessions := []*client.Session{
+		newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("a")),
+		newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("b")),
+	}
+	log := newCallbackLog()
+	startedAt := make(chan time.Time, 10)
+	stops := map[int]func() error{}
+	instance := 0
+	start := func(s *client.Session) int {
+		instance++
+		stops[instance] = runElection(t, s, name, log.callbacks(instance, startedAt))
+		return instance
+	}
+
+	leader := start(sessions[0])
+	wait(t, startedAt, "the first leader")
+	wait(t, log.started, "the first leader")
+	var took []time.Duration
+	for round := range 3 {
+		next := start(sessions[(round+1)%2])
+		waitQueued(t, c, name, 1)
+		cancelled := time.Now()
+		if err := stops[leader](); !errors.Is(err, context.Canceled) {
+			t.Fatalf("RunElection: got = %v, expected: context.Canceled", err)
+		}
+		elected := wait(t, startedAt, "the next leader")
+		if got := wait(t, log.started, "the next leader"); got != next {
+			t.Fatalf("next leader: got = instance %d, expected: %d", got, next)
+		}
+		took = append(took, elected.Sub(cancelled))
+		leader = next
+	}
+	if err := stops[leader](); !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunElection: got = %v, expected: context.Canceled", err)
+	}
+	t.Logf("handovers took %v", took)
+	for i, d := range took {
+		if d >= 50*time.Millisecond {
+			t.Errorf("handover %d: got = %v from cancel to the next OnStartedLeading, expected: under 50ms", i+1, d)
+		}
+	}
+	log.check(t)
+}
+
+// Whatever ends a term in this process — a cancelled context, or a revoke
+// the leader notices within the lease's lock-delay — OnStoppedLeading
+// runs before any instance's next OnStartedLeading.
+func TestRunElectionStopsBeforeAnotherStarts(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const name = "scheduler"
+	// A revoke without a lock-delay grants the next waiter at once, before
+	// the old leader can have heard of it: that overlap is what fencing
+	// tokens are for. With a lock-delay, the old leader stops first.
+	opt := client.WithLockDelay(500 * time.Millisecond)
+	var sessions []*client.Session
+	for _, id := range []string{"a", "b", "c"} {
+		sessions = append(sessions, newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity(id)))
+	}
+	log := newCallbackLog()
+	stops := map[int]func() error{}
+	sessionOf := map[int]*client.Session{}
+	instance := 0
+	start := func(s *client.Session) {
+		instance++
+		stops[instance], sessionOf[instance] = runElection(t, s, name, log.callbacks(instance, nil), opt), s
+	}
+	for _, s := range sessions {
+		start(s)
+	}
+
+	leader := wait(t, log.started, "the first leader")
+	for round := range 6 {
+		if round%2 == 0 {
+			if _, err := c.Revoke(ctx, "default", name, 0, "test: break the lock"); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			if err := stops[leader](); !errors.Is(err, context.Canceled) {
+				t.Fatalf("RunElection: got = %v, expected: context.Canceled", err)
+			}
+			start(sessionOf[leader])
+		}
+		leader = wait(t, log.started, fmt.Sprintf("the leader after round %d", round+1))
+	}
+	for _, stop := range stops {
+		if err := stop(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("RunElection: got = %v, expected: context.Canceled", err)
+		}
+	}
+	log.check(t)
+	t.Logf("callbacks: %v", log.entries)
+}
