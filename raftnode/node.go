@@ -91,7 +91,7 @@ type Node struct {
 	notifyCh chan bool // raft's NotifyCh, drained by watchLeader
 	leaderCh chan bool // see LeaderChanges
 
-	mu       sync.RWMutex   // guards closed; held for reading while a call registers in inflight
+	mu       sync.RWMutex // guards closed; held for reading while a call registers in inflight
 	closed   bool
 	inflight sync.WaitGroup // calls and waiters that may hold a raft future
 
@@ -132,6 +132,9 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 	rc.Logger = newHCLogger(log, "raft")
 	rc.BatchApplyCh = true
 	rc.MaxAppendEntries = maxAppendEntries
+	// Raft must only stop when Close says so: a raft that shuts itself
+	// down abandons queued futures, and their callers would wait forever.
+	rc.ShutdownOnRemove = false
 	if cfg.HeartbeatTimeout > 0 {
 		rc.HeartbeatTimeout = cfg.HeartbeatTimeout
 	}
