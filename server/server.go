@@ -149,11 +149,19 @@ func (s *Server) Close() error {
 	return s.closeErr
 }
 
+// compressMinBytes is the smallest response message worth gzipping when
+// the client accepts it.
+const compressMinBytes = 1024
+
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(s.cfg.Limits.MaxRequestBytes),
 		connect.WithInterceptors(s.metrics.interceptor()),
+		// Most responses are tens of bytes; gzip would cost more CPU per
+		// message (a fresh compressor state) than the bytes it saves.
+		// Lists and values past this size are still compressed.
+		connect.WithCompressMinBytes(compressMinBytes),
 	}
 	opts = append(opts, strictJSONCodecs()...)
 	mux.Handle(tenurev1connect.NewSessionServiceHandler(&sessionService{s}, opts...))
