@@ -164,7 +164,9 @@ func (s *Server) routes() http.Handler {
 		connect.WithCompressMinBytes(compressMinBytes),
 	}
 	opts = append(opts, strictJSONCodecs()...)
-	mux.Handle(tenurev1connect.NewSessionServiceHandler(&sessionService{s}, opts...))
+	sessionPath, sessionHandler := tenurev1connect.NewSessionServiceHandler(&sessionService{s}, opts...)
+	mux.Handle(sessionPath, sessionHandler)
+	mux.Handle(tenurev1connect.SessionServiceKeepAliveProcedure, coalesceFlushes(sessionHandler))
 	mux.Handle(tenurev1connect.NewLeaseServiceHandler(&leaseService{s}, opts...))
 	mux.Handle(tenurev1connect.NewKVServiceHandler(&kvService{s}, opts...))
 	mux.HandleFunc("GET /v1/watch/leases", s.watchLeasesHTTP)
