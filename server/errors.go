@@ -17,6 +17,13 @@ import (
 // so that clients can map it back to a sentinel without parsing messages.
 const ErrorHeader = "Tenure-Error"
 
+// errWaitCancelled is returned when a parked Acquire's place in the queue
+// was cancelled while the session lives on.
+var errWaitCancelled = errors.New("wait cancelled")
+
+// waitCancelledReason is the state machine's reason on a cancelled wait.
+const waitCancelledReason = "wait cancelled"
+
 // errorCodes is the one table from domain errors to wire codes. The name
 // goes in ErrorHeader; clients keep the inverse table.
 var errorCodes = []struct {
@@ -40,6 +47,7 @@ var errorCodes = []struct {
 	{lessor.ErrNotLeader, connect.CodeUnavailable, "not-leader"},
 	{raftnode.ErrClosed, connect.CodeUnavailable, "shutting-down"},
 	{watch.ErrLagged, connect.CodeAborted, "watch-lagged"},
+	{errWaitCancelled, connect.CodeAborted, "wait-cancelled"},
 	{watch.ErrCompacted, connect.CodeOutOfRange, "compacted"},
 	{watch.ErrClosed, connect.CodeUnavailable, "shutting-down"},
 	{context.DeadlineExceeded, connect.CodeDeadlineExceeded, "deadline-exceeded"},

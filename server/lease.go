@@ -123,6 +123,11 @@ func (h *leaseService) Acquire(ctx context.Context, req *connect.Request[tenurev
 		if out.token != 0 {
 			return h.acquired(cmd.Lease, out.token, nil), nil
 		}
+		if out.reason == waitCancelledReason {
+			// Cannot happen while calls take turns, but if it did, the
+			// session is alive: let the client retry, not give up.
+			return nil, toConnect(fmt.Errorf("%w: the wait of session %d for %s was cancelled; retry", errWaitCancelled, cmd.SessionID, cmd.Lease))
+		}
 		return nil, toConnect(fmt.Errorf("%w: session %d stopped waiting for %s: %s", statemachine.ErrSessionNotFound, cmd.SessionID, cmd.Lease, out.reason))
 	case <-timeout:
 		// The caller is still here: a grant that raced the timeout is

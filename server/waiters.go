@@ -24,17 +24,21 @@ type waitKey struct {
 // place in the queue.
 type waitEntry struct {
 	// turn serializes the proposals of calls for this key, so that "am I
-	// the last call waiting?" and the CancelWait that follows are atomic
-	// with respect to a new call's Acquire.
-	turn  sync.Mutex
-	calls []chan waitOutcome // guarded by waiters.mu
+	// the last call?" and the CancelWait that follows are atomic with
+	// respect to a new call's Acquire.
+	turn sync.Mutex
+	// refs counts calls from park to leave, including one still waiting
+	// for its turn; calls are the channels of those past their turn.
+	// Both are guarded by waiters.mu.
+	refs  int
+	calls []chan waitOutcome
 }
 
 // waiters wakes parked Acquire calls. The state machine decides who is
 // granted; this only routes the decision to the calls that wait for it,
 // so a release wakes exactly one session's callers, not every waiter.
 type waiters struct {
-	mu     sync.Mutex // guards parked and every entry's calls
+	mu     sync.Mutex // guards parked and every entry's refs and calls
 	parked map[waitKey]*waitEntry
 }
 
@@ -42,38 +46,43 @@ func newWaiters() *waiters {
 	return &waiters{parked: map[waitKey]*waitEntry{}}
 }
 
-// park registers a call before its Acquire is proposed, so an outcome
-// applied right after the proposal cannot be missed, and takes the key's
-// turn. The caller proposes, calls endTurn, waits on the channel, and
-// finally calls leave.
+// park takes the key's turn and registers a call before its Acquire is
+// proposed, so an outcome applied after the proposal cannot be missed,
+// while outcomes of an older call's CancelWait (applied before the turn
+// passed) never reach it. The caller proposes, calls endTurn, waits on
+// the channel, and finally calls leave.
 func (w *waiters) park(session int64, lease statemachine.LeaseID) (*waitEntry, chan waitOutcome) {
 	k := waitKey{session, lease}
-	ch := make(chan waitOutcome, 1)
 	w.mu.Lock()
 	e, ok := w.parked[k]
 	if !ok {
 		e = &waitEntry{}
 		w.parked[k] = e
 	}
+	e.refs++
+	w.mu.Unlock()
+
+	e.turn.Lock()
+	ch := make(chan waitOutcome, 1)
+	w.mu.Lock()
 	e.calls = append(e.calls, ch)
 	w.mu.Unlock()
-	e.turn.Lock()
 	return e, ch
 }
 
 func (e *waitEntry) endTurn() { e.turn.Unlock() }
 
 // leave unregisters a call. With cancel set it first asks, under the
-// key's turn, whether the call is the last one parked; only then does
-// cancel run (to propose CancelWait), so a grant another call is still
-// waiting for or has just been told about is never taken away.
+// key's turn, whether any other call is parked or about to be; only when
+// none is does cancel run (to propose CancelWait), so a grant or queue
+// place another call is waiting for is never taken away.
 func (w *waiters) leave(session int64, lease statemachine.LeaseID, e *waitEntry, ch chan waitOutcome, cancel func()) {
 	k := waitKey{session, lease}
 	if cancel != nil {
 		e.turn.Lock()
 		defer e.turn.Unlock()
 		w.mu.Lock()
-		last := len(e.calls) == 1
+		last := e.refs == 1
 		w.mu.Unlock()
 		if last {
 			cancel()
@@ -87,7 +96,7 @@ func (w *waiters) leave(session int64, lease statemachine.LeaseID, e *waitEntry,
 			break
 		}
 	}
-	if len(e.calls) == 0 && w.parked[k] == e {
+	if e.refs--; e.refs == 0 && w.parked[k] == e {
 		delete(w.parked, k)
 	}
 }
