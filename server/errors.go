@@ -44,6 +44,9 @@ var errorCodes = []struct {
 	{statemachine.ErrTooManyWaiters, connect.CodeResourceExhausted, "too-many-waiters"},
 	{statemachine.ErrTooManySessions, connect.CodeResourceExhausted, "too-many-sessions"},
 	{raftnode.ErrNotLeader, connect.CodeUnavailable, "not-leader"},
+	// The entry may still commit: not "not-leader", which tells clients
+	// a retry is safe.
+	{raftnode.ErrLeadershipLost, connect.CodeUnavailable, "leadership-lost"},
 	{lessor.ErrNotLeader, connect.CodeUnavailable, "not-leader"},
 	{raftnode.ErrClosed, connect.CodeUnavailable, "shutting-down"},
 	{watch.ErrLagged, connect.CodeAborted, "watch-lagged"},
