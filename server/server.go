@@ -116,7 +116,7 @@ func Open(cfg Config) (*Server, error) {
 	}()
 	go func() {
 		defer s.wg.Done()
-		if err := s.http.Serve(cfg.Listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.http.Serve(bufferedListener{cfg.Listener}); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.serveErr <- err
 		}
 	}()
