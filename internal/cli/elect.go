@@ -105,7 +105,7 @@ func runElect(cmd *cobra.Command, g *globals, o *electOptions, name string, argv
 				return err
 			}
 			if lost {
-				return &exitError{code: code, err: fmt.Errorf("lost leadership of %s/%s; the command was stopped", g.namespace, name)}
+				return &exitError{code: lostCode(code), err: fmt.Errorf("lost leadership of %s/%s; the command was stopped", g.namespace, name)}
 			}
 			return exitCodeErr(code)
 		}

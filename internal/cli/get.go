@@ -13,6 +13,11 @@ func NewGetCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get",
 		Short: "List leases or sessions, kubectl-style",
+		Example: `  tenure get leases -A -o wide
+  tenure get sessions`,
+		// A mistyped subcommand is a usage error (exit 2), not help and exit 0.
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	var selector string
 	leases := &cobra.Command{

@@ -69,6 +69,13 @@ or with a TTL, renewed by the holder:
 
 A failed compare prints "Error: compare failed ([expected != actual]) [revision]"
 to stderr and exits 1.`,
+		Example: `  tenure kv put config/feature on
+  tenure kv get config/feature
+  tenure kv set my-lock alice --swap-with-value unlocked
+  tenure kv watch --prefix config/`,
+		// A mistyped subcommand is a usage error (exit 2), not help and exit 0.
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(kvGet(g), kvRange(g), kvPut(g), kvDel(g), kvMk(g), kvSet(g), kvWatch(g))
 	return cmd

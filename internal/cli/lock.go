@@ -24,7 +24,8 @@ func addGrantFlags(cmd *cobra.Command, o *grantOptions) {
 	f := cmd.Flags()
 	f.DurationVar(&o.ttl, "ttl", 10*time.Second, "session TTL: how long after the last heartbeat the server releases the grant")
 	f.DurationVar(&o.killGrace, "kill-grace", 2*time.Second, "time between SIGTERM and SIGKILL when the grant may be lost; must be under a quarter of --ttl")
-	f.DurationVar(&o.lockDelay, "lock-delay", -1, "after an expiry or revoke, how long nobody may be granted (default: --kill-grace + 1s)")
+	f.DurationVar(&o.lockDelay, "lock-delay", -1, "after an expiry or revoke, how long nobody may be granted")
+	f.Lookup("lock-delay").DefValue = "--kill-grace + 1s" // shown by --help instead of -1ns
 	f.StringVar(&o.identity, "identity", "", "holder identity (default hostname_pid_random)")
 }
 
@@ -177,7 +178,7 @@ func runLock(cmd *cobra.Command, g *globals, o *lockOptions, name string, argv [
 		return &exitError{code: code, err: err}
 	}
 	if lost {
-		return &exitError{code: code, err: fmt.Errorf("lost %s (token %d) while the command ran; it was stopped: %v", token.Namespace+"/"+token.Name, token.Token, context.Cause(sem.Context()))}
+		return &exitError{code: lostCode(code), err: fmt.Errorf("lost %s (token %d) while the command ran; it was stopped: %v", token.Namespace+"/"+token.Name, token.Token, context.Cause(sem.Context()))}
 	}
 	return exitCodeErr(code)
 }
@@ -201,6 +202,16 @@ func holdUntilInterrupted(cmd *cobra.Command, ctx context.Context, t client.Toke
 	case <-lost:
 		return unmet(fmt.Errorf("lost %s/%s (token %d)", t.Namespace, t.Name, t.Token))
 	}
+}
+
+// lostCode is the exit code after a loss: the command's, but never 0,
+// even when the command exits cleanly on SIGTERM — it did not finish
+// under the grant, and a script must not carry on as if it had.
+func lostCode(code int) int {
+	if code == 0 {
+		return ExitUnmet
+	}
+	return code
 }
 
 func exitCodeErr(code int) error {

@@ -101,7 +101,17 @@ tokens, and use the key/value layer.
 
 Exit codes: 0 ok; 1 a condition was not met (compare failed, lock held with
 --try, token not valid, not found); 2 usage error; 3 server unreachable;
-lock and elect exit with their command's exit code.`,
+lock and elect exit with their command's exit code (1 if the command exited 0
+after the grant was lost).`,
+		Example: `  # Start a server, then run a job under a lock
+  tenure serve &
+  tenure lock nightly-report -- ./report.sh
+
+  # Run on exactly one host at a time, publishing this host's address
+  tenure elect scheduler --value "$(hostname):8080" -- ./scheduler
+
+  # Who holds what
+  tenure get leases -A`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

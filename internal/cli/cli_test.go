@@ -1,0 +1,374 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenurehq/tenure/client"
+)
+
+// runMain runs the command line in process, as the binary would.
+func runMain(args ...string) (stdout, stderr string, code int) {
+	var out, errOut bytes.Buffer
+	code = Main(args, strings.NewReader(""), &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+// deadEndpoint is a 127.0.0.1 address that was free a moment ago, so
+// that nothing answers there.
+func deadEndpoint(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// Every case here fails before any request is sent: --endpoints points
+// at a dead address, so a case that reached the network would exit 3
+// instead of the expected code.
+func TestMainExitCodesWithoutServer(t *testing.T) {
+	dead := deadEndpoint(t)
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string // a part of stderr
+	}{
+		{"lock without a name is a usage error",
+			[]string{"lock"}, ExitUsage, "requires at least 1 arg(s)"},
+		{"lock with a second name instead of -- is a usage error",
+			[]string{"lock", "a", "b"}, ExitUsage, "lock takes one NAME; put the command after --"},
+		{"a kill-grace of a quarter of the TTL is a usage error: the command could outlive the grant",
+			[]string{"lock", "--ttl", "4s", "--kill-grace", "1s", "a", "--", "true"}, ExitUsage, "--kill-grace 1s must be under 1s (a quarter of --ttl 4s)"},
+		{"a default kill-grace with a short TTL is a usage error",
+			[]string{"lock", "--ttl", "2s", "a", "--", "true"}, ExitUsage, "--kill-grace 2s must be under 500ms"},
+		{"a zero TTL is a usage error",
+			[]string{"lock", "--ttl", "0s", "a", "--", "true"}, ExitUsage, "--ttl 0s must be positive"},
+		{"a zero kill-grace is a usage error",
+			[]string{"lock", "--kill-grace", "0s", "a", "--", "true"}, ExitUsage, "--kill-grace 0s must be positive"},
+		{"a capacity under 1 is a usage error",
+			[]string{"lock", "--capacity", "0", "a", "--", "true"}, ExitUsage, "--capacity 0 must be at least 1"},
+		{"an unknown flag is a usage error that points at --help",
+			[]string{"lock", "--bogus", "a"}, ExitUsage, "unknown flag: --bogus\nSee 'tenure lock --help'."},
+		{"an unknown command is a usage error",
+			[]string{"frobnicate"}, ExitUsage, `unknown command "frobnicate"`},
+		{"elect without a command, --observe or --leader is a usage error",
+			[]string{"elect", "e"}, ExitUsage, "elect needs a command after --"},
+		{"elect with two names is a usage error",
+			[]string{"elect", "e", "f"}, ExitUsage, "elect takes one NAME"},
+		{"elect --observe takes no command",
+			[]string{"elect", "e", "--observe", "--", "true"}, ExitUsage, "--observe and --leader take no command"},
+		{"elect --observe and --leader exclude each other",
+			[]string{"elect", "e", "--observe", "--leader"}, ExitUsage, "[observe leader]"},
+		{"elect checks the kill-grace too",
+			[]string{"elect", "--ttl", "4s", "--kill-grace", "2s", "e", "--", "true"}, ExitUsage, "must be under 1s"},
+		{"validate needs --token",
+			[]string{"validate", "x"}, ExitUsage, `required flag(s) "token" not set`},
+		{"validate needs a positive token",
+			[]string{"validate", "x", "--token", "0"}, ExitUsage, "--token must be a positive fencing token"},
+		{"revoke needs a name",
+			[]string{"revoke"}, ExitUsage, "accepts 1 arg(s), received 0"},
+		{"kv watch needs a key or a prefix",
+			[]string{"kv", "watch"}, ExitUsage, "give either KEY or --prefix PREFIX"},
+		{"kv watch takes a key or a prefix, not both",
+			[]string{"kv", "watch", "k", "--prefix", "p"}, ExitUsage, "give either KEY or --prefix PREFIX"},
+		{"kv set compares a value or a revision, not both",
+			[]string{"kv", "set", "k", "v", "--swap-with-value", "a", "--swap-with-revision", "3"}, ExitUsage, "[swap-with-value swap-with-revision]"},
+		{"kv set rejects a negative revision",
+			[]string{"kv", "set", "k", "v", "--swap-with-revision", "-1"}, ExitUsage, "--swap-with-revision -1 must not be negative"},
+		{"a zero TTL on a key is a usage error",
+			[]string{"kv", "put", "k", "v", "--ttl", "0"}, ExitUsage, `TTL "0" must be positive`},
+		{"a TTL that is neither seconds nor a duration is a usage error",
+			[]string{"kv", "mk", "k", "v", "--ttl", "soon"}, ExitUsage, `TTL "soon": give seconds (10) or a duration (10s)`},
+		{"kv put takes a key and a value",
+			[]string{"kv", "put", "k"}, ExitUsage, "accepts 2 arg(s), received 1"},
+		{"serve rejects an unknown log level before listening",
+			[]string{"serve", "--log-level", "loud"}, ExitUsage, `--log-level "loud"`},
+		{"serve rejects a min TTL of zero",
+			[]string{"serve", "--min-ttl", "0s"}, ExitUsage, "--min-ttl 0s and --max-ttl 24h0m0s must satisfy 0 < min <= max"},
+		{"serve rejects an unknown log store",
+			[]string{"serve", "--log-store", "mem"}, ExitUsage, `--log-store "mem": must be "wal" or "boltdb"`},
+		{"a mistyped get subcommand is a usage error",
+			[]string{"get", "leasez"}, ExitUsage, `unknown command "leasez" for "tenure get"`},
+		{"a mistyped kv subcommand is a usage error",
+			[]string{"kv", "gett", "k"}, ExitUsage, `unknown command "gett" for "tenure kv"`},
+		{"get leases takes at most one name",
+			[]string{"get", "leases", "a", "b"}, ExitUsage, "accepts at most 1 arg(s), received 2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"--endpoints", dead}, tt.args...)
+			stdout, stderr, code := runMain(args...)
+			if code != tt.code {
+				t.Errorf("tenure %s: exit code got = %d, expected: %d (stderr %q)", strings.Join(tt.args, " "), code, tt.code, stderr)
+			}
+			if !strings.HasPrefix(stderr, "Error: ") || !strings.Contains(stderr, tt.stderr) {
+				t.Errorf("tenure %s: stderr got = %q, expected: \"Error: ...%s...\"", strings.Join(tt.args, " "), stderr, tt.stderr)
+			}
+			if stdout != "" {
+				t.Errorf("tenure %s: stdout got = %q, expected: nothing", strings.Join(tt.args, " "), stdout)
+			}
+		})
+	}
+}
+
+func TestMainEmptyEndpointsIsUsageError(t *testing.T) {
+	_, stderr, code := runMain("--endpoints", " , ", "kv", "get", "k")
+	if code != ExitUsage || stderr != "Error: --endpoints is empty\n" {
+		t.Errorf("got = exit %d, stderr %q, expected: exit %d, \"Error: --endpoints is empty\\n\"", code, stderr, ExitUsage)
+	}
+}
+
+func TestMainUnreachableExits3(t *testing.T) {
+	dead := deadEndpoint(t)
+	for _, args := range [][]string{
+		{"kv", "get", "k"},
+		{"kv", "set", "k", "v", "--swap-with-value", "x"},
+		{"get", "leases", "-A"},
+		{"get", "sessions"},
+		{"validate", "x", "--token", "3"},
+		{"revoke", "x"},
+		{"elect", "e", "--leader"},
+		{"lock", "x", "--", "true"},
+		{"elect", "e", "--", "true"},
+	} {
+		_, stderr, code := runMain(append([]string{"--endpoints", dead, "--timeout", "2s"}, args...)...)
+		if code != ExitUnreachable {
+			t.Errorf("tenure %s against a dead server: exit code got = %d, expected: %d (stderr %q)", strings.Join(args, " "), code, ExitUnreachable, stderr)
+		}
+		if !strings.HasPrefix(stderr, "Error: ") {
+			t.Errorf("tenure %s against a dead server: stderr got = %q, expected: an Error: line", strings.Join(args, " "), stderr)
+		}
+	}
+}
+
+// walk calls fn for cmd and every command below it.
+func walk(cmd *cobra.Command, fn func(*cobra.Command)) {
+	fn(cmd)
+	for _, c := range cmd.Commands() {
+		walk(c, fn)
+	}
+}
+
+func TestEveryCommandHasHelpWithExamples(t *testing.T) {
+	var paths [][]string
+	walk(NewRootCommand(), func(c *cobra.Command) {
+		if c.Example == "" {
+			t.Errorf("%q: Example got = empty, expected: examples for --help", c.CommandPath())
+		}
+		if c.Short == "" {
+			t.Errorf("%q: Short got = empty, expected: a one-line summary", c.CommandPath())
+		}
+		paths = append(paths, strings.Fields(c.CommandPath())[1:])
+	})
+	if len(paths) < 18 {
+		t.Fatalf("commands found: got = %d, expected: at least 18 (%v)", len(paths), paths)
+	}
+	for _, p := range paths {
+		stdout, stderr, code := runMain(append(p, "--help")...)
+		name := strings.Join(append([]string{"tenure"}, p...), " ")
+		if code != ExitOK || stderr != "" {
+			t.Errorf("%s --help: got = exit %d, stderr %q, expected: exit 0 and no stderr", name, code, stderr)
+		}
+		for _, want := range []string{"Usage:", "Examples:", "tenure"} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("%s --help: got = %q, expected: it to contain %q", name, stdout, want)
+			}
+		}
+	}
+}
+
+func TestCommandsAreGrouped(t *testing.T) {
+	want := map[string]string{
+		"lock": "run", "elect": "run",
+		"get": "inspect", "validate": "inspect", "revoke": "inspect", "watch": "inspect",
+		"kv": "keys", "serve": "server",
+	}
+	root := NewRootCommand()
+	for _, c := range root.Commands() {
+		if got := c.GroupID; got != want[c.Name()] {
+			t.Errorf("%s: group got = %q, expected: %q", c.Name(), got, want[c.Name()])
+		}
+		delete(want, c.Name())
+	}
+	if len(want) != 0 {
+		t.Errorf("commands missing from the root: %v", want)
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+		stdout, stderr, code := runMain("completion", shell)
+		if code != ExitOK || stderr != "" || !strings.Contains(stdout, "tenure") {
+			t.Errorf("completion %s: got = exit %d, stderr %q, %d bytes, expected: exit 0 and a script", shell, code, stderr, len(stdout))
+		}
+	}
+}
+
+func TestTTLFlag(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want time.Duration
+		err  bool
+	}{
+		{"10", 10 * time.Second, false},
+		{"1", time.Second, false},
+		{"10s", 10 * time.Second, false},
+		{"1m30s", 90 * time.Second, false},
+		{"1500ms", 1500 * time.Millisecond, false},
+		{"0", 0, true},
+		{"-5", 0, true},
+		{"0s", 0, true},
+		{"-1s", 0, true},
+		{"ten", 0, true},
+		{"", 0, true},
+	} {
+		var f ttlFlag
+		err := f.Set(tt.in)
+		if (err != nil) != tt.err || f.d != tt.want {
+			t.Errorf("--ttl %q: got = %v, err %v, expected: %v, error %v", tt.in, f.d, err, tt.want, tt.err)
+		}
+	}
+	var f ttlFlag
+	if f.String() != "" || f.opts() != nil {
+		t.Errorf("unset --ttl: got = %q with %d options, expected: empty and none", f.String(), len(f.opts()))
+	}
+	_ = f.Set("10")
+	if f.String() != "10s" || len(f.opts()) != 1 {
+		t.Errorf("--ttl 10: got = %q with %d options, expected: \"10s\" and one", f.String(), len(f.opts()))
+	}
+}
+
+func TestGrantOptionsCheck(t *testing.T) {
+	tests := []struct {
+		name          string
+		in            grantOptions
+		wantErr       string
+		wantLockDelay time.Duration
+	}{
+		{"the defaults pass and the lock-delay becomes kill-grace plus a second",
+			grantOptions{ttl: 10 * time.Second, killGrace: 2 * time.Second, lockDelay: -1}, "", 3 * time.Second},
+		{"a kill-grace just under a quarter of the TTL passes",
+			grantOptions{ttl: 4 * time.Second, killGrace: 999 * time.Millisecond, lockDelay: -1}, "", 1999 * time.Millisecond},
+		{"an explicit lock-delay of zero stays zero",
+			grantOptions{ttl: 4 * time.Second, killGrace: 500 * time.Millisecond, lockDelay: 0}, "", 0},
+		{"an explicit lock-delay is kept",
+			grantOptions{ttl: 4 * time.Second, killGrace: 500 * time.Millisecond, lockDelay: 10 * time.Second}, "", 10 * time.Second},
+		{"a kill-grace of exactly a quarter of the TTL fails",
+			grantOptions{ttl: 4 * time.Second, killGrace: time.Second, lockDelay: -1}, "--kill-grace 1s must be under 1s", 0},
+		{"a negative TTL fails",
+			grantOptions{ttl: -time.Second, killGrace: time.Second, lockDelay: -1}, "--ttl -1s must be positive", 0},
+		{"a negative kill-grace fails",
+			grantOptions{ttl: 10 * time.Second, killGrace: -time.Second, lockDelay: -1}, "--kill-grace -1s must be positive", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := tt.in
+			err := o.check()
+			if tt.wantErr != "" {
+				var ee *exitError
+				if !errors.As(err, &ee) || ee.code != ExitUsage || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("got = %v, expected: a usage error containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("got = %v, expected: no error", err)
+			}
+			if o.lockDelay != tt.wantLockDelay {
+				t.Errorf("lock-delay got = %v, expected: %v", o.lockDelay, tt.wantLockDelay)
+			}
+		})
+	}
+}
+
+func TestCompareFailedMessages(t *testing.T) {
+	cur := client.KeyValue{Key: "my-lock", Value: "alice", ModRevision: 2}
+	tests := []struct {
+		name    string
+		cf      *client.CompareFailedError
+		byValue bool
+		want    string
+		wantRev int64
+		msg     string
+	}{
+		{"a value compare names the expected and the actual value, as etcdctl does",
+			&client.CompareFailedError{Current: cur, Found: true, Revision: 2}, true, "unlocked", 0,
+			"compare failed ([unlocked != alice]) [2]"},
+		{"a revision compare names the expected and the actual revision",
+			&client.CompareFailedError{Current: cur, Found: true, Revision: 5}, false, "", 1,
+			"compare failed ([1 != 2]) [5]"},
+		{"a value compare on a missing key says it is not found",
+			&client.CompareFailedError{Found: false, Revision: 7}, true, "unlocked", 0,
+			"key not found (my-lock) [7]"},
+		{"a revision compare on a missing key says it is not found",
+			&client.CompareFailedError{Found: false, Revision: 7}, false, "", 3,
+			"key not found (my-lock) [7]"},
+	}
+	for _, tt := range tests {
+		if got := compareFailed("my-lock", tt.cf, tt.byValue, tt.want, tt.wantRev).Error(); got != tt.msg {
+			t.Errorf("%s: got = %q, expected: %q", tt.name, got, tt.msg)
+		}
+	}
+}
+
+func TestGrantEnv(t *testing.T) {
+	got := grantEnv(client.Token{Namespace: "prod", Name: "report", Token: 42}, "host_1_ab", "a:1,b:2")
+	want := []string{"TENURE_LEASE=prod/report", "TENURE_FENCING_TOKEN=42", "TENURE_HOLDER=host_1_ab", "TENURE_ENDPOINTS=a:1,b:2"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("got = %q, expected: %q", got, want)
+	}
+}
+
+func TestExitErrorMessages(t *testing.T) {
+	if got := (&exitError{code: 7}).Error(); got != "exit status 7" {
+		t.Errorf("quiet exit: got = %q, expected: \"exit status 7\"", got)
+	}
+	inner := errors.New("boom")
+	e := &exitError{code: ExitUnmet, err: inner}
+	if e.Error() != "boom" || !errors.Is(e, inner) {
+		t.Errorf("wrapped exit: got = %q, unwraps %v, expected: \"boom\" that unwraps", e.Error(), errors.Is(e, inner))
+	}
+	if !errors.As(unreachable(&client.Error{Op: "Get", Kind: client.ErrUnavailable, Cause: inner}), &e) || e.code != ExitUnreachable {
+		t.Errorf("unreachable(ErrUnavailable): got = %v, expected: exit %d", e, ExitUnreachable)
+	}
+	if err := unreachable(inner); err != inner {
+		t.Errorf("unreachable(other): got = %v, expected: unchanged", err)
+	}
+}
+
+func TestLostCodeIsNeverZero(t *testing.T) {
+	for _, tt := range []struct{ in, want int }{{0, ExitUnmet}, {3, 3}, {143, 143}, {137, 137}} {
+		if got := lostCode(tt.in); got != tt.want {
+			t.Errorf("lostCode(%d): got = %d, expected: %d", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestLockDelayHelpShowsItsDefault(t *testing.T) {
+	for _, cmd := range []string{"lock", "elect"} {
+		stdout, _, _ := runMain(cmd, "--help")
+		if !strings.Contains(stdout, "(default --kill-grace + 1s)") || strings.Contains(stdout, "-1ns") {
+			t.Errorf("%s --help: got = %q, expected: --lock-delay's default as \"--kill-grace + 1s\", not -1ns", cmd, stdout)
+		}
+	}
+}
+
+func TestGroupCommandsWithoutSubcommandPrintHelp(t *testing.T) {
+	for _, cmd := range []string{"get", "kv"} {
+		stdout, stderr, code := runMain(cmd)
+		if code != ExitOK || stderr != "" || !strings.Contains(stdout, "Available Commands:") {
+			t.Errorf("tenure %s: got = exit %d, stderr %q, stdout %q, expected: exit 0 and its help", cmd, code, stderr, stdout)
+		}
+	}
+}
