@@ -36,9 +36,7 @@ var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sys
 // the grant. The exit code follows the shell's convention: 128+N for a
 // command killed by signal N.
 func (c *child) run(lost <-chan struct{}) (code int, lostFirst bool, err error) {
-	// Orphaned grandchildren are reparented to us, not to init, so that
-	// we can reap them and know when the group is really gone.
-	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	becomeSubreaper()
 
 	cmd := exec.Command(c.args[0], c.args[1:]...)
 	cmd.Env = append(os.Environ(), c.env...)

@@ -202,22 +202,41 @@ func holderList(l client.Lease) string {
 	return strings.Join(names, ",")
 }
 
-// humanDuration is kubectl's short age: 45s, 3m12s, 5h, 2d.
+// humanDuration is kubectl's short age (k8s.io/apimachinery's
+// duration.HumanDuration): 90s, 3m12s, 15m, 5h30m, 2d3h.
 func humanDuration(d time.Duration) string {
-	if d < 0 {
+	if seconds := int(d.Seconds()); seconds < 0 {
 		return "0s"
+	} else if seconds < 60*2 {
+		return fmt.Sprintf("%ds", seconds)
 	}
+	minutes := int(d / time.Minute)
+	if minutes < 10 {
+		if s := int(d/time.Second) % 60; s != 0 {
+			return fmt.Sprintf("%dm%ds", minutes, s)
+		}
+		return fmt.Sprintf("%dm", minutes)
+	} else if minutes < 60*3 {
+		return fmt.Sprintf("%dm", minutes)
+	}
+	hours := int(d / time.Hour)
 	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < 10*time.Minute:
-		return fmt.Sprintf("%dm%ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
+	case hours < 8:
+		if m := minutes % 60; m != 0 {
+			return fmt.Sprintf("%dh%dm", hours, m)
+		}
+		return fmt.Sprintf("%dh", hours)
+	case hours < 48:
+		return fmt.Sprintf("%dh", hours)
+	case hours < 24*8:
+		if h := hours % 24; h != 0 {
+			return fmt.Sprintf("%dd%dh", hours/24, h)
+		}
+		return fmt.Sprintf("%dd", hours/24)
+	case hours < 24*365*2:
+		return fmt.Sprintf("%dd", hours/24)
 	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
+	return fmt.Sprintf("%dy", hours/24/365)
 }
 
 type sessionDoc struct {
