@@ -24,9 +24,10 @@ type Client struct {
 	endpoints []*endpoint
 	transport *http.Transport
 
-	mu      sync.Mutex // guards current and closed
+	mu      sync.Mutex // guards current, closed and conns
 	current int
 	closed  bool
+	conns   map[net.Conn]struct{} // open connections, closed by Close
 }
 
 type endpoint struct {
@@ -89,14 +90,15 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
 	dialer := &net.Dialer{Timeout: o.dialTimeout, KeepAlive: 15 * time.Second}
+	c := &Client{opts: o, conns: map[net.Conn]struct{}{}}
 	tr := &http.Transport{
 		Protocols:   &protocols,
-		DialContext: dialer.DialContext,
+		DialContext: c.dialer(dialer),
 		// HTTP/2 pings find a dead connection under a blocked Lock call.
 		HTTP2: &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 5 * time.Second},
 	}
 	hc := &http.Client{Transport: tr}
-	c := &Client{opts: o, transport: tr}
+	c.transport = tr
 	for _, e := range endpoints {
 		url := strings.TrimSpace(e)
 		if url == "" {
@@ -119,14 +121,54 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	return c, nil
 }
 
-// Close releases the client's connections. Sessions opened through it
-// stop heartbeating; close them first to release what they hold at once.
+// Close releases the client's connections, also those still carrying a
+// call or a stream, which then fail. Sessions opened through it stop
+// heartbeating; close them first to release what they hold at once.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
+	conns := c.conns
+	c.conns = nil
 	c.mu.Unlock()
+	// Closing only idle connections would leave one whose last stream
+	// was still ending open for good, with its read loop.
 	c.transport.CloseIdleConnections()
+	for conn := range conns {
+		conn.Close()
+	}
 	return nil
+}
+
+// dialer wraps d so that Close can find every connection.
+func (c *Client) dialer(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.closed {
+			conn.Close()
+			return nil, &net.OpError{Op: "dial", Net: network, Err: ErrClosed}
+		}
+		tc := &trackedConn{Conn: conn, c: c}
+		c.conns[tc] = struct{}{}
+		return tc, nil
+	}
+}
+
+// trackedConn leaves the client's set of connections when closed.
+type trackedConn struct {
+	net.Conn
+	c *Client
+}
+
+func (tc *trackedConn) Close() error {
+	tc.c.mu.Lock()
+	delete(tc.c.conns, tc)
+	tc.c.mu.Unlock()
+	return tc.Conn.Close()
 }
 
 // Endpoints lists the endpoint URLs, the one in use first.

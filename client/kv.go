@@ -260,7 +260,8 @@ func WithPrefix() WatchOption { return func(o *watchOptions) { o.prefix = true }
 func WithRevision(r int64) WatchOption { return func(o *watchOptions) { o.revision = r } }
 
 // Watch sends every change to key (or keys under it, with WithPrefix) in
-// revision order until ctx ends or an error ends the watch; the last
+// revision order, from WithRevision or else from the store's revision
+// when Watch returns, until ctx ends or an error ends the watch; the last
 // event then carries Err and the channel closes. It reconnects on its own
 // across endpoint failures, resuming after the last revision it sent; it
 // never skips events: if the server's history no longer has them, the
@@ -269,6 +270,17 @@ func (kv *KV) Watch(ctx context.Context, key string, opts ...WatchOption) <-chan
 	var o watchOptions
 	for _, opt := range opts {
 		opt(&o)
+	}
+	// Pin the start before returning, so that every change made once
+	// Watch has returned is sent, and a reconnect resumes rather than
+	// skips.
+	from := o.revision
+	var pinErr error
+	if from == 0 {
+		var rev int64
+		if _, rev, _, pinErr = kv.Range(ctx, key, 1); pinErr == nil {
+			from = rev + 1
+		}
 	}
 	out := make(chan WatchEvent, 16)
 	go func() {
@@ -281,15 +293,9 @@ func (kv *KV) Watch(ctx context.Context, key string, opts ...WatchOption) <-chan
 				return false
 			}
 		}
-		from := o.revision
-		if from == 0 {
-			// Pin the start now, so a reconnect resumes rather than skips.
-			_, rev, _, err := kv.Range(ctx, key, 1)
-			if err != nil {
-				send(WatchEvent{Err: err})
-				return
-			}
-			from = rev + 1
+		if pinErr != nil {
+			send(WatchEvent{Err: pinErr})
+			return
 		}
 		failures := 0
 		for ctx.Err() == nil {

@@ -47,6 +47,7 @@ type Session struct {
 
 	stop      chan struct{} // closed by Close to end the heartbeat loop
 	done      chan struct{} // closed when the heartbeat loop has ended
+	gaveUp    atomic.Bool   // the heartbeat loop ended the lost session on the server
 	closeOnce sync.Once
 
 	mu    sync.Mutex // guards gates
@@ -228,19 +229,27 @@ func (s *Session) heartbeat() {
 			return
 		case <-s.lost:
 			// Give up the server side too, so that others need not wait
-			// a TTL for what this client no longer trusts it holds.
+			// a TTL for what this client no longer trusts it holds. Close
+			// cuts this short and tries again under its own context.
 			ctx, cancel := context.WithTimeout(context.Background(), s.c.opts.requestTimeout)
-			_ = s.closeOnServer(ctx)
+			stopped := make(chan struct{})
+			go func() {
+				defer close(stopped)
+				select {
+				case <-s.stop:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			s.gaveUp.Store(s.closeOnServer(ctx) == nil)
 			cancel()
+			<-stopped
 			return
 		default:
 		}
 		err := s.stream()
 		if err == nil {
 			continue // stopped or lost: the select above says which
-		}
-		if ep, eerr := s.c.endpoint(); eerr == nil {
-			s.c.failover(ep, err)
 		}
 		wait := time.NewTimer(pause)
 		validity := time.NewTimer(time.Until(s.ValidUntil()))
@@ -262,12 +271,20 @@ var errValidityPassed = errors.New("no heartbeat acknowledged within the validit
 // stream runs one KeepAlive stream until it fails (the error), or the
 // session is lost or stopped (nil). It sends a heartbeat every interval and credits each answer to
 // the send time of the request it answers (answers come in order).
-func (s *Session) stream() error {
+func (s *Session) stream() (err error) {
 	ep, err := s.c.endpoint()
 	if err != nil {
 		s.markLost(fmt.Errorf("%w: %w", ErrSessionExpired, err))
 		return nil
 	}
+	// Fail over from the endpoint this stream used, not from whichever is
+	// current by now: a grant monitor may already have moved on, and
+	// moving again would send the heartbeats back to the dead endpoint.
+	defer func() {
+		if err != nil {
+			s.c.failover(ep, err)
+		}
+	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	st := ep.sessions.KeepAlive(ctx)
 	type answer struct {
@@ -344,16 +361,16 @@ func (s *Session) stream() error {
 }
 
 // Close ends the session on the server, releasing everything it holds at
-// once, and stops the heartbeats. Safe to call twice.
+// once, and stops the heartbeats. ctx bounds the call; if it ends first,
+// the server expires the session after its TTL. Safe to call twice.
 func (s *Session) Close(ctx context.Context) error {
 	var err error
 	s.closeOnce.Do(func() {
 		close(s.stop)
 		<-s.done
-		select {
-		case <-s.lost:
-			// The heartbeat loop already gave it up on the server.
-		default:
+		if !s.gaveUp.Load() {
+			// Not lost, or lost but the heartbeat loop could not tell
+			// the server before Close stopped it.
 			err = s.closeOnServer(ctx)
 		}
 		s.markLost(fmt.Errorf("%w: session %d was closed", ErrSessionExpired, s.id))

@@ -1,0 +1,691 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/client"
+)
+
+// fencedResource is a downstream resource guarded by fencing tokens with
+// a monotonic policy: it remembers the highest token it has seen and
+// rejects writes with a lower one. It also notices critical sections
+// that overlap, which a correct lock never allows.
+type fencedResource struct {
+	inside   atomic.Int32 // critical sections under way
+	overlaps atomic.Int32 // entries that found another under way
+
+	mu       sync.Mutex // guards the fields below
+	highest  int64
+	accepted []int64 // tokens of accepted writes, in order
+	rejected int
+	sections []section // in order of entry
+}
+
+// section is one critical section: who held the lock, with which token.
+type section struct {
+	session int
+	token   int64
+}
+
+func (r *fencedResource) enter(session int, token int64) {
+	if r.inside.Add(1) != 1 {
+		r.overlaps.Add(1)
+	}
+	r.mu.Lock()
+	r.sections = append(r.sections, section{session, token})
+	r.mu.Unlock()
+}
+
+func (r *fencedResource) exit() { r.inside.Add(-1) }
+
+// write applies the monotonic policy.
+func (r *fencedResource) write(token int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if token < r.highest {
+		r.rejected++
+		return false
+	}
+	r.highest = token
+	r.accepted = append(r.accepted, token)
+	return true
+}
+
+// errorList collects failures from goroutines, which must not call
+// t.Fatal; the test reports them once they are joined.
+type errorList struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (l *errorList) add(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errs = append(l.errs, fmt.Errorf(format, args...))
+}
+
+func (l *errorList) check(t *testing.T) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, err := range l.errs {
+		if i == 10 {
+			t.Errorf("... and %d more", len(l.errs)-10)
+			break
+		}
+		t.Error(err)
+	}
+	if len(l.errs) > 0 {
+		t.FailNow()
+	}
+}
+
+// TestMutexMutualExclusion: 32 goroutines in 4 sessions fight over one
+// lock and write to a fenced resource. Goroutines of one session take
+// turns through the session's gate; sessions take turns through the
+// server's FIFO queue.
+func TestMutexMutualExclusion(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	const (
+		sessions   = 4
+		perSession = 8
+		runFor     = 2 * time.Second
+		maxRounds  = 400
+	)
+	var res fencedResource
+	var errs errorList
+	var rounds atomic.Int32
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range sessions {
+		s := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity(fmt.Sprintf("s%d", i)))
+		for range perSession {
+			wg.Go(func() {
+				m := s.Mutex("shared")
+				for time.Since(start) < runFor && rounds.Add(1) <= maxRounds {
+					// Every waiter is granted in the end (FIFO), so the
+					// generous timeout only bounds a broken test.
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					err := m.Lock(ctx)
+					if err != nil {
+						cancel()
+						errs.add("session %d: Lock: %v", i, err)
+						return
+					}
+					token, ok := m.FenceToken()
+					if !ok || token.Token != m.Token() || token.Name != "shared" || token.Namespace != "default" {
+						errs.add("session %d: got = fence token %v valid %v, expected: default/shared:%d valid", i, token, ok, m.Token())
+					}
+					res.enter(i, token.Token)
+					if !res.write(token.Token) {
+						errs.add("session %d: got = write with token %d rejected, expected: accepted", i, token.Token)
+					}
+					time.Sleep(time.Millisecond)
+					if !m.Valid() {
+						errs.add("session %d: got = lock invalid inside its critical section, expected: valid", i)
+					}
+					if !res.write(token.Token) {
+						errs.add("session %d: got = second write with token %d rejected, expected: accepted", i, token.Token)
+					}
+					res.exit()
+					if err := m.Unlock(ctx); err != nil {
+						errs.add("session %d: Unlock: %v", i, err)
+					}
+					cancel()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	errs.check(t)
+	elapsed := time.Since(start)
+
+	if n := res.overlaps.Load(); n != 0 {
+		t.Fatalf("got = %d overlapping critical sections, expected: 0", n)
+	}
+	if res.rejected != 0 {
+		t.Fatalf("got = %d writes rejected as stale, expected: 0", res.rejected)
+	}
+	for i := 1; i < len(res.accepted); i++ {
+		if res.accepted[i] < res.accepted[i-1] {
+			t.Fatalf("got = stale write accepted: token %d after %d, expected: never lower", res.accepted[i], res.accepted[i-1])
+		}
+	}
+	handovers := 0
+	held := make([]int, sessions)
+	for i, sec := range res.sections {
+		held[sec.session]++
+		if i == 0 {
+			continue
+		}
+		prev := res.sections[i-1]
+		if sec.token <= prev.token {
+			t.Fatalf("got = section %d token %d after %d, expected: strictly increasing", i, sec.token, prev.token)
+		}
+		if sec.session != prev.session {
+			handovers++
+		}
+	}
+	n := len(res.sections)
+	t.Logf("%d critical sections, %d handovers between sessions, per session %v, in %v", n, handovers, held, elapsed.Round(time.Millisecond))
+	if n < 40 {
+		t.Fatalf("got = %d critical sections, expected: at least 40", n)
+	}
+	// The server's queue is FIFO and each session has one goroutine in
+	// it, so the sessions mostly alternate.
+	if handovers < n/2 {
+		t.Fatalf("got = %d handovers in %d sections, expected: at least %d", handovers, n, n/2)
+	}
+	for i, h := range held {
+		if h < n/(4*sessions) {
+			t.Fatalf("got = session %d held the lock %d times of %d, expected: at least %d", i, h, n, n/(4*sessions))
+		}
+	}
+}
+
+func TestMutexBasics(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a := newSession(t, c, client.WithTTL(2*time.Second))
+	b := newSession(t, c, client.WithTTL(2*time.Second))
+
+	t.Run("Unlock of a lock never taken fails with ErrNotHolder", func(t *testing.T) {
+		m := a.Mutex("never")
+		if err := m.Unlock(ctx); !errors.Is(err, client.ErrNotHolder) {
+			t.Fatalf("got = %v, expected: ErrNotHolder", err)
+		}
+		if m.Token() != 0 || m.Valid() {
+			t.Fatalf("got = token %d valid %v, expected: 0, false", m.Token(), m.Valid())
+		}
+		select {
+		case <-m.Lost():
+		default:
+			t.Fatal("got = Lost open on a lock not held, expected: closed")
+		}
+	})
+
+	t.Run("a second Unlock fails with ErrNotHolder", func(t *testing.T) {
+		m := a.Mutex("twice")
+		if err := m.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Unlock(ctx); !errors.Is(err, client.ErrNotHolder) {
+			t.Fatalf("got = %v, expected: ErrNotHolder", err)
+		}
+	})
+
+	t.Run("goroutines of one session take turns with rising tokens", func(t *testing.T) {
+		m1, m2 := a.Mutex("turns"), a.Mutex("turns")
+		if err := m1.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		first := m1.Token()
+		got := make(chan error, 1)
+		go func() { got <- m2.Lock(ctx) }()
+		select {
+		case err := <-got:
+			t.Fatalf("got = second Lock returned %v while the first holds, expected: waiting", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if err := m1.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		if m2.Token() <= first {
+			t.Fatalf("got = token %d, expected: above %d", m2.Token(), first)
+		}
+		if err := m2.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a cancelled wait leaves the queue and is never granted", func(t *testing.T) {
+		ma, mb := a.Mutex("cancel"), b.Mutex("cancel")
+		if err := ma.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wctx, wcancel := context.WithCancel(ctx)
+		got := make(chan error, 1)
+		go func() { got <- mb.Lock(wctx) }()
+		time.Sleep(100 * time.Millisecond) // let b park on the server
+		wcancel()
+		select {
+		case err := <-got:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("got = %v, expected: context.Canceled", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("got = Lock still waiting 5s after its context was cancelled, expected: returned")
+		}
+		if err := ma.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Nobody holds it now: a third party takes it at once.
+		c3 := newSession(t, c, client.WithTTL(2*time.Second)).Mutex("cancel")
+		if err := c3.TryLock(ctx); err != nil {
+			t.Fatalf("got = %v, expected: the lock free after the cancelled waiter left", err)
+		}
+		if err := mb.TryLock(ctx); !errors.Is(err, client.ErrLocked) {
+			t.Fatalf("got = %v, expected: ErrLocked", err)
+		}
+		if err := c3.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestMutexRevoke: an operator's break-lock through the API ends the
+// grant at once: Lost fires, the context is cancelled with ErrNotHolder,
+// and the watchdog runs. The session itself lives on.
+func TestMutexRevoke(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s := newSession(t, c, client.WithTTL(2*time.Second))
+	watchdog := make(chan struct{}, 1)
+	m := s.Mutex("revoked", client.WithWatchdog(func() { watchdog <- struct{}{} }))
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	token := m.Token()
+	lost, lockCtx := m.Lost(), m.Context()
+
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	leases := tenurev1connect.NewLeaseServiceClient(&http.Client{Transport: tr}, "http://"+addr)
+	start := time.Now()
+	resp, err := leases.Revoke(ctx, connect.NewRequest(&tenurev1.RevokeRequest{Namespace: "default", Name: "revoked", Token: token, Reason: "test break-lock"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Msg.GetRevoked(); !slices.Equal(got, []int64{token}) {
+		t.Fatalf("got = revoked %v, expected: [%d]", got, token)
+	}
+	select {
+	case <-lost:
+	case <-time.After(2 * time.Second):
+		t.Fatal("got = Lost open 2s after the revoke, expected: closed")
+	}
+	select {
+	case <-watchdog:
+	case <-time.After(2 * time.Second):
+		t.Fatal("got = watchdog not called 2s after the revoke, expected: called")
+	}
+	t.Logf("loss noticed %v after the revoke was sent", time.Since(start).Round(time.Millisecond))
+	if cause := context.Cause(lockCtx); !errors.Is(cause, client.ErrNotHolder) {
+		t.Fatalf("got = cause %v, expected: ErrNotHolder", cause)
+	}
+	if m.Valid() {
+		t.Fatal("got = lock valid after the revoke, expected: invalid")
+	}
+	if _, ok := m.FenceToken(); ok {
+		t.Fatal("got = fence token valid after the revoke, expected: invalid")
+	}
+	if !s.Valid() {
+		t.Fatal("got = session invalid after a revoke, expected: the session lives on")
+	}
+	// Unlock after a loss counts as released and frees the session's turn.
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatalf("got = Unlock after revoke %v, expected: nil", err)
+	}
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m.Token() <= token || !m.Valid() {
+		t.Fatalf("got = token %d valid %v, expected: above %d, valid", m.Token(), m.Valid(), token)
+	}
+	// The validation API agrees: the old token is gone, the new one holds.
+	for _, tc := range []struct {
+		token int64
+		valid bool
+	}{{token, false}, {m.Token(), true}} {
+		v, err := leases.Validate(ctx, connect.NewRequest(&tenurev1.ValidateRequest{Namespace: "default", Name: "revoked", Token: tc.token}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Msg.GetValid() != tc.valid {
+			t.Fatalf("got = token %d valid %v, expected: %v", tc.token, v.Msg.GetValid(), tc.valid)
+		}
+	}
+	select {
+	case <-watchdog:
+		t.Fatal("got = watchdog called again, expected: once")
+	default:
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A clean Unlock does not call the watchdog.
+	select {
+	case <-watchdog:
+		t.Fatal("got = watchdog called after Unlock, expected: not called")
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestSemaphoreCapacity: six sessions share a semaphore of three; never
+// more than three hold it, each with a token of its own.
+func TestSemaphoreCapacity(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const (
+		capacity = 3
+		sessions = 6
+		runFor   = time.Second
+	)
+	ss := make([]*client.Session, sessions)
+	for i := range ss {
+		ss[i] = newSession(t, c, client.WithTTL(2*time.Second))
+	}
+
+	// First the edges, deterministically.
+	sems := make([]*client.Semaphore, sessions)
+	for i := range sems {
+		sems[i] = ss[i].Semaphore("pool", capacity)
+	}
+	for i := range capacity {
+		if err := sems[i].TryAcquire(ctx); err != nil {
+			t.Fatalf("holder %d: %v", i, err)
+		}
+	}
+	if err := sems[capacity].TryAcquire(ctx); !errors.Is(err, client.ErrLocked) {
+		t.Fatalf("got = %v with %d holders, expected: ErrLocked", err, capacity)
+	}
+	if err := ss[capacity].Semaphore("pool", capacity+1).TryAcquire(ctx); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("got = %v for a different capacity, expected: ErrInvalidArgument", err)
+	}
+	tokens := map[int64]bool{}
+	for i := range capacity {
+		tok := sems[i].Token()
+		if tok == 0 || tokens[tok] || !sems[i].Valid() {
+			t.Fatalf("got = holder %d token %d (seen %v) valid %v, expected: a valid token of its own", i, tok, tokens, sems[i].Valid())
+		}
+		tokens[tok] = true
+	}
+	if err := sems[0].Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sems[capacity].TryAcquire(ctx); err != nil {
+		t.Fatalf("got = %v after a release, expected: a place", err)
+	}
+	for _, i := range []int{1, 2, capacity} {
+		if err := sems[i].Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Then a fight.
+	var (
+		errs    errorList
+		inside  atomic.Int32
+		maxSeen atomic.Int32
+		mu      sync.Mutex // guards holding and granted
+		holding = map[int64]int{}
+		granted = map[int64]bool{}
+	)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, s := range ss {
+		wg.Go(func() {
+			sem := s.Semaphore("pool", capacity)
+			for time.Since(start) < runFor {
+				if err := sem.Acquire(ctx); err != nil {
+					errs.add("session %d: Acquire: %v", i, err)
+					return
+				}
+				tok := sem.Token()
+				n := inside.Add(1)
+				for m := maxSeen.Load(); n > m && !maxSeen.CompareAndSwap(m, n); m = maxSeen.Load() {
+				}
+				if n > capacity {
+					errs.add("got = %d holders, expected: at most %d", n, capacity)
+				}
+				mu.Lock()
+				if other, ok := holding[tok]; ok {
+					errs.add("got = token %d held by sessions %d and %d at once, expected: a token each", tok, other, i)
+				}
+				if granted[tok] {
+					errs.add("got = token %d granted twice, expected: a new token per grant", tok)
+				}
+				holding[tok], granted[tok] = i, true
+				mu.Unlock()
+				if !sem.Valid() {
+					errs.add("session %d: got = place invalid while held, expected: valid", i)
+				}
+				time.Sleep(20 * time.Millisecond)
+				mu.Lock()
+				delete(holding, tok)
+				mu.Unlock()
+				inside.Add(-1)
+				if err := sem.Release(ctx); err != nil {
+					errs.add("session %d: Release: %v", i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	errs.check(t)
+	t.Logf("%d grants, at most %d holders at once", len(granted), maxSeen.Load())
+	if got := maxSeen.Load(); got != capacity {
+		t.Fatalf("got = at most %d holders at once, expected: %d", got, capacity)
+	}
+	if len(granted) < 2*sessions {
+		t.Fatalf("got = %d grants, expected: at least %d", len(granted), 2*sessions)
+	}
+}
+
+func TestRWMutexReadersShareWritersExclude(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	readers := make([]*client.RWMutex, 3)
+	for i := range readers {
+		readers[i] = newSession(t, c, client.WithTTL(2*time.Second)).RWMutex("rw")
+	}
+	writer := newSession(t, c, client.WithTTL(2*time.Second)).RWMutex("rw")
+
+	// Readers in different sessions hold it together.
+	for i, r := range readers {
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		err := r.RLock(rctx)
+		rcancel()
+		if err != nil {
+			t.Fatalf("reader %d: got = %v while %d others read, expected: shared", i, err, i)
+		}
+		if !r.Valid() || r.Token() == 0 {
+			t.Fatalf("reader %d: got = valid %v token %d, expected: valid with a token", i, r.Valid(), r.Token())
+		}
+	}
+	if err := writer.TryLock(ctx); !errors.Is(err, client.ErrLocked) {
+		t.Fatalf("got = writer TryLock %v while reading, expected: ErrLocked", err)
+	}
+	wrote := make(chan error, 1)
+	go func() { wrote <- writer.Lock(ctx) }()
+	for i, r := range readers {
+		select {
+		case err := <-wrote:
+			t.Fatalf("got = writer granted (%v) with %d readers left, expected: waiting", err, len(readers)-i)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if err := r.RUnlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("got = writer waiting 5s after the readers left, expected: granted")
+	}
+	// A reader waits for the writer.
+	read := make(chan error, 1)
+	go func() { read <- readers[0].RLock(ctx) }()
+	select {
+	case err := <-read:
+		t.Fatalf("got = reader granted (%v) while a writer holds, expected: waiting", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	wtoken := writer.Token()
+	if err := writer.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-read; err != nil {
+		t.Fatal(err)
+	}
+	if readers[0].Token() <= wtoken {
+		t.Fatalf("got = reader token %d, expected: above the writer's %d", readers[0].Token(), wtoken)
+	}
+	if err := readers[0].RUnlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRWMutexNoWriterStarvation: readers in three sessions re-acquire
+// in a loop so that the lock is never free of readers, and two writers
+// want it too. The server's FIFO queue makes readers that come after a
+// waiting writer wait for it, so the writers get in within a bound;
+// meanwhile no writer ever overlaps a reader or another writer.
+func TestRWMutexNoWriterStarvation(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const (
+		readerSessions = 3
+		writerSessions = 2
+		writerRounds   = 5
+		maxWriterWait  = 5 * time.Second
+	)
+	var (
+		errs       errorList
+		readersIn  atomic.Int32
+		writersIn  atomic.Int32
+		maxReaders atomic.Int32
+		reads      atomic.Int32
+		// askedWhileRead counts writer Locks asked while readers held the
+		// lock: the case a reader-preferring lock would starve.
+		askedWhileRead atomic.Int32
+		stop           = make(chan struct{})
+	)
+	var readersWG sync.WaitGroup
+	for i := range readerSessions {
+		rw := newSession(t, c, client.WithTTL(2*time.Second)).RWMutex("stream")
+		readersWG.Go(func() {
+			// Stagger the readers so that their holds overlap.
+			time.Sleep(time.Duration(i) * 10 * time.Millisecond)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := rw.RLock(ctx); err != nil {
+					errs.add("reader %d: RLock: %v", i, err)
+					return
+				}
+				n := readersIn.Add(1)
+				for m := maxReaders.Load(); n > m && !maxReaders.CompareAndSwap(m, n); m = maxReaders.Load() {
+				}
+				if w := writersIn.Load(); w != 0 {
+					errs.add("got = a reader in with %d writers, expected: none", w)
+				}
+				reads.Add(1)
+				time.Sleep(30 * time.Millisecond)
+				readersIn.Add(-1)
+				if err := rw.RUnlock(ctx); err != nil {
+					errs.add("reader %d: RUnlock: %v", i, err)
+					return
+				}
+			}
+		})
+	}
+	// Wait until the readers are streaming.
+	for reads.Load() < 2*readerSessions && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	var writersWG sync.WaitGroup
+	var mu sync.Mutex
+	var waits []time.Duration
+	for i := range writerSessions {
+		rw := newSession(t, c, client.WithTTL(2*time.Second)).RWMutex("stream")
+		writersWG.Go(func() {
+			for range writerRounds {
+				readsBefore := reads.Load()
+				if readersIn.Load() > 0 {
+					askedWhileRead.Add(1)
+				}
+				asked := time.Now()
+				wctx, wcancel := context.WithTimeout(ctx, maxWriterWait)
+				err := rw.Lock(wctx)
+				wcancel()
+				if err != nil {
+					errs.add("writer %d: got = %v, expected: granted within %v while readers stream", i, err, maxWriterWait)
+					return
+				}
+				waited := time.Since(asked)
+				if w := writersIn.Add(1); w != 1 {
+					errs.add("got = %d writers in, expected: 1", w)
+				}
+				if r := readersIn.Load(); r != 0 {
+					errs.add("got = a writer in with %d readers, expected: none", r)
+				}
+				mu.Lock()
+				waits = append(waits, waited)
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+				writersIn.Add(-1)
+				if err := rw.Unlock(ctx); err != nil {
+					errs.add("writer %d: Unlock: %v", i, err)
+					return
+				}
+				// Let the readers have a go, so the next Lock arrives
+				// while they hold it.
+				for reads.Load() < readsBefore+readerSessions && ctx.Err() == nil {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+		})
+	}
+	writersWG.Wait()
+	readsDuringWriters := reads.Load()
+	close(stop)
+	readersWG.Wait()
+	errs.check(t)
+	t.Logf("%d reads, at most %d readers at once, %d writer Locks asked while reading, writer waits %v", readsDuringWriters, maxReaders.Load(), askedWhileRead.Load(), waits)
+	if got := len(waits); got != writerSessions*writerRounds {
+		t.Fatalf("got = %d writer grants, expected: %d", got, writerSessions*writerRounds)
+	}
+	if got := askedWhileRead.Load(); got < writerSessions*writerRounds/2 {
+		t.Fatalf("got = %d of %d writer Locks asked while readers held it, expected: at least half", got, writerSessions*writerRounds)
+	}
+	if got := maxReaders.Load(); got < 2 {
+		t.Fatalf("got = at most %d readers at once, expected: readers overlapping", got)
+	}
+}
