@@ -221,7 +221,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // Callbacks are RunElection's hooks.
 type Callbacks struct {
 	// OnStartedLeading runs when this process becomes leader, with a
-	// context cancelled the instant leadership may be lost. It must
+	// context cancelled the instant leadership may be lost; its fencing
+	// token is TokenFromContext(ctx), for the writes it makes. It must
 	// return promptly once ctx is cancelled: the next campaign waits for
 	// it, so that two leaders never run in this process.
 	OnStartedLeading func(ctx context.Context)

@@ -156,6 +156,9 @@ func (h *holder) request(ctx context.Context, wait bool, value string) (int64, e
 		if h.s.Err() != nil {
 			return 0, &Error{Op: "Acquire", Kind: ErrSessionExpired, Cause: h.s.Err()}
 		}
+		if wait && ctx.Err() != nil {
+			h.abandon()
+		}
 		return 0, err
 	}
 	if !resp.Msg.GetAcquired() {
@@ -165,11 +168,44 @@ func (h *holder) request(ctx context.Context, wait bool, value string) (int64, e
 	return resp.Msg.GetToken(), nil
 }
 
+// abandon gives back a grant that raced a cancelled wait: the server may
+// have granted just as the caller went away, and nobody would know to
+// release it. This goroutine still holds the session's gate for the
+// lease, so a grant of this session found now is the abandoned one.
+func (h *holder) abandon() {
+	ctx, cancel := context.WithTimeout(context.Background(), h.s.c.opts.requestTimeout)
+	defer cancel()
+	l, err := h.s.c.Lease(ctx, h.ns, h.name)
+	if err != nil {
+		return
+	}
+	for _, g := range l.Holders {
+		if g.SessionID != h.s.id {
+			continue
+		}
+		_ = h.s.c.do(ctx, "Release", idempotent, func(ctx context.Context, ep *endpoint) error {
+			_, err := ep.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{Namespace: h.ns, Name: h.name, Token: g.Token}))
+			return err
+		})
+	}
+}
+
+// tokenKey carries a grant's Token in the grant's Context.
+type tokenKey struct{}
+
+// TokenFromContext returns the fencing token of the grant whose Context
+// ctx is (or derives from): Mutex.Context, Election.Context, and the
+// context RunElection passes to OnStartedLeading.
+func TokenFromContext(ctx context.Context) (Token, bool) {
+	t, ok := ctx.Value(tokenKey{}).(Token)
+	return t, ok
+}
+
 // start records a new grant and starts its monitor, which ends the grant
 // locally when the session is lost or the server reports the grant gone
 // (revoked, or released by someone else's break-lock).
 func (h *holder) start(token int64, value string) {
-	ctx, cancel := context.WithCancelCause(h.s.ctx)
+	ctx, cancel := context.WithCancelCause(context.WithValue(h.s.ctx, tokenKey{}, Token{Namespace: h.ns, Name: h.name, Token: token}))
 	lost := make(chan struct{})
 	done := make(chan struct{})
 	var once sync.Once

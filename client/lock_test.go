@@ -689,3 +689,56 @@ func TestRWMutexNoWriterStarvation(t *testing.T) {
 		t.Fatalf("got = at most %d readers at once, expected: readers overlapping", got)
 	}
 }
+
+func TestGrantContextCarriesItsFencingToken(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	s := newSession(t, c, client.WithTTL(2*time.Second))
+	m := s.Mutex("token-in-context")
+	if err := m.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unlock(context.Background())
+	got, ok := client.TokenFromContext(m.Context())
+	want := client.Token{Namespace: "default", Name: "token-in-context", Token: m.Token()}
+	if !ok || got != want {
+		t.Fatalf("got = %v %v, expected: %v", got, ok, want)
+	}
+}
+
+func TestCancelledLockLeavesNoGrantBehind(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	holder := newSession(t, c, client.WithTTL(2*time.Second))
+	waiter := newSession(t, c, client.WithTTL(2*time.Second))
+	hm := holder.Mutex("late-cancel")
+	if err := hm.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Cancel the waiter's Lock at about the moment the holder releases,
+	// many times, so that some cancellations race the grant.
+	for i := range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		wm := waiter.Mutex("late-cancel")
+		go func() { done <- wm.Lock(ctx) }()
+		time.Sleep(20 * time.Millisecond)
+		go func() { _ = hm.Unlock(context.Background()) }()
+		time.Sleep(time.Duration(i%4) * time.Millisecond)
+		cancel()
+		if err := <-done; err == nil {
+			if err := wm.Unlock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Whatever happened, the waiter must not hold the lock now, and
+		// the holder can take it again at once.
+		tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := hm.Lock(tctx)
+		tcancel()
+		if err != nil {
+			t.Fatalf("round %d: holder could not relock: %v (a grant left behind?)", i, err)
+		}
+	}
+	_ = hm.Unlock(context.Background())
+}

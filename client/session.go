@@ -214,9 +214,14 @@ func (s *Session) markLost(cause error) {
 	s.lostOnce.Do(func() {
 		s.cancel(cause)
 		close(s.lost)
-		s.c.opts.logger.Warn("tenure: session lost", "session", s.id, "identity", s.identity, "cause", cause)
+		if !errors.Is(cause, errClosed) {
+			s.c.opts.logger.Warn("tenure: session lost", "session", s.id, "identity", s.identity, "cause", cause)
+		}
 	})
 }
+
+// errClosed is the cause of a session ended by Close: not worth a warning.
+var errClosed = errors.New("closed by its owner")
 
 // heartbeat keeps the session alive over a KeepAlive stream, reconnecting
 // (on another endpoint if need be) while the validity lasts.
@@ -373,7 +378,7 @@ func (s *Session) Close(ctx context.Context) error {
 			// the server before Close stopped it.
 			err = s.closeOnServer(ctx)
 		}
-		s.markLost(fmt.Errorf("%w: session %d was closed", ErrSessionExpired, s.id))
+		s.markLost(fmt.Errorf("%w: session %d was %w", ErrSessionExpired, s.id, errClosed))
 	})
 	return err
 }
