@@ -193,6 +193,45 @@ func BenchmarkContendedHandoff(b *testing.B) {
 	reportRate(b, "handoffs/s", cpu)
 }
 
+// BenchmarkUnaryFloorOneClient and BenchmarkUnaryFloor64Clients are the
+// baselines for the two benchmarks above: the same clients and
+// connections, but each call a Refresh, a unary heartbeat that the lessor
+// answers in memory, so nothing is logged. What is left is the cost of a
+// connect call over HTTP/2 on this machine, client side included; an
+// Acquire+Release pair is two such calls plus two commits.
+func BenchmarkUnaryFloorOneClient(b *testing.B) {
+	ts := benchServer(b)
+	c := newBenchClient(b, ts)
+	req := &tenurev1.KeepAliveRequest{SessionId: benchSession(b, c, "floor-one")}
+	ctx := context.Background()
+	b.ResetTimer()
+	cpu := processCPU()
+	for range b.N {
+		if _, err := c.Sessions.Refresh(ctx, connect.NewRequest(req)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportRate(b, "calls/s", cpu)
+}
+
+func BenchmarkUnaryFloor64Clients(b *testing.B) {
+	const clients = 64
+	ts := benchServer(b)
+	cs := make([]benchClient, clients)
+	reqs := make([]*tenurev1.KeepAliveRequest, clients)
+	for i := range cs {
+		cs[i] = newBenchClient(b, ts)
+		reqs[i] = &tenurev1.KeepAliveRequest{SessionId: benchSession(b, cs[i], fmt.Sprintf("floor-%d", i))}
+	}
+	b.ResetTimer()
+	cpu := processCPU()
+	runClients(b, clients, func(ctx context.Context, i int) error {
+		_, err := cs[i].Sessions.Refresh(ctx, connect.NewRequest(reqs[i]))
+		return err
+	})
+	reportRate(b, "calls/s", cpu)
+}
+
 // BenchmarkHeartbeats100kSessions opens 100,000 sessions, then heartbeats
 // them round robin over KeepAlive streams, each on its own connection,
 // with sends and receives pipelined. Heartbeats are answered by the
