@@ -206,11 +206,12 @@ func TestBlockingAcquireIsWokenByExpiryNotBeforeTTL(t *testing.T) {
 	waiter := openSession(t, ts, "waiter", 5*time.Second)
 	keepAlive(t, ts, waiter.Id, time.Second)
 	acquire(t, ts, holder.Id, "job", false)
-	// The holder's last heartbeat is now; it never sends another.
+	// The holder's last heartbeat is now; it never sends another. The
+	// clock starts before the call: the server renews while handling it.
+	lastHeartbeat := time.Now()
 	if _, err := ts.Sessions.Refresh(ctxT(t), connect.NewRequest(&tenurev1.KeepAliveRequest{SessionId: holder.Id})); err != nil {
 		t.Fatal(err)
 	}
-	lastHeartbeat := time.Now()
 	resp, err := ts.Leases.Acquire(ctxT(t), connect.NewRequest(&tenurev1.AcquireRequest{SessionId: waiter.Id, Name: "job", Wait: true}))
 	granted := time.Since(lastHeartbeat)
 	if err != nil {
@@ -359,10 +360,12 @@ func TestKeyTTLAndSessionBoundKeysVanish(t *testing.T) {
 	ts := startServer(t, t.TempDir(), testLimits())
 	s := openSession(t, ts, "owner", 30*time.Second)
 	ctx := ctxT(t)
+	// The clock starts before the call: the TTL starts when the put is
+	// applied, before the reply.
+	put := time.Now()
 	if _, err := ts.KV.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: "ttl-key", Value: "v", Ttl: durationpb.New(300 * time.Millisecond)})); err != nil {
 		t.Fatal(err)
 	}
-	put := time.Now()
 	if _, err := ts.KV.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: "bound-key", Value: "v", SessionId: s.Id})); err != nil {
 		t.Fatal(err)
 	}
