@@ -18,6 +18,7 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/internal/testserver"
 	"github.com/tenurehq/tenure/server"
 )
 
@@ -165,7 +166,7 @@ func TestElectionObserveBeforeAnyCampaignWithTrimmedHistory(t *testing.T) {
 	limits := server.DefaultLimits()
 	limits.MinTTL = 100 * time.Millisecond
 	limits.WatchHistory = 8
-	addr, stop, err := openServer(limits)
+	addr, stop, err := testserver.Open(limits)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"log/slog"
-	"net"
-	"net/http"
-	"os"
 	"time"
 
 	"github.com/tenurehq/tenure/client"
-	"github.com/tenurehq/tenure/raftnode"
+	"github.com/tenurehq/tenure/internal/testserver"
 	"github.com/tenurehq/tenure/server"
 )
 
@@ -21,67 +17,11 @@ import (
 // caller should call stop when finished; it stops the node and removes
 // its data.
 func exampleServer() (addr string, stop func()) {
-	addr, stop, err := openServer(server.DefaultLimits())
+	addr, stop, err := testserver.Open(server.DefaultLimits())
 	if err != nil {
 		log.Fatal(err)
 	}
 	return addr, stop
-}
-
-// openServer starts a single node on a free port of 127.0.0.1, with its
-// data in a new temporary directory, and waits until it serves. Unlike
-// the harness's startServer it needs no *testing.T, so examples can use
-// it.
-func openServer(limits server.Limits) (addr string, stop func(), err error) {
-	dir, err := os.MkdirTemp("", "tenure-example-")
-	if err != nil {
-		return "", nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		os.RemoveAll(dir)
-		return "", nil, err
-	}
-	srv, err := server.Open(server.Config{
-		Listener: ln,
-		Limits:   limits,
-		Logger:   slog.New(slog.DiscardHandler),
-		Raft: raftnode.Config{
-			DataDir:            dir,
-			PeerAddr:           "127.0.0.1:0",
-			Bootstrap:          true,
-			HeartbeatTimeout:   100 * time.Millisecond,
-			ElectionTimeout:    100 * time.Millisecond,
-			LeaderLeaseTimeout: 100 * time.Millisecond,
-		},
-	})
-	if err != nil {
-		ln.Close()
-		os.RemoveAll(dir)
-		return "", nil, err
-	}
-	stop = func() {
-		srv.Close()
-		os.RemoveAll(dir)
-	}
-	// Ready once the node has elected itself and promoted its lessor.
-	tr := &http.Transport{DisableKeepAlives: true}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: time.Second}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		resp, err := hc.Get("http://" + srv.Addr() + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return srv.Addr(), stop, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return "", nil, fmt.Errorf("tenure at %s not ready after 10s", srv.Addr())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // A cron job that runs on several machines but must run on one at a time

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tenurehq/tenure/client"
-	"github.com/tenurehq/tenure/raftnode"
+	"github.com/tenurehq/tenure/internal/testserver"
 	"github.com/tenurehq/tenure/server"
 )
 
@@ -22,42 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // returns its endpoint, ready for sessions.
 func startServer(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.Open(server.Config{
-		Listener: ln,
-		Limits:   server.DefaultLimits(),
-		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Raft: raftnode.Config{
-			DataDir:            t.TempDir(),
-			PeerAddr:           "127.0.0.1:0",
-			Bootstrap:          true,
-			HeartbeatTimeout:   100 * time.Millisecond,
-			ElectionTimeout:    100 * time.Millisecond,
-			LeaderLeaseTimeout: 100 * time.Millisecond,
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	c := newClient(t, srv.Addr())
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		s, err := c.NewSession(ctx, client.WithTTL(2*time.Second))
-		cancel()
-		if err == nil {
-			s.Close(context.Background())
-			return srv.Addr()
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server at %s not ready: %v", srv.Addr(), err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return testserver.Start(t, server.DefaultLimits())
 }
 
 func newClient(t testing.TB, endpoints ...string) *client.Client {
