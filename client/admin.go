@@ -203,10 +203,18 @@ var leaseEventNames = map[tenurev1.LeaseEventType]string{
 }
 
 // WatchLeases sends lease events in revision order — of one namespace,
-// or all with AllNamespaces — from revision from (0: from now) until ctx
-// ends or an error ends the watch (the last event carries Err). It
-// resumes across endpoint failures without skipping events.
+// or all with AllNamespaces — from revision from (0: from now, pinned
+// before it returns) until ctx ends or an error ends the watch (the last
+// event carries Err). It resumes across endpoint failures without
+// skipping events.
 func (c *Client) WatchLeases(ctx context.Context, o ListOptions, from int64) <-chan LeaseEvent {
+	var pinErr error
+	if from == 0 {
+		var rev int64
+		if rev, pinErr = c.currentRevision(ctx); pinErr == nil {
+			from = rev + 1
+		}
+	}
 	out := make(chan LeaseEvent, 16)
 	go func() {
 		defer close(out)
@@ -218,51 +226,25 @@ func (c *Client) WatchLeases(ctx context.Context, o ListOptions, from int64) <-c
 				return false
 			}
 		}
-		failures := 0
-		for ctx.Err() == nil {
-			ep, err := c.endpoint()
-			if err != nil {
-				send(LeaseEvent{Err: wrap("WatchLeases", err)})
-				return
-			}
-			st, err := ep.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchLeasesRequest{Namespace: o.Namespace, AllNamespaces: o.AllNamespaces, StartRevision: from}))
-			if err == nil {
-				for st.Receive() {
-					failures = 0
-					ev := st.Msg()
-					from = ev.GetRevision() + 1
-					le := LeaseEvent{
-						Revision: ev.GetRevision(), Type: leaseEventNames[ev.GetType()], Namespace: ev.GetNamespace(), Name: ev.GetName(),
-						SessionID: ev.GetSessionId(), Holder: ev.GetHolderIdentity(), Token: ev.GetToken(), Value: ev.GetValue(), Reason: ev.GetReason(),
-					}
-					if ev.GetTime() != nil {
-						le.Time = ev.GetTime().AsTime()
-					}
-					if !send(le) {
-						st.Close()
-						return
-					}
-				}
-				err = st.Err()
-				st.Close()
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			werr := wrap("WatchLeases", err)
-			if werr != nil && (connect.CodeOf(err) == connect.CodeAborted || connect.CodeOf(err) == connect.CodeOutOfRange || connect.CodeOf(err) == connect.CodeInvalidArgument) {
-				send(LeaseEvent{Err: werr})
-				return
-			}
-			if failures++; failures >= c.opts.maxAttempts {
-				send(LeaseEvent{Err: &Error{Op: "WatchLeases", Kind: ErrUnavailable, Cause: err}})
-				return
-			}
-			c.failover(ep, err)
-			if !sleep(ctx, c.opts.backoff) {
-				return
-			}
+		if pinErr != nil {
+			send(LeaseEvent{Err: pinErr})
+			return
 		}
+		follow(ctx, c, "WatchLeases", from,
+			func(ctx context.Context, ep *endpoint, from int64) (*connect.ServerStreamForClient[tenurev1.LeaseEvent], error) {
+				return ep.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchLeasesRequest{Namespace: o.Namespace, AllNamespaces: o.AllNamespaces, StartRevision: from}))
+			},
+			func(ev *tenurev1.LeaseEvent) (int64, bool) {
+				le := LeaseEvent{
+					Revision: ev.GetRevision(), Type: leaseEventNames[ev.GetType()], Namespace: ev.GetNamespace(), Name: ev.GetName(),
+					SessionID: ev.GetSessionId(), Holder: ev.GetHolderIdentity(), Token: ev.GetToken(), Value: ev.GetValue(), Reason: ev.GetReason(),
+				}
+				if ev.GetTime() != nil {
+					le.Time = ev.GetTime().AsTime()
+				}
+				return ev.GetRevision(), send(le)
+			},
+			func(err error) { send(LeaseEvent{Err: err}) })
 	}()
 	return out
 }

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
@@ -272,13 +271,12 @@ func (kv *KV) Watch(ctx context.Context, key string, opts ...WatchOption) <-chan
 		opt(&o)
 	}
 	// Pin the start before returning, so that every change made once
-	// Watch has returned is sent, and a reconnect resumes rather than
-	// skips.
+	// Watch has returned is sent.
 	from := o.revision
 	var pinErr error
 	if from == 0 {
 		var rev int64
-		if _, rev, _, pinErr = kv.Range(ctx, key, 1); pinErr == nil {
+		if rev, pinErr = kv.c.currentRevision(ctx); pinErr == nil {
 			from = rev + 1
 		}
 	}
@@ -297,45 +295,14 @@ func (kv *KV) Watch(ctx context.Context, key string, opts ...WatchOption) <-chan
 			send(WatchEvent{Err: pinErr})
 			return
 		}
-		failures := 0
-		for ctx.Err() == nil {
-			ep, err := kv.c.endpoint()
-			if err != nil {
-				send(WatchEvent{Err: wrap("Watch", err)})
-				return
-			}
-			st, err := ep.kv.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Key: key, Prefix: o.prefix, StartRevision: from}))
-			if err == nil {
-				for st.Receive() {
-					failures = 0
-					ev := st.Msg()
-					from = ev.GetRevision() + 1
-					if !send(WatchEvent{Type: EventType(ev.GetType()), Revision: ev.GetRevision(), KV: kvFrom(ev.GetKv()), PrevKV: kvFrom(ev.GetPrevKv())}) {
-						st.Close()
-						return
-					}
-				}
-				err = st.Err()
-				st.Close()
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			werr := wrap("Watch", err)
-			if errors.Is(werr, ErrLagged) || errors.Is(werr, ErrInvalidArgument) {
-				send(WatchEvent{Err: werr})
-				return
-			}
-			failures++
-			if failures >= kv.c.opts.maxAttempts {
-				send(WatchEvent{Err: fmt.Errorf("%w: %w", ErrUnavailable, werr)})
-				return
-			}
-			kv.c.failover(ep, err)
-			if !sleep(ctx, kv.c.opts.backoff) {
-				return
-			}
-		}
+		follow(ctx, kv.c, "Watch", from,
+			func(ctx context.Context, ep *endpoint, from int64) (*connect.ServerStreamForClient[tenurev1.WatchEvent], error) {
+				return ep.kv.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Key: key, Prefix: o.prefix, StartRevision: from}))
+			},
+			func(ev *tenurev1.WatchEvent) (int64, bool) {
+				return ev.GetRevision(), send(WatchEvent{Type: EventType(ev.GetType()), Revision: ev.GetRevision(), KV: kvFrom(ev.GetKv()), PrevKV: kvFrom(ev.GetPrevKv())})
+			},
+			func(err error) { send(WatchEvent{Err: err}) })
 	}()
 	return out
 }
