@@ -19,13 +19,19 @@ import (
 // leader, whose state includes every acknowledged write.
 func (s *Server) read(ctx context.Context, fn func(m *statemachine.Machine) error) error {
 	if !s.leading.Load() {
-		addr, _ := s.node.Leader()
-		if s.node.IsLeader() {
-			addr = "" // elected, but not yet caught up
-		}
-		return &raftnode.NotLeaderError{Leader: addr}
+		return s.notLeader()
 	}
 	return s.node.Read(ctx, fn)
+}
+
+// notLeader is the error for calls only the promoted leader serves,
+// naming the leader when another node is it.
+func (s *Server) notLeader() error {
+	addr, id := s.node.Leader()
+	if s.node.IsLeader() {
+		addr, id = "", "" // elected, but not yet caught up
+	}
+	return &raftnode.NotLeaderError{Leader: addr, LeaderID: id}
 }
 
 type sessionService struct{ s *Server }
@@ -72,11 +78,7 @@ func (h *sessionService) heartbeat(id int64) (*tenurev1.KeepAliveResponse, error
 		return &tenurev1.KeepAliveResponse{SessionId: id, Expired: true}, nil
 	}
 	if errors.Is(err, lessor.ErrNotLeader) {
-		addr, _ := h.s.node.Leader()
-		if h.s.node.IsLeader() {
-			addr = ""
-		}
-		return nil, &raftnode.NotLeaderError{Leader: addr}
+		return nil, h.s.notLeader()
 	}
 	if err != nil {
 		return nil, err
