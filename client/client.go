@@ -22,7 +22,7 @@ import (
 type Client struct {
 	opts      options
 	endpoints []*endpoint
-	transport *http.Transport
+	transport splitTransport
 
 	mu      sync.Mutex // guards current, closed and conns
 	current int
@@ -91,14 +91,24 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	protocols.SetUnencryptedHTTP2(true)
 	dialer := &net.Dialer{Timeout: o.dialTimeout, KeepAlive: 15 * time.Second}
 	c := &Client{opts: o, conns: map[net.Conn]struct{}{}}
-	tr := &http.Transport{
-		Protocols:   &protocols,
-		DialContext: c.dialer(dialer),
-		// HTTP/2 pings find a dead connection under a blocked Lock call.
-		HTTP2: &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 5 * time.Second},
+	c.transport = splitTransport{
+		// Unary calls and watches use HTTP/1.1 connections from a pool:
+		// on Go's HTTP/2 each call costs about twice the CPU (see
+		// docs/benchmarks.md). A blocked call holds its own connection.
+		http1: &http.Transport{
+			DialContext:         c.dialer(dialer),
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+		},
+		// Heartbeats need a bidirectional stream: cleartext HTTP/2,
+		// whose pings also find a dead connection.
+		http2: &http.Transport{
+			Protocols:   &protocols,
+			DialContext: c.dialer(dialer),
+			HTTP2:       &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 5 * time.Second},
+		},
 	}
-	hc := &http.Client{Transport: tr}
-	c.transport = tr
+	hc := &http.Client{Transport: c.transport}
 	for _, e := range endpoints {
 		url := strings.TrimSpace(e)
 		if url == "" {
@@ -132,7 +142,8 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	// Closing only idle connections would leave one whose last stream
 	// was still ending open for good, with its read loop.
-	c.transport.CloseIdleConnections()
+	c.transport.http1.CloseIdleConnections()
+	c.transport.http2.CloseIdleConnections()
 	for conn := range conns {
 		conn.Close()
 	}
@@ -260,4 +271,17 @@ func (c *Client) do(ctx context.Context, name string, kind callKind, op func(ctx
 		return &Error{Op: name, Kind: ErrUnknownOutcome, Cause: last}
 	}
 	return &Error{Op: name, Kind: ErrUnavailable, Cause: last}
+}
+
+// splitTransport sends the KeepAlive bidirectional stream over HTTP/2 and
+// everything else over HTTP/1.1.
+type splitTransport struct {
+	http1, http2 *http.Transport
+}
+
+func (t splitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(req.URL.Path, tenurev1connect.SessionServiceKeepAliveProcedure) {
+		return t.http2.RoundTrip(req)
+	}
+	return t.http1.RoundTrip(req)
 }
