@@ -208,43 +208,19 @@ var leaseEventNames = map[tenurev1.LeaseEventType]string{
 // event carries Err). It resumes across endpoint failures without
 // skipping events.
 func (c *Client) WatchLeases(ctx context.Context, o ListOptions, from int64) <-chan LeaseEvent {
-	var pinErr error
-	if from == 0 {
-		var rev int64
-		if rev, pinErr = c.currentRevision(ctx); pinErr == nil {
-			from = rev + 1
-		}
-	}
-	out := make(chan LeaseEvent, 16)
-	go func() {
-		defer close(out)
-		send := func(ev LeaseEvent) bool {
-			select {
-			case out <- ev:
-				return true
-			case <-ctx.Done():
-				return false
+	return watchInto(ctx, c, "WatchLeases", from,
+		func(ctx context.Context, ep *endpoint, from int64) (*connect.ServerStreamForClient[tenurev1.LeaseEvent], error) {
+			return ep.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchLeasesRequest{Namespace: o.Namespace, AllNamespaces: o.AllNamespaces, StartRevision: from}))
+		},
+		func(ev *tenurev1.LeaseEvent) (int64, LeaseEvent) {
+			le := LeaseEvent{
+				Revision: ev.GetRevision(), Type: leaseEventNames[ev.GetType()], Namespace: ev.GetNamespace(), Name: ev.GetName(),
+				SessionID: ev.GetSessionId(), Holder: ev.GetHolderIdentity(), Token: ev.GetToken(), Value: ev.GetValue(), Reason: ev.GetReason(),
 			}
-		}
-		if pinErr != nil {
-			send(LeaseEvent{Err: pinErr})
-			return
-		}
-		follow(ctx, c, "WatchLeases", from,
-			func(ctx context.Context, ep *endpoint, from int64) (*connect.ServerStreamForClient[tenurev1.LeaseEvent], error) {
-				return ep.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchLeasesRequest{Namespace: o.Namespace, AllNamespaces: o.AllNamespaces, StartRevision: from}))
-			},
-			func(ev *tenurev1.LeaseEvent) (int64, bool) {
-				le := LeaseEvent{
-					Revision: ev.GetRevision(), Type: leaseEventNames[ev.GetType()], Namespace: ev.GetNamespace(), Name: ev.GetName(),
-					SessionID: ev.GetSessionId(), Holder: ev.GetHolderIdentity(), Token: ev.GetToken(), Value: ev.GetValue(), Reason: ev.GetReason(),
-				}
-				if ev.GetTime() != nil {
-					le.Time = ev.GetTime().AsTime()
-				}
-				return ev.GetRevision(), send(le)
-			},
-			func(err error) { send(LeaseEvent{Err: err}) })
-	}()
-	return out
+			if ev.GetTime() != nil {
+				le.Time = ev.GetTime().AsTime()
+			}
+			return ev.GetRevision(), le
+		},
+		func(err error) LeaseEvent { return LeaseEvent{Err: err} })
 }

@@ -65,3 +65,45 @@ func (c *Client) currentRevision(ctx context.Context) (int64, error) {
 	_, rev, _, err := c.KV().Range(ctx, "", 1)
 	return rev, err
 }
+
+// watchInto starts a watch that sends converted messages, in revision
+// order, on the returned channel, and closes it when ctx ends or after
+// sending errEvent for the error that ended the watch. from == 0 means
+// "from now", pinned before watchInto returns, so that every change made
+// once it has returned is sent.
+func watchInto[M, E any](ctx context.Context, c *Client, op string, from int64,
+	open func(ctx context.Context, ep *endpoint, from int64) (*connect.ServerStreamForClient[M], error),
+	convert func(msg *M) (revision int64, ev E),
+	errEvent func(error) E,
+) <-chan E {
+	var pinErr error
+	if from == 0 {
+		var rev int64
+		if rev, pinErr = c.currentRevision(ctx); pinErr == nil {
+			from = rev + 1
+		}
+	}
+	out := make(chan E, 16)
+	go func() {
+		defer close(out)
+		send := func(ev E) bool {
+			select {
+			case out <- ev:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		if pinErr != nil {
+			send(errEvent(pinErr))
+			return
+		}
+		follow(ctx, c, op, from, open,
+			func(msg *M) (int64, bool) {
+				rev, ev := convert(msg)
+				return rev, send(ev)
+			},
+			func(err error) { send(errEvent(err)) })
+	}()
+	return out
+}

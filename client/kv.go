@@ -270,39 +270,12 @@ func (kv *KV) Watch(ctx context.Context, key string, opts ...WatchOption) <-chan
 	for _, opt := range opts {
 		opt(&o)
 	}
-	// Pin the start before returning, so that every change made once
-	// Watch has returned is sent.
-	from := o.revision
-	var pinErr error
-	if from == 0 {
-		var rev int64
-		if rev, pinErr = kv.c.currentRevision(ctx); pinErr == nil {
-			from = rev + 1
-		}
-	}
-	out := make(chan WatchEvent, 16)
-	go func() {
-		defer close(out)
-		send := func(ev WatchEvent) bool {
-			select {
-			case out <- ev:
-				return true
-			case <-ctx.Done():
-				return false
-			}
-		}
-		if pinErr != nil {
-			send(WatchEvent{Err: pinErr})
-			return
-		}
-		follow(ctx, kv.c, "Watch", from,
-			func(ctx context.Context, ep *endpoint, from int64) (*connect.ServerStreamForClient[tenurev1.WatchEvent], error) {
-				return ep.kv.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Key: key, Prefix: o.prefix, StartRevision: from}))
-			},
-			func(ev *tenurev1.WatchEvent) (int64, bool) {
-				return ev.GetRevision(), send(WatchEvent{Type: EventType(ev.GetType()), Revision: ev.GetRevision(), KV: kvFrom(ev.GetKv()), PrevKV: kvFrom(ev.GetPrevKv())})
-			},
-			func(err error) { send(WatchEvent{Err: err}) })
-	}()
-	return out
+	return watchInto(ctx, kv.c, "Watch", o.revision,
+		func(ctx context.Context, ep *endpoint, from int64) (*connect.ServerStreamForClient[tenurev1.WatchEvent], error) {
+			return ep.kv.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Key: key, Prefix: o.prefix, StartRevision: from}))
+		},
+		func(ev *tenurev1.WatchEvent) (int64, WatchEvent) {
+			return ev.GetRevision(), WatchEvent{Type: EventType(ev.GetType()), Revision: ev.GetRevision(), KV: kvFrom(ev.GetKv()), PrevKV: kvFrom(ev.GetPrevKv())}
+		},
+		func(err error) WatchEvent { return WatchEvent{Err: err} })
 }
