@@ -128,6 +128,7 @@ func (w *world) draw(t *rapid.T) Command {
 			Labels:     rapid.SampledFrom([]map[string]string{nil, {"app": "x"}}).Draw(t, "labels"),
 			LockDelay:  rapid.SampledFrom([]int64{0, lockDelay}).Draw(t, "lock delay"),
 			MaxWaiters: rapid.IntRange(0, 2).Draw(t, "max waiters"),
+			Exclusive:  rapid.IntRange(0, 3).Draw(t, "exclusive") == 0,
 		}
 	case KindRelease:
 		id := w.lease(t)
@@ -391,6 +392,9 @@ func checkInvariants(t tb, m *Machine) {
 		if l.Capacity < 1 || len(l.Holders) > l.Capacity {
 			t.Fatalf("%v: got = %d holders, expected: at most its capacity %d", l.LeaseID, len(l.Holders), l.Capacity)
 		}
+		if slices.ContainsFunc(l.Holders, func(g Grant) bool { return g.Exclusive }) && len(l.Holders) > 1 {
+			t.Fatalf("%v: got = %d holders beside an exclusive grant, expected: the exclusive holder alone", l.LeaseID, len(l.Holders))
+		}
 		seen := map[int64]bool{}
 		for _, g := range l.Holders {
 			if _, ok := sessions[g.SessionID]; !ok {
@@ -415,7 +419,7 @@ func checkInvariants(t tb, m *Machine) {
 			seen[wt.SessionID] = true
 			waiting[wt.SessionID] = append(waiting[wt.SessionID], l.LeaseID)
 		}
-		if len(l.Waiters) > 0 && len(l.Holders) < l.Capacity && l.DelayRevision == 0 {
+		if len(l.Waiters) > 0 && fits(l.Holders, l.Capacity, l.Waiters[0].Exclusive) && l.DelayRevision == 0 {
 			t.Fatalf("%v: waiters %v are left waiting with %d of %d places taken and no lock-delay", l.LeaseID, l.Waiters, len(l.Holders), l.Capacity)
 		}
 		if l.ModRevision > m.Revision() || l.CreateRevision > l.ModRevision {
