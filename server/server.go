@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -149,6 +150,12 @@ func (s *Server) Close() error {
 	return s.closeErr
 }
 
+// indexHTML is the web page: who holds what, sessions, and live lease
+// events, built on the public JSON API alone.
+//
+//go:embed web/index.html
+var indexHTML []byte
+
 // compressMinBytes is the smallest response message worth gzipping when
 // the client accepts it.
 const compressMinBytes = 1024
@@ -171,6 +178,10 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(tenurev1connect.NewKVServiceHandler(&kvService{s}, opts...))
 	mux.HandleFunc("GET /v1/watch/leases", s.watchLeasesHTTP)
 	mux.HandleFunc("GET /v1/watch/keys", s.watchKeysHTTP)
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write(indexHTML)
+	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

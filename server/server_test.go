@@ -556,3 +556,30 @@ func TestStateSurvivesRestart(t *testing.T) {
 		t.Fatalf("token after restart got = %d, expected: above %d", g2.Token, grant.Token)
 	}
 }
+
+func TestWebPageIsServedAtTheRoot(t *testing.T) {
+	ts := startServer(t, t.TempDir(), testLimits())
+	resp, err := http.Get(ts.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("got = %d %s, expected: 200 text/html", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	for _, want := range []string{"<title>Tenure</title>", "LeaseService/List", "SessionService/List", "/v1/watch/leases"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	// Only the root is the page; unknown paths stay 404.
+	resp2, err := http.Get(ts.URL + "/nope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp2.Body.Close()
+	if resp2.StatusCode != http.StatusNotFound {
+		t.Fatalf("GET /nope: got = %d, expected: 404", resp2.StatusCode)
+	}
+}
