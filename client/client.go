@@ -35,6 +35,7 @@ type endpoint struct {
 	sessions tenurev1connect.SessionServiceClient
 	leases   tenurev1connect.LeaseServiceClient
 	kv       tenurev1connect.KVServiceClient
+	cluster  tenurev1connect.ClusterServiceClient
 }
 
 type options struct {
@@ -123,6 +124,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 			sessions: tenurev1connect.NewSessionServiceClient(hc, url),
 			leases:   tenurev1connect.NewLeaseServiceClient(hc, url),
 			kv:       tenurev1connect.NewKVServiceClient(hc, url),
+			cluster:  tenurev1connect.NewClusterServiceClient(hc, url),
 		})
 	}
 	if len(c.endpoints) == 0 {

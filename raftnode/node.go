@@ -74,6 +74,7 @@ const (
 // entries to its statemachine.Machine. All methods are safe for concurrent
 // use. The caller should call Close when finished.
 type Node struct {
+	id        string // this node's raft server ID
 	raft      *raft.Raft
 	fsm       *fsm
 	trans     *raft.NetworkTransport
@@ -234,6 +235,7 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 	}
 
 	n = &Node{
+		id:         cfg.NodeID,
 		raft:       r,
 		fsm:        f,
 		trans:      trans,
@@ -648,4 +650,39 @@ func (n *Node) Stats() map[string]string {
 	s := n.raft.Stats()
 	s["fsm_applied_index"] = strconv.FormatUint(n.AppliedIndex(), 10)
 	return s
+}
+
+// ID is this node's raft server ID.
+func (n *Node) ID() string { return n.id }
+
+// Member is one server in the raft configuration.
+type Member struct {
+	ID      string
+	Address string // raft peer address
+	Voter   bool
+	Leader  bool
+}
+
+// Members lists the servers in the latest raft configuration, with which
+// of them leads as far as this node knows.
+func (n *Node) Members() ([]Member, error) {
+	if err := n.enter(); err != nil {
+		return nil, err
+	}
+	defer n.inflight.Done()
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, fmt.Errorf("raftnode: configuration: %w", err)
+	}
+	_, leaderID := n.raft.LeaderWithID()
+	var out []Member
+	for _, s := range f.Configuration().Servers {
+		out = append(out, Member{
+			ID:      string(s.ID),
+			Address: string(s.Address),
+			Voter:   s.Suffrage == raft.Voter,
+			Leader:  s.ID == leaderID,
+		})
+	}
+	return out, nil
 }

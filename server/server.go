@@ -176,6 +176,7 @@ func (s *Server) routes() http.Handler {
 	mux.Handle(tenurev1connect.SessionServiceKeepAliveProcedure, coalesceFlushes(sessionHandler))
 	mux.Handle(tenurev1connect.NewLeaseServiceHandler(&leaseService{s}, opts...))
 	mux.Handle(tenurev1connect.NewKVServiceHandler(&kvService{s}, opts...))
+	mux.Handle(tenurev1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
 	mux.HandleFunc("GET /v1/watch/leases", s.watchLeasesHTTP)
 	mux.HandleFunc("GET /v1/watch/keys", s.watchKeysHTTP)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
 
 func TestMain(m *testing.M) {
@@ -581,5 +582,21 @@ func TestWebPageIsServedAtTheRoot(t *testing.T) {
 	resp2.Body.Close()
 	if resp2.StatusCode != http.StatusNotFound {
 		t.Fatalf("GET /nope: got = %d, expected: 404", resp2.StatusCode)
+	}
+}
+
+func TestMembersListsTheSingleVoter(t *testing.T) {
+	ts := startServer(t, t.TempDir(), testLimits())
+	cluster := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
+	resp, err := cluster.Members(ctxT(t), connect.NewRequest(&tenurev1.MembersRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := resp.Msg.Members
+	if len(ms) != 1 || ms[0].Id != "node1" || !ms[0].Voter || !ms[0].Leader || !ms[0].Self || ms[0].PeerAddress == "" {
+		t.Fatalf("got = %v, expected: node1, the one voter, leading, answering itself", ms)
+	}
+	if resp.Msg.AppliedIndex == 0 {
+		t.Fatalf("applied index got = 0, expected: above 0 once the node has elected itself")
 	}
 }

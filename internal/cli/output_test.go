@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -350,5 +351,31 @@ func TestPrintKeyEvent(t *testing.T) {
 	printKeyEvent(&buf, client.WatchEvent{Type: client.EventExpire, KV: client.KeyValue{Key: "t"}})
 	if want := "PUT\nk\nv\nDELETE\nk\n\nEXPIRE\nt\n\n"; buf.String() != want {
 		t.Errorf("got = %q, expected: %q", buf.String(), want)
+	}
+}
+
+func TestPrintMembers(t *testing.T) {
+	members := []client.Member{
+		{ID: "node1", PeerAddress: "10.0.0.5:7481", Voter: true, Leader: true, Self: true},
+		{ID: "node2", PeerAddress: "10.0.0.6:7481", Voter: true},
+		{ID: "node3", PeerAddress: "10.0.0.7:7481"},
+	}
+	var buf bytes.Buffer
+	if err := printMembers(&buf, members, ""); err != nil {
+		t.Fatal(err)
+	}
+	want := "ID      PEER-ADDRESS    ROLE                SUFFRAGE\n" +
+		"node1   10.0.0.5:7481   leader (answered)   voter\n" +
+		"node2   10.0.0.6:7481   follower            voter\n" +
+		"node3   10.0.0.7:7481   follower            nonvoter\n"
+	if got := buf.String(); got != want {
+		t.Fatalf("got =\n%s\nexpected:\n%s", got, want)
+	}
+	buf.Reset()
+	if err := printMembers(&buf, members[:1], "json"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), `"peerAddress": "10.0.0.5:7481"`) {
+		t.Fatalf("json got = %s, expected: the peer address", buf.String())
 	}
 }

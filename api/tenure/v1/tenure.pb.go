@@ -3053,6 +3053,182 @@ func (x *WatchEvent) GetPrevKv() *KeyValue {
 	return nil
 }
 
+type MembersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembersRequest) Reset() {
+	*x = MembersRequest{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembersRequest) ProtoMessage() {}
+
+func (x *MembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
+func (*MembersRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{44}
+}
+
+type Member struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The raft server ID.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The raft peer address.
+	PeerAddress string `protobuf:"bytes,2,opt,name=peer_address,json=peerAddress,proto3" json:"peer_address,omitempty"`
+	Voter       bool   `protobuf:"varint,3,opt,name=voter,proto3" json:"voter,omitempty"`
+	Leader      bool   `protobuf:"varint,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	// This is the node that answered.
+	Self          bool `protobuf:"varint,5,opt,name=self,proto3" json:"self,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Member) Reset() {
+	*x = Member{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Member) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Member) ProtoMessage() {}
+
+func (x *Member) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Member.ProtoReflect.Descriptor instead.
+func (*Member) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *Member) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Member) GetPeerAddress() string {
+	if x != nil {
+		return x.PeerAddress
+	}
+	return ""
+}
+
+func (x *Member) GetVoter() bool {
+	if x != nil {
+		return x.Voter
+	}
+	return false
+}
+
+func (x *Member) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
+}
+
+func (x *Member) GetSelf() bool {
+	if x != nil {
+		return x.Self
+	}
+	return false
+}
+
+type MembersResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// The answering node's store revision and applied raft index.
+	Revision      int64  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	AppliedIndex  uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembersResponse) Reset() {
+	*x = MembersResponse{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembersResponse) ProtoMessage() {}
+
+func (x *MembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
+func (*MembersResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *MembersResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *MembersResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *MembersResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
 var File_tenure_v1_tenure_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_tenure_proto_rawDesc = "" +
@@ -3290,7 +3466,18 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12-\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x19.tenure.v1.WatchEventTypeR\x04type\x12#\n" +
 	"\x02kv\x18\x03 \x01(\v2\x13.tenure.v1.KeyValueR\x02kv\x12,\n" +
-	"\aprev_kv\x18\x04 \x01(\v2\x13.tenure.v1.KeyValueR\x06prevKv*\xb2\x02\n" +
+	"\aprev_kv\x18\x04 \x01(\v2\x13.tenure.v1.KeyValueR\x06prevKv\"\x10\n" +
+	"\x0eMembersRequest\"}\n" +
+	"\x06Member\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
+	"\fpeer_address\x18\x02 \x01(\tR\vpeerAddress\x12\x14\n" +
+	"\x05voter\x18\x03 \x01(\bR\x05voter\x12\x16\n" +
+	"\x06leader\x18\x04 \x01(\bR\x06leader\x12\x12\n" +
+	"\x04self\x18\x05 \x01(\bR\x04self\"\x7f\n" +
+	"\x0fMembersResponse\x12+\n" +
+	"\amembers\x18\x01 \x03(\v2\x11.tenure.v1.MemberR\amembers\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12#\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex*\xb2\x02\n" +
 	"\x0eLeaseEventType\x12 \n" +
 	"\x1cLEASE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19LEASE_EVENT_TYPE_ACQUIRED\x10\x01\x12\x1d\n" +
@@ -3328,7 +3515,9 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x03Put\x12\x15.tenure.v1.PutRequest\x1a\x16.tenure.v1.PutResponse\x12=\n" +
 	"\x06Delete\x12\x18.tenure.v1.DeleteRequest\x1a\x19.tenure.v1.DeleteResponse\x12U\n" +
 	"\x0eCompareAndSwap\x12 .tenure.v1.CompareAndSwapRequest\x1a!.tenure.v1.CompareAndSwapResponse\x129\n" +
-	"\x05Watch\x12\x17.tenure.v1.WatchRequest\x1a\x15.tenure.v1.WatchEvent0\x01B3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
+	"\x05Watch\x12\x17.tenure.v1.WatchRequest\x1a\x15.tenure.v1.WatchEvent0\x012R\n" +
+	"\x0eClusterService\x12@\n" +
+	"\aMembers\x12\x19.tenure.v1.MembersRequest\x1a\x1a.tenure.v1.MembersResponseB3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
 
 var (
 	file_tenure_v1_tenure_proto_rawDescOnce sync.Once
@@ -3343,7 +3532,7 @@ func file_tenure_v1_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tenure_v1_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_tenure_v1_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_tenure_v1_tenure_proto_goTypes = []any{
 	(LeaseEventType)(0),            // 0: tenure.v1.LeaseEventType
 	(WatchEventType)(0),            // 1: tenure.v1.WatchEventType
@@ -3391,98 +3580,104 @@ var file_tenure_v1_tenure_proto_goTypes = []any{
 	(*CompareAndSwapResponse)(nil), // 43: tenure.v1.CompareAndSwapResponse
 	(*WatchRequest)(nil),           // 44: tenure.v1.WatchRequest
 	(*WatchEvent)(nil),             // 45: tenure.v1.WatchEvent
-	nil,                            // 46: tenure.v1.Session.LabelsEntry
-	nil,                            // 47: tenure.v1.OpenSessionRequest.LabelsEntry
-	nil,                            // 48: tenure.v1.Lease.LabelsEntry
-	nil,                            // 49: tenure.v1.AcquireRequest.LabelsEntry
-	(*durationpb.Duration)(nil),    // 50: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 51: google.protobuf.Timestamp
+	(*MembersRequest)(nil),         // 46: tenure.v1.MembersRequest
+	(*Member)(nil),                 // 47: tenure.v1.Member
+	(*MembersResponse)(nil),        // 48: tenure.v1.MembersResponse
+	nil,                            // 49: tenure.v1.Session.LabelsEntry
+	nil,                            // 50: tenure.v1.OpenSessionRequest.LabelsEntry
+	nil,                            // 51: tenure.v1.Lease.LabelsEntry
+	nil,                            // 52: tenure.v1.AcquireRequest.LabelsEntry
+	(*durationpb.Duration)(nil),    // 53: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 54: google.protobuf.Timestamp
 }
 var file_tenure_v1_tenure_proto_depIdxs = []int32{
-	50, // 0: tenure.v1.Session.ttl:type_name -> google.protobuf.Duration
-	46, // 1: tenure.v1.Session.labels:type_name -> tenure.v1.Session.LabelsEntry
-	51, // 2: tenure.v1.Session.open_time:type_name -> google.protobuf.Timestamp
-	51, // 3: tenure.v1.Session.last_heartbeat:type_name -> google.protobuf.Timestamp
-	50, // 4: tenure.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	47, // 5: tenure.v1.OpenSessionRequest.labels:type_name -> tenure.v1.OpenSessionRequest.LabelsEntry
+	53, // 0: tenure.v1.Session.ttl:type_name -> google.protobuf.Duration
+	49, // 1: tenure.v1.Session.labels:type_name -> tenure.v1.Session.LabelsEntry
+	54, // 2: tenure.v1.Session.open_time:type_name -> google.protobuf.Timestamp
+	54, // 3: tenure.v1.Session.last_heartbeat:type_name -> google.protobuf.Timestamp
+	53, // 4: tenure.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	50, // 5: tenure.v1.OpenSessionRequest.labels:type_name -> tenure.v1.OpenSessionRequest.LabelsEntry
 	2,  // 6: tenure.v1.OpenSessionResponse.session:type_name -> tenure.v1.Session
-	50, // 7: tenure.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	53, // 7: tenure.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	2,  // 8: tenure.v1.GetSessionResponse.session:type_name -> tenure.v1.Session
 	2,  // 9: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.Session
-	51, // 10: tenure.v1.Grant.acquire_time:type_name -> google.protobuf.Timestamp
-	51, // 11: tenure.v1.Grant.renew_time:type_name -> google.protobuf.Timestamp
-	51, // 12: tenure.v1.Waiter.since:type_name -> google.protobuf.Timestamp
-	50, // 13: tenure.v1.Lease.lease_duration:type_name -> google.protobuf.Duration
-	51, // 14: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	51, // 15: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
-	48, // 16: tenure.v1.Lease.labels:type_name -> tenure.v1.Lease.LabelsEntry
+	54, // 10: tenure.v1.Grant.acquire_time:type_name -> google.protobuf.Timestamp
+	54, // 11: tenure.v1.Grant.renew_time:type_name -> google.protobuf.Timestamp
+	54, // 12: tenure.v1.Waiter.since:type_name -> google.protobuf.Timestamp
+	53, // 13: tenure.v1.Lease.lease_duration:type_name -> google.protobuf.Duration
+	54, // 14: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	54, // 15: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
+	51, // 16: tenure.v1.Lease.labels:type_name -> tenure.v1.Lease.LabelsEntry
 	13, // 17: tenure.v1.Lease.holders:type_name -> tenure.v1.Grant
 	14, // 18: tenure.v1.Lease.waiters:type_name -> tenure.v1.Waiter
-	50, // 19: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
-	50, // 20: tenure.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
-	49, // 21: tenure.v1.AcquireRequest.labels:type_name -> tenure.v1.AcquireRequest.LabelsEntry
-	50, // 22: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	53, // 19: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
+	53, // 20: tenure.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
+	52, // 21: tenure.v1.AcquireRequest.labels:type_name -> tenure.v1.AcquireRequest.LabelsEntry
+	53, // 22: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	15, // 23: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
 	15, // 24: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
 	15, // 25: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
 	0,  // 26: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.LeaseEventType
-	51, // 27: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
-	50, // 28: tenure.v1.KeyValue.ttl:type_name -> google.protobuf.Duration
+	54, // 27: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
+	53, // 28: tenure.v1.KeyValue.ttl:type_name -> google.protobuf.Duration
 	32, // 29: tenure.v1.GetResponse.kv:type_name -> tenure.v1.KeyValue
 	32, // 30: tenure.v1.RangeResponse.kvs:type_name -> tenure.v1.KeyValue
-	50, // 31: tenure.v1.PutRequest.ttl:type_name -> google.protobuf.Duration
+	53, // 31: tenure.v1.PutRequest.ttl:type_name -> google.protobuf.Duration
 	32, // 32: tenure.v1.PutResponse.prev_kv:type_name -> tenure.v1.KeyValue
 	41, // 33: tenure.v1.CompareAndSwapRequest.compare:type_name -> tenure.v1.Compare
-	50, // 34: tenure.v1.CompareAndSwapRequest.ttl:type_name -> google.protobuf.Duration
+	53, // 34: tenure.v1.CompareAndSwapRequest.ttl:type_name -> google.protobuf.Duration
 	32, // 35: tenure.v1.CompareAndSwapResponse.kv:type_name -> tenure.v1.KeyValue
 	1,  // 36: tenure.v1.WatchEvent.type:type_name -> tenure.v1.WatchEventType
 	32, // 37: tenure.v1.WatchEvent.kv:type_name -> tenure.v1.KeyValue
 	32, // 38: tenure.v1.WatchEvent.prev_kv:type_name -> tenure.v1.KeyValue
-	3,  // 39: tenure.v1.SessionService.Open:input_type -> tenure.v1.OpenSessionRequest
-	5,  // 40: tenure.v1.SessionService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	5,  // 41: tenure.v1.SessionService.Refresh:input_type -> tenure.v1.KeepAliveRequest
-	7,  // 42: tenure.v1.SessionService.Close:input_type -> tenure.v1.CloseSessionRequest
-	9,  // 43: tenure.v1.SessionService.Get:input_type -> tenure.v1.GetSessionRequest
-	11, // 44: tenure.v1.SessionService.List:input_type -> tenure.v1.ListSessionsRequest
-	16, // 45: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	18, // 46: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	20, // 47: tenure.v1.LeaseService.SetValue:input_type -> tenure.v1.SetValueRequest
-	22, // 48: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
-	24, // 49: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetLeaseRequest
-	26, // 50: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListLeasesRequest
-	28, // 51: tenure.v1.LeaseService.Validate:input_type -> tenure.v1.ValidateRequest
-	30, // 52: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchLeasesRequest
-	33, // 53: tenure.v1.KVService.Get:input_type -> tenure.v1.GetRequest
-	35, // 54: tenure.v1.KVService.Range:input_type -> tenure.v1.RangeRequest
-	37, // 55: tenure.v1.KVService.Put:input_type -> tenure.v1.PutRequest
-	39, // 56: tenure.v1.KVService.Delete:input_type -> tenure.v1.DeleteRequest
-	42, // 57: tenure.v1.KVService.CompareAndSwap:input_type -> tenure.v1.CompareAndSwapRequest
-	44, // 58: tenure.v1.KVService.Watch:input_type -> tenure.v1.WatchRequest
-	4,  // 59: tenure.v1.SessionService.Open:output_type -> tenure.v1.OpenSessionResponse
-	6,  // 60: tenure.v1.SessionService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	6,  // 61: tenure.v1.SessionService.Refresh:output_type -> tenure.v1.KeepAliveResponse
-	8,  // 62: tenure.v1.SessionService.Close:output_type -> tenure.v1.CloseSessionResponse
-	10, // 63: tenure.v1.SessionService.Get:output_type -> tenure.v1.GetSessionResponse
-	12, // 64: tenure.v1.SessionService.List:output_type -> tenure.v1.ListSessionsResponse
-	17, // 65: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	19, // 66: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	21, // 67: tenure.v1.LeaseService.SetValue:output_type -> tenure.v1.SetValueResponse
-	23, // 68: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
-	25, // 69: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetLeaseResponse
-	27, // 70: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListLeasesResponse
-	29, // 71: tenure.v1.LeaseService.Validate:output_type -> tenure.v1.ValidateResponse
-	31, // 72: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.LeaseEvent
-	34, // 73: tenure.v1.KVService.Get:output_type -> tenure.v1.GetResponse
-	36, // 74: tenure.v1.KVService.Range:output_type -> tenure.v1.RangeResponse
-	38, // 75: tenure.v1.KVService.Put:output_type -> tenure.v1.PutResponse
-	40, // 76: tenure.v1.KVService.Delete:output_type -> tenure.v1.DeleteResponse
-	43, // 77: tenure.v1.KVService.CompareAndSwap:output_type -> tenure.v1.CompareAndSwapResponse
-	45, // 78: tenure.v1.KVService.Watch:output_type -> tenure.v1.WatchEvent
-	59, // [59:79] is the sub-list for method output_type
-	39, // [39:59] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	47, // 39: tenure.v1.MembersResponse.members:type_name -> tenure.v1.Member
+	3,  // 40: tenure.v1.SessionService.Open:input_type -> tenure.v1.OpenSessionRequest
+	5,  // 41: tenure.v1.SessionService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	5,  // 42: tenure.v1.SessionService.Refresh:input_type -> tenure.v1.KeepAliveRequest
+	7,  // 43: tenure.v1.SessionService.Close:input_type -> tenure.v1.CloseSessionRequest
+	9,  // 44: tenure.v1.SessionService.Get:input_type -> tenure.v1.GetSessionRequest
+	11, // 45: tenure.v1.SessionService.List:input_type -> tenure.v1.ListSessionsRequest
+	16, // 46: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	18, // 47: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	20, // 48: tenure.v1.LeaseService.SetValue:input_type -> tenure.v1.SetValueRequest
+	22, // 49: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
+	24, // 50: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetLeaseRequest
+	26, // 51: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListLeasesRequest
+	28, // 52: tenure.v1.LeaseService.Validate:input_type -> tenure.v1.ValidateRequest
+	30, // 53: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchLeasesRequest
+	33, // 54: tenure.v1.KVService.Get:input_type -> tenure.v1.GetRequest
+	35, // 55: tenure.v1.KVService.Range:input_type -> tenure.v1.RangeRequest
+	37, // 56: tenure.v1.KVService.Put:input_type -> tenure.v1.PutRequest
+	39, // 57: tenure.v1.KVService.Delete:input_type -> tenure.v1.DeleteRequest
+	42, // 58: tenure.v1.KVService.CompareAndSwap:input_type -> tenure.v1.CompareAndSwapRequest
+	44, // 59: tenure.v1.KVService.Watch:input_type -> tenure.v1.WatchRequest
+	46, // 60: tenure.v1.ClusterService.Members:input_type -> tenure.v1.MembersRequest
+	4,  // 61: tenure.v1.SessionService.Open:output_type -> tenure.v1.OpenSessionResponse
+	6,  // 62: tenure.v1.SessionService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	6,  // 63: tenure.v1.SessionService.Refresh:output_type -> tenure.v1.KeepAliveResponse
+	8,  // 64: tenure.v1.SessionService.Close:output_type -> tenure.v1.CloseSessionResponse
+	10, // 65: tenure.v1.SessionService.Get:output_type -> tenure.v1.GetSessionResponse
+	12, // 66: tenure.v1.SessionService.List:output_type -> tenure.v1.ListSessionsResponse
+	17, // 67: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	19, // 68: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	21, // 69: tenure.v1.LeaseService.SetValue:output_type -> tenure.v1.SetValueResponse
+	23, // 70: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
+	25, // 71: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetLeaseResponse
+	27, // 72: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListLeasesResponse
+	29, // 73: tenure.v1.LeaseService.Validate:output_type -> tenure.v1.ValidateResponse
+	31, // 74: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.LeaseEvent
+	34, // 75: tenure.v1.KVService.Get:output_type -> tenure.v1.GetResponse
+	36, // 76: tenure.v1.KVService.Range:output_type -> tenure.v1.RangeResponse
+	38, // 77: tenure.v1.KVService.Put:output_type -> tenure.v1.PutResponse
+	40, // 78: tenure.v1.KVService.Delete:output_type -> tenure.v1.DeleteResponse
+	43, // 79: tenure.v1.KVService.CompareAndSwap:output_type -> tenure.v1.CompareAndSwapResponse
+	45, // 80: tenure.v1.KVService.Watch:output_type -> tenure.v1.WatchEvent
+	48, // 81: tenure.v1.ClusterService.Members:output_type -> tenure.v1.MembersResponse
+	61, // [61:82] is the sub-list for method output_type
+	40, // [40:61] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_tenure_proto_init() }
@@ -3501,9 +3696,9 @@ func file_tenure_v1_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_tenure_proto_rawDesc), len(file_tenure_v1_tenure_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   48,
+			NumMessages:   51,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   4,
 		},
 		GoTypes:           file_tenure_v1_tenure_proto_goTypes,
 		DependencyIndexes: file_tenure_v1_tenure_proto_depIdxs,

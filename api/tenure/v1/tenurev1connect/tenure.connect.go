@@ -39,6 +39,8 @@ const (
 	LeaseServiceName = "tenure.v1.LeaseService"
 	// KVServiceName is the fully-qualified name of the KVService service.
 	KVServiceName = "tenure.v1.KVService"
+	// ClusterServiceName is the fully-qualified name of the ClusterService service.
+	ClusterServiceName = "tenure.v1.ClusterService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -91,6 +93,8 @@ const (
 	KVServiceCompareAndSwapProcedure = "/tenure.v1.KVService/CompareAndSwap"
 	// KVServiceWatchProcedure is the fully-qualified name of the KVService's Watch RPC.
 	KVServiceWatchProcedure = "/tenure.v1.KVService/Watch"
+	// ClusterServiceMembersProcedure is the fully-qualified name of the ClusterService's Members RPC.
+	ClusterServiceMembersProcedure = "/tenure.v1.ClusterService/Members"
 )
 
 // SessionServiceClient is a client for the tenure.v1.SessionService service.
@@ -781,4 +785,78 @@ func (UnimplementedKVServiceHandler) CompareAndSwap(context.Context, *connect.Re
 
 func (UnimplementedKVServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchEvent]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.KVService.Watch is not implemented"))
+}
+
+// ClusterServiceClient is a client for the tenure.v1.ClusterService service.
+type ClusterServiceClient interface {
+	// Members lists the servers of the raft configuration, as the answering
+	// node knows it.
+	Members(context.Context, *connect.Request[v1.MembersRequest]) (*connect.Response[v1.MembersResponse], error)
+}
+
+// NewClusterServiceClient constructs a client for the tenure.v1.ClusterService service. By default,
+// it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and
+// sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC()
+// or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewClusterServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) ClusterServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	clusterServiceMethods := v1.File_tenure_v1_tenure_proto.Services().ByName("ClusterService").Methods()
+	return &clusterServiceClient{
+		members: connect.NewClient[v1.MembersRequest, v1.MembersResponse](
+			httpClient,
+			baseURL+ClusterServiceMembersProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("Members")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// clusterServiceClient implements ClusterServiceClient.
+type clusterServiceClient struct {
+	members *connect.Client[v1.MembersRequest, v1.MembersResponse]
+}
+
+// Members calls tenure.v1.ClusterService.Members.
+func (c *clusterServiceClient) Members(ctx context.Context, req *connect.Request[v1.MembersRequest]) (*connect.Response[v1.MembersResponse], error) {
+	return c.members.CallUnary(ctx, req)
+}
+
+// ClusterServiceHandler is an implementation of the tenure.v1.ClusterService service.
+type ClusterServiceHandler interface {
+	// Members lists the servers of the raft configuration, as the answering
+	// node knows it.
+	Members(context.Context, *connect.Request[v1.MembersRequest]) (*connect.Response[v1.MembersResponse], error)
+}
+
+// NewClusterServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	clusterServiceMethods := v1.File_tenure_v1_tenure_proto.Services().ByName("ClusterService").Methods()
+	clusterServiceMembersHandler := connect.NewUnaryHandler(
+		ClusterServiceMembersProcedure,
+		svc.Members,
+		connect.WithSchema(clusterServiceMethods.ByName("Members")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/tenure.v1.ClusterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case ClusterServiceMembersProcedure:
+			clusterServiceMembersHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedClusterServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedClusterServiceHandler struct{}
+
+func (UnimplementedClusterServiceHandler) Members(context.Context, *connect.Request[v1.MembersRequest]) (*connect.Response[v1.MembersResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ClusterService.Members is not implemented"))
 }
