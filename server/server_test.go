@@ -569,7 +569,7 @@ func TestWebPageIsServedAtTheRoot(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
 		t.Fatalf("got = %d %s, expected: 200 text/html", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	for _, want := range []string{"<title>Tenure</title>", "LeaseService/List", "SessionService/List", "/v1/watch/leases"} {
+	for _, want := range []string{"<title>Tenure</title>", "LeaseService/List", "SessionService/List", "ClusterService/Members", "/v1/watch/leases"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("page lacks %q", want)
 		}
