@@ -1,0 +1,124 @@
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/internal/testserver"
+)
+
+// chromium finds Debian's Chromium, which .ci/run installs.
+func chromium(t *testing.T) string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if path, err := exec.LookPath(name); err == nil {
+			return path
+		}
+	}
+	t.Skip("no Chromium on this machine (.ci/run installs Debian's chromium)")
+	return ""
+}
+
+// TestWebPageShowsWhoHoldsWhatAndFollowsChanges opens the page in headless
+// Chromium, as an operator would, and checks that it shows the holder of
+// a lease, its token and a waiter, then updates by itself when the lease
+// changes hands.
+func TestWebPageShowsWhoHoldsWhatAndFollowsChanges(t *testing.T) {
+	browser := chromium(t)
+	addr := testserver.Start(t, testserver.Limits())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	c, err := client.New(ctx, []string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	alice, err := c.NewSession(ctx, client.WithIdentity("alice"), client.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close(context.Background())
+	bob, err := c.NewSession(ctx, client.WithIdentity("bob"), client.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bob.Close(context.Background())
+	held := alice.Mutex("nightly-report")
+	if err := held.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waiting := bob.Mutex("nightly-report")
+	bobLocked := make(chan error, 1)
+	go func() { bobLocked <- waiting.Lock(ctx) }()
+
+	allocCtx, allocCancel := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(browser),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	defer allocCancel()
+	tab, tabCancel := chromedp.NewContext(allocCtx)
+	defer tabCancel()
+
+	leaseRow := func(name string) string {
+		text, _ := chromedp.Run(tab, chromedp.Evaluate[string](`Array.from(document.querySelectorAll("#leases tbody tr")).map(r => r.innerText).filter(t => t.includes(`+"`"+name+"`"+`)).join("\n")`))
+		return text
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("page never showed %s; leases table: %q", what, leaseRow("nightly-report"))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/")); err != nil {
+		t.Fatal(err)
+	}
+	if title, err := chromedp.Run(tab, chromedp.Title()); err != nil || title != "Tenure" {
+		t.Fatalf("title got = %q (%v), expected: Tenure", title, err)
+	}
+	aliceToken := held.Token()
+	waitFor("alice holding with her token and bob waiting", func() bool {
+		row := leaseRow("nightly-report")
+		fields := strings.Split(row, "\t")
+		// Namespace, Name, Holder, Token, Held for, TTL, Waiters, ...
+		return len(fields) >= 7 && fields[2] == "alice" && fields[3] == strconv.FormatInt(aliceToken, 10) && fields[6] == "1"
+	})
+
+	// Hand over: the page follows the lease watch and updates by itself.
+	if err := held.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bobLocked; err != nil {
+		t.Fatal(err)
+	}
+	defer waiting.Unlock(context.Background())
+	waitFor("bob holding after the handover", func() bool {
+		fields := strings.Split(leaseRow("nightly-report"), "\t")
+		return len(fields) >= 7 && fields[2] == "bob" && fields[3] == strconv.FormatInt(waiting.Token(), 10) && fields[6] == "0"
+	})
+	events, err := chromedp.Run(tab, chromedp.Text("#events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"released default/nightly-report holder=alice", "acquired default/nightly-report holder=bob"} {
+		if !strings.Contains(events, want) {
+			t.Errorf("events got = %q, expected: a line containing %q", events, want)
+		}
+	}
+}
