@@ -18,6 +18,20 @@ type Source interface {
 	FenceToken() (client.Token, bool)
 }
 
+// ContextSource is the Source of a grant's context: the context a Mutex
+// or Election hands out with Context(), or the one RunElection passes to
+// OnStartedLeading. Its token is client.TokenFromContext(ctx), valid
+// until ctx is cancelled — which happens the instant the grant may be
+// lost.
+func ContextSource(ctx context.Context) Source { return contextSource{ctx} }
+
+type contextSource struct{ ctx context.Context }
+
+func (s contextSource) FenceToken() (client.Token, bool) {
+	t, ok := client.TokenFromContext(s.ctx)
+	return t, ok && s.ctx.Err() == nil
+}
+
 // token returns src's token, or an ErrNotHolding error when it is not
 // valid. what names the request for the message.
 func token(src Source, what string) (client.Token, error) {

@@ -1,6 +1,7 @@
 package fence_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tenurehq/tenure/client"
 	"github.com/tenurehq/tenure/fence"
 )
 
@@ -120,5 +122,30 @@ func TestTransportChecksEveryRequest(t *testing.T) {
 	}
 	if n.Load() != 1 {
 		t.Fatalf("got = %d requests at the server, expected: 1", n.Load())
+	}
+}
+
+func TestContextSourceFollowsTheGrantContext(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	s := newSession(t, c, "a")
+	m := s.Mutex("ctx-source")
+	if err := m.Lock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	src := fence.ContextSource(m.Context())
+	got, ok := src.FenceToken()
+	want := client.Token{Namespace: "default", Name: "ctx-source", Token: m.Token()}
+	if !ok || got != want {
+		t.Fatalf("got = %v %v, expected: %v, valid", got, ok, want)
+	}
+	if err := m.Unlock(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := src.FenceToken(); ok {
+		t.Fatalf("got = valid after Unlock, expected: not valid once the grant's context ended")
+	}
+	if _, ok := fence.ContextSource(context.Background()).FenceToken(); ok {
+		t.Fatalf("got = valid for a context without a grant, expected: not valid")
 	}
 }
