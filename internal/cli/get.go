@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -33,27 +34,23 @@ documents with Tenure's status (fencing token, holders, waiters).`,
   tenure get lease nightly-report -o yaml`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := g.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if len(args) == 1 {
-				l, err := c.Lease(ctx, g.namespace, args[0])
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				if len(args) == 1 {
+					l, err := c.Lease(ctx, g.namespace, args[0])
+					if err != nil {
+						return unreachable(err)
+					}
+					if g.output == "json" || g.output == "yaml" {
+						return printDoc(cmd.OutOrStdout(), g.output, toLeaseDoc(l))
+					}
+					return printLeases(cmd.OutOrStdout(), []client.Lease{l}, g.output, false, time.Now())
+				}
+				list, err := c.Leases(ctx, listOptions(g, selector))
 				if err != nil {
 					return unreachable(err)
 				}
-				if g.output == "json" || g.output == "yaml" {
-					return printDoc(cmd.OutOrStdout(), g.output, toLeaseDoc(l))
-				}
-				return printLeases(cmd.OutOrStdout(), []client.Lease{l}, g.output, false, time.Now())
-			}
-			list, err := c.Leases(ctx, listOptions(g, selector))
-			if err != nil {
-				return unreachable(err)
-			}
-			return printLeases(cmd.OutOrStdout(), list, g.output, g.allNamespaces, time.Now())
+				return printLeases(cmd.OutOrStdout(), list, g.output, g.allNamespaces, time.Now())
+			})
 		},
 	}
 	addOutputFlags(leases, g, "table, wide, json or yaml")
@@ -68,17 +65,13 @@ documents with Tenure's status (fencing token, holders, waiters).`,
   tenure get sessions -o yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := g.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			list, err := c.Sessions(ctx, selector)
-			if err != nil {
-				return unreachable(err)
-			}
-			return printSessions(cmd.OutOrStdout(), list, g.output, time.Now())
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				list, err := c.Sessions(ctx, selector)
+				if err != nil {
+					return unreachable(err)
+				}
+				return printSessions(cmd.OutOrStdout(), list, g.output, time.Now())
+			})
 		},
 	}
 	addOutputFlags(sessions, g, "table, json or yaml")

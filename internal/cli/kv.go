@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -88,20 +89,17 @@ func kvGet(g *globals) *cobra.Command {
 		Example: `  tenure kv get my-lock`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			kv, err := c.KV().Get(cmd.Context(), args[0])
-			if errors.Is(err, client.ErrNotFound) {
-				return unmet(fmt.Errorf("key not found (%s)", args[0]))
-			}
-			if err != nil {
-				return unreachable(err)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), kv.Value)
-			return nil
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				kv, err := c.KV().Get(ctx, args[0])
+				if errors.Is(err, client.ErrNotFound) {
+					return unmet(fmt.Errorf("key not found (%s)", args[0]))
+				}
+				if err != nil {
+					return unreachable(err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), kv.Value)
+				return nil
+			})
 		},
 	}
 }
@@ -114,19 +112,16 @@ func kvRange(g *globals) *cobra.Command {
 		Example: `  tenure kv range jobs/`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			kvs, _, _, err := c.KV().Range(cmd.Context(), args[0], limit)
-			if err != nil {
-				return unreachable(err)
-			}
-			for _, kv := range kvs {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s\n%s\n", kv.Key, kv.Value)
-			}
-			return nil
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				kvs, _, _, err := c.KV().Range(ctx, args[0], limit)
+				if err != nil {
+					return unreachable(err)
+				}
+				for _, kv := range kvs {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s\n%s\n", kv.Key, kv.Value)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().Int64Var(&limit, "limit", 0, "at most this many keys (0: all)")
@@ -141,16 +136,13 @@ func kvPut(g *globals) *cobra.Command {
 		Example: `  tenure kv put config/feature on --ttl 60`,
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if _, err := c.KV().Put(cmd.Context(), args[0], args[1], ttl.opts()...); err != nil {
-				return unreachable(err)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), "OK")
-			return nil
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				if _, err := c.KV().Put(ctx, args[0], args[1], ttl.opts()...); err != nil {
+					return unreachable(err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), "OK")
+				return nil
+			})
 		},
 	}
 	cmd.Flags().Var(&ttl, "ttl", "expire the key after this many seconds unless written again")
@@ -166,22 +158,22 @@ func kvDel(g *globals) *cobra.Command {
   tenure kv del --prefix jobs/`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			var n int64
-			if prefix {
-				n, err = c.KV().DeletePrefix(cmd.Context(), args[0])
-			} else {
-				n, err = c.KV().Delete(cmd.Context(), args[0])
-			}
-			if err != nil {
-				return unreachable(err)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), n)
-			return nil
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				var (
+					n   int64
+					err error
+				)
+				if prefix {
+					n, err = c.KV().DeletePrefix(ctx, args[0])
+				} else {
+					n, err = c.KV().Delete(ctx, args[0])
+				}
+				if err != nil {
+					return unreachable(err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), n)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&prefix, "prefix", false, "delete every key with KEY as prefix")
@@ -196,21 +188,18 @@ func kvMk(g *globals) *cobra.Command {
 		Example: `  tenure kv mk my-lock alice --ttl 10`,
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			_, err = c.KV().CompareAndSwap(cmd.Context(), args[0], client.Absent(), args[1], ttl.opts()...)
-			var cf *client.CompareFailedError
-			if errors.As(err, &cf) {
-				return unmet(fmt.Errorf("key already exists (%s) [%d]", args[0], cf.Revision))
-			}
-			if err != nil {
-				return unreachable(err)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), args[1])
-			return nil
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				_, err := c.KV().CompareAndSwap(ctx, args[0], client.Absent(), args[1], ttl.opts()...)
+				var cf *client.CompareFailedError
+				if errors.As(err, &cf) {
+					return unmet(fmt.Errorf("key already exists (%s) [%d]", args[0], cf.Revision))
+				}
+				if err != nil {
+					return unreachable(err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), args[1])
+				return nil
+			})
 		},
 	}
 	cmd.Flags().Var(&ttl, "ttl", "expire the key after this many seconds unless written again")
@@ -236,29 +225,27 @@ func kvSet(g *globals) *cobra.Command {
 			if byRev && swapRev < 0 {
 				return usage("--swap-with-revision %d must not be negative", swapRev)
 			}
-			c, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			kv := c.KV()
-			switch {
-			case byValue:
-				_, err = kv.CompareAndSwap(cmd.Context(), key, client.ValueIs(swapValue), value, ttl.opts()...)
-			case byRev:
-				_, err = kv.CompareAndSwap(cmd.Context(), key, client.ModRevisionIs(swapRev), value, ttl.opts()...)
-			default:
-				_, err = kv.Put(cmd.Context(), key, value, ttl.opts()...)
-			}
-			var cf *client.CompareFailedError
-			if errors.As(err, &cf) {
-				return unmet(compareFailed(key, cf, byValue, swapValue, swapRev))
-			}
-			if err != nil {
-				return unreachable(err)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), value)
-			return nil
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				kv := c.KV()
+				var err error
+				switch {
+				case byValue:
+					_, err = kv.CompareAndSwap(ctx, key, client.ValueIs(swapValue), value, ttl.opts()...)
+				case byRev:
+					_, err = kv.CompareAndSwap(ctx, key, client.ModRevisionIs(swapRev), value, ttl.opts()...)
+				default:
+					_, err = kv.Put(ctx, key, value, ttl.opts()...)
+				}
+				var cf *client.CompareFailedError
+				if errors.As(err, &cf) {
+					return unmet(compareFailed(key, cf, byValue, swapValue, swapRev))
+				}
+				if err != nil {
+					return unreachable(err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), value)
+				return nil
+			})
 		},
 	}
 	cmd.Flags().Var(&ttl, "ttl", "expire the key after this many seconds unless written again")
@@ -305,18 +292,15 @@ value. --rev replays from a past revision while the server still has it.`,
 			if rev > 0 {
 				opts = append(opts, client.WithRevision(rev))
 			}
-			c, err := g.connect(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			for ev := range c.KV().Watch(cmd.Context(), key, opts...) {
-				if ev.Err != nil {
-					return unreachable(ev.Err)
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				for ev := range c.KV().Watch(ctx, key, opts...) {
+					if ev.Err != nil {
+						return unreachable(ev.Err)
+					}
+					printKeyEvent(cmd.OutOrStdout(), ev)
 				}
-				printKeyEvent(cmd.OutOrStdout(), ev)
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&prefix, "prefix", "", "watch every key with this prefix")

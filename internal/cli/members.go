@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -21,17 +22,13 @@ ID, peer address, whether it votes, which one leads, and which one answered.`,
   tenure members -o yaml --endpoints 10.0.0.5:7480`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := g.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			members, err := c.Members(ctx)
-			if err != nil {
-				return unreachable(err)
-			}
-			return printMembers(cmd.OutOrStdout(), members, g.output)
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				members, err := c.Members(ctx)
+				if err != nil {
+					return unreachable(err)
+				}
+				return printMembers(cmd.OutOrStdout(), members, g.output)
+			})
 		},
 	}
 	addOutputFlags(cmd, g, "table, json or yaml")

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tenurehq/tenure/client"
 )
 
 // NewRevokeCommand builds `tenure revoke`.
@@ -22,20 +25,16 @@ supervised by 'tenure lock' is stopped first.`,
 		Example: `  tenure revoke nightly-report --reason "wedged since 02:00, paged on-call"`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := g.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			revoked, err := c.Revoke(ctx, g.namespace, args[0], token, reason)
-			if err != nil {
-				return unreachable(err)
-			}
-			for _, t := range revoked {
-				fmt.Fprintf(cmd.OutOrStdout(), "revoked %s/%s token %d\n", g.namespace, args[0], t)
-			}
-			return nil
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				revoked, err := c.Revoke(ctx, g.namespace, args[0], token, reason)
+				if err != nil {
+					return unreachable(err)
+				}
+				for _, t := range revoked {
+					fmt.Fprintf(cmd.OutOrStdout(), "revoked %s/%s token %d\n", g.namespace, args[0], t)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded with the revoke")

@@ -188,3 +188,15 @@ func usage(format string, args ...any) error {
 
 // unmet is a condition that did not hold: exit code 1.
 func unmet(err error) error { return &exitError{code: ExitUnmet, err: err} }
+
+// withClient connects to --endpoints, runs fn with the command's context
+// and the client, and closes the client.
+func (g *globals) withClient(cmd *cobra.Command, fn func(ctx context.Context, c *client.Client) error) error {
+	ctx := cmd.Context()
+	c, err := g.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(ctx, c)
+}

@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tenurehq/tenure/client"
 )
 
 // NewValidateCommand builds `tenure validate`.
@@ -23,31 +26,27 @@ granted.`,
 			if token <= 0 {
 				return usage("--token must be a positive fencing token")
 			}
-			ctx := cmd.Context()
-			c, err := g.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			l, err := c.Lease(ctx, g.namespace, args[0])
-			if err != nil {
-				return unreachable(err)
-			}
-			var tokens []int64
-			for _, h := range l.Holders {
-				tokens = append(tokens, h.Token)
-			}
-			out := cmd.OutOrStdout()
-			if slices.Contains(tokens, token) {
-				fmt.Fprintf(out, "valid: token %d holds %s/%s (holder %s)\n", token, l.Namespace, l.Name, l.Holder)
-				return nil
-			}
-			if l.Holder == "" {
-				fmt.Fprintf(out, "not valid: %s/%s has no holder\n", l.Namespace, l.Name)
-			} else {
-				fmt.Fprintf(out, "not valid: the current holder of %s/%s is %s with token %d\n", l.Namespace, l.Name, l.Holder, l.FencingToken)
-			}
-			return &exitError{code: ExitUnmet}
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				l, err := c.Lease(ctx, g.namespace, args[0])
+				if err != nil {
+					return unreachable(err)
+				}
+				var tokens []int64
+				for _, h := range l.Holders {
+					tokens = append(tokens, h.Token)
+				}
+				out := cmd.OutOrStdout()
+				if slices.Contains(tokens, token) {
+					fmt.Fprintf(out, "valid: token %d holds %s/%s (holder %s)\n", token, l.Namespace, l.Name, l.Holder)
+					return nil
+				}
+				if l.Holder == "" {
+					fmt.Fprintf(out, "not valid: %s/%s has no holder\n", l.Namespace, l.Name)
+				} else {
+					fmt.Fprintf(out, "not valid: the current holder of %s/%s is %s with token %d\n", l.Namespace, l.Name, l.Holder, l.FencingToken)
+				}
+				return &exitError{code: ExitUnmet}
+			})
 		},
 	}
 	cmd.Flags().Int64Var(&token, "token", 0, "the fencing token to check")

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,22 +27,18 @@ line.`,
   tenure watch -n prod --rev 1 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := g.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			out := cmd.OutOrStdout()
-			for ev := range c.WatchLeases(ctx, listOptions(g, ""), from) {
-				if ev.Err != nil {
-					return unreachable(ev.Err)
+			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				out := cmd.OutOrStdout()
+				for ev := range c.WatchLeases(ctx, listOptions(g, ""), from) {
+					if ev.Err != nil {
+						return unreachable(ev.Err)
+					}
+					if err := printLeaseEvent(out, ev, g.output); err != nil {
+						return err
+					}
 				}
-				if err := printLeaseEvent(out, ev, g.output); err != nil {
-					return err
-				}
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	addOutputFlags(cmd, g, "table (default) or json")
