@@ -61,7 +61,9 @@ func WithRequestTimeout(d time.Duration) Option { return func(o *options) { o.re
 // WithRetry sets how many times a call is tried in all (default 6) and
 // the first pause between tries, doubled each time up to 1s (default
 // 50ms). Only calls that are safe to repeat are retried after they were
-// sent; others only when the server provably did not take them.
+// sent; others only when the server provably did not take them. Calls
+// that wait — Lock, Acquire, Campaign — are not counted: they retry
+// until their context ends, so a wait rides out a server restart.
 func WithRetry(attempts int, backoff time.Duration) Option {
 	return func(o *options) { o.maxAttempts, o.backoff = max(attempts, 1), backoff }
 }
@@ -225,7 +227,9 @@ const (
 	// them; otherwise they fail with ErrUnknownOutcome.
 	once
 	// blocking calls are idempotent and wait by design: no request
-	// timeout, only ctx.
+	// timeout, and no count of attempts. They ride out a restart or a
+	// change of leader, retrying until ctx ends or the server gives an
+	// answer that is not "try again".
 	blocking
 )
 
@@ -233,7 +237,8 @@ const (
 func (c *Client) do(ctx context.Context, name string, kind callKind, op func(ctx context.Context, ep *endpoint) error) error {
 	pause := c.opts.backoff
 	var last error
-	for attempt := 1; ; attempt++ {
+	counted := 0 // failed attempts that count against maxAttempts
+	for {
 		ep, err := c.endpoint()
 		if err != nil {
 			return &Error{Op: name, Kind: ErrClosed, Cause: err}
@@ -258,8 +263,14 @@ func (c *Client) do(ctx context.Context, name string, kind callKind, op func(ctx
 			}
 			return wrap(name, err)
 		}
-		if attempt >= c.opts.maxAttempts {
-			break
+		// A wait outlasts any number of attempts while no server could
+		// answer it: only ctx bounds it. Errors the server itself
+		// reported as unexpected are still counted, so that a wait does
+		// not repeat a broken request forever.
+		if kind != blocking || answered(err) {
+			if counted++; counted >= c.opts.maxAttempts {
+				break
+			}
 		}
 		c.failover(ep, err)
 		select {

@@ -31,7 +31,9 @@ var (
 	// as malformed or over a limit; the message names the problem.
 	ErrInvalidArgument = errors.New("invalid argument")
 	// ErrUnavailable is returned when no endpoint could serve the call:
-	// all down, or no leader within the retries allowed.
+	// all down, or no leader within the retries allowed. Calls that wait
+	// (Lock, Acquire, Campaign) keep retrying until their context ends
+	// instead.
 	ErrUnavailable = errors.New("unavailable")
 	// ErrUnknownOutcome is returned when a call that is not safe to
 	// repeat failed after it was sent: it may or may not have been
@@ -145,6 +147,21 @@ func notSent(err error) bool {
 	}
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// answered reports whether err is an unexpected failure the server
+// itself reported (internal, unknown), as opposed to no answer at all (a
+// refused or cut connection) or the server's "not now" (not leader,
+// leadership lost, shutting down, a wait to retry).
+func answered(err error) bool {
+	if notSent(err) || !connect.IsWireError(err) {
+		return false
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeAborted:
+		return false
+	}
+	return true
 }
 
 // transient reports whether a failure is worth retrying elsewhere.

@@ -32,7 +32,8 @@ CMD is supervised as with 'tenure lock': signals are forwarded to its process
 group, and if leadership may be lost the group is stopped (SIGTERM, then
 SIGKILL after --kill-grace) before another candidate can be elected. With
 --retry, tenure campaigns again after such a loss; otherwise it exits with
-CMD's exit code.
+CMD's exit code. Like lock, a campaign waits through a server restart or a
+change of leader.
 
 --observe prints every leader change (identity, value, token) until
 interrupted; --leader prints the current leader and exits (1 if none).`,

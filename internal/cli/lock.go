@@ -86,6 +86,9 @@ SIGTERM, then SIGKILL after --kill-grace, so the command never runs past the
 point where someone else can hold the lock. When CMD exits, the lock is
 released and tenure exits with CMD's exit code.
 
+The wait outlasts a server restart or a change of leader: only --wait, a
+signal or the loss of the session ends it.
+
 Without CMD, tenure holds the lock until interrupted and prints the token.
 With --capacity N the lock is a semaphore with N places.`,
 		Example: `  # Protect a cron job: at most one copy runs across all hosts
@@ -140,18 +143,23 @@ func runLock(cmd *cobra.Command, g *globals, o *lockOptions, name string, argv [
 	if o.wait > 0 {
 		acquireCtx, cancel = context.WithTimeout(ctx, o.wait)
 	}
+	// Only ctx, --wait or the session's loss ends a wait: the client
+	// rides out a server restart or a change of leader on its own.
 	if o.try {
 		err = sem.TryAcquire(acquireCtx)
 	} else {
 		err = sem.Acquire(acquireCtx)
 	}
+	// Read before cancel, which would make every failure look like
+	// --wait running out.
+	waitedOut := acquireCtx.Err() != nil
 	cancel()
 	switch {
 	case errors.Is(err, client.ErrLocked):
 		return unmet(fmt.Errorf("%s/%s is held: %w", g.namespace, name, err))
 	case err != nil && ctx.Err() != nil:
 		return unmet(fmt.Errorf("interrupted while waiting for %s/%s", g.namespace, name))
-	case err != nil && acquireCtx.Err() != nil:
+	case err != nil && waitedOut:
 		return unmet(fmt.Errorf("gave up waiting for %s/%s after %v", g.namespace, name, o.wait))
 	case err != nil:
 		return unreachable(err)
