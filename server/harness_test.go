@@ -32,6 +32,15 @@ func testLimits() Limits {
 
 func startServer(t testing.TB, dir string, limits Limits) *testServer {
 	t.Helper()
+	ts := openServer(t, dir, limits)
+	waitReady(t, ts.URL)
+	return ts
+}
+
+// openServer starts a node on dir without waiting for it to be ready, as
+// a client that calls the moment the port answers would find it.
+func openServer(t testing.TB, dir string, limits Limits) *testServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +76,6 @@ func startServer(t testing.TB, dir string, limits Limits) *testServer {
 		Leases:   tenurev1connect.NewLeaseServiceClient(hc, url),
 		KV:       tenurev1connect.NewKVServiceClient(hc, url),
 	}
-	waitReady(t, url)
 	return ts
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"connectrpc.com/connect"
 
@@ -68,10 +67,8 @@ func (h *leaseService) acquireCommand(msg *tenurev1.AcquireRequest) (statemachin
 	}, nil
 }
 
-// Acquire grants at once, or parks until the state machine grants this
-// session, the wait times out, or the session ends. The call is parked
-// before the proposal so that a grant applied right after it cannot be
-// missed.
+// Acquire grants at once, or (with wait) parks until the state machine
+// grants this session, the wait times out, or the session ends.
 func (h *leaseService) Acquire(ctx context.Context, req *connect.Request[tenurev1.AcquireRequest]) (*connect.Response[tenurev1.AcquireResponse], error) {
 	cmd, err := h.acquireCommand(req.Msg)
 	if err != nil {
@@ -87,68 +84,14 @@ func (h *leaseService) Acquire(ctx context.Context, req *connect.Request[tenurev
 		}
 		return h.acquired(cmd.Lease, res.Grant.Token, res.Lease), nil
 	}
-
-	entry, parked := h.s.waiters.park(cmd.SessionID, cmd.Lease)
-	res, err := h.s.propose(ctx, cmd)
-	entry.endTurn()
-	// cancel leaves the queue when this is the last call waiting for the
-	// session; releaseIfHeld also gives back a grant that raced the end of
-	// the wait, for a caller who is gone and could never release it.
-	var cancelRes statemachine.Result
-	var cancelErr error
-	cancelWait := func(ctx context.Context, releaseIfHeld bool) func() {
-		return func() {
-			cancelRes, cancelErr = h.s.propose(ctx, statemachine.CancelWait{SessionID: cmd.SessionID, Lease: cmd.Lease, ReleaseIfHeld: releaseIfHeld})
-		}
+	got, err := h.s.waiters.acquire(ctx, cmd, req.Msg.GetWaitTimeout().AsDuration())
+	if err != nil {
+		return nil, toConnect(err)
 	}
-	if err != nil || res.Grant != nil {
-		h.s.waiters.leave(cmd.SessionID, cmd.Lease, entry, parked, nil)
-		if err != nil {
-			return nil, toConnect(err)
-		}
-		return h.acquired(cmd.Lease, res.Grant.Token, res.Lease), nil
+	if got.token == 0 {
+		return h.notAcquired(cmd.Lease)
 	}
-
-	var timeout <-chan time.Time
-	if t := req.Msg.GetWaitTimeout().AsDuration(); t > 0 {
-		timer := time.NewTimer(t)
-		defer timer.Stop()
-		timeout = timer.C
-	}
-	h.s.metrics.waiting.Inc()
-	defer h.s.metrics.waiting.Dec()
-	select {
-	case out := <-parked:
-		h.s.waiters.leave(cmd.SessionID, cmd.Lease, entry, parked, nil)
-		if out.token != 0 {
-			return h.acquired(cmd.Lease, out.token, nil), nil
-		}
-		if out.reason == waitCancelledReason {
-			// Cannot happen while calls take turns, but if it did, the
-			// session is alive: let the client retry, not give up.
-			return nil, toConnect(fmt.Errorf("%w: the wait of session %d for %s was cancelled; retry", errWaitCancelled, cmd.SessionID, cmd.Lease))
-		}
-		return nil, toConnect(fmt.Errorf("%w: session %d stopped waiting for %s: %s", statemachine.ErrSessionNotFound, cmd.SessionID, cmd.Lease, out.reason))
-	case <-timeout:
-		// The caller is still here: a grant that raced the timeout is
-		// theirs.
-		h.s.waiters.leave(cmd.SessionID, cmd.Lease, entry, parked, cancelWait(ctx, false))
-		if errors.Is(cancelErr, statemachine.ErrNotWaiting) || (cancelErr == nil && cancelRes.Grant == nil) {
-			return h.notAcquired(cmd.Lease)
-		}
-		if cancelErr != nil {
-			return nil, toConnect(cancelErr)
-		}
-		return h.acquired(cmd.Lease, cancelRes.Grant.Token, cancelRes.Lease), nil
-	case <-ctx.Done():
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		h.s.waiters.leave(cmd.SessionID, cmd.Lease, entry, parked, cancelWait(cctx, true))
-		if cancelErr != nil && !errors.Is(cancelErr, statemachine.ErrSessionNotFound) && !errors.Is(cancelErr, statemachine.ErrNotWaiting) {
-			h.s.log.Warn("cancel abandoned wait", "session", cmd.SessionID, "lease", cmd.Lease.String(), "err", cancelErr)
-		}
-		return nil, toConnect(ctx.Err())
-	}
+	return h.acquired(cmd.Lease, got.token, got.lease), nil
 }
 
 func (h *leaseService) acquired(id statemachine.LeaseID, token int64, l *statemachine.Lease) *connect.Response[tenurev1.AcquireResponse] {

@@ -78,11 +78,11 @@ func Open(cfg Config) (*Server, error) {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		hub:      watch.NewHub(cfg.Limits.WatchHistory),
-		waiters:  newWaiters(),
 		stopC:    make(chan struct{}),
 		serveErr: make(chan error, 1),
 	}
 	s.metrics = newMetrics(cfg.Registry, s)
+	s.waiters = newWaiters(s.propose, s.metrics.waiting.Add, cfg.Logger)
 	s.lessor = lessor.New(lessor.Config{
 		Proposer:   proposer{s},
 		Logger:     cfg.Logger.With("component", "lessor"),
@@ -314,9 +314,15 @@ func (p proposer) EndLockDelays(ctx context.Context, epoch int64, delays []state
 	return err
 }
 
-// propose applies a command and returns its result, with the command's
-// own error as the error.
+// propose applies a client's command and returns its result, with the
+// command's own error as the error. Only the promoted leader takes client
+// commands: before promotion its state may still be replaying the log,
+// and a command answered from it (or a waiter woken by a replayed grant)
+// would see history as the present.
 func (s *Server) propose(ctx context.Context, cmd statemachine.Command) (statemachine.Result, error) {
+	if !s.leading.Load() {
+		return statemachine.Result{}, s.notLeader()
+	}
 	res, err := s.node.Propose(ctx, cmd)
 	if err != nil {
 		return res, err
