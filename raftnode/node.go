@@ -31,8 +31,19 @@ type Config struct {
 	LogStore  string // "wal" (default, hashicorp/raft-wal) or "boltdb" (raft-boltdb/v2)
 	// Bootstrap makes this node a one-voter cluster when DataDir holds no
 	// raft state yet. Ignored when state exists, so it is safe to pass on
-	// every start of a single node.
+	// every start of a single node; then Open fails with a
+	// *MembershipError if the stored configuration lists servers but not
+	// NodeID, since such a node could never be elected.
 	Bootstrap bool
+	// ForceNewCluster rewrites the configuration stored in DataDir to this
+	// node alone, a voter at its own address, before raft starts, keeping
+	// every entry's effect on the state (hashicorp/raft RecoverCluster, as
+	// etcd's --force-new-cluster and Consul's peers.json). It is for
+	// restoring a backup onto a new node ID or address: on a member of a
+	// live cluster it makes a second cluster that diverges from the first.
+	// Open fails if DataDir holds no state, and does nothing when the
+	// configuration already is this node alone at this address.
+	ForceNewCluster bool
 
 	// Zero means raft's defaults (1s, 1s, 500ms), adjusted so that a
 	// heartbeat timeout below them alone still validates.
@@ -204,6 +215,10 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 	}
 	cleanup = append(cleanup, trans.Close)
 
+	newScratchFSM := func() raft.FSM { return &fsm{st: newState(), newState: newState, log: log, metrics: m} }
+	if err := reconcileConfiguration(cfg, rc, logs, stable, snaps, trans, newScratchFSM, log); err != nil {
+		return nil, err
+	}
 	if cfg.Bootstrap {
 		exists, err := raft.HasExistingState(logs, stable, snaps)
 		if err != nil {

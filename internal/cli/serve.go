@@ -18,6 +18,7 @@ type serveOptions struct {
 	listen, peerListen, dataDir, nodeID, logStore, logLevel string
 	snapshotThreshold                                       uint64
 	snapshotInterval                                        time.Duration
+	forceNewCluster                                         bool
 	limits                                                  server.Limits
 }
 
@@ -50,6 +51,7 @@ fsynced before the reply. SIGINT or SIGTERM shut it down cleanly.`,
 	f.StringVar(&o.nodeID, "node-id", "", "this node's raft ID (default: derived from --peer-listen)")
 	f.StringVar(&o.logStore, "log-store", "wal", `raft log store: "wal" (raft-wal) or "boltdb" (raft-boltdb/v2)`)
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.BoolVar(&o.forceNewCluster, "force-new-cluster", false, "restore a copied data dir onto this node: rewrite its cluster configuration to this node alone at --peer-listen, keeping the data (never on a member of a live cluster; see docs/operations.md)")
 	f.Uint64Var(&o.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	f.DurationVar(&o.snapshotInterval, "snapshot-interval", 2*time.Minute, "how often to check whether a snapshot is due")
 	l := &o.limits
@@ -103,6 +105,8 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 			PeerAddr:  o.peerListen,
 			LogStore:  o.logStore,
 			Bootstrap: true,
+
+			ForceNewCluster: o.forceNewCluster,
 
 			SnapshotThreshold: o.snapshotThreshold,
 			SnapshotInterval:  o.snapshotInterval,
