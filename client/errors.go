@@ -50,7 +50,9 @@ var (
 	// ErrClosed is returned by calls on a closed Client.
 	ErrClosed = errors.New("client closed")
 	// ErrResourceExhausted is returned when a server limit (waiters per
-	// lease, sessions per identity) is reached.
+	// lease, sessions per identity) is reached, or when the server's disk
+	// is nearly full: then writes that add state are refused, while
+	// reads, releases, closes and deletes still work.
 	ErrResourceExhausted = errors.New("resource exhausted")
 )
 
@@ -67,6 +69,7 @@ var errorNames = map[string]error{
 	"not-waiting":       ErrNotHolder,
 	"too-many-waiters":  ErrResourceExhausted,
 	"too-many-sessions": ErrResourceExhausted,
+	"disk-full":         ErrResourceExhausted,
 	"not-leader":        ErrUnavailable,
 	"shutting-down":     ErrUnavailable,
 	"watch-lagged":      ErrLagged,

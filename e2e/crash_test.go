@@ -139,6 +139,9 @@ type serverProc struct {
 	bin, dataDir, logPath string
 	listen, peer, url     string
 	starts                int
+	// args are added to every start's command line; a later flag of the
+	// same name wins.
+	args []string
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once cmd.Wait has returned
@@ -189,8 +192,9 @@ func (p *serverProc) start(ctx context.Context) {
 	fmt.Fprintf(f, "=== start %d\n", p.starts)
 	// A low snapshot threshold makes restarts restore snapshots and replay
 	// the log after them, not only replay.
-	cmd := exec.Command(p.bin, "serve", "--listen", p.listen, "--peer-listen", p.peer, "--data-dir", p.dataDir,
-		"--snapshot-threshold", "256", "--snapshot-interval", "200ms")
+	args := append([]string{"serve", "--listen", p.listen, "--peer-listen", p.peer, "--data-dir", p.dataDir,
+		"--snapshot-threshold", "256", "--snapshot-interval", "200ms"}, p.args...)
+	cmd := exec.Command(p.bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	setDeathSignal(cmd)
 	err = cmd.Start()

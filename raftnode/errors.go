@@ -19,6 +19,18 @@ var (
 	// ErrClosed is returned by every method that needs the log once Close
 	// has been called.
 	ErrClosed = errors.New("node closed")
+
+	// ErrCorruptLog is returned by Open when a log segment fails its
+	// checksums. The error is a *CorruptLogError naming the file and the
+	// entries; nothing was applied from the log. Config.RepairLog cuts the
+	// damaged entries off instead.
+	ErrCorruptLog = errors.New("raft log is corrupt")
+
+	// ErrDiskFull is returned by Propose while the data directory's file
+	// system has less free space than Config.MinFreeBytes (or a write
+	// failed for lack of space). Nothing was appended; writes resume by
+	// themselves once space is freed. The error is a *DiskFullError.
+	ErrDiskFull = errors.New("disk full")
 )
 
 // NotLeaderError is returned when a call needs the leader and this node is

@@ -20,6 +20,8 @@ type metrics struct {
 	storeLogs  prometheus.Histogram
 	applied    prometheus.Gauge
 	isLeader   prometheus.Gauge
+	diskFree   prometheus.Gauge
+	diskFull   prometheus.Gauge
 
 	reg        prometheus.Registerer
 	registered []prometheus.Collector
@@ -57,12 +59,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tenure_raft_is_leader",
 			Help: "1 while this node is the raft leader, else 0.",
 		}),
+		diskFree: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tenure_raft_disk_free_bytes",
+			Help: "Free space in the data directory's file system, as last checked.",
+		}),
+		diskFull: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tenure_raft_disk_full",
+			Help: "1 while client writes are refused because the data directory's file system is below the free-space reserve or a write failed for lack of space, else 0.",
+		}),
 		reg: reg,
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.propose, m.applyBatch, m.batchSize, m.storeLogs, m.applied, m.isLeader} {
+	for _, c := range []prometheus.Collector{m.propose, m.applyBatch, m.batchSize, m.storeLogs, m.applied, m.isLeader, m.diskFree, m.diskFull} {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			return nil, err

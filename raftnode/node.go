@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,27 @@ type Config struct {
 	PeerAddr  string // TCP bind address of the raft transport, e.g. "127.0.0.1:7481"
 	Advertise string // address other nodes dial; default the bound PeerAddr
 	LogStore  string // "wal" (default, hashicorp/raft-wal) or "boltdb" (raft-boltdb/v2)
+	// WALSegmentSize is the size of each raft-wal segment file, which is
+	// preallocated when created; zero means raft-wal's 64 MiB.
+	WALSegmentSize int
+	// MinFreeBytes is the free space the node keeps in DataDir's file
+	// system: below it, DiskFull reports a *DiskFullError and the server
+	// refuses writes that grow the state, so the log never fails an
+	// append halfway. Zero means twice the segment size; negative turns
+	// the reserve off.
+	MinFreeBytes int64
+	// DiskCheckInterval is how often free space is measured; zero means
+	// every second.
+	DiskCheckInterval time.Duration
+	// FreeSpace measures the free bytes in dir's file system; nil uses
+	// statfs. Tests set it to play a full disk.
+	FreeSpace func(dir string) (uint64, error)
+	// RepairLog opens a log whose checksums fail by cutting off the
+	// damaged entries: only those before the damage when a snapshot covers
+	// them (nothing is lost), else the damaged entries and everything after
+	// them (lost on this node unless another member still has them).
+	// Without it Open refuses a damaged log with a *CorruptLogError.
+	RepairLog bool
 	// Bootstrap makes this node a one-voter cluster when DataDir holds no
 	// raft state yet. Ignored when state exists, so it is safe to pass on
 	// every start of a single node; then Open fails with a
@@ -90,6 +112,7 @@ type Node struct {
 	fsm       *fsm
 	trans     *raft.NetworkTransport
 	closeLogs func() error
+	space     *spaceCheck
 	metrics   *metrics
 	log       *slog.Logger
 	election  time.Duration
@@ -191,17 +214,20 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("raftnode: %w", err)
 	}
-	logs, stable, closeLogs, err := openLogStore(dir, cfg.LogStore, log)
+	space := newSpaceCheck(dir, cfg, m)
+	if err := space.check(); err != nil {
+		log.Warn("low on disk space at start; writes are refused until space is freed", "err", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, retainSnapshots, newHCLogger(log, "snapshot"))
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
+	}
+	logs, stable, closeLogs, err := openLogStore(dir, cfg, snaps, space, log)
 	if err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, closeLogs)
 	logs = timedLogStore{LogStore: logs, hist: m.storeLogs}
-
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, retainSnapshots, newHCLogger(log, "snapshot"))
-	if err != nil {
-		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
-	}
 
 	var advertise net.Addr
 	if cfg.Advertise != "" {
@@ -255,6 +281,7 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 		fsm:        f,
 		trans:      trans,
 		closeLogs:  closeLogs,
+		space:      space,
 		metrics:    m,
 		log:        log,
 		election:   rc.ElectionTimeout,
@@ -262,17 +289,19 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 		leaderCh:   make(chan bool, 1),
 		shutdownCh: make(chan struct{}),
 	}
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.watchLeader()
+	go n.watchSpace(cfg.DiskCheckInterval)
 	log.Info("raft node open", "addr", string(trans.LocalAddr()), "log_store", cfg.LogStore, "dir", dir)
 	return n, nil
 }
 
 // openLogStore opens the log store, which is also the stable store (term,
 // vote): both kinds implement the two interfaces in one durable file set.
-func openLogStore(dir, kind string, log *slog.Logger) (raft.LogStore, raft.StableStore, func() error, error) {
+func openLogStore(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceCheck, log *slog.Logger) (raft.LogStore, raft.StableStore, func() error, error) {
 	walDir := filepath.Join(dir, "wal")
 	boltPath := filepath.Join(dir, "raft.db")
+	kind := cfg.LogStore
 	// Opening the other kind on an existing directory would look like an
 	// empty log and, with Bootstrap, silently start a new cluster.
 	switch kind {
@@ -283,23 +312,70 @@ func openLogStore(dir, kind string, log *slog.Logger) (raft.LogStore, raft.Stabl
 		if err := os.MkdirAll(walDir, 0o750); err != nil {
 			return nil, nil, nil, fmt.Errorf("raftnode: %w", err)
 		}
-		w, err := raftwal.Open(walDir, raftwal.WithLogger(newHCLogger(log, "wal")))
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("raftnode: open wal: %w", err)
+		o := walOptions{segmentSize: cfg.WALSegmentSize, repair: cfg.RepairLog, logger: log}
+		w, damage, err := openWAL(walDir, o)
+		// Each repair cuts at the earliest damage; open again until the
+		// log verifies, in case a cut left later damage in place.
+		for tries := 0; err == nil && damage != nil; tries++ {
+			if err = repairWAL(w, damage, snaps, log); err == nil {
+				if err = w.Close(); err == nil {
+					w, damage, err = openWAL(walDir, o)
+				}
+			}
+			if err == nil && damage != nil && tries == 10 {
+				err = fmt.Errorf("raftnode: repair log: still damaged after %d cuts: %w", tries, damage)
+			}
 		}
-		return w, w, w.Close, nil
+		if err != nil {
+			if w != nil {
+				w.Close()
+			}
+			return nil, nil, nil, walOpenError(walDir, cfg, err)
+		}
+		o.repair = false // what is left must verify
+		s := &walStore{
+			dir:   walDir,
+			w:     w,
+			open:  func() (*raftwal.WAL, error) { w, _, err := openWAL(walDir, o); return w, err },
+			space: space,
+			log:   log,
+
+			segmentSize: uint64(cmp.Or(cfg.WALSegmentSize, defaultWALSegmentSize)),
+		}
+		return s, s, s.Close, nil
 	case "boltdb":
 		if _, err := os.Stat(walDir); err == nil {
 			return nil, nil, nil, fmt.Errorf("raftnode: %s holds a wal log store, but LogStore is %q", dir, kind)
 		}
 		b, err := raftboltdb.NewBoltStore(boltPath)
 		if err != nil {
+			if isNoSpace(err) {
+				return nil, nil, nil, &DiskFullError{Dir: dir, Err: err}
+			}
 			return nil, nil, nil, fmt.Errorf("raftnode: open boltdb: %w", err)
 		}
 		return b, b, b.Close, nil
 	default:
 		return nil, nil, nil, fmt.Errorf("raftnode: unknown LogStore %q (want \"wal\" or \"boltdb\")", kind)
 	}
+}
+
+// walOpenError explains a failure to open the WAL: a full disk names the
+// segment size, since each segment is preallocated whole.
+func walOpenError(dir string, cfg Config, err error) error {
+	var ce *CorruptLogError
+	if errors.As(err, &ce) {
+		return err
+	}
+	if isNoSpace(err) {
+		size := cfg.WALSegmentSize
+		if size == 0 {
+			size = defaultWALSegmentSize
+		}
+		free, _, _ := freeBytes(dir)
+		return &DiskFullError{Dir: dir, Free: free, Err: fmt.Errorf("the log preallocates segments of %s (WALSegmentSize) and %s is free: %w", bytesString(uint64(size)), bytesString(free), err)}
+	}
+	return fmt.Errorf("raftnode: open wal: %w", err)
 }
 
 // watchLeader drains raft's NotifyCh, which raft sends to blockingly, and

@@ -49,6 +49,7 @@ var errorCodes = []struct {
 	{raftnode.ErrLeadershipLost, connect.CodeUnavailable, "leadership-lost"},
 	{lessor.ErrNotLeader, connect.CodeUnavailable, "not-leader"},
 	{raftnode.ErrClosed, connect.CodeUnavailable, "shutting-down"},
+	{raftnode.ErrDiskFull, connect.CodeResourceExhausted, "disk-full"},
 	{watch.ErrLagged, connect.CodeAborted, "watch-lagged"},
 	{errWaitCancelled, connect.CodeAborted, "wait-cancelled"},
 	{watch.ErrCompacted, connect.CodeOutOfRange, "compacted"},
@@ -80,6 +81,10 @@ func toConnect(err error) error {
 // errorMessage drops the redundant "invalid argument: " prefix and adds
 // the leader hint to not-leader errors.
 func errorMessage(err error) error {
+	var full *raftnode.DiskFullError
+	if errors.As(err, &full) {
+		return full
+	}
 	var nl *raftnode.NotLeaderError
 	if errors.As(err, &nl) {
 		if nl.Leader == "" {

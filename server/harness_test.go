@@ -30,16 +30,16 @@ func testLimits() Limits {
 	return l
 }
 
-func startServer(t testing.TB, dir string, limits Limits) *testServer {
+func startServer(t testing.TB, dir string, limits Limits, tweaks ...func(*raftnode.Config)) *testServer {
 	t.Helper()
-	ts := openServer(t, dir, limits)
+	ts := openServer(t, dir, limits, tweaks...)
 	waitReady(t, ts.URL)
 	return ts
 }
 
 // openServer starts a node on dir without waiting for it to be ready, as
 // a client that calls the moment the port answers would find it.
-func openServer(t testing.TB, dir string, limits Limits) *testServer {
+func openServer(t testing.TB, dir string, limits Limits, tweaks ...func(*raftnode.Config)) *testServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -49,20 +49,19 @@ func openServer(t testing.TB, dir string, limits Limits) *testServer {
 	if os.Getenv("TENURE_TEST_LOG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	srv, err := Open(Config{
-		Listener: ln,
-		Limits:   limits,
-		Logger:   logger,
-		Raft: raftnode.Config{
-			NodeID:             "node1",
-			DataDir:            dir,
-			PeerAddr:           "127.0.0.1:0",
-			Bootstrap:          true,
-			HeartbeatTimeout:   100 * time.Millisecond,
-			ElectionTimeout:    100 * time.Millisecond,
-			LeaderLeaseTimeout: 100 * time.Millisecond,
-		},
-	})
+	rc := raftnode.Config{
+		NodeID:             "node1",
+		DataDir:            dir,
+		PeerAddr:           "127.0.0.1:0",
+		Bootstrap:          true,
+		HeartbeatTimeout:   100 * time.Millisecond,
+		ElectionTimeout:    100 * time.Millisecond,
+		LeaderLeaseTimeout: 100 * time.Millisecond,
+	}
+	for _, tweak := range tweaks {
+		tweak(&rc)
+	}
+	srv, err := Open(Config{Listener: ln, Limits: limits, Logger: logger, Raft: rc})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -184,6 +184,12 @@ func (s *Server) routes() http.Handler {
 		_, _ = w.Write(indexHTML)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		// Like etcd's /health under a NOSPACE alarm: alive, but an
+		// operator must act. Reads and releases are still served.
+		if err := s.node.DiskFull(); err != nil {
+			http.Error(w, "unhealthy: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -323,9 +329,25 @@ func (s *Server) propose(ctx context.Context, cmd statemachine.Command) (statema
 	if !s.leading.Load() {
 		return statemachine.Result{}, s.notLeader()
 	}
+	if err := s.node.DiskFull(); err != nil && !frees(cmd) {
+		return statemachine.Result{}, err
+	}
 	res, err := s.node.Propose(ctx, cmd)
 	if err != nil {
 		return res, err
 	}
 	return res, res.Err
+}
+
+// frees reports whether cmd only ends things: those are still taken when
+// the disk is nearly full (as etcd takes deletes under its NOSPACE alarm),
+// so that holders can still release, sessions close and the next waiter
+// be granted, while nothing new is added. Each is one small entry, and the
+// reserve has room for many.
+func frees(cmd statemachine.Command) bool {
+	switch cmd.(type) {
+	case statemachine.Release, statemachine.CloseSession, statemachine.Revoke, statemachine.Delete, statemachine.CancelWait:
+		return true
+	}
+	return false
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,6 +20,8 @@ type serveOptions struct {
 	snapshotThreshold                                       uint64
 	snapshotInterval                                        time.Duration
 	forceNewCluster                                         bool
+	repairLog                                               bool
+	walSegmentSize, minFreeSpace                            byteSize
 	limits                                                  server.Limits
 }
 
@@ -52,6 +55,10 @@ fsynced before the reply. SIGINT or SIGTERM shut it down cleanly.`,
 	f.StringVar(&o.logStore, "log-store", "wal", `raft log store: "wal" (raft-wal) or "boltdb" (raft-boltdb/v2)`)
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&o.forceNewCluster, "force-new-cluster", false, "restore a copied data dir onto this node: rewrite its cluster configuration to this node alone at --peer-listen, keeping the data (never on a member of a live cluster; see docs/operations.md)")
+	o.walSegmentSize = 64 << 20
+	f.Var(&o.walSegmentSize, "wal-segment-size", "size of each raft-wal log segment, preallocated when created (e.g. 4MiB for a small disk)")
+	f.Var(&o.minFreeSpace, "min-free-space", "free disk space to keep: below it writes that add state are refused until space is freed (default twice --wal-segment-size; 0 turns it off)")
+	f.BoolVar(&o.repairLog, "repair-log", false, "start on a log whose checksums fail by cutting the damaged entries off, losing acknowledged writes unless a snapshot covers them (see docs/operations.md)")
 	f.Uint64Var(&o.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
 	f.DurationVar(&o.snapshotInterval, "snapshot-interval", 2*time.Minute, "how often to check whether a snapshot is due")
 	l := &o.limits
@@ -91,6 +98,13 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if nodeID == "" {
 		nodeID = o.peerListen
 	}
+	if o.walSegmentSize < 1<<20 || o.walSegmentSize > 1<<30 {
+		return fmt.Errorf("--wal-segment-size %s must be between 1MiB and 1GiB", o.walSegmentSize)
+	}
+	minFree := int64(o.minFreeSpace) // 0: the default, twice the segment size
+	if cmd.Flags().Changed("min-free-space") && minFree == 0 {
+		minFree = -1 // asked for no reserve
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return &exitError{code: ExitUnreachable, err: fmt.Errorf("--listen %s: %w", o.listen, err)}
@@ -107,6 +121,9 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 			Bootstrap: true,
 
 			ForceNewCluster: o.forceNewCluster,
+			RepairLog:       o.repairLog,
+			WALSegmentSize:  int(o.walSegmentSize),
+			MinFreeBytes:    minFree,
 
 			SnapshotThreshold: o.snapshotThreshold,
 			SnapshotInterval:  o.snapshotInterval,
@@ -114,7 +131,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	})
 	if err != nil {
 		ln.Close()
-		return err
+		return startError(err)
 	}
 	ctx := cmd.Context()
 	select {
@@ -149,4 +166,17 @@ func checkLimits(l server.Limits) error {
 		return fmt.Errorf("--watch-history %d must be at least 16", l.WatchHistory)
 	}
 	return nil
+}
+
+// startError adds what the operator can do to the errors a node cannot
+// start past.
+func startError(err error) error {
+	var corrupt *raftnode.CorruptLogError
+	switch {
+	case errors.As(err, &corrupt):
+		return fmt.Errorf("%w\nThe node refuses to replay a damaged log. Restore --data-dir from a backup, or start once with --repair-log to cut the damaged entries off (see docs/operations.md)", err)
+	case errors.Is(err, raftnode.ErrDiskFull):
+		return fmt.Errorf("%w\nFree space in --data-dir's file system, or start with a smaller --wal-segment-size", err)
+	}
+	return err
 }

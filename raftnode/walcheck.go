@@ -1,0 +1,357 @@
+package raftnode
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/hashicorp/raft"
+	raftwal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/segment"
+	"github.com/hashicorp/raft-wal/types"
+)
+
+// raft-wal checksums every batch it appends (a commit frame carries the
+// CRC-32C of all bytes since the previous commit frame) but, on open,
+// checks only the last batch of the tail segment, to find a torn write:
+// it assumes the file system never corrupts data once written. A flipped
+// byte in an older batch would be replayed as real data. verifyingFiler
+// checks every batch of every segment as raft-wal opens it, so such a log
+// is refused before anything is applied from it.
+//
+// The layout read here is raft-wal v0.4's segment format (segment/
+// format.go): a 32-byte file header, then 8-byte-aligned frames of a
+// type byte, three reserved bytes and a 32-bit length (the CRC, for a
+// commit frame), the payload and zero padding.
+const (
+	walFileHeaderLen  = 32
+	walFrameHeaderLen = 8
+	walMagic          = 0x58eb6b0d
+	walVersion        = 0
+
+	walFrameEntry  = 1
+	walFrameIndex  = 2
+	walFrameCommit = 3
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CorruptLogError is returned by Open when a log segment fails its
+// checksums: the log cannot be trusted and nothing was applied from it.
+// Entries FirstIndex..LastIndex are in the damaged batch (LastIndex is 0
+// when the damage hides where the batch ends).
+type CorruptLogError struct {
+	File       string // the segment file
+	Offset     int64  // where the damaged batch or frame starts
+	FirstIndex uint64
+	LastIndex  uint64
+	Reason     string
+}
+
+func (e *CorruptLogError) Error() string {
+	entries := fmt.Sprintf("entries from %d", e.FirstIndex)
+	if e.LastIndex >= e.FirstIndex && e.LastIndex != 0 {
+		entries = fmt.Sprintf("entries %d..%d", e.FirstIndex, e.LastIndex)
+	}
+	return fmt.Sprintf("raft log is corrupt: %s at offset %d (%s): %s", e.File, e.Offset, entries, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrCorruptLog) match.
+func (e *CorruptLogError) Is(target error) bool { return target == ErrCorruptLog }
+
+// verifyingFiler is raft-wal's segment filer with every segment's
+// checksums verified when the WAL opens it. With repair set it does not
+// refuse a damaged segment but records the earliest damage in found, for
+// open to cut the log there.
+type verifyingFiler struct {
+	*segment.Filer
+	dir    string
+	repair bool
+	found  *CorruptLogError
+}
+
+func newVerifyingFiler(dir string, f *segment.Filer, repair bool) *verifyingFiler {
+	return &verifyingFiler{Filer: f, dir: dir, repair: repair}
+}
+
+func (f *verifyingFiler) Open(info types.SegmentInfo) (types.SegmentReader, error) {
+	if err := f.check(info, true); err != nil {
+		return nil, err
+	}
+	return f.Filer.Open(info)
+}
+
+func (f *verifyingFiler) RecoverTail(info types.SegmentInfo) (types.SegmentWriter, error) {
+	if err := f.check(info, false); err != nil {
+		return nil, err
+	}
+	return f.Filer.RecoverTail(info)
+}
+
+func (f *verifyingFiler) check(info types.SegmentInfo, sealed bool) error {
+	err := verifySegment(filepath.Join(f.dir, segment.FileName(info)), info, sealed)
+	var ce *CorruptLogError
+	if !f.repair || !errors.As(err, &ce) {
+		return err
+	}
+	if f.found == nil || ce.FirstIndex < f.found.FirstIndex {
+		f.found = ce
+	}
+	return nil
+}
+
+// verifySegment reads a segment file from start to end and checks the
+// CRC of every committed batch. A sealed segment must end in its index
+// frame and a good commit. The tail may end in a torn batch — the last
+// write, never acknowledged — whose commit frame is missing or fails its
+// CRC with nothing but zeros after it; raft-wal drops that batch itself.
+// Damage only to entries outside the segment's live range (dropped by an
+// earlier truncation) is ignored. A missing tail file is left for
+// raft-wal to handle.
+//
+// One case looks like a torn write and passes: a damaged length in the
+// tail's last batches that jumps the scan into the zeros past the end.
+func verifySegment(path string, info types.SegmentInfo, sealed bool) error {
+	file, err := os.Open(path)
+	if err != nil {
+		if !sealed && errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("raftnode: open log segment: %w", err)
+	}
+	defer file.Close()
+	st, err := file.Stat()
+	if err != nil {
+		return fmt.Errorf("raftnode: stat log segment: %w", err)
+	}
+	s := &segmentScan{r: bufio.NewReaderSize(file, 256<<10), size: st.Size()}
+	crc := crc32.New(castagnoli)
+	corrupt := func(offset int64, first, last uint64, reason string, args ...any) error {
+		return &CorruptLogError{File: path, Offset: offset, FirstIndex: first, LastIndex: last, Reason: fmt.Sprintf(reason, args...)}
+	}
+	// live reports whether any entry from first to last (0: unknown) is
+	// still part of the log.
+	live := func(first, last uint64) bool {
+		if last != 0 && last < first {
+			return false // an index frame alone
+		}
+		if last != 0 && info.MinIndex > 0 && last < info.MinIndex {
+			return false
+		}
+		return info.MaxIndex == 0 || first <= info.MaxIndex
+	}
+
+	var hdr [walFileHeaderLen]byte
+	if err := s.read(hdr[:]); err != nil {
+		if !sealed && errors.Is(err, errShort) {
+			return nil // created but never committed to
+		}
+		if errors.Is(err, errShort) {
+			return corrupt(0, info.BaseIndex, 0, "the file is shorter than its header")
+		}
+		return fmt.Errorf("raftnode: read log segment %s: %w", path, err)
+	}
+	crc.Write(hdr[:])
+	headerOK := binary.LittleEndian.Uint32(hdr[0:4]) == walMagic && allZero(hdr[4:7]) && hdr[7] == walVersion &&
+		binary.LittleEndian.Uint64(hdr[8:16]) == info.BaseIndex &&
+		binary.LittleEndian.Uint64(hdr[16:24]) == info.ID &&
+		binary.LittleEndian.Uint64(hdr[24:32]) == info.Codec
+
+	var (
+		batchStart int64 // the first batch includes the file header
+		batchFirst = info.BaseIndex
+		next       = info.BaseIndex // index of the next entry frame
+		sawIndex   bool
+		commits    int
+	)
+	var fh [walFrameHeaderLen]byte
+	for {
+		offset := s.offset
+		err := s.read(fh[:])
+		if err != nil && !errors.Is(err, errShort) {
+			return fmt.Errorf("raftnode: read log segment %s: %w", path, err)
+		}
+		if err != nil || allZero(fh[:]) {
+			// The end of what was written. A sealed segment returns at its
+			// final commit, so it cannot get here; in the tail, frames
+			// after the last commit are a torn write.
+			if sealed {
+				return corrupt(offset, batchFirst, 0, "the sealed segment ends before its index and commit frames")
+			}
+			if commits > 0 && !headerOK {
+				return corrupt(0, info.BaseIndex, 0, "the file header does not match the segment (base index %d, id %d)", info.BaseIndex, info.ID)
+			}
+			return nil
+		}
+		typ, length := fh[0], binary.LittleEndian.Uint32(fh[4:8])
+		known := typ == walFrameEntry || typ == walFrameIndex || typ == walFrameCommit
+		tooLong := typ != walFrameCommit && (int64(length) > segment.MaxEntrySize || offset+walFrameHeaderLen+int64(length) > s.size)
+		if !known || !allZero(fh[1:4]) || tooLong || (sawIndex && typ != walFrameCommit) {
+			if !sealed {
+				if rest, err := s.restIsZero(); err != nil {
+					return fmt.Errorf("raftnode: read log segment %s: %w", path, err)
+				} else if rest {
+					return nil // a torn last write
+				}
+			}
+			if !live(batchFirst, 0) {
+				return nil
+			}
+			return corrupt(offset, batchFirst, 0, "damaged frame header % x", fh)
+		}
+		if typ == walFrameCommit {
+			if got := crc.Sum32(); got != length {
+				if !sealed {
+					if rest, err := s.restIsZero(); err != nil {
+						return fmt.Errorf("raftnode: read log segment %s: %w", path, err)
+					} else if rest {
+						return nil // a torn last write
+					}
+				}
+				if live(batchFirst, next-1) {
+					return corrupt(batchStart, batchFirst, next-1, "checksum mismatch: the batch's CRC-32C is %08x, its commit frame says %08x", got, length)
+				}
+			}
+			commits++
+			if sawIndex {
+				if !headerOK {
+					return corrupt(0, info.BaseIndex, 0, "the file header does not match the segment (base index %d, id %d)", info.BaseIndex, info.ID)
+				}
+				return nil // sealed: the index and its commit end the segment
+			}
+			crc.Reset()
+			batchStart, batchFirst = s.offset, next
+			continue
+		}
+		crc.Write(fh[:])
+		if err := s.copy(crc, int64(length)+int64(padding(int(length)))); err != nil {
+			if !sealed && errors.Is(err, errShort) {
+				return nil
+			}
+			return fmt.Errorf("raftnode: read log segment %s: %w", path, err)
+		}
+		switch typ {
+		case walFrameEntry:
+			next++
+		case walFrameIndex:
+			sawIndex = true
+		}
+	}
+}
+
+// errShort is a read that reached the end of the file.
+var errShort = errors.New("end of file")
+
+// segmentScan reads a segment file front to back.
+type segmentScan struct {
+	r      *bufio.Reader
+	size   int64
+	offset int64
+}
+
+func (s *segmentScan) read(b []byte) error {
+	n, err := io.ReadFull(s.r, b)
+	s.offset += int64(n)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errShort
+	}
+	return err
+}
+
+// copy feeds the next n bytes to w.
+func (s *segmentScan) copy(w io.Writer, n int64) error {
+	m, err := io.CopyN(w, s.r, n)
+	s.offset += m
+	if errors.Is(err, io.EOF) {
+		return errShort
+	}
+	return err
+}
+
+// restIsZero reports whether every byte from here to the end is zero:
+// what a torn last write leaves behind in a preallocated segment. It
+// consumes the rest, so the scan ends after it.
+func (s *segmentScan) restIsZero() (bool, error) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := s.r.Read(buf)
+		s.offset += int64(n)
+		if !allZero(buf[:n]) {
+			return false, nil
+		}
+		if errors.Is(err, io.EOF) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// padding is how many zero bytes align an n-byte payload to 8 bytes.
+func padding(n int) int { return (walFrameHeaderLen - n%walFrameHeaderLen) & (walFrameHeaderLen - 1) }
+
+// repairWAL cuts damage out of a WAL opened with repair. When a snapshot
+// covers every damaged entry, only the log's head up to the damage goes
+// and nothing is lost; otherwise the damaged entries and everything after
+// them go, and the node has lost them unless another member still has
+// them (a follower then gets them again from the leader).
+func repairWAL(w *raftwal.WAL, damage *CorruptLogError, snaps raft.SnapshotStore, log *slog.Logger) error {
+	first, err := w.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("raftnode: repair log: %w", err)
+	}
+	last, err := w.LastIndex()
+	if err != nil {
+		return fmt.Errorf("raftnode: repair log: %w", err)
+	}
+	var snapshot uint64
+	metas, err := snaps.List()
+	if err != nil {
+		return fmt.Errorf("raftnode: repair log: list snapshots: %w", err)
+	}
+	if len(metas) > 0 {
+		snapshot = metas[0].Index // newest first
+	}
+	end := damage.LastIndex
+	if end == 0 || end > last {
+		end = last // where the damage ends is unknown: assume the end
+	}
+	var lo, hi, lostFrom uint64
+	switch {
+	case end <= snapshot:
+		lo, hi = first, end
+	case damage.FirstIndex <= snapshot+1:
+		lo, hi, lostFrom = first, last, snapshot+1
+	default:
+		lo, hi, lostFrom = damage.FirstIndex, last, damage.FirstIndex
+	}
+	if lo <= hi {
+		if err := w.DeleteRange(lo, hi); err != nil {
+			return fmt.Errorf("raftnode: repair log: delete entries %d..%d: %w", lo, hi, err)
+		}
+	}
+	if lostFrom == 0 || lostFrom > last {
+		log.Warn("repaired the raft log: removed damaged entries a snapshot covers; nothing was lost",
+			"damage", damage.Error(), "removed_from", lo, "removed_to", hi, "snapshot_index", snapshot)
+		return nil
+	}
+	log.Error("repaired the raft log: removed damaged entries and all after them; acknowledged writes in that range are lost on this node unless another member has them",
+		"damage", damage.Error(), "lost_from", lostFrom, "lost_to", last, "snapshot_index", snapshot)
+	return nil
+}

@@ -1,0 +1,208 @@
+package raftnode
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// walTestConfig is a wal node with 1 MiB segments, so that a few 60 KB
+// values fill several.
+func walTestConfig(t testing.TB, dir string) Config {
+	cfg := testConfig(t, dir, "wal")
+	cfg.WALSegmentSize = 1 << 20
+	cfg.MinFreeBytes = -1
+	return cfg
+}
+
+// bigValue is a 60 KB value whose bytes say which key it belongs to.
+func bigValue(i int) string { return strings.Repeat(fmt.Sprintf("value-%03d|", i), 6000) }
+
+// fillWAL writes n big values into a fresh wal node on dir and closes it.
+func fillWAL(t *testing.T, dir string, n int) {
+	t.Helper()
+	node := openFake(t, walTestConfig(t, dir), nil)
+	waitLeader(t, node)
+	for i := range n {
+		put(t, node, fmt.Sprintf("k%03d", i), bigValue(i))
+	}
+	if err := node.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+}
+
+// segments lists the wal's segment files, oldest first.
+func segments(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "raft", "wal", "*.wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(files)
+	return files
+}
+
+// flipByteOf changes one byte in the middle of value i where it is stored
+// in file, and reports the offset.
+func flipByteOf(t *testing.T, file string, i int) int64 {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := bytes.Index(data, []byte(bigValue(i)[:100]))
+	if at < 0 {
+		t.Fatalf("value %d is not in %s", i, file)
+	}
+	at += 30000
+	f, err := os.OpenFile(file, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt([]byte{data[at] ^ 0x20}, int64(at)); err != nil {
+		t.Fatal(err)
+	}
+	return int64(at)
+}
+
+func TestCorruptionInASealedSegmentIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	fillWAL(t, dir, 40)
+	segs := segments(t, dir)
+	if len(segs) < 3 {
+		t.Fatalf("got = %d segments, expected: at least 3 (two sealed)", len(segs))
+	}
+	flipByteOf(t, segs[0], 3)
+
+	_, err := open(walTestConfig(t, dir), newFake(nil))
+	if !errors.Is(err, ErrCorruptLog) {
+		t.Fatalf("got = %v, expected: ErrCorruptLog", err)
+	}
+	var ce *CorruptLogError
+	if !errors.As(err, &ce) || ce.File != segs[0] {
+		t.Fatalf("got = %v, expected: a *CorruptLogError naming %s", err, segs[0])
+	}
+	if !strings.Contains(err.Error(), segs[0]) || !strings.Contains(err.Error(), "checksum mismatch") {
+		t.Fatalf("got = %q, expected: the file and the checksum mismatch named", err)
+	}
+	// Refusing changed nothing: it refuses again the same way.
+	if _, err2 := open(walTestConfig(t, dir), newFake(nil)); err2 == nil || err2.Error() != err.Error() {
+		t.Fatalf("second open: got = %v, expected: %v", err2, err)
+	}
+}
+
+func TestCorruptionInTheTailsOlderBatchIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	fillWAL(t, dir, 40)
+	segs := segments(t, dir)
+	tail := segs[len(segs)-1]
+	data, err := os.ReadFile(tail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first value in the tail is not in its last batch.
+	first := -1
+	for i := range 40 {
+		if bytes.Contains(data, []byte(bigValue(i)[:100])) {
+			first = i
+			break
+		}
+	}
+	if first < 0 || first == 39 {
+		t.Fatalf("the tail %s holds no older batch (first value %d)", tail, first)
+	}
+	flipByteOf(t, tail, first)
+	_, err = open(walTestConfig(t, dir), newFake(nil))
+	var ce *CorruptLogError
+	if !errors.As(err, &ce) || ce.File != tail {
+		t.Fatalf("got = %v, expected: a *CorruptLogError naming the tail %s", err, tail)
+	}
+}
+
+// A torn last write — the final batch's bytes not all on disk, never
+// acknowledged — is dropped as raft-wal always did, not refused.
+func TestATornLastWriteIsStillRecovered(t *testing.T) {
+	dir := t.TempDir()
+	fillWAL(t, dir, 10)
+	segs := segments(t, dir)
+	flipByteOf(t, segs[len(segs)-1], 9)
+
+	n := openFake(t, walTestConfig(t, dir), nil)
+	waitLeader(t, n)
+	got, _ := readKV(t, n)
+	if _, ok := got["k009"]; ok {
+		t.Fatalf("got = k009 after its batch was torn, expected: dropped")
+	}
+	if got["k008"] != bigValue(8) {
+		t.Fatalf("got = k008 %.20q, expected: the value written before the torn batch", got["k008"])
+	}
+}
+
+func TestRepairLogCutsTheDamageOff(t *testing.T) {
+	dir := t.TempDir()
+	fillWAL(t, dir, 40)
+	segs := segments(t, dir)
+	flipByteOf(t, segs[1], 20) // value 20 lives in the second segment
+	cfg := walTestConfig(t, dir)
+	cfg.RepairLog = true
+	n := openFake(t, cfg, nil)
+	waitLeader(t, n)
+	got, _ := readKV(t, n)
+	for i := range 40 {
+		_, ok := got[fmt.Sprintf("k%03d", i)]
+		if i < 20 && !ok {
+			t.Fatalf("got = k%03d missing, expected: kept (written before the damage)", i)
+		}
+		if i >= 20 && ok {
+			t.Fatalf("got = k%03d present, expected: cut off with the damaged batch and all after it", i)
+		}
+	}
+	put(t, n, "after", "repair")
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// What is left verifies without RepairLog.
+	n = openFake(t, walTestConfig(t, dir), nil)
+	waitLeader(t, n)
+	if got, _ := readKV(t, n); got["after"] != "repair" || got["k019"] != bigValue(19) {
+		t.Fatalf("got = after=%q k019 ok=%v, expected: both kept across a reopen", got["after"], got["k019"] == bigValue(19))
+	}
+}
+
+// Damage in entries a snapshot already holds loses nothing: the repair
+// drops only the head of the log up to the damage.
+func TestRepairLogKeepsEverythingWhenASnapshotCoversTheDamage(t *testing.T) {
+	dir := t.TempDir()
+	n := openFake(t, walTestConfig(t, dir), nil)
+	waitLeader(t, n)
+	for i := range 40 {
+		put(t, n, fmt.Sprintf("k%03d", i), bigValue(i))
+	}
+	if err := n.raft.Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	put(t, n, "k040", "after the snapshot")
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs := segments(t, dir)
+	flipByteOf(t, segs[0], 2)
+	if _, err := open(walTestConfig(t, dir), newFake(nil)); !errors.Is(err, ErrCorruptLog) {
+		t.Fatalf("got = %v, expected: ErrCorruptLog without RepairLog", err)
+	}
+
+	cfg := walTestConfig(t, dir)
+	cfg.RepairLog = true
+	n = openFake(t, cfg, nil)
+	waitLeader(t, n)
+	got, _ := readKV(t, n)
+	if len(got) != 41 || got["k002"] != bigValue(2) || got["k040"] != "after the snapshot" {
+		t.Fatalf("got = %d keys (k002 ok=%v, k040=%q), expected: all 41 kept", len(got), got["k002"] == bigValue(2), got["k040"])
+	}
+}
