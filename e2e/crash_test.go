@@ -377,7 +377,7 @@ func newWorkload(t *testing.T, ctx context.Context, api *apiClients) *workload {
 		if err != nil {
 			t.Fatalf("open session %s: %v", identity, err)
 		}
-		w.leases = append(w.leases, &leaseWorker{name: fmt.Sprintf("crash/lease-%d", i), identity: identity, session: resp.Msg.Session.Id})
+		w.leases = append(w.leases, &leaseWorker{name: fmt.Sprintf("crash-lease-%d", i), identity: identity, session: resp.Msg.Session.Id})
 	}
 	return w
 }

@@ -20,8 +20,9 @@ const Header = "Tenure-Fence"
 func Format(t client.Token) string { return t.String() }
 
 // Parse reads a token in the header form <namespace>/<name>:<token>.
-// The namespace is a DNS label, so the first '/' ends it; the token is
-// the decimal after the last ':', so a name may itself hold '/' and ':'.
+// The namespace is a DNS label and the server refuses '/' in lease names,
+// so the one '/' separates them; the token is the decimal after the last
+// ':', so a name may itself hold ':'.
 // Surrounding white space is ignored. Errors match ErrMalformed and say
 // what is wrong.
 func Parse(s string) (client.Token, error) {
@@ -79,6 +80,8 @@ func invalid(t client.Token) string {
 		return "name is not valid UTF-8"
 	case strings.IndexFunc(t.Name, unicode.IsControl) >= 0:
 		return fmt.Sprintf("name has a control character at byte %d", strings.IndexFunc(t.Name, unicode.IsControl))
+	case strings.IndexByte(t.Name, '/') >= 0:
+		return fmt.Sprintf("name %q has a '/' at byte %d; lease names may not contain '/'", t.Name, strings.IndexByte(t.Name, '/'))
 	case t.Token <= 0:
 		return fmt.Sprintf("token must be positive, got %d", t.Token)
 	}

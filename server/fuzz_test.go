@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -228,6 +229,10 @@ func FuzzDecodeJSONRequests(f *testing.F) {
 		if !ok {
 			t.Fatalf("%s: body %q got = %d %s %q, expected: 200 or one of %v", m.procedure, body, status, ce.Code, ce.Message, codeNames())
 		}
+		if len(body) > limits.MaxRequestBytes {
+			// Refused from its Content-Length before it is read.
+			wantStatus = http.StatusRequestEntityTooLarge
+		}
 		if status != wantStatus {
 			t.Fatalf("%s: code %s got = HTTP %d, expected: %d", m.procedure, ce.Code, status, wantStatus)
 		}
@@ -337,8 +342,8 @@ func checkOnlyExpiries(t *testing.T, w *watch.Watcher, before, after int64, call
 // would. Connect decodes JSON with DiscardUnknown, so an unknown field is
 // ignored rather than rejected: a misspelled field reads as absent, and
 // the request is rejected only if the field it meant is required. A body
-// over MaxRequestBytes is refused by connect before decoding with
-// ResourceExhausted (HTTP 429), whether or not it is valid JSON.
+// over MaxRequestBytes is refused from its Content-Length before it is
+// read, with ResourceExhausted (HTTP 413), whether or not it is valid JSON.
 func TestInvalidJSONIsInvalidArgument(t *testing.T) {
 	limits := testLimits()
 	limits.MaxRequestBytes = 1024
@@ -382,8 +387,8 @@ func TestInvalidJSONIsInvalidArgument(t *testing.T) {
 		{"invalid UTF-8 in a string", tenurev1connect.KVServicePutProcedure, "{\"key\":\"\xff\"}", "invalid_argument", "unmarshal"},
 		{"a misspelled field is named, not ignored", tenurev1connect.KVServicePutProcedure, `{"kee":"k","value":"v"}`, "invalid_argument", `unknown field "kee"`},
 		{"an unknown field is rejected before the TTL is read", tenurev1connect.SessionServiceOpenProcedure, `{"colour":"red","ttl":"-1s"}`, "invalid_argument", `unknown field "colour"`},
-		{"a body over MaxRequestBytes", tenurev1connect.KVServicePutProcedure, huge, "resource_exhausted", "larger than configured max 1024"},
-		{"a body over MaxRequestBytes that is not JSON", tenurev1connect.KVServicePutProcedure, strings.Repeat("x", 2048), "resource_exhausted", "larger than configured max 1024"},
+		{"a body over MaxRequestBytes", tenurev1connect.KVServicePutProcedure, huge, "resource_exhausted", "over the limit of 1024 bytes (--max-request-bytes)"},
+		{"a body over MaxRequestBytes that is not JSON", tenurev1connect.KVServicePutProcedure, strings.Repeat("x", 2048), "resource_exhausted", "over the limit of 1024 bytes (--max-request-bytes)"},
 	}
 	before := revision()
 	for _, tc := range cases {
@@ -393,8 +398,12 @@ func TestInvalidJSONIsInvalidArgument(t *testing.T) {
 			if err := json.Unmarshal(body, &ce); err != nil {
 				t.Fatalf("got = %d %q, expected: a connect error: %v", status, body, err)
 			}
-			if ce.Code != tc.code || status != legitimateCodes[tc.code] || !strings.Contains(ce.Message, tc.contains) {
-				t.Fatalf("got = %d %s %q, expected: %d %s containing %q", status, ce.Code, ce.Message, legitimateCodes[tc.code], tc.code, tc.contains)
+			wantStatus := legitimateCodes[tc.code]
+			if len(tc.body) > limits.MaxRequestBytes {
+				wantStatus = http.StatusRequestEntityTooLarge
+			}
+			if ce.Code != tc.code || status != wantStatus || !strings.Contains(ce.Message, tc.contains) {
+				t.Fatalf("got = %d %s %q, expected: %d %s containing %q", status, ce.Code, ce.Message, wantStatus, tc.code, tc.contains)
 			}
 		})
 	}
@@ -465,6 +474,11 @@ func FuzzValidation(f *testing.F) {
 				t.Fatalf("name(%q) accepted, expected: rejected (non-empty valid UTF-8 without control characters, at most %d bytes)", s, lim.MaxNameBytes)
 			}
 		}
+		if err := lim.leaseName(s); err != nil {
+			checkInvalid(t, err, "name")
+		} else if lim.name("name", s) != nil || strings.Contains(s, "/") {
+			t.Fatalf("leaseName(%q) accepted, expected: rejected (a name without '/')", s)
+		}
 
 		if err := lim.value("value", v); err != nil {
 			checkInvalid(t, err, "value", fmt.Sprint(lim.MaxValueBytes))
@@ -475,17 +489,18 @@ func FuzzValidation(f *testing.F) {
 			t.Fatalf("value of %d bytes accepted, expected: rejected over %d", len(v), lim.MaxValueBytes)
 		}
 
-		want := time.Duration(d)
-		if want == 0 {
-			want = lim.DefaultTTL
+		if got, err := lim.ttl("ttl", nil, lim.DefaultTTL); err != nil || got != lim.DefaultTTL {
+			t.Fatalf("ttl(absent) got = %v, %v, expected: the default %v", got, err, lim.DefaultTTL)
 		}
-		if got, err := lim.ttl("ttl", time.Duration(d), lim.DefaultTTL); err != nil {
+		// A present TTL is never taken as the default, "0s" included.
+		want := time.Duration(d)
+		if got, err := lim.ttl("ttl", durationpb.New(want), lim.DefaultTTL); err != nil {
 			checkInvalid(t, err, "ttl", "--min-ttl")
 			if want >= lim.MinTTL && want <= lim.MaxTTL {
-				t.Fatalf("ttl(%v) rejected, expected: accepted within %v..%v", time.Duration(d), lim.MinTTL, lim.MaxTTL)
+				t.Fatalf("ttl(%v) rejected, expected: accepted within %v..%v", want, lim.MinTTL, lim.MaxTTL)
 			}
 		} else if got != want || got < lim.MinTTL || got > lim.MaxTTL {
-			t.Fatalf("ttl(%v) got = %v, expected: %v within %v..%v", time.Duration(d), got, want, lim.MinTTL, lim.MaxTTL)
+			t.Fatalf("ttl(%v) got = %v, expected: %v within %v..%v", want, got, want, lim.MinTTL, lim.MaxTTL)
 		}
 
 		checkLabels(t, lim, map[string]string{s: v})

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -35,7 +36,7 @@ func (s *Server) watchLeasesHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	name := q.Get("name")
 	if name != "" {
-		if err := s.cfg.Limits.name("name", name); err != nil {
+		if err := s.cfg.Limits.leaseName(name); err != nil {
 			httpError(w, toConnect(err))
 			return
 		}
@@ -54,6 +55,9 @@ func (s *Server) watchKeysHTTP(w http.ResponseWriter, r *http.Request) {
 	s.watchHTTP(w, r, watch.KeyFilter(key, prefix), func(e *statemachine.Event) proto.Message { return keyEventProto(e) })
 }
 
+// watchHTTP registers the watcher, then sends 200 and the headers at once:
+// a client sees the status as soon as the watch is in place (every event
+// after it will be sent), and a bad request still gets a 4xx.
 func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, filter func(*statemachine.Event) bool, render func(*statemachine.Event) proto.Message) {
 	var start int64
 	if v := r.URL.Query().Get("start_revision"); v != "" {
@@ -64,13 +68,23 @@ func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, filter func(*
 		}
 		start = n
 	}
-	flusher, _ := w.(http.Flusher)
-	started := false
-	err := s.streamEvents(r.Context(), start, filter, func(e *statemachine.Event) error {
-		if !started {
-			w.Header().Set("Content-Type", "application/x-ndjson")
-			started = true
-		}
+	if start < 0 {
+		httpError(w, toConnect(invalid("start_revision %d is negative", start)))
+		return
+	}
+	watcher, err := s.hub.Watch(start, filter)
+	if err != nil {
+		httpError(w, toConnect(err))
+		return
+	}
+	defer watcher.Close()
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	err = s.pumpEvents(r.Context(), watcher, func(e *statemachine.Event) error {
 		raw, err := protojson.Marshal(render(e))
 		if err != nil {
 			return err
@@ -85,20 +99,43 @@ func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, filter func(*
 		if _, err := w.Write(line.Bytes()); err != nil {
 			return err
 		}
-		if flusher != nil {
-			flusher.Flush()
-		}
-		return nil
+		return rc.Flush()
 	})
 	if err == nil {
 		return
 	}
-	if !started {
-		httpError(w, err)
-		return
-	}
 	// Headers are gone: the last line says why the stream ended.
 	_, _ = w.Write([]byte(`{"error":` + strconv.Quote(err.Error()) + "}\n"))
+}
+
+// pumpEvents feeds w's events to send until the caller goes away (nil),
+// the server stops (nil), send fails, or the watcher falls behind (an
+// explicit error naming the revision to resync from). It runs on the
+// request's goroutine and starts one goroutine that ends with it. It is
+// streamEvents' loop, split from the registration so that watchHTTP can
+// answer in between.
+func (s *Server) pumpEvents(ctx context.Context, w *watch.Watcher, send func(*statemachine.Event) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stopC:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		e, err := w.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return toConnect(err)
+		}
+		if err := send(&e); err != nil {
+			return err
+		}
+	}
 }
 
 func httpError(w http.ResponseWriter, err error) {

@@ -66,10 +66,7 @@ func (h *kvService) keyWrite(key, value string, ttlMsg *durationpb.Duration) (in
 	if err := lim.value("value", value); err != nil {
 		return 0, err
 	}
-	if ttlMsg == nil {
-		return 0, nil
-	}
-	ttl, err := lim.ttl("ttl", ttlMsg.AsDuration(), 0)
+	ttl, err := lim.ttl("ttl", ttlMsg, 0)
 	if err != nil {
 		return 0, err
 	}

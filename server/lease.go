@@ -19,7 +19,7 @@ func (h *leaseService) leaseID(ns, name string) (statemachine.LeaseID, error) {
 	if err != nil {
 		return statemachine.LeaseID{}, err
 	}
-	if err := h.s.cfg.Limits.name("name", name); err != nil {
+	if err := h.s.cfg.Limits.leaseName(name); err != nil {
 		return statemachine.LeaseID{}, err
 	}
 	return statemachine.LeaseID{Namespace: ns, Name: name}, nil

@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Limits bounds what a request may ask for. They are checked at the edge,
@@ -23,6 +25,11 @@ type Limits struct {
 	MaxCapacity            int // semaphore size
 	MaxLabels              int
 	WatchHistory           int // events kept for watchers to replay or catch up
+	// RequestReadTimeout bounds the time to receive a unary request's
+	// body, so that a client cannot hold a handler by sending it slowly.
+	// Streams are exempt: their bodies last as long as they do. Zero
+	// means no bound.
+	RequestReadTimeout time.Duration
 }
 
 // DefaultLimits are DESIGN.md's limits.
@@ -39,6 +46,7 @@ func DefaultLimits() Limits {
 		MaxCapacity:            10000,
 		MaxLabels:              64,
 		WatchHistory:           65536,
+		RequestReadTimeout:     10 * time.Second,
 	}
 }
 
@@ -90,13 +98,40 @@ func (l Limits) value(what, v string) error {
 	return nil
 }
 
-// ttl checks a TTL; zero means def.
-func (l Limits) ttl(what string, d, def time.Duration) (time.Duration, error) {
-	if d == 0 {
-		d = def
+// leaseName checks a lease name: a name, and no '/', which separates
+// namespace and name wherever a lease is written as "namespace/name" (the
+// fence header, the CLI, events and logs). Keys may hold '/'.
+func (l Limits) leaseName(s string) error {
+	if err := l.name("name", s); err != nil {
+		return err
 	}
+	if i := strings.IndexByte(s, '/'); i >= 0 {
+		return invalid("name %q has a '/' at byte %d; lease names may not contain '/', which separates namespace and name in \"namespace/name\" (give the namespace in its own field)", s, i)
+	}
+	return nil
+}
+
+// ttl checks a TTL field of a request. Absent (nil) means def, and a def
+// of 0 means no TTL. Present, it must lie within MinTTL..MaxTTL: in the
+// protobuf JSON "ttl":"0s" is a present zero, distinct from leaving ttl
+// out, and is refused rather than silently taken as the default.
+func (l Limits) ttl(what string, msg *durationpb.Duration, def time.Duration) (time.Duration, error) {
+	if msg == nil {
+		return def, nil
+	}
+	if err := msg.CheckValid(); err != nil {
+		return 0, invalid("%s: %v", what, err)
+	}
+	d := msg.AsDuration()
 	if d < l.MinTTL || d > l.MaxTTL {
-		return 0, invalid("%s %v is outside %v..%v (--min-ttl, --max-ttl)", what, d, l.MinTTL, l.MaxTTL)
+		leaveOut := ""
+		switch {
+		case d == 0 && def == 0:
+			leaveOut = fmt.Sprintf("; leave %s out for no TTL", what)
+		case d == 0:
+			leaveOut = fmt.Sprintf("; leave %s out for the default %v (--default-ttl)", what, def)
+		}
+		return 0, invalid("%s %v is outside %v..%v (--min-ttl, --max-ttl)%s", what, d, l.MinTTL, l.MaxTTL, leaveOut)
 	}
 	return d, nil
 }

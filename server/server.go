@@ -200,7 +200,7 @@ func (s *Server) routes() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
-	return mux
+	return limitBodies(mux, s.cfg.Limits.MaxRequestBytes, s.cfg.Limits.RequestReadTimeout)
 }
 
 // observe receives every applied command's events, in log order, on the

@@ -38,7 +38,7 @@ type sessionService struct{ s *Server }
 
 func (h *sessionService) Open(ctx context.Context, req *connect.Request[tenurev1.OpenSessionRequest]) (*connect.Response[tenurev1.OpenSessionResponse], error) {
 	lim := h.s.cfg.Limits
-	ttl, err := lim.ttl("ttl", req.Msg.GetTtl().AsDuration(), lim.DefaultTTL)
+	ttl, err := lim.ttl("ttl", req.Msg.GetTtl(), lim.DefaultTTL)
 	if err != nil {
 		return nil, toConnect(err)
 	}

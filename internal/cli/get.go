@@ -32,7 +32,7 @@ documents with Tenure's status (fencing token, holders, waiters).`,
 		Example: `  tenure get leases -A
   tenure get leases -n prod -l app=scheduler -o wide
   tenure get lease nightly-report -o yaml`,
-		Args: cobra.MaximumNArgs(1),
+		Args: cobra.MatchAll(cobra.MaximumNArgs(1), leaseNameArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				if len(args) == 1 {

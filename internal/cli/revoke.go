@@ -23,7 +23,7 @@ with --token), record the reason in the lease's event stream, and grant the
 next waiter — after the lease's lock-delay, if it has one, so that a holder
 supervised by 'tenure lock' is stopped first.`,
 		Example: `  tenure revoke nightly-report --reason "wedged since 02:00, paged on-call"`,
-		Args:    cobra.ExactArgs(1),
+		Args:    cobra.MatchAll(cobra.ExactArgs(1), leaseNameArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				revoked, err := c.Revoke(ctx, g.namespace, args[0], token, reason)

@@ -186,6 +186,20 @@ func usage(format string, args ...any) error {
 	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
 }
 
+// leaseNameArg checks a command's lease NAME argument, the first, before
+// anything is sent. The server refuses '/' in lease names, because it
+// separates namespace and name in "namespace/name"; "prod/x" is most
+// likely meant as -n prod x, which the usage error says.
+func leaseNameArg(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	if ns, name, ok := strings.Cut(args[0], "/"); ok {
+		return usage("lease name %q may not contain '/': give the namespace with -n, e.g. -n %s %s", args[0], ns, name)
+	}
+	return nil
+}
+
 // unmet is a condition that did not hold: exit code 1.
 func unmet(err error) error { return &exitError{code: ExitUnmet, err: err} }
 

@@ -65,6 +65,7 @@ fsynced before the reply. SIGINT or SIGTERM shut it down cleanly.`,
 	f.IntVar(&l.MaxNameBytes, "max-name-bytes", l.MaxNameBytes, "longest key, lease name or identity")
 	f.IntVar(&l.MaxValueBytes, "max-value-bytes", l.MaxValueBytes, "largest key or lease value")
 	f.IntVar(&l.MaxRequestBytes, "max-request-bytes", l.MaxRequestBytes, "largest request message")
+	f.DurationVar(&l.RequestReadTimeout, "request-read-timeout", l.RequestReadTimeout, "longest time to receive a request's body (streams such as heartbeats are exempt)")
 	f.DurationVar(&l.MinTTL, "min-ttl", l.MinTTL, "shortest session or key TTL")
 	f.DurationVar(&l.MaxTTL, "max-ttl", l.MaxTTL, "longest session or key TTL")
 	f.DurationVar(&l.DefaultTTL, "default-ttl", l.DefaultTTL, "session TTL when a client names none")
@@ -156,6 +157,8 @@ func checkLimits(l server.Limits) error {
 		return fmt.Errorf("--max-value-bytes %d must not be negative", l.MaxValueBytes)
 	case l.MaxRequestBytes < 1024:
 		return fmt.Errorf("--max-request-bytes %d must be at least 1024", l.MaxRequestBytes)
+	case l.RequestReadTimeout <= 0:
+		return fmt.Errorf("--request-read-timeout %v must be positive", l.RequestReadTimeout)
 	case l.MinTTL <= 0 || l.MaxTTL < l.MinTTL:
 		return fmt.Errorf("--min-ttl %v and --max-ttl %v must satisfy 0 < min <= max", l.MinTTL, l.MaxTTL)
 	case l.DefaultTTL < l.MinTTL || l.DefaultTTL > l.MaxTTL:

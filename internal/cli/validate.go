@@ -21,7 +21,7 @@ otherwise, printing the current holder and token. The answer is
 linearizable: a token is never reported valid after its successor was
 granted.`,
 		Example: `  tenure validate nightly-report --token 42 && echo "still the owner"`,
-		Args:    cobra.ExactArgs(1),
+		Args:    cobra.MatchAll(cobra.ExactArgs(1), leaseNameArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if token <= 0 {
 				return usage("--token must be a positive fencing token")

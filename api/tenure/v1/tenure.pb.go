@@ -268,7 +268,10 @@ func (x *Session) GetKeys() int64 {
 type OpenSessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Holder identity shown on leases; defaults to "session-<id>".
-	Identity      string               `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	Identity string `protobuf:"bytes,1,opt,name=identity,proto3" json:"identity,omitempty"`
+	// The session's TTL, within the server's --min-ttl..--max-ttl. Leave it
+	// out for the server's default (--default-ttl, 10s); "0s" is refused,
+	// not taken as the default.
 	Ttl           *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	Labels        map[string]string    `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
@@ -1093,15 +1096,18 @@ type AcquireRequest struct {
 	SessionId int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Namespace string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	Name      string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
-	// 1 (default) is a mutex, N a semaphore.
+	// 1 is a mutex, N a semaphore, up to --max-capacity. 0, which protobuf
+	// cannot tell from absent, means 1.
 	Capacity int32 `protobuf:"varint,4,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	// wait parks the call in the FIFO queue while the lease is full.
 	Wait bool `protobuf:"varint,5,opt,name=wait,proto3" json:"wait,omitempty"`
-	// wait_timeout bounds the wait; 0 waits until the call is cancelled.
+	// wait_timeout bounds the wait; 0 or absent waits until the call is
+	// cancelled.
 	WaitTimeout *durationpb.Duration `protobuf:"bytes,6,opt,name=wait_timeout,json=waitTimeout,proto3" json:"wait_timeout,omitempty"`
 	Value       string               `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
 	Labels      map[string]string    `protobuf:"bytes,8,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// After a holder's session expires, nobody may acquire for lock_delay.
+	// After a holder's session expires, nobody may acquire for lock_delay;
+	// 0 or absent is none.
 	LockDelay *durationpb.Duration `protobuf:"bytes,9,opt,name=lock_delay,json=lockDelay,proto3" json:"lock_delay,omitempty"`
 	// exclusive asks for the lease alone, whatever its capacity: a writer
 	// of a readers-writer lock, whose readers acquire with capacity N. In
@@ -2461,7 +2467,9 @@ type PutRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	Value string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
-	// The key expires ttl after this put unless written again.
+	// The key expires ttl after this put unless written again; ttl must be
+	// within --min-ttl..--max-ttl. Leave it out for a key that does not
+	// expire; "0s" is refused.
 	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// The key is deleted when this session ends.
 	SessionId     int64 `protobuf:"varint,4,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -2792,7 +2800,8 @@ type CompareAndSwapRequest struct {
 	// The value to write when the compare holds.
 	Value string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
 	// Delete the key instead of writing value.
-	Delete        bool                 `protobuf:"varint,4,opt,name=delete,proto3" json:"delete,omitempty"`
+	Delete bool `protobuf:"varint,4,opt,name=delete,proto3" json:"delete,omitempty"`
+	// As in PutRequest: leave it out for a key that does not expire.
 	Ttl           *durationpb.Duration `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	SessionId     int64                `protobuf:"varint,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
