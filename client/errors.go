@@ -132,6 +132,8 @@ func wrap(op string, err error) error {
 			return &Error{Op: op, Kind: ErrInvalidArgument, Cause: err}
 		case connect.CodeNotFound:
 			return &Error{Op: op, Kind: ErrNotFound, Cause: err}
+		case connect.CodeResourceExhausted:
+			return &Error{Op: op, Kind: ErrResourceExhausted, Cause: err}
 		}
 	}
 	return &Error{Op: op, Cause: err}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -121,6 +122,11 @@ func (h *holder) acquire(ctx context.Context, wait bool, value string) error {
 }
 
 func (h *holder) request(ctx context.Context, wait bool, value string) (int64, error) {
+	if strings.Contains(h.name, "/") {
+		// "prod/scheduler" would read as namespace prod in fence headers
+		// and the CLI; the server refuses it too.
+		return 0, &Error{Op: "Acquire", Kind: ErrInvalidArgument, Cause: fmt.Errorf("lease name %q may not contain '/': give the namespace with WithNamespace", h.name)}
+	}
 	if !h.s.Valid() {
 		return 0, &Error{Op: "Acquire", Kind: ErrSessionExpired, Cause: errors.New("the session is no longer valid")}
 	}

@@ -110,6 +110,9 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	if o.identity == "" {
 		o.identity = DefaultIdentity()
 	}
+	if o.ttl <= 0 {
+		return nil, &Error{Op: "NewSession", Kind: ErrInvalidArgument, Cause: fmt.Errorf("TTL %v must be positive (leave WithTTL out for the 10s default)", o.ttl)}
+	}
 	if o.validityFactor <= 0 || o.validityFactor >= 1 {
 		return nil, &Error{Op: "NewSession", Kind: ErrInvalidArgument, Cause: fmt.Errorf("validity factor %v must be in (0, 1)", o.validityFactor)}
 	}

@@ -259,6 +259,7 @@ func TestSessionBadOptions(t *testing.T) {
 	}{
 		{"a validity factor of 1 is refused by the client", []client.SessionOption{client.WithValidityFactor(1)}},
 		{"a validity factor of 0 is refused by the client", []client.SessionOption{client.WithValidityFactor(0)}},
+		{"a TTL of 0 is refused by the client, not sent as 0s", []client.SessionOption{client.WithTTL(0)}},
 		{"a TTL below the server's minimum is refused by the server", []client.SessionOption{client.WithTTL(10 * time.Millisecond)}},
 		{"an identity over the name limit is refused by the server", []client.SessionOption{client.WithIdentity(strings.Repeat("x", 600))}},
 	} {
@@ -313,5 +314,23 @@ func TestSessionCloseWhilePartitioned(t *testing.T) {
 		}
 		p.Resume()
 		cancel()
+	}
+}
+
+// A lease name with '/' is refused before anything is sent: it would read
+// as namespace/name in fence headers and the CLI.
+func TestLeaseNameWithSlashIsRefused(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := c.NewSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	err = s.Mutex("prod/scheduler").TryLock(ctx)
+	if !errors.Is(err, client.ErrInvalidArgument) || !strings.Contains(err.Error(), "WithNamespace") {
+		t.Fatalf("got = %v, expected: ErrInvalidArgument pointing at WithNamespace", err)
 	}
 }

@@ -111,9 +111,9 @@ func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, filter func(*
 // pumpEvents feeds w's events to send until the caller goes away (nil),
 // the server stops (nil), send fails, or the watcher falls behind (an
 // explicit error naming the revision to resync from). It runs on the
-// request's goroutine and starts one goroutine that ends with it. It is
-// streamEvents' loop, split from the registration so that watchHTTP can
-// answer in between.
+// request's goroutine and starts one goroutine that ends with it. The
+// Connect watches (streamEvents) and the NDJSON ones share it; it is
+// split from the registration so that watchHTTP can answer in between.
 func (s *Server) pumpEvents(ctx context.Context, w *watch.Watcher, send func(*statemachine.Event) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -265,7 +265,7 @@ func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.
 		}
 	}
 	if name := req.Msg.GetName(); name != "" {
-		if err := h.s.cfg.Limits.name("name", name); err != nil {
+		if err := h.s.cfg.Limits.leaseName(name); err != nil {
 			return toConnect(err)
 		}
 	}
@@ -296,25 +296,8 @@ func (s *Server) streamEvents(ctx context.Context, start int64, filter func(*sta
 		return toConnect(err)
 	}
 	defer w.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-s.stopC:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	for {
-		e, err := w.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return toConnect(err)
-		}
-		if err := send(&e); err != nil {
-			return err
-		}
+	if err := s.pumpEvents(ctx, w, send); err != nil {
+		return toConnect(err)
 	}
+	return nil
 }

@@ -45,7 +45,7 @@ interrupted; --leader prints the current leader and exits (1 if none).`,
 
   # Follow every change
   tenure elect scheduler --observe`,
-		Args: cobra.MinimumNArgs(1),
+		Args: cobra.MatchAll(cobra.MinimumNArgs(1), leaseNameArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if at := cmd.ArgsLenAtDash(); at > 1 || (at < 0 && len(args) > 1) {
 				return usage("elect takes one NAME; put the command after --")

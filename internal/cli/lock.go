@@ -102,7 +102,7 @@ With --capacity N the lock is a semaphore with N places.`,
 
   # The command can fence its writes with the token
   tenure lock db-migrate -- sh -c 'migrate --fencing-token "$TENURE_FENCING_TOKEN"'`,
-		Args: cobra.MinimumNArgs(1),
+		Args: cobra.MatchAll(cobra.MinimumNArgs(1), leaseNameArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if at := cmd.ArgsLenAtDash(); at > 1 || (at < 0 && len(args) > 1) {
 				return usage("lock takes one NAME; put the command after --")

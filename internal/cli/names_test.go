@@ -14,6 +14,8 @@ func TestLeaseNameWithSlashIsAUsageError(t *testing.T) {
 		{"get", "lease", "prod/scheduler"},
 		{"validate", "prod/scheduler", "--token", "1"},
 		{"revoke", "prod/scheduler"},
+		{"lock", "prod/scheduler", "--", "true"},
+		{"elect", "prod/scheduler", "--", "true"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			_, stderr, code := runMain(append(args, "--endpoints", dead)...)
