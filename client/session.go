@@ -192,12 +192,13 @@ func (s *Session) Context() context.Context { return s.ctx }
 
 // Err says why the session was lost, or nil while it is not.
 func (s *Session) Err() error {
-	select {
-	case <-s.lost:
+	// s.ctx is cancelled first when the session is lost, and waits that
+	// follow it check Err as soon as they see it: looking at s.lost,
+	// closed a moment later, could still say nil.
+	if s.ctx.Err() != nil {
 		return context.Cause(s.ctx)
-	default:
-		return nil
 	}
+	return nil
 }
 
 func (s *Session) ack(sentAt time.Duration) {

@@ -126,23 +126,13 @@ func TestServeOnASmallDiskNamesTheSegmentSize(t *testing.T) {
 // why, and everything resumes by itself once space is freed — nothing
 // acknowledged is lost.
 func TestFullDiskRefusesWritesServesReadsAndRecovers(t *testing.T) {
-	bin := tenureBinary(t)
-	mnt := mountSmallFS(t, "40m")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	p := newServerProc(t, bin)
-	p.dataDir = filepath.Join(mnt, "data")
-	p.args = []string{"--wal-segment-size", "1MiB", "--min-free-space", "4MiB"}
-	p.start(ctx)
+	mnt, p := serveOnSmallDisk(t, ctx, "40m", "--wal-segment-size", "1MiB", "--min-free-space", "4MiB")
 
 	value := strings.Repeat("x", 32<<10)
 	acked := 0
-	put := func(i int) error {
-		_, err := call(ctx, func(ctx context.Context) (*connect.Response[tenurev1.PutResponse], error) {
-			return p.api.kv.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: fmt.Sprintf("k%04d", i), Value: value}))
-		})
-		return err
-	}
+	put := func(i int) error { return putKey(ctx, p, i, value) }
 	for ; acked < 20; acked++ {
 		if err := put(acked); err != nil {
 			t.Fatalf("put %d with room: %v", acked, err)
@@ -184,22 +174,12 @@ func TestFullDiskRefusesWritesServesReadsAndRecovers(t *testing.T) {
 // node must instead reopen its log by itself once space is freed, and
 // lose nothing acknowledged.
 func TestFullDiskWithoutReserveRecoversWithoutRestart(t *testing.T) {
-	bin := tenureBinary(t)
-	mnt := mountSmallFS(t, "40m")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	p := newServerProc(t, bin)
-	p.dataDir = filepath.Join(mnt, "data")
-	p.args = []string{"--wal-segment-size", "1MiB", "--min-free-space", "0"}
-	p.start(ctx)
+	mnt, p := serveOnSmallDisk(t, ctx, "40m", "--wal-segment-size", "1MiB", "--min-free-space", "0")
 
 	value := strings.Repeat("y", 32<<10)
-	put := func(i int) error {
-		_, err := call(ctx, func(ctx context.Context) (*connect.Response[tenurev1.PutResponse], error) {
-			return p.api.kv.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: fmt.Sprintf("k%04d", i), Value: value}))
-		})
-		return err
-	}
+	put := func(i int) error { return putKey(ctx, p, i, value) }
 	filler := fillDisk(t, mnt, 3<<20)
 	acked := 0
 	var failed error
@@ -224,6 +204,27 @@ func TestFullDiskWithoutReserveRecoversWithoutRestart(t *testing.T) {
 	eventually(t, 20*time.Second, "writes to resume without a restart", func() bool { return put(acked) == nil })
 	acked++
 	verifyAcked(t, ctx, p, acked, value)
+}
+
+// serveOnSmallDisk starts a server whose data dir is on a tmpfs of the
+// given size, with the given serve flags.
+func serveOnSmallDisk(t *testing.T, ctx context.Context, size string, args ...string) (mnt string, p *serverProc) {
+	t.Helper()
+	bin := tenureBinary(t)
+	mnt = mountSmallFS(t, size)
+	p = newServerProc(t, bin)
+	p.dataDir = filepath.Join(mnt, "data")
+	p.args = args
+	p.start(ctx)
+	return mnt, p
+}
+
+// putKey writes value to key k<i>.
+func putKey(ctx context.Context, p *serverProc, i int, value string) error {
+	_, err := call(ctx, func(ctx context.Context) (*connect.Response[tenurev1.PutResponse], error) {
+		return p.api.kv.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: fmt.Sprintf("k%04d", i), Value: value}))
+	})
+	return err
 }
 
 // verifyAcked reads back keys k0000..k(n-1), then again after a kill -9

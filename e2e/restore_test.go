@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -151,33 +150,12 @@ func (p *serverProc) runToExit(ctx context.Context, timeout time.Duration) (int,
 	return cmd.ProcessState.ExitCode(), stderr.String()
 }
 
-// startWith is start with extra flags.
+// startWith is start with extra flags (replacing any from an earlier
+// start).
 func (p *serverProc) startWith(ctx context.Context, extra ...string) {
-	t := p.t
-	t.Helper()
-	p.starts++
-	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(f, "=== start %d %s\n", p.starts, strings.Join(extra, " "))
-	args := append([]string{"serve", "--listen", p.listen, "--peer-listen", p.peer, "--data-dir", p.dataDir}, extra...)
-	cmd := exec.Command(p.bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	setDeathSignal(cmd)
-	err = cmd.Start()
-	f.Close()
-	if err != nil {
-		t.Fatalf("start %s: %v", p.bin, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	p.cmd, p.exited = cmd, exited
-	p.waitReady(ctx)
-	p.api = dialAPI(p.url)
+	p.t.Helper()
+	p.args = extra
+	p.start(ctx)
 }
 
 // stop shuts the server down with SIGTERM, as an operator stops a node

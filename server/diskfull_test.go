@@ -15,10 +15,14 @@ import (
 	"github.com/tenurehq/tenure/raftnode"
 )
 
-// healthz returns /healthz's status and body.
-func healthz(t *testing.T, url string) (int, string) {
+func healthz(t *testing.T, url string) (int, string) { return getStatus(t, url+"/healthz") }
+
+func readyz(t *testing.T, url string) (int, string) { return getStatus(t, url+"/readyz") }
+
+// getStatus returns a GET's status and body.
+func getStatus(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url + "/healthz")
+	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,17 +81,6 @@ func TestLowDiskRefusesGrowingWritesAndRecoversByItself(t *testing.T) {
 	if _, err := ts.KV.Put(ctxT(t), connect.NewRequest(&tenurev1.PutRequest{Key: "k", Value: "after"})); err != nil {
 		t.Fatalf("put after space is back: %v", err)
 	}
-}
-
-func readyz(t *testing.T, url string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(url + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
 }
 
 func asConnect(err error, target **connect.Error) bool { return errors.As(err, target) }
