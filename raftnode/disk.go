@@ -1,15 +1,18 @@
 package raftnode
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	raftwal "github.com/hashicorp/raft-wal"
 )
 
-// defaultWALSegmentSize is raft-wal's segment size when none is set.
-const defaultWALSegmentSize = 64 << 20
+// walSegmentSize is the size each raft-wal segment preallocates.
+func (c Config) walSegmentSize() int { return cmp.Or(c.WALSegmentSize, raftwal.DefaultSegmentSize) }
 
 // DiskFullError is returned by Propose while the data directory's file
 // system has less free space than the node's reserve, and by Open when
@@ -80,22 +83,34 @@ func newSpaceCheck(dir string, cfg Config, m *metrics) *spaceCheck {
 	case cfg.MinFreeBytes > 0:
 		c.reserve = uint64(cfg.MinFreeBytes)
 	case cfg.MinFreeBytes == 0:
-		segment := cfg.WALSegmentSize
-		if segment <= 0 {
-			segment = defaultWALSegmentSize
-		}
-		c.reserve = 2 * uint64(segment)
+		c.reserve = 2 * uint64(cfg.walSegmentSize())
 	}
 	return c
 }
 
 // check measures free space now and returns a *DiskFullError if it is
-// below the reserve. A file system that cannot tell is never low.
+// below the reserve (or an append failed). A file system that cannot
+// tell is never low.
 func (c *spaceCheck) check() error {
-	free, ok, err := c.free(c.dir)
-	if err != nil || !ok {
+	c.measure()
+	return c.err()
+}
+
+// hasRoom measures free space and reports whether need bytes, and the
+// reserve, are free. A file system that cannot tell always has room.
+func (c *spaceCheck) hasRoom(need uint64) bool {
+	free, known := c.measure()
+	return !known || free >= max(need, c.reserve)
+}
+
+// measure reads the free space and records whether it is below the
+// reserve.
+func (c *spaceCheck) measure() (free uint64, known bool) {
+	free, known, err := c.free(c.dir)
+	if err != nil || !known {
 		c.low.Store(nil)
-		return c.err()
+		c.publish()
+		return 0, false
 	}
 	c.metrics.diskFree.Set(float64(free))
 	if c.reserve > 0 && free < c.reserve {
@@ -103,45 +118,42 @@ func (c *spaceCheck) check() error {
 	} else {
 		c.low.Store(nil)
 	}
-	return c.err()
+	c.publish()
+	return free, true
 }
 
-// hasRoom measures free space and reports whether need bytes, and the
-// reserve, are free. A file system that cannot tell always has room.
-func (c *spaceCheck) hasRoom(need uint64) bool {
-	c.check()
-	free, ok, err := c.free(c.dir)
-	if err != nil || !ok {
-		return true
-	}
-	return free >= max(need, c.reserve)
-}
-
-// err is the current condition: nil while writes have room.
+// err is the current condition: nil while writes have room. It is on
+// every write's path, so it only loads.
 func (c *spaceCheck) err() error {
-	e := c.low.Load()
-	if e == nil {
-		e = c.writeErr.Load()
+	if e := c.low.Load(); e != nil {
+		return e
 	}
-	if e == nil {
+	if e := c.writeErr.Load(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// publish sets the disk-full gauge from the current condition.
+func (c *spaceCheck) publish() {
+	if c.err() != nil {
+		c.metrics.diskFull.Set(1)
+	} else {
 		c.metrics.diskFull.Set(0)
-		return nil
 	}
-	c.metrics.diskFull.Set(1)
-	return e
 }
 
 // failed records an append that failed for lack of space.
 func (c *spaceCheck) failed(err error) {
 	free, _, _ := c.free(c.dir)
 	c.writeErr.Store(&DiskFullError{Dir: c.dir, Free: free, Err: err})
-	c.err()
+	c.publish()
 }
 
 // recovered clears a failed append once the log takes writes again.
 func (c *spaceCheck) recovered() {
 	c.writeErr.Store(nil)
-	c.err()
+	c.publish()
 }
 
 // DiskFull reports whether writes should be refused for lack of space:

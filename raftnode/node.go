@@ -1,7 +1,6 @@
 package raftnode
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -340,7 +339,7 @@ func openLogStore(dir string, cfg Config, snaps raft.SnapshotStore, space *space
 			space: space,
 			log:   log,
 
-			segmentSize: uint64(cmp.Or(cfg.WALSegmentSize, defaultWALSegmentSize)),
+			segmentSize: uint64(cfg.walSegmentSize()),
 		}
 		return s, s, s.Close, nil
 	case "boltdb":
@@ -368,12 +367,8 @@ func walOpenError(dir string, cfg Config, err error) error {
 		return err
 	}
 	if isNoSpace(err) {
-		size := cfg.WALSegmentSize
-		if size == 0 {
-			size = defaultWALSegmentSize
-		}
 		free, _, _ := freeBytes(dir)
-		return &DiskFullError{Dir: dir, Free: free, Err: fmt.Errorf("the log preallocates segments of %s (WALSegmentSize) and %s is free: %w", bytesString(uint64(size)), bytesString(free), err)}
+		return &DiskFullError{Dir: dir, Free: free, Err: fmt.Errorf("the log preallocates segments of %s (WALSegmentSize) and %s is free: %w", bytesString(uint64(cfg.walSegmentSize())), bytesString(free), err)}
 	}
 	return fmt.Errorf("raftnode: open wal: %w", err)
 }
