@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // strictJSON is connect's JSON codec with stable output and without its
@@ -27,6 +28,9 @@ func (c strictJSON) Marshal(v any) ([]byte, error) {
 	}
 	raw, err := protojson.MarshalOptions{}.Marshal(m)
 	if err != nil {
+		return nil, err
+	}
+	if raw, err = withAnswers(m, raw); err != nil {
 		return nil, err
 	}
 	// protojson varies its spacing from build to build on purpose; curl
@@ -58,4 +62,82 @@ func strictJSONCodecs() []connect.HandlerOption {
 		connect.WithCodec(strictJSON{"json"}),
 		connect.WithCodec(strictJSON{"json; charset=utf-8"}),
 	}
+}
+
+// withAnswers adds the message's own unset booleans and numbers to its
+// JSON, which protojson leaves out as defaults. Those fields answer the
+// question asked ("valid", "acquired", "deleted"), and a curl user who
+// validates a released token must read "valid":false, not a silence
+// that means the same thing only to someone who knows protobuf. Nested
+// messages keep protojson's compact form: their zeros answer nothing.
+func withAnswers(m proto.Message, raw []byte) ([]byte, error) {
+	msg := m.ProtoReflect()
+	fields := msg.Descriptor().Fields()
+	var missing []protoreflect.FieldDescriptor
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if answerKind(fd) && !msg.Has(fd) {
+			missing = append(missing, fd)
+		}
+	}
+	if len(missing) == 0 {
+		return raw, nil
+	}
+	var present map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &present); err != nil {
+		return nil, err
+	}
+	// Rebuild in field-number order, protojson's own.
+	var out bytes.Buffer
+	out.WriteByte('{')
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		name := fd.JSONName()
+		v, ok := present[name]
+		if !ok && answerKind(fd) && !msg.Has(fd) {
+			v, ok = zeroJSON(fd), true
+		}
+		if !ok {
+			continue
+		}
+		if out.Len() > 1 {
+			out.WriteByte(',')
+		}
+		key, _ := json.Marshal(name)
+		out.Write(key)
+		out.WriteByte(':')
+		out.Write(v)
+	}
+	out.WriteByte('}')
+	return out.Bytes(), nil
+}
+
+// answerKind reports whether fd is a plain boolean or number, the kinds
+// whose zero is an answer rather than an absence.
+func answerKind(fd protoreflect.FieldDescriptor) bool {
+	if fd.IsList() || fd.IsMap() || fd.ContainingOneof() != nil {
+		return false
+	}
+	switch fd.Kind() {
+	case protoreflect.BoolKind,
+		protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
+		protoreflect.Uint32Kind, protoreflect.Fixed32Kind,
+		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
+		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		return true
+	}
+	return false
+}
+
+// zeroJSON is fd's zero in protojson's spelling: 64-bit numbers are
+// strings.
+func zeroJSON(fd protoreflect.FieldDescriptor) json.RawMessage {
+	switch fd.Kind() {
+	case protoreflect.BoolKind:
+		return json.RawMessage("false")
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind,
+		protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		return json.RawMessage(`"0"`)
+	}
+	return json.RawMessage("0")
 }

@@ -44,11 +44,11 @@ func TestReadmeQuickstart(t *testing.T) {
 	want := []string{
 		`{"session":{"id":"1","identity":"alice","ttl":"30s"`,
 		`{"acquired":true,"token":"2","lease":{"namespace":"default","name":"nightly-report","capacity":1,"holderIdentity":"alice"`,
-		`{"sessionId":"1","ttl":"30s"}`,
+		`{"sessionId":"1","ttl":"30s","expired":false}`,
 		`{"valid":true,"holderIdentity":"alice","currentToken":"2","tokens":["2"],"revision":"2"}`,
 		`{"code":"failed_precondition","message":"not holder: token 1 is not a current holder of default/nightly-report (current token 2)"}`,
 		`{"revision":"3"}`,
-		`{"revision":"3"}`,
+		`{"valid":false,"currentToken":"0","revision":"3"}`,
 		`{"revision":"2","type":"LEASE_EVENT_TYPE_ACQUIRED","namespace":"default","name":"nightly-report","sessionId":"1","holderIdentity":"alice","token":"2"`,
 		`{"revision":"3","type":"LEASE_EVENT_TYPE_RELEASED","namespace":"default","name":"nightly-report","sessionId":"1","holderIdentity":"alice","token":"2","reason":"released"`,
 	}

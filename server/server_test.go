@@ -112,6 +112,13 @@ func TestJSONQuickstartFlow(t *testing.T) {
 		t.Fatalf("validate: got = %d %v, expected: valid, held by alice", code, out)
 	}
 
+	_, out = postJSON(t, ts.URL, "tenure.v1.SessionService/Open", `{"identity":"bob","ttl":"10s"}`)
+	bob := out["session"].(map[string]any)["id"].(string)
+	code, out = postJSON(t, ts.URL, "tenure.v1.LeaseService/Acquire", `{"sessionId":"`+bob+`","name":"nightly-report"}`)
+	if code != 200 || out["acquired"] != false || out["token"] != "0" {
+		t.Fatalf("acquire of a held lease: got = %d %v, expected: \"acquired\":false,\"token\":\"0\"", code, out)
+	}
+
 	code, out = postJSON(t, ts.URL, "tenure.v1.LeaseService/Release", `{"name":"nightly-report","token":"999"}`)
 	if code != http.StatusBadRequest || out["code"] != "failed_precondition" || !strings.Contains(out["message"].(string), "not holder") {
 		t.Fatalf("release with wrong token: got = %d %v, expected: 400 failed_precondition not holder", code, out)
@@ -122,8 +129,14 @@ func TestJSONQuickstartFlow(t *testing.T) {
 		t.Fatalf("release: got = %d %v, expected: 200", code, out)
 	}
 	code, out = postJSON(t, ts.URL, "tenure.v1.LeaseService/Validate", `{"name":"nightly-report","token":"`+token+`"}`)
-	if code != 200 || out["valid"] == true {
-		t.Fatalf("validate after release: got = %d %v, expected: not valid", code, out)
+	// A false answer is spelled out, not left to protobuf's convention
+	// that an absent field is false.
+	if code != 200 || out["valid"] != false {
+		t.Fatalf("validate after release: got = %d %v, expected: \"valid\":false", code, out)
+	}
+	code, out = postJSON(t, ts.URL, "tenure.v1.KVService/Delete", `{"key":"absent"}`)
+	if code != 200 || out["deleted"] != "0" {
+		t.Fatalf("delete of an absent key: got = %d %v, expected: \"deleted\":\"0\"", code, out)
 	}
 
 	// The NDJSON watch replays the acquire and the release.
