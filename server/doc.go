@@ -17,9 +17,11 @@
 //     it proposes and is woken only by its own grant.
 //   - Leadership (server.go): after raft elects this node, a barrier and a
 //     NewEpoch entry, then the lessor's deadlines restart at a full TTL.
-//   - Reads only on the promoted leader, linearizable (session.go read).
-//   - NDJSON watches for curl (httpwatch.go), the web page (web/), and
-//     /metrics, /healthz, /readyz.
+//   - Reads only on the promoted leader, linearizable (server.go read).
+//   - Watches (events.go): one check of a watch's filter and start
+//     revision for the Connect streams and the NDJSON ones for curl
+//     (httpwatch.go); the web page (web/), and /metrics, /healthz,
+//     /readyz.
 //
 // The caller opens a node with Open and must call Close.
 package server

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -13,7 +12,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tenurehq/tenure/statemachine"
-	"github.com/tenurehq/tenure/watch"
 )
 
 // The connect streaming protocol frames every message in a binary
@@ -26,53 +24,48 @@ import (
 
 func (s *Server) watchLeasesHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	ns := ""
-	if all, _ := strconv.ParseBool(q.Get("all_namespaces")); !all {
-		var err error
-		if ns, err = s.cfg.Limits.namespace(q.Get("namespace")); err != nil {
-			httpError(w, toConnect(err))
+	all, _ := strconv.ParseBool(q.Get("all_namespaces"))
+	start, err := queryRevision(q.Get("start_revision"))
+	if err == nil {
+		var spec watchSpec
+		if spec, err = s.cfg.Limits.leaseWatch(all, q.Get("namespace"), q.Get("name"), start); err == nil {
+			s.watchHTTP(w, r, spec, func(e *statemachine.Event) proto.Message { return leaseEventProto(e) })
 			return
 		}
 	}
-	name := q.Get("name")
-	if name != "" {
-		if err := s.cfg.Limits.leaseName(name); err != nil {
-			httpError(w, toConnect(err))
-			return
-		}
-	}
-	s.watchHTTP(w, r, leaseFilter(ns, name), func(e *statemachine.Event) proto.Message { return leaseEventProto(e) })
+	httpError(w, toConnect(err))
 }
 
 func (s *Server) watchKeysHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	prefix, _ := strconv.ParseBool(q.Get("prefix"))
-	key := q.Get("key")
-	if err := (&kvService{s}).watchKey(key, prefix); err != nil {
-		httpError(w, toConnect(err))
-		return
+	start, err := queryRevision(q.Get("start_revision"))
+	if err == nil {
+		var spec watchSpec
+		if spec, err = s.cfg.Limits.keyWatch(q.Get("key"), prefix, start); err == nil {
+			s.watchHTTP(w, r, spec, func(e *statemachine.Event) proto.Message { return keyEventProto(e) })
+			return
+		}
 	}
-	s.watchHTTP(w, r, watch.KeyFilter(key, prefix), func(e *statemachine.Event) proto.Message { return keyEventProto(e) })
+	httpError(w, toConnect(err))
+}
+
+func queryRevision(v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, invalid("start_revision %q is not a number", v)
+	}
+	return n, nil
 }
 
 // watchHTTP registers the watcher, then sends 200 and the headers at once:
 // a client sees the status as soon as the watch is in place (every event
 // after it will be sent), and a bad request still gets a 4xx.
-func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, filter func(*statemachine.Event) bool, render func(*statemachine.Event) proto.Message) {
-	var start int64
-	if v := r.URL.Query().Get("start_revision"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			httpError(w, toConnect(invalid("start_revision %q is not a number", v)))
-			return
-		}
-		start = n
-	}
-	if start < 0 {
-		httpError(w, toConnect(invalid("start_revision %d is negative", start)))
-		return
-	}
-	watcher, err := s.hub.Watch(start, filter)
+func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, spec watchSpec, render func(*statemachine.Event) proto.Message) {
+	watcher, err := s.hub.Watch(spec.start, spec.filter)
 	if err != nil {
 		httpError(w, toConnect(err))
 		return
@@ -106,36 +99,6 @@ func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, filter func(*
 	}
 	// Headers are gone: the last line says why the stream ended.
 	_, _ = w.Write([]byte(`{"error":` + strconv.Quote(err.Error()) + "}\n"))
-}
-
-// pumpEvents feeds w's events to send until the caller goes away (nil),
-// the server stops (nil), send fails, or the watcher falls behind (an
-// explicit error naming the revision to resync from). It runs on the
-// request's goroutine and starts one goroutine that ends with it. The
-// Connect watches (streamEvents) and the NDJSON ones share it; it is
-// split from the registration so that watchHTTP can answer in between.
-func (s *Server) pumpEvents(ctx context.Context, w *watch.Watcher, send func(*statemachine.Event) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-s.stopC:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	for {
-		e, err := w.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return toConnect(err)
-		}
-		if err := send(&e); err != nil {
-			return err
-		}
-	}
 }
 
 func httpError(w http.ResponseWriter, err error) {

@@ -10,7 +10,6 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/statemachine"
-	"github.com/tenurehq/tenure/watch"
 )
 
 type kvService struct{ s *Server }
@@ -153,20 +152,12 @@ func (h *kvService) CompareAndSwap(ctx context.Context, req *connect.Request[ten
 }
 
 func (h *kvService) Watch(ctx context.Context, req *connect.Request[tenurev1.WatchRequest], stream *connect.ServerStream[tenurev1.WatchEvent]) error {
-	if err := h.watchKey(req.Msg.GetKey(), req.Msg.GetPrefix()); err != nil {
+	m := req.Msg
+	spec, err := h.s.cfg.Limits.keyWatch(m.GetKey(), m.GetPrefix(), m.GetStartRevision())
+	if err != nil {
 		return toConnect(err)
 	}
-	return h.s.streamEvents(ctx, req.Msg.GetStartRevision(), watch.KeyFilter(req.Msg.GetKey(), req.Msg.GetPrefix()), func(e *statemachine.Event) error {
+	return h.s.streamEvents(ctx, spec, func(e *statemachine.Event) error {
 		return stream.Send(keyEventProto(e))
 	})
-}
-
-func (h *kvService) watchKey(key string, prefix bool) error {
-	if prefix {
-		if len(key) > h.s.cfg.Limits.MaxNameBytes {
-			return invalid("prefix is %d bytes, over the limit of %d bytes (--max-name-bytes)", len(key), h.s.cfg.Limits.MaxNameBytes)
-		}
-		return nil
-	}
-	return h.s.cfg.Limits.name("key", key)
 }

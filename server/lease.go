@@ -9,7 +9,6 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/statemachine"
-	"github.com/tenurehq/tenure/watch"
 )
 
 type leaseService struct{ s *Server }
@@ -257,47 +256,12 @@ func (h *leaseService) Validate(ctx context.Context, req *connect.Request[tenure
 }
 
 func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.WatchLeasesRequest], stream *connect.ServerStream[tenurev1.LeaseEvent]) error {
-	ns := ""
-	if !req.Msg.GetAllNamespaces() {
-		var err error
-		if ns, err = h.s.cfg.Limits.namespace(req.Msg.GetNamespace()); err != nil {
-			return toConnect(err)
-		}
-	}
-	if name := req.Msg.GetName(); name != "" {
-		if err := h.s.cfg.Limits.leaseName(name); err != nil {
-			return toConnect(err)
-		}
-	}
-	return h.s.streamEvents(ctx, req.Msg.GetStartRevision(), leaseFilter(ns, req.Msg.GetName()), func(e *statemachine.Event) error {
-		return stream.Send(leaseEventProto(e))
-	})
-}
-
-// leaseFilter selects lease events of a namespace ("" for all) and, when
-// name is set, of one lease.
-func leaseFilter(ns, name string) func(*statemachine.Event) bool {
-	inNamespace := watch.LeaseFilter(ns)
-	if name == "" {
-		return inNamespace
-	}
-	return func(e *statemachine.Event) bool { return inNamespace(e) && e.Lease.Name == name }
-}
-
-// streamEvents feeds a watcher's events to send until the caller goes
-// away, the server stops, or the watcher falls behind (an explicit error
-// naming the revision to resync from).
-func (s *Server) streamEvents(ctx context.Context, start int64, filter func(*statemachine.Event) bool, send func(*statemachine.Event) error) error {
-	if start < 0 {
-		return toConnect(invalid("start_revision %d is negative", start))
-	}
-	w, err := s.hub.Watch(start, filter)
+	m := req.Msg
+	spec, err := h.s.cfg.Limits.leaseWatch(m.GetAllNamespaces(), m.GetNamespace(), m.GetName(), m.GetStartRevision())
 	if err != nil {
 		return toConnect(err)
 	}
-	defer w.Close()
-	if err := s.pumpEvents(ctx, w, send); err != nil {
-		return toConnect(err)
-	}
-	return nil
+	return h.s.streamEvents(ctx, spec, func(e *statemachine.Event) error {
+		return stream.Send(leaseEventProto(e))
+	})
 }

@@ -351,3 +351,22 @@ func frees(cmd statemachine.Command) bool {
 	}
 	return false
 }
+
+// read runs fn on current state: linearizable, and only on the promoted
+// leader, whose state includes every acknowledged write.
+func (s *Server) read(ctx context.Context, fn func(m *statemachine.Machine) error) error {
+	if !s.leading.Load() {
+		return s.notLeader()
+	}
+	return s.node.Read(ctx, fn)
+}
+
+// notLeader is the error for calls only the promoted leader serves,
+// naming the leader when another node is it.
+func (s *Server) notLeader() error {
+	addr, id := s.node.Leader()
+	if s.node.IsLeader() {
+		addr, id = "", "" // elected, but not yet caught up
+	}
+	return &raftnode.NotLeaderError{Leader: addr, LeaderID: id}
+}

@@ -11,28 +11,8 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/lessor"
-	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/statemachine"
 )
-
-// read runs fn on current state: linearizable, and only on the promoted
-// leader, whose state includes every acknowledged write.
-func (s *Server) read(ctx context.Context, fn func(m *statemachine.Machine) error) error {
-	if !s.leading.Load() {
-		return s.notLeader()
-	}
-	return s.node.Read(ctx, fn)
-}
-
-// notLeader is the error for calls only the promoted leader serves,
-// naming the leader when another node is it.
-func (s *Server) notLeader() error {
-	addr, id := s.node.Leader()
-	if s.node.IsLeader() {
-		addr, id = "", "" // elected, but not yet caught up
-	}
-	return &raftnode.NotLeaderError{Leader: addr, LeaderID: id}
-}
 
 type sessionService struct{ s *Server }
 

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+
+	"github.com/tenurehq/tenure/statemachine"
+	"github.com/tenurehq/tenure/watch"
+)
+
+// watchSpec is a checked watch request: where to start and which events.
+// The Connect watches and the NDJSON ones build it with the same
+// functions, so that one bad filter gets the same answer from both.
+type watchSpec struct {
+	start  int64
+	filter func(*statemachine.Event) bool
+}
+
+// leaseWatch checks a lease watch: every namespace, or one (default
+// "default"), and optionally one lease in it.
+func (l Limits) leaseWatch(allNamespaces bool, ns, name string, start int64) (watchSpec, error) {
+	if !allNamespaces {
+		var err error
+		if ns, err = l.namespace(ns); err != nil {
+			return watchSpec{}, err
+		}
+	} else {
+		ns = ""
+	}
+	if name != "" {
+		if err := l.leaseName(name); err != nil {
+			return watchSpec{}, err
+		}
+	}
+	if err := startRevision(start); err != nil {
+		return watchSpec{}, err
+	}
+	return watchSpec{start: start, filter: leaseFilter(ns, name)}, nil
+}
+
+// keyWatch checks a key watch: one key, or every key under a prefix (which
+// may be empty: the whole keyspace).
+func (l Limits) keyWatch(key string, prefix bool, start int64) (watchSpec, error) {
+	if prefix {
+		if len(key) > l.MaxNameBytes {
+			return watchSpec{}, invalid("prefix is %d bytes, over the limit of %d bytes (--max-name-bytes)", len(key), l.MaxNameBytes)
+		}
+	} else if err := l.name("key", key); err != nil {
+		return watchSpec{}, err
+	}
+	if err := startRevision(start); err != nil {
+		return watchSpec{}, err
+	}
+	return watchSpec{start: start, filter: watch.KeyFilter(key, prefix)}, nil
+}
+
+func startRevision(start int64) error {
+	if start < 0 {
+		return invalid("start_revision %d is negative", start)
+	}
+	return nil
+}
+
+// leaseFilter selects lease events of a namespace ("" for all) and, when
+// name is set, of one lease.
+func leaseFilter(ns, name string) func(*statemachine.Event) bool {
+	inNamespace := watch.LeaseFilter(ns)
+	if name == "" {
+		return inNamespace
+	}
+	return func(e *statemachine.Event) bool { return inNamespace(e) && e.Lease.Name == name }
+}
+
+// streamEvents feeds a Connect watch until the caller goes away, the
+// server stops, or the watcher falls behind (an explicit error naming the
+// revision to resync from).
+func (s *Server) streamEvents(ctx context.Context, spec watchSpec, send func(*statemachine.Event) error) error {
+	w, err := s.hub.Watch(spec.start, spec.filter)
+	if err != nil {
+		return toConnect(err)
+	}
+	defer w.Close()
+	if err := s.pumpEvents(ctx, w, send); err != nil {
+		return toConnect(err)
+	}
+	return nil
+}
+
+// pumpEvents feeds w's events to send until the caller goes away (nil),
+// the server stops (nil), send fails, or the watcher falls behind (an
+// explicit error naming the revision to resync from). It runs on the
+// request's goroutine and starts one goroutine that ends with it. The
+// Connect watches (streamEvents) and the NDJSON ones share it; it is
+// split from the registration so that watchHTTP can answer in between.
+func (s *Server) pumpEvents(ctx context.Context, w *watch.Watcher, send func(*statemachine.Event) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stopC:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	for {
+		e, err := w.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return toConnect(err)
+		}
+		if err := send(&e); err != nil {
+			return err
+		}
+	}
+}
