@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"connectrpc.com/connect"
@@ -72,16 +71,6 @@ func (h *leaseService) Acquire(ctx context.Context, req *connect.Request[tenurev
 	cmd, err := h.acquireCommand(req.Msg)
 	if err != nil {
 		return nil, toConnect(err)
-	}
-	if !cmd.Wait {
-		res, err := h.s.propose(ctx, cmd)
-		if errors.Is(err, statemachine.ErrLocked) {
-			return h.notAcquired(cmd.Lease)
-		}
-		if err != nil {
-			return nil, toConnect(err)
-		}
-		return h.acquired(cmd.Lease, res.Grant.Token, res.Lease), nil
 	}
 	got, err := h.s.waiters.acquire(ctx, cmd, req.Msg.GetWaitTimeout().AsDuration())
 	if err != nil {

@@ -84,8 +84,10 @@ type acquired struct {
 	lease *statemachine.Lease
 }
 
-// acquire proposes cmd (a waiting Acquire) and returns once this session
-// is granted, timeout (when positive) passes, or ctx ends. It parks the
+// acquire proposes cmd and returns its answer. An Acquire that does not
+// wait is answered at once: granted, or not (token 0) when the lease is
+// full. A waiting one returns once this session is granted, timeout
+// (when positive) passes, or ctx ends. It parks the
 // call before proposing, so that a grant applied right after the
 // proposal cannot be missed, and ignores outcomes applied before it.
 //
@@ -94,6 +96,16 @@ type acquired struct {
 // that raced it (nobody could release it) and leaves the queue — but only
 // when no other call of the same session waits for the same lease.
 func (w *waiters) acquire(ctx context.Context, cmd statemachine.Acquire, timeout time.Duration) (acquired, error) {
+	if !cmd.Wait {
+		res, err := w.propose(ctx, cmd)
+		switch {
+		case errors.Is(err, statemachine.ErrLocked):
+			return acquired{}, nil
+		case err != nil:
+			return acquired{}, err
+		}
+		return acquired{token: res.Grant.Token, lease: res.Lease}, nil
+	}
 	entry, call := w.park(cmd.SessionID, cmd.Lease)
 	res, err := w.propose(ctx, cmd)
 	entry.turn.Unlock()
