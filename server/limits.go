@@ -50,6 +50,49 @@ func DefaultLimits() Limits {
 	}
 }
 
+// ErrInvalidLimits is returned by Open (and Validate) for limits that
+// cannot work together; the message names the field and its flag.
+var ErrInvalidLimits = errors.New("invalid limits")
+
+// Validate reports the first limit that is out of range, naming the
+// field and the serve flag that sets it. Open calls it, so that a
+// library user's partly filled Limits fails at once instead of refusing
+// every request later. A zero MaxSessionsPerIdentity or
+// MaxWaitersPerLease means no limit, and a zero RequestReadTimeout no
+// bound.
+func (l Limits) Validate() error {
+	bad := func(field, flag string, v any, want string) error {
+		return fmt.Errorf("%w: %s is %v; it must be %s (--%s)", ErrInvalidLimits, field, v, want, flag)
+	}
+	switch {
+	case l.MaxNameBytes < 1:
+		return bad("MaxNameBytes", "max-name-bytes", l.MaxNameBytes, "at least 1")
+	case l.MaxValueBytes < 0:
+		return bad("MaxValueBytes", "max-value-bytes", l.MaxValueBytes, "0 or more")
+	case l.MaxRequestBytes < 1024:
+		return bad("MaxRequestBytes", "max-request-bytes", l.MaxRequestBytes, "at least 1024")
+	case l.RequestReadTimeout < 0:
+		return bad("RequestReadTimeout", "request-read-timeout", l.RequestReadTimeout, "0 (no bound) or more")
+	case l.MinTTL <= 0:
+		return bad("MinTTL", "min-ttl", l.MinTTL, "positive")
+	case l.MaxTTL < l.MinTTL:
+		return bad("MaxTTL", "max-ttl", l.MaxTTL, fmt.Sprintf("at least MinTTL %v", l.MinTTL))
+	case l.DefaultTTL < l.MinTTL || l.DefaultTTL > l.MaxTTL:
+		return bad("DefaultTTL", "default-ttl", l.DefaultTTL, fmt.Sprintf("within MinTTL %v and MaxTTL %v", l.MinTTL, l.MaxTTL))
+	case l.MaxSessionsPerIdentity < 0:
+		return bad("MaxSessionsPerIdentity", "max-sessions-per-identity", l.MaxSessionsPerIdentity, "0 (no limit) or more")
+	case l.MaxWaitersPerLease < 0:
+		return bad("MaxWaitersPerLease", "max-waiters-per-lease", l.MaxWaitersPerLease, "0 (no limit) or more")
+	case l.MaxCapacity < 1:
+		return bad("MaxCapacity", "max-capacity", l.MaxCapacity, "at least 1")
+	case l.MaxLabels < 0:
+		return bad("MaxLabels", "max-labels", l.MaxLabels, "0 or more")
+	case l.WatchHistory < 16:
+		return bad("WatchHistory", "watch-history", l.WatchHistory, "at least 16")
+	}
+	return nil
+}
+
 // errInvalid marks request validation failures; the error table maps it
 // to InvalidArgument.
 var errInvalid = errors.New("invalid argument")

@@ -71,6 +71,9 @@ func Open(cfg Config) (*Server, error) {
 	if cfg.Limits == (Limits{}) {
 		cfg.Limits = DefaultLimits()
 	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}

@@ -95,7 +95,7 @@ func TestMainExitCodesWithoutServer(t *testing.T) {
 		{"serve rejects an unknown log level before listening",
 			[]string{"serve", "--log-level", "loud"}, ExitUsage, `--log-level "loud"`},
 		{"serve rejects a min TTL of zero",
-			[]string{"serve", "--min-ttl", "0s"}, ExitUsage, "--min-ttl 0s and --max-ttl 24h0m0s must satisfy 0 < min <= max"},
+			[]string{"serve", "--min-ttl", "0s"}, ExitUsage, "MinTTL is 0s; it must be positive (--min-ttl)"},
 		{"serve rejects an unknown log store",
 			[]string{"serve", "--log-store", "mem"}, ExitUsage, `--log-store "mem": must be "wal" or "boltdb"`},
 		{"a mistyped get subcommand is a usage error",

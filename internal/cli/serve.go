@@ -65,13 +65,14 @@ fsynced before the reply. SIGINT or SIGTERM shut it down cleanly.`,
 	f.IntVar(&l.MaxNameBytes, "max-name-bytes", l.MaxNameBytes, "longest key, lease name or identity")
 	f.IntVar(&l.MaxValueBytes, "max-value-bytes", l.MaxValueBytes, "largest key or lease value")
 	f.IntVar(&l.MaxRequestBytes, "max-request-bytes", l.MaxRequestBytes, "largest request message")
-	f.DurationVar(&l.RequestReadTimeout, "request-read-timeout", l.RequestReadTimeout, "longest time to receive a request's body (streams such as heartbeats are exempt)")
+	f.DurationVar(&l.RequestReadTimeout, "request-read-timeout", l.RequestReadTimeout, "longest time to receive a request's body, 0 for no bound (streams such as heartbeats are exempt)")
 	f.DurationVar(&l.MinTTL, "min-ttl", l.MinTTL, "shortest session or key TTL")
 	f.DurationVar(&l.MaxTTL, "max-ttl", l.MaxTTL, "longest session or key TTL")
 	f.DurationVar(&l.DefaultTTL, "default-ttl", l.DefaultTTL, "session TTL when a client names none")
 	f.IntVar(&l.MaxSessionsPerIdentity, "max-sessions-per-identity", l.MaxSessionsPerIdentity, "open sessions one holder identity may have")
 	f.IntVar(&l.MaxWaitersPerLease, "max-waiters-per-lease", l.MaxWaitersPerLease, "sessions that may queue for one lease")
 	f.IntVar(&l.MaxCapacity, "max-capacity", l.MaxCapacity, "largest semaphore capacity")
+	f.IntVar(&l.MaxLabels, "max-labels", l.MaxLabels, "labels one session or lease may carry")
 	f.IntVar(&l.WatchHistory, "watch-history", l.WatchHistory, "events kept for watchers; a watcher further behind is cancelled and told to resync")
 	return cmd
 }
@@ -81,8 +82,8 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return fmt.Errorf("--log-level %q: %w", o.logLevel, err)
 	}
-	if err := checkLimits(o.limits); err != nil {
-		return err
+	if err := o.limits.Validate(); err != nil {
+		return &exitError{code: ExitUsage, err: err}
 	}
 	if o.logStore != "wal" && o.logStore != "boltdb" {
 		return fmt.Errorf(`--log-store %q: must be "wal" or "boltdb"`, o.logStore)
@@ -147,28 +148,6 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	}
 	logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond))
 	return err
-}
-
-func checkLimits(l server.Limits) error {
-	switch {
-	case l.MaxNameBytes < 1:
-		return fmt.Errorf("--max-name-bytes %d must be at least 1", l.MaxNameBytes)
-	case l.MaxValueBytes < 0:
-		return fmt.Errorf("--max-value-bytes %d must not be negative", l.MaxValueBytes)
-	case l.MaxRequestBytes < 1024:
-		return fmt.Errorf("--max-request-bytes %d must be at least 1024", l.MaxRequestBytes)
-	case l.RequestReadTimeout <= 0:
-		return fmt.Errorf("--request-read-timeout %v must be positive", l.RequestReadTimeout)
-	case l.MinTTL <= 0 || l.MaxTTL < l.MinTTL:
-		return fmt.Errorf("--min-ttl %v and --max-ttl %v must satisfy 0 < min <= max", l.MinTTL, l.MaxTTL)
-	case l.DefaultTTL < l.MinTTL || l.DefaultTTL > l.MaxTTL:
-		return fmt.Errorf("--default-ttl %v must be within --min-ttl %v and --max-ttl %v", l.DefaultTTL, l.MinTTL, l.MaxTTL)
-	case l.MaxCapacity < 1:
-		return fmt.Errorf("--max-capacity %d must be at least 1", l.MaxCapacity)
-	case l.WatchHistory < 16:
-		return fmt.Errorf("--watch-history %d must be at least 16", l.WatchHistory)
-	}
-	return nil
 }
 
 // startError adds what the operator can do to the errors a node cannot

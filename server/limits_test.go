@@ -1,0 +1,58 @@
+package server
+
+import (
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLimitsThatCannotWorkAreRefusedNamingTheField(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(*Limits)
+		want   string
+	}{
+		{"a library user who sets one field leaves the others zero", func(l *Limits) { *l = Limits{MaxTTL: time.Hour} }, "MaxNameBytes is 0; it must be at least 1 (--max-name-bytes)"},
+		{"a request size too small for any request", func(l *Limits) { l.MaxRequestBytes = 10 }, "MaxRequestBytes is 10; it must be at least 1024 (--max-request-bytes)"},
+		{"a negative read timeout", func(l *Limits) { l.RequestReadTimeout = -time.Second }, "RequestReadTimeout is -1s"},
+		{"no minimum TTL", func(l *Limits) { l.MinTTL = 0 }, "MinTTL is 0s; it must be positive (--min-ttl)"},
+		{"a maximum TTL under the minimum", func(l *Limits) { l.MaxTTL = time.Second }, "MaxTTL is 1s; it must be at least MinTTL 2s (--max-ttl)"},
+		{"a default TTL outside the range", func(l *Limits) { l.DefaultTTL = time.Second }, "DefaultTTL is 1s; it must be within MinTTL 2s and MaxTTL 24h0m0s (--default-ttl)"},
+		{"no semaphore capacity", func(l *Limits) { l.MaxCapacity = 0 }, "MaxCapacity is 0; it must be at least 1 (--max-capacity)"},
+		{"negative label count", func(l *Limits) { l.MaxLabels = -1 }, "MaxLabels is -1"},
+		{"a watch history too short to catch up", func(l *Limits) { l.WatchHistory = 3 }, "WatchHistory is 3; it must be at least 16 (--watch-history)"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l := DefaultLimits()
+			c.change(&l)
+			err := l.Validate()
+			if !errors.Is(err, ErrInvalidLimits) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got = %v, expected: ErrInvalidLimits containing %q", err, c.want)
+			}
+		})
+	}
+	if err := DefaultLimits().Validate(); err != nil {
+		t.Fatalf("DefaultLimits: got = %v, expected: valid", err)
+	}
+	zeroes := DefaultLimits()
+	zeroes.MaxSessionsPerIdentity, zeroes.MaxWaitersPerLease, zeroes.RequestReadTimeout = 0, 0, 0
+	if err := zeroes.Validate(); err != nil {
+		t.Fatalf("zero meaning no limit: got = %v, expected: valid", err)
+	}
+}
+
+func TestOpenRefusesLimitsThatCannotWork(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cfg := Config{Listener: ln, Limits: Limits{MaxNameBytes: 64}}
+	cfg.Raft.DataDir = t.TempDir()
+	if _, err := Open(cfg); !errors.Is(err, ErrInvalidLimits) {
+		t.Fatalf("got = %v, expected: ErrInvalidLimits before anything starts", err)
+	}
+}
