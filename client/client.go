@@ -256,9 +256,11 @@ func (c *Client) do(ctx context.Context, name string, kind callKind, op func(ctx
 		if ctx.Err() != nil {
 			return wrap(name, ctx.Err())
 		}
-		retry := notSent(err) || (kind != once && (transient(err) || connect.CodeOf(err) == connect.CodeDeadlineExceeded))
+		// A server that ran out of time may have applied the call.
+		uncertain := transient(err) || connect.CodeOf(err) == connect.CodeDeadlineExceeded
+		retry := notSent(err) || (kind != once && uncertain)
 		if !retry {
-			if kind == once && transient(err) {
+			if kind == once && uncertain {
 				return &Error{Op: name, Kind: ErrUnknownOutcome, Cause: err}
 			}
 			return wrap(name, err)

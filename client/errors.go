@@ -6,6 +6,8 @@ import (
 	"net"
 
 	"connectrpc.com/connect"
+
+	"github.com/tenurehq/tenure/api"
 )
 
 // Errors callers branch on with errors.Is. They survive the network: the
@@ -56,27 +58,39 @@ var (
 	ErrResourceExhausted = errors.New("resource exhausted")
 )
 
-// errorNames maps the server's Tenure-Error header to sentinels.
-var errorNames = map[string]error{
-	"invalid-argument":  ErrInvalidArgument,
-	"session-not-found": ErrSessionExpired,
-	"lease-not-found":   ErrNotFound,
-	"key-not-found":     ErrNotFound,
-	"not-holder":        ErrNotHolder,
-	"locked":            ErrLocked,
-	"compare-failed":    ErrCompareFailed,
-	"capacity-mismatch": ErrInvalidArgument,
-	"not-waiting":       ErrNotHolder,
-	"too-many-waiters":  ErrResourceExhausted,
-	"too-many-sessions": ErrResourceExhausted,
-	"disk-full":         ErrResourceExhausted,
-	"not-leader":        ErrUnavailable,
-	"shutting-down":     ErrUnavailable,
-	"watch-lagged":      ErrLagged,
-	"compacted":         ErrLagged,
+// errorNames maps every api.Reason the server sends to the sentinel a
+// caller branches on.
+var errorNames = map[api.Reason]error{
+	api.ReasonInvalidArgument:  ErrInvalidArgument,
+	api.ReasonSessionNotFound:  ErrSessionExpired,
+	api.ReasonLeaseNotFound:    ErrNotFound,
+	api.ReasonKeyNotFound:      ErrNotFound,
+	api.ReasonNotHolder:        ErrNotHolder,
+	api.ReasonLocked:           ErrLocked,
+	api.ReasonCompareFailed:    ErrCompareFailed,
+	api.ReasonCapacityMismatch: ErrInvalidArgument,
+	api.ReasonNotWaiting:       ErrNotHolder,
+	api.ReasonTooManyWaiters:   ErrResourceExhausted,
+	api.ReasonTooManySessions:  ErrResourceExhausted,
+	api.ReasonDiskFull:         ErrResourceExhausted,
+	api.ReasonNotLeader:        ErrUnavailable,
+	api.ReasonLeadershipLost:   ErrUnavailable,
+	api.ReasonShuttingDown:     ErrUnavailable,
+	api.ReasonWaitCancelled:    ErrUnavailable,
+	api.ReasonWatchLagged:      ErrLagged,
+	api.ReasonCompacted:        ErrLagged,
+	api.ReasonDeadlineExceeded: context.DeadlineExceeded,
+	api.ReasonCanceled:         context.Canceled,
 }
 
-const errorHeader = "Tenure-Error"
+// reasonOf is the api.Reason the server named for err, or "".
+func reasonOf(err error) api.Reason {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return api.Reason(ce.Meta().Get(api.ErrorHeader))
+	}
+	return ""
+}
 
 // Error is a failed call: the sentinel it matches, the server's message,
 // and the transport error underneath.
@@ -122,7 +136,7 @@ func wrap(op string, err error) error {
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
-		if kind, ok := errorNames[ce.Meta().Get(errorHeader)]; ok {
+		if kind, ok := errorNames[reasonOf(ce)]; ok {
 			return &Error{Op: op, Kind: kind, Cause: err}
 		}
 		switch ce.Code() {
@@ -143,12 +157,8 @@ func wrap(op string, err error) error {
 // that could apply it: the connection could not be made, or the server
 // refused it as not the leader before proposing anything.
 func notSent(err error) bool {
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		switch ce.Meta().Get(errorHeader) {
-		case "not-leader", "shutting-down":
-			return true
-		}
+	if reasonOf(err).NotSent() {
+		return true
 	}
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"

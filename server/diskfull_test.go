@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurehq/tenure/api"
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/raftnode"
 )
@@ -59,7 +60,7 @@ func TestLowDiskRefusesGrowingWritesAndRecoversByItself(t *testing.T) {
 	_, err := ts.KV.Put(ctxT(t), connect.NewRequest(&tenurev1.PutRequest{Key: "k", Value: "during"}))
 	wantCode(t, err, connect.CodeResourceExhausted, "disk full")
 	var ce *connect.Error
-	if !asConnect(err, &ce) || ce.Meta().Get(ErrorHeader) != "disk-full" {
+	if !asConnect(err, &ce) || ce.Meta().Get(api.ErrorHeader) != "disk-full" {
 		t.Fatalf("got = %v, expected: Tenure-Error disk-full", err)
 	}
 	_, err = ts.Sessions.Open(ctxT(t), connect.NewRequest(&tenurev1.OpenSessionRequest{Identity: "new"}))

@@ -7,15 +7,12 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurehq/tenure/api"
 	"github.com/tenurehq/tenure/lessor"
 	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/statemachine"
 	"github.com/tenurehq/tenure/watch"
 )
-
-// ErrorHeader carries the name of the domain error behind a failed call,
-// so that clients can map it back to a sentinel without parsing messages.
-const ErrorHeader = "Tenure-Error"
 
 // errWaitCancelled is returned when a parked Acquire's place in the queue
 // was cancelled while the session lives on.
@@ -24,38 +21,39 @@ var errWaitCancelled = errors.New("wait cancelled")
 // waitCancelledReason is the state machine's reason on a cancelled wait.
 const waitCancelledReason = "wait cancelled"
 
-// errorCodes is the one table from domain errors to wire codes. The name
-// goes in ErrorHeader; clients keep the inverse table.
+// errorCodes is the one table from domain errors to wire codes. The
+// reason goes in api.ErrorHeader; clients keep the inverse table, over
+// the same api.Reasons.
 var errorCodes = []struct {
-	err  error
-	code connect.Code
-	name string
+	err    error
+	code   connect.Code
+	reason api.Reason
 }{
-	{errInvalid, connect.CodeInvalidArgument, "invalid-argument"},
-	{statemachine.ErrSessionNotFound, connect.CodeNotFound, "session-not-found"},
-	{lessor.ErrSessionExpired, connect.CodeNotFound, "session-not-found"},
-	{statemachine.ErrLeaseNotFound, connect.CodeNotFound, "lease-not-found"},
-	{statemachine.ErrKeyNotFound, connect.CodeNotFound, "key-not-found"},
-	{statemachine.ErrNotHolder, connect.CodeFailedPrecondition, "not-holder"},
-	{statemachine.ErrLocked, connect.CodeFailedPrecondition, "locked"},
-	{statemachine.ErrCompareFailed, connect.CodeFailedPrecondition, "compare-failed"},
-	{statemachine.ErrCapacityMismatch, connect.CodeFailedPrecondition, "capacity-mismatch"},
-	{statemachine.ErrNotWaiting, connect.CodeFailedPrecondition, "not-waiting"},
-	{statemachine.ErrTooManyWaiters, connect.CodeResourceExhausted, "too-many-waiters"},
-	{statemachine.ErrTooManySessions, connect.CodeResourceExhausted, "too-many-sessions"},
-	{raftnode.ErrNotLeader, connect.CodeUnavailable, "not-leader"},
+	{errInvalid, connect.CodeInvalidArgument, api.ReasonInvalidArgument},
+	{statemachine.ErrSessionNotFound, connect.CodeNotFound, api.ReasonSessionNotFound},
+	{lessor.ErrSessionExpired, connect.CodeNotFound, api.ReasonSessionNotFound},
+	{statemachine.ErrLeaseNotFound, connect.CodeNotFound, api.ReasonLeaseNotFound},
+	{statemachine.ErrKeyNotFound, connect.CodeNotFound, api.ReasonKeyNotFound},
+	{statemachine.ErrNotHolder, connect.CodeFailedPrecondition, api.ReasonNotHolder},
+	{statemachine.ErrLocked, connect.CodeFailedPrecondition, api.ReasonLocked},
+	{statemachine.ErrCompareFailed, connect.CodeFailedPrecondition, api.ReasonCompareFailed},
+	{statemachine.ErrCapacityMismatch, connect.CodeFailedPrecondition, api.ReasonCapacityMismatch},
+	{statemachine.ErrNotWaiting, connect.CodeFailedPrecondition, api.ReasonNotWaiting},
+	{statemachine.ErrTooManyWaiters, connect.CodeResourceExhausted, api.ReasonTooManyWaiters},
+	{statemachine.ErrTooManySessions, connect.CodeResourceExhausted, api.ReasonTooManySessions},
+	{raftnode.ErrNotLeader, connect.CodeUnavailable, api.ReasonNotLeader},
 	// The entry may still commit: not "not-leader", which tells clients
 	// a retry is safe.
-	{raftnode.ErrLeadershipLost, connect.CodeUnavailable, "leadership-lost"},
-	{lessor.ErrNotLeader, connect.CodeUnavailable, "not-leader"},
-	{raftnode.ErrClosed, connect.CodeUnavailable, "shutting-down"},
-	{raftnode.ErrDiskFull, connect.CodeResourceExhausted, "disk-full"},
-	{watch.ErrLagged, connect.CodeAborted, "watch-lagged"},
-	{errWaitCancelled, connect.CodeAborted, "wait-cancelled"},
-	{watch.ErrCompacted, connect.CodeOutOfRange, "compacted"},
-	{watch.ErrClosed, connect.CodeUnavailable, "shutting-down"},
-	{context.DeadlineExceeded, connect.CodeDeadlineExceeded, "deadline-exceeded"},
-	{context.Canceled, connect.CodeCanceled, "canceled"},
+	{raftnode.ErrLeadershipLost, connect.CodeUnavailable, api.ReasonLeadershipLost},
+	{lessor.ErrNotLeader, connect.CodeUnavailable, api.ReasonNotLeader},
+	{raftnode.ErrClosed, connect.CodeUnavailable, api.ReasonShuttingDown},
+	{raftnode.ErrDiskFull, connect.CodeResourceExhausted, api.ReasonDiskFull},
+	{watch.ErrLagged, connect.CodeAborted, api.ReasonWatchLagged},
+	{errWaitCancelled, connect.CodeAborted, api.ReasonWaitCancelled},
+	{watch.ErrCompacted, connect.CodeOutOfRange, api.ReasonCompacted},
+	{watch.ErrClosed, connect.CodeUnavailable, api.ReasonShuttingDown},
+	{context.DeadlineExceeded, connect.CodeDeadlineExceeded, api.ReasonDeadlineExceeded},
+	{context.Canceled, connect.CodeCanceled, api.ReasonCanceled},
 }
 
 // toConnect turns an error from below into a connect error whose message
@@ -71,7 +69,7 @@ func toConnect(err error) error {
 	for _, e := range errorCodes {
 		if errors.Is(err, e.err) {
 			out := connect.NewError(e.code, errorMessage(err))
-			out.Meta().Set(ErrorHeader, e.name)
+			out.Meta().Set(api.ErrorHeader, string(e.reason))
 			return out
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tenurehq/tenure/api"
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/statemachine"
@@ -461,7 +462,7 @@ func FuzzValidation(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s, v string, d int64) {
 		if ns, err := lim.namespace(s); err != nil {
 			checkInvalid(t, err, "namespace", "DNS label")
-		} else if s == "" && ns != defaultNamespace || s != "" && ns != s {
+		} else if s == "" && ns != api.DefaultNamespace || s != "" && ns != s {
 			t.Fatalf("namespace(%q) got = %q, expected: %q or the default", s, ns, s)
 		} else if !isDNSLabel(ns) {
 			t.Fatalf("namespace(%q) accepted, expected: rejected, not a DNS label", s)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tenurehq/tenure/api"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -106,8 +107,8 @@ func httpError(w http.ResponseWriter, err error) {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		status = httpStatus(ce.Code())
-		if name := ce.Meta().Get(ErrorHeader); name != "" {
-			w.Header().Set(ErrorHeader, name)
+		if name := ce.Meta().Get(api.ErrorHeader); name != "" {
+			w.Header().Set(api.ErrorHeader, name)
 		}
 	}
 	http.Error(w, err.Error(), status)

@@ -12,20 +12,9 @@ import (
 
 type leaseService struct{ s *Server }
 
-func (h *leaseService) leaseID(ns, name string) (statemachine.LeaseID, error) {
-	ns, err := h.s.cfg.Limits.namespace(ns)
-	if err != nil {
-		return statemachine.LeaseID{}, err
-	}
-	if err := h.s.cfg.Limits.leaseName(name); err != nil {
-		return statemachine.LeaseID{}, err
-	}
-	return statemachine.LeaseID{Namespace: ns, Name: name}, nil
-}
-
 func (h *leaseService) acquireCommand(msg *tenurev1.AcquireRequest) (statemachine.Acquire, error) {
 	lim := h.s.cfg.Limits
-	id, err := h.leaseID(msg.GetNamespace(), msg.GetName())
+	id, err := h.s.cfg.Limits.leaseID(msg.GetNamespace(), msg.GetName())
 	if err != nil {
 		return statemachine.Acquire{}, err
 	}
@@ -119,7 +108,7 @@ func (h *leaseService) leaseNow(id statemachine.LeaseID, l *statemachine.Lease) 
 }
 
 func (h *leaseService) Release(ctx context.Context, req *connect.Request[tenurev1.ReleaseRequest]) (*connect.Response[tenurev1.ReleaseResponse], error) {
-	id, err := h.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	id, err := h.s.cfg.Limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -131,7 +120,7 @@ func (h *leaseService) Release(ctx context.Context, req *connect.Request[tenurev
 }
 
 func (h *leaseService) SetValue(ctx context.Context, req *connect.Request[tenurev1.SetValueRequest]) (*connect.Response[tenurev1.SetValueResponse], error) {
-	id, err := h.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	id, err := h.s.cfg.Limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -146,7 +135,7 @@ func (h *leaseService) SetValue(ctx context.Context, req *connect.Request[tenure
 }
 
 func (h *leaseService) Revoke(ctx context.Context, req *connect.Request[tenurev1.RevokeRequest]) (*connect.Response[tenurev1.RevokeResponse], error) {
-	id, err := h.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	id, err := h.s.cfg.Limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -162,7 +151,7 @@ func (h *leaseService) Revoke(ctx context.Context, req *connect.Request[tenurev1
 }
 
 func (h *leaseService) Get(ctx context.Context, req *connect.Request[tenurev1.GetLeaseRequest]) (*connect.Response[tenurev1.GetLeaseResponse], error) {
-	id, err := h.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	id, err := h.s.cfg.Limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -213,7 +202,7 @@ func (h *leaseService) List(ctx context.Context, req *connect.Request[tenurev1.L
 // current holder's? Linearizable, so a deposed owner is never told yes
 // after its successor was granted.
 func (h *leaseService) Validate(ctx context.Context, req *connect.Request[tenurev1.ValidateRequest]) (*connect.Response[tenurev1.ValidateResponse], error) {
-	id, err := h.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	id, err := h.s.cfg.Limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
 	if err != nil {
 		return nil, toConnect(err)
 	}

@@ -6,9 +6,9 @@ import (
 	"regexp"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
+	"github.com/tenurehq/tenure/api"
+	"github.com/tenurehq/tenure/statemachine"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -101,35 +101,24 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errInvalid, fmt.Sprintf(format, args...))
 }
 
-// namespaceRE is a Kubernetes DNS label, so that a Tenure namespace can be
-// named after the Kubernetes namespace of its users.
-var namespaceRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-
-const defaultNamespace = "default"
-
+// namespace checks a request's namespace; "" means api.DefaultNamespace.
 func (l Limits) namespace(ns string) (string, error) {
 	if ns == "" {
-		return defaultNamespace, nil
+		return api.DefaultNamespace, nil
 	}
-	if len(ns) > 63 || !namespaceRE.MatchString(ns) {
-		return "", invalid("namespace %q must be a DNS label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit", ns)
+	if err := api.ValidateNamespace(ns); err != nil {
+		return "", invalid("%v", err)
 	}
 	return ns, nil
 }
 
 // name checks a lease name, key or identity.
 func (l Limits) name(what, s string) error {
-	if s == "" {
-		return invalid("%s is empty", what)
-	}
 	if len(s) > l.MaxNameBytes {
 		return invalid("%s is %d bytes, over the limit of %d bytes (--max-name-bytes)", what, len(s), l.MaxNameBytes)
 	}
-	if !utf8.ValidString(s) {
-		return invalid("%s is not valid UTF-8", what)
-	}
-	if i := strings.IndexFunc(s, unicode.IsControl); i >= 0 {
-		return invalid("%s has a control character at byte %d", what, i)
+	if err := api.ValidateName(what, s); err != nil {
+		return invalid("%v", err)
 	}
 	return nil
 }
@@ -141,15 +130,31 @@ func (l Limits) value(what, v string) error {
 	return nil
 }
 
-// leaseName checks a lease name: a name, and no '/', which separates
-// namespace and name wherever a lease is written as "namespace/name" (the
-// fence header, the CLI, events and logs). Keys may hold '/'.
-func (l Limits) leaseName(s string) error {
-	if err := l.name("name", s); err != nil {
-		return err
+// leaseID checks a request's namespace ("" for the default) and lease
+// name.
+func (l Limits) leaseID(ns, name string) (statemachine.LeaseID, error) {
+	ns, err := l.namespace(ns)
+	if err != nil {
+		return statemachine.LeaseID{}, err
 	}
-	if i := strings.IndexByte(s, '/'); i >= 0 {
-		return invalid("name %q has a '/' at byte %d; lease names may not contain '/', which separates namespace and name in \"namespace/name\" (give the namespace in its own field)", s, i)
+	if err := l.leaseName(name); err != nil {
+		return statemachine.LeaseID{}, err
+	}
+	return statemachine.LeaseID{Namespace: ns, Name: name}, nil
+}
+
+// leaseName checks a lease name: a name within MaxNameBytes, and the
+// rest of api.LeaseName's rules (no '/').
+func (l Limits) leaseName(name string) error {
+	if len(name) > l.MaxNameBytes {
+		return invalid("name is %d bytes, over the limit of %d bytes (--max-name-bytes)", len(name), l.MaxNameBytes)
+	}
+	err := api.LeaseName{Namespace: api.DefaultNamespace, Name: name}.Validate()
+	if errors.Is(err, api.ErrSlashInName) {
+		return invalid("%v (give the namespace in its own field)", err)
+	}
+	if err != nil {
+		return invalid("%v", err)
 	}
 	return nil
 }

@@ -32,7 +32,7 @@ func TestReadmeQuickstart(t *testing.T) {
 	}
 
 	limits := testLimits()
-	limits.MinTTL = 2 * time.Second
+	limits.MinTTL, limits.DefaultTTL = 2*time.Second, 10*time.Second
 	ts := startServer(t, t.TempDir(), limits)
 	script = "TENURE=" + ts.URL + "\n" + strings.TrimPrefix(script, defaultURL)
 	out, err := exec.Command("bash", "-c", script).CombinedOutput()

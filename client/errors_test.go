@@ -1,0 +1,60 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurehq/tenure/api"
+)
+
+// Every reason the server may send (the server's own test checks that it
+// sends exactly api.Reasons) reaches the caller as the sentinel it
+// branches on.
+func TestEveryServerReasonMapsToASentinel(t *testing.T) {
+	want := map[api.Reason]error{
+		api.ReasonInvalidArgument:  ErrInvalidArgument,
+		api.ReasonSessionNotFound:  ErrSessionExpired,
+		api.ReasonLeaseNotFound:    ErrNotFound,
+		api.ReasonKeyNotFound:      ErrNotFound,
+		api.ReasonNotHolder:        ErrNotHolder,
+		api.ReasonLocked:           ErrLocked,
+		api.ReasonCompareFailed:    ErrCompareFailed,
+		api.ReasonCapacityMismatch: ErrInvalidArgument,
+		api.ReasonNotWaiting:       ErrNotHolder,
+		api.ReasonTooManyWaiters:   ErrResourceExhausted,
+		api.ReasonTooManySessions:  ErrResourceExhausted,
+		api.ReasonDiskFull:         ErrResourceExhausted,
+		api.ReasonNotLeader:        ErrUnavailable,
+		api.ReasonLeadershipLost:   ErrUnavailable,
+		api.ReasonShuttingDown:     ErrUnavailable,
+		api.ReasonWaitCancelled:    ErrUnavailable,
+		api.ReasonWatchLagged:      ErrLagged,
+		api.ReasonCompacted:        ErrLagged,
+		api.ReasonDeadlineExceeded: context.DeadlineExceeded,
+		api.ReasonCanceled:         context.Canceled,
+	}
+	for _, r := range api.Reasons {
+		t.Run(string(r), func(t *testing.T) {
+			sentinel, ok := want[r]
+			if !ok {
+				t.Fatalf("no expectation for %q: add the sentinel a caller should see", r)
+			}
+			// The code does not matter: the reason alone decides.
+			ce := connect.NewError(connect.CodeUnknown, errors.New("the server's message"))
+			ce.Meta().Set(api.ErrorHeader, string(r))
+			err := wrap("Op", ce)
+			if !errors.Is(err, sentinel) {
+				t.Fatalf("got = %v (kind %v), expected: errors.Is %v", err, err.(*Error).Kind, sentinel)
+			}
+			if got := notSent(ce); got != r.NotSent() {
+				t.Fatalf("notSent: got = %v, expected: %v", got, r.NotSent())
+			}
+		})
+	}
+	if len(want) != len(api.Reasons) {
+		t.Fatalf("the table names %d reasons, api.Reasons %d", len(want), len(api.Reasons))
+	}
+}
