@@ -12,27 +12,27 @@ import (
 // Lease is a lease as listed: shaped like a Kubernetes Lease, plus a
 // fencing token, a capacity and a wait queue.
 type Lease struct {
-	Namespace     string
-	Name          string
-	Capacity      int
-	Holder        string        // first holder's identity, "" when free
-	FencingToken  int64         // first holder's token, 0 when free
-	Value         string        // first holder's value
-	LeaseDuration time.Duration // the holder session's TTL
-	AcquireTime   time.Time
-	RenewTime     time.Time // last heartbeat seen by the leader (display only)
-	Transitions   int64
-	Labels        map[string]string
-	Holders       []Grant
-	Waiters       []Waiter
-	LockDelay     time.Duration
-	LockDelayOn   bool
-	CreateRev     int64
-	ModRev        int64
+	Namespace      string
+	Name           string
+	Capacity       int
+	Holder         string        // first holder's identity, "" when free
+	Token          int64         // first holder's fencing token, 0 when free
+	Value          string        // first holder's value
+	LeaseDuration  time.Duration // the holder session's TTL
+	AcquireTime    time.Time
+	RenewTime      time.Time // last heartbeat seen by the leader (display only)
+	Transitions    int64
+	Labels         map[string]string
+	Holders        []GrantInfo
+	Waiters        []Waiter
+	LockDelay      time.Duration
+	LockDelayOn    bool
+	CreateRevision int64 // when the lease was created
+	ModRevision    int64 // its last change
 }
 
-// Grant is one holder of a lease.
-type Grant struct {
+// GrantInfo is one holder of a lease, as listed.
+type GrantInfo struct {
 	SessionID   int64
 	Holder      string
 	Token       int64
@@ -66,10 +66,10 @@ type SessionInfo struct {
 func leaseFrom(p *tenurev1.Lease) Lease {
 	l := Lease{
 		Namespace: p.GetNamespace(), Name: p.GetName(), Capacity: int(p.GetCapacity()),
-		Holder: p.GetHolderIdentity(), FencingToken: p.GetFencingToken(), Value: p.GetValue(),
+		Holder: p.GetHolderIdentity(), Token: p.GetFencingToken(), Value: p.GetValue(),
 		LeaseDuration: p.GetLeaseDuration().AsDuration(), Transitions: p.GetLeaseTransitions(),
 		Labels: p.GetLabels(), LockDelay: p.GetLockDelay().AsDuration(), LockDelayOn: p.GetLockDelayActive(),
-		CreateRev: p.GetCreateRevision(), ModRev: p.GetModRevision(),
+		CreateRevision: p.GetCreateRevision(), ModRevision: p.GetModRevision(),
 	}
 	if p.GetAcquireTime() != nil {
 		l.AcquireTime = p.GetAcquireTime().AsTime()
@@ -78,7 +78,7 @@ func leaseFrom(p *tenurev1.Lease) Lease {
 		l.RenewTime = p.GetRenewTime().AsTime()
 	}
 	for _, g := range p.GetHolders() {
-		gr := Grant{SessionID: g.GetSessionId(), Holder: g.GetHolderIdentity(), Token: g.GetToken(), Value: g.GetValue(), Exclusive: g.GetExclusive()}
+		gr := GrantInfo{SessionID: g.GetSessionId(), Holder: g.GetHolderIdentity(), Token: g.GetToken(), Value: g.GetValue(), Exclusive: g.GetExclusive()}
 		if g.GetAcquireTime() != nil {
 			gr.AcquireTime = g.GetAcquireTime().AsTime()
 		}
@@ -99,7 +99,7 @@ func leaseFrom(p *tenurev1.Lease) Lease {
 
 // ListOptions select leases or sessions.
 type ListOptions struct {
-	Namespace     string // default "default"
+	Namespace     string // default DefaultNamespace
 	AllNamespaces bool
 	LabelSelector string // "a=b,c!=d,e,!f"
 }

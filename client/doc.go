@@ -10,7 +10,8 @@
 //	m := s.Mutex("nightly-report")
 //	if err := m.Lock(ctx); err != nil { ... }
 //	defer m.Unlock(ctx)
-//	runReport(m.Context(), m.Token()) // stop when the context ends; fence writes with the token
+//	tok, _ := m.Token()
+//	runReport(m.Context(), tok) // stop when the context ends; fence writes with the token
 //
 // The rules the package keeps (DESIGN.md safety rules 1–6):
 //   - Every grant has a fencing token that strictly increases per lease.

@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurehq/tenure/api"
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 )
 
@@ -23,12 +24,13 @@ type Leader struct {
 
 // Election elects one leader among the sessions that campaign for name.
 // The leader holds a lease whose value it proclaims; its token fences its
-// writes. An Election is safe for concurrent use.
-type Election struct{ h *holder }
+// writes. Its Grant is this session's leadership: Valid while it
+// certainly leads. An Election is safe for concurrent use.
+type Election struct{ Grant }
 
 // Election returns the election named name.
 func (s *Session) Election(name string, opts ...LeaseOption) *Election {
-	return &Election{newHolder(s, name, 1, false, opts)}
+	return &Election{Grant{h: newHolder(s, name, 1, false, opts)}}
 }
 
 // Campaign waits until this session leads, then proclaims value.
@@ -54,30 +56,15 @@ func (e *Election) Resign(ctx context.Context) error {
 	return e.h.release(ctx)
 }
 
-// IsLeader reports whether this session leads and still certainly does.
-func (e *Election) IsLeader() bool { return e.h.valid() }
-
-// Token is the leader's fencing token, 0 when this session does not lead.
-func (e *Election) Token() int64 { t, _, _ := e.h.current(); return t }
-
-// FenceToken is the token with its lease name, and whether it is valid.
-func (e *Election) FenceToken() (Token, bool) { return e.h.fenceToken() }
-
-// Lost is closed when this session's leadership ends.
-func (e *Election) Lost() <-chan struct{} { _, _, l := e.h.current(); return l }
-
-// Context is cancelled when this session's leadership ends.
-func (e *Election) Context() context.Context { _, c, _ := e.h.current(); return c }
-
 // Leader returns the current leader, or ErrNoLeader.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	return leaderOf(ctx, e.h.s.c, e.h.ns, e.h.name)
+	return leaderOf(ctx, e.h.s.c, e.h.lease)
 }
 
-func leaderOf(ctx context.Context, c *Client, ns, name string) (Leader, error) {
+func leaderOf(ctx context.Context, c *Client, lease LeaseName) (Leader, error) {
 	var resp *connect.Response[tenurev1.GetLeaseResponse]
 	err := c.do(ctx, "Leader", idempotent, func(ctx context.Context, ep *endpoint) (err error) {
-		resp, err = ep.leases.Get(ctx, connect.NewRequest(&tenurev1.GetLeaseRequest{Namespace: ns, Name: name}))
+		resp, err = ep.leases.Get(ctx, connect.NewRequest(&tenurev1.GetLeaseRequest{Namespace: lease.Namespace, Name: lease.Name}))
 		return err
 	})
 	if errors.Is(err, ErrNotFound) {
@@ -88,7 +75,7 @@ func leaderOf(ctx context.Context, c *Client, ns, name string) (Leader, error) {
 	}
 	l := resp.Msg.GetLease()
 	if len(l.GetHolders()) == 0 {
-		return Leader{Revision: resp.Msg.GetRevision()}, &Error{Op: "Leader", Kind: ErrNoLeader, Cause: fmt.Errorf("%s/%s has no leader", ns, name)}
+		return Leader{Revision: resp.Msg.GetRevision()}, &Error{Op: "Leader", Kind: ErrNoLeader, Cause: fmt.Errorf("%s has no leader", lease)}
 	}
 	g := l.GetHolders()[0]
 	return Leader{Identity: g.GetHolderIdentity(), SessionID: g.GetSessionId(), Value: g.GetValue(), Token: g.GetToken(), Revision: resp.Msg.GetRevision()}, nil
@@ -100,10 +87,10 @@ func leaderOf(ctx context.Context, c *Client, ns, name string) (Leader, error) {
 // its own; if it falls behind the server's history it re-reads the
 // leader and carries on.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
-	return observe(ctx, e.h.s.c, e.h.ns, e.h.name)
+	return observe(ctx, e.h.s.c, e.h.lease)
 }
 
-func observe(ctx context.Context, c *Client, ns, name string) <-chan Leader {
+func observe(ctx context.Context, c *Client, lease LeaseName) <-chan Leader {
 	out := make(chan Leader, 1)
 	go func() {
 		defer close(out)
@@ -122,7 +109,7 @@ func observe(ctx context.Context, c *Client, ns, name string) <-chan Leader {
 		}
 		pause := c.opts.backoff
 		for ctx.Err() == nil {
-			cur, err := leaderOf(ctx, c, ns, name)
+			cur, err := leaderOf(ctx, c, lease)
 			if errors.Is(err, ErrNoLeader) && cur.Revision == 0 {
 				// The election does not exist yet, so the read has no
 				// revision to follow from, and revision 1 may be gone
@@ -131,7 +118,7 @@ func observe(ctx context.Context, c *Client, ns, name string) <-chan Leader {
 				// between the pin and the read.
 				var pin int64
 				if pin, err = storeRevision(ctx, c); err == nil {
-					cur, err = leaderOf(ctx, c, ns, name)
+					cur, err = leaderOf(ctx, c, lease)
 					if cur.Revision == 0 {
 						cur.Revision = pin
 					}
@@ -149,7 +136,7 @@ func observe(ctx context.Context, c *Client, ns, name string) <-chan Leader {
 			}
 			// Follow events from just after the read until the stream
 			// breaks; then read again, so nothing between is missed.
-			if !followLeader(ctx, c, ns, name, cur, emit) {
+			if !followLeader(ctx, c, lease, cur, emit) {
 				return
 			}
 		}
@@ -170,12 +157,12 @@ func storeRevision(ctx context.Context, c *Client) (int64, error) {
 	return rev, err
 }
 
-func followLeader(ctx context.Context, c *Client, ns, name string, cur Leader, emit func(Leader) bool) bool {
+func followLeader(ctx context.Context, c *Client, lease LeaseName, cur Leader, emit func(Leader) bool) bool {
 	ep, err := c.endpoint()
 	if err != nil {
 		return false
 	}
-	st, err := ep.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchLeasesRequest{Namespace: ns, Name: name, StartRevision: cur.Revision + 1}))
+	st, err := ep.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchLeasesRequest{Namespace: lease.Namespace, Name: lease.Name, StartRevision: cur.Revision + 1}))
 	if err != nil {
 		c.failover(ep, err)
 		return sleep(ctx, c.opts.backoff)
@@ -248,7 +235,7 @@ type Callbacks struct {
 // open. WithValue sets the value proclaimed when elected.
 func RunElection(ctx context.Context, session *Session, name string, cb Callbacks, opts ...LeaseOption) error {
 	c := session.c
-	o := leaseOptions{namespace: "default"}
+	o := leaseOptions{namespace: DefaultNamespace}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -262,7 +249,7 @@ func RunElection(ctx context.Context, session *Session, name string, cb Callback
 		observed.Add(1)
 		go func() {
 			defer observed.Done()
-			for l := range observe(observeCtx, c, o.namespace, name) {
+			for l := range observe(observeCtx, c, api.NewLeaseName(o.namespace, name)) {
 				cb.OnNewLeader(l.Identity)
 			}
 		}()

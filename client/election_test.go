@@ -89,7 +89,7 @@ func TestElectionObserveSeesEveryChangeInOrder(t *testing.T) {
 	if err := es[0].Campaign(ctx, "a:1"); err != nil {
 		t.Fatal(err)
 	}
-	want := []term{{"a", "a:1", es[0].Token()}}
+	want := []term{{"a", "a:1", tokenOf(es[0])}}
 
 	observeCtx, stopObserving := context.WithCancel(ctx)
 	defer stopObserving()
@@ -112,12 +112,12 @@ func TestElectionObserveSeesEveryChangeInOrder(t *testing.T) {
 			if err := wait(t, elected[i], id+"'s campaign"); err != nil {
 				t.Fatal(err)
 			}
-			want = append(want, term{id, id + ":1", e.Token()})
+			want = append(want, term{id, id + ":1", tokenOf(e)})
 		}
 		if err := e.Proclaim(ctx, id+":2"); err != nil {
 			t.Fatal(err)
 		}
-		want = append(want, term{id, id + ":2", e.Token()})
+		want = append(want, term{id, id + ":2", tokenOf(e)})
 		if err := e.Resign(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +193,7 @@ func TestElectionObserveBeforeAnyCampaignWithTrimmedHistory(t *testing.T) {
 	if err := a.Campaign(ctx, "a:1"); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := termOf(wait(t, observed, "the first leader")), (term{"a", "a:1", a.Token()}); got != want {
+	if got, want := termOf(wait(t, observed, "the first leader")), (term{"a", "a:1", tokenOf(a)}); got != want {
 		t.Fatalf("second observed: got = %v, expected: %v", got, want)
 	}
 	stopObserving()
@@ -216,18 +216,18 @@ func TestElectionLeader(t *testing.T) {
 	if err := a.Campaign(ctx, "10.0.0.7:8080"); err != nil {
 		t.Fatal(err)
 	}
-	if !a.IsLeader() || a.Token() <= 0 {
-		t.Fatalf("after Campaign: got = leader %v token %d, expected: leader with a token", a.IsLeader(), a.Token())
+	if !a.Valid() || tokenOf(a) <= 0 {
+		t.Fatalf("after Campaign: got = leader %v token %d, expected: leader with a token", a.Valid(), tokenOf(a))
 	}
-	if tok, ok := a.FenceToken(); !ok || tok != (client.Token{Namespace: "default", Name: "scheduler", Token: a.Token()}) {
-		t.Fatalf("FenceToken: got = %v %v, expected: default/scheduler:%d true", tok, ok, a.Token())
+	if tok, ok := a.Token(); !ok || tok != (client.Token{Namespace: "default", Name: "scheduler", Token: tokenOf(a)}) {
+		t.Fatalf("FenceToken: got = %v %v, expected: default/scheduler:%d true", tok, ok, tokenOf(a))
 	}
 	l, err := other.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (client.Leader{Identity: "a", SessionID: sa.ID(), Value: "10.0.0.7:8080", Token: a.Token(), Revision: l.Revision}); l != want || l.Revision < a.Token() {
-		t.Fatalf("Leader: got = %+v, expected: %+v at or after revision %d", l, want, a.Token())
+	if want := (client.Leader{Identity: "a", SessionID: sa.ID(), Value: "10.0.0.7:8080", Token: tokenOf(a), Revision: l.Revision}); l != want || l.Revision < tokenOf(a) {
+		t.Fatalf("Leader: got = %+v, expected: %+v at or after revision %d", l, want, tokenOf(a))
 	}
 
 	if err := a.Proclaim(ctx, "10.0.0.8:8080"); err != nil {
@@ -237,7 +237,7 @@ func TestElectionLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := termOf(l), (term{"a", "10.0.0.8:8080", a.Token()}); got != want {
+	if got, want := termOf(l), (term{"a", "10.0.0.8:8080", tokenOf(a)}); got != want {
 		t.Fatalf("Leader after Proclaim: got = %v, expected: %v (same token, new value)", got, want)
 	}
 
@@ -260,7 +260,7 @@ func TestElectionResignHandsOverToNextCampaigner(t *testing.T) {
 	if err := a.Campaign(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
-	first, lost, leading := a.Token(), a.Lost(), a.Context()
+	first, lost, leading := tokenOf(a), a.Lost(), a.Context()
 	bElected := campaign(ctx, b, "b")
 	waitQueued(t, c, "scheduler", 1)
 	if err := a.Resign(ctx); err != nil {
@@ -269,8 +269,8 @@ func TestElectionResignHandsOverToNextCampaigner(t *testing.T) {
 	if err := wait(t, bElected, "b's campaign"); err != nil {
 		t.Fatal(err)
 	}
-	if !b.IsLeader() || b.Token() <= first {
-		t.Fatalf("b after a resigned: got = leader %v token %d, expected: leader with a token above %d", b.IsLeader(), b.Token(), first)
+	if !b.Valid() || tokenOf(b) <= first {
+		t.Fatalf("b after a resigned: got = leader %v token %d, expected: leader with a token above %d", b.Valid(), tokenOf(b), first)
 	}
 	select {
 	case <-lost:
@@ -280,14 +280,14 @@ func TestElectionResignHandsOverToNextCampaigner(t *testing.T) {
 	if leading.Err() == nil {
 		t.Fatal("a's Context after Resign: got = not done, expected: cancelled")
 	}
-	if a.IsLeader() || a.Token() != 0 {
-		t.Fatalf("a after Resign: got = leader %v token %d, expected: not leader, token 0", a.IsLeader(), a.Token())
+	if a.Valid() || tokenOf(a) != 0 {
+		t.Fatalf("a after Resign: got = leader %v token %d, expected: not leader, token 0", a.Valid(), tokenOf(a))
 	}
 	l, err := a.Leader(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := termOf(l), (term{"b", "b", b.Token()}); got != want {
+	if got, want := termOf(l), (term{"b", "b", tokenOf(b)}); got != want {
 		t.Fatalf("Leader: got = %v, expected: %v", got, want)
 	}
 }
@@ -317,14 +317,14 @@ func TestElectionCampaignGivenUpLeavesTheQueue(t *testing.T) {
 	if l, err := b.Leader(ctx); !errors.Is(err, client.ErrNoLeader) {
 		t.Fatalf("Leader after a resigned: got = %v %v, expected: ErrNoLeader (b gave up)", termOf(l), err)
 	}
-	if b.IsLeader() || b.Token() != 0 {
-		t.Fatalf("b after giving up: got = leader %v token %d, expected: not leader", b.IsLeader(), b.Token())
+	if b.Valid() || tokenOf(b) != 0 {
+		t.Fatalf("b after giving up: got = leader %v token %d, expected: not leader", b.Valid(), tokenOf(b))
 	}
 	// b can campaign again.
 	if err := b.Campaign(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
-	if !b.IsLeader() {
+	if !b.Valid() {
 		t.Fatal("b after campaigning again: got = not leader, expected: leader")
 	}
 }
@@ -395,7 +395,7 @@ func TestElectionProclaimByNonLeader(t *testing.T) {
 			if err := stale.Proclaim(ctx, "hijacked"); !errors.Is(err, client.ErrNotLeader) {
 				t.Errorf("Proclaim: got = %v, expected: ErrNotLeader", err)
 			}
-			if stale.IsLeader() {
+			if stale.Valid() {
 				t.Errorf("IsLeader: got = true, expected: false")
 			}
 			if err := stale.Resign(ctx); !errors.Is(err, tc.resign) || (tc.resign == nil && err != nil) {
@@ -405,7 +405,7 @@ func TestElectionProclaimByNonLeader(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := termOf(l), (term{"leader", "v", leader.Token()}); got != want {
+			if got, want := termOf(l), (term{"leader", "v", tokenOf(leader)}); got != want {
 				t.Errorf("Leader: got = %v, expected: %v, untouched", got, want)
 			}
 		})

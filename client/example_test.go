@@ -47,17 +47,16 @@ func ExampleMutex() {
 	if err := m.Lock(ctx); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("token > 0:", m.Token() > 0)
-	fmt.Println("valid:", m.Valid())
+	tok, valid := m.Token()
+	fmt.Println("token:", tok, "valid:", valid)
 	// Run the job under m.Context(), which ends if the lock may be lost,
-	// and pass m.Token() to every resource the job writes to.
+	// and pass tok to every resource the job writes to.
 	if err := m.Unlock(ctx); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("valid after unlock:", m.Valid())
 	// Output:
-	// token > 0: true
-	// valid: true
+	// token: default/nightly-report:2 valid: true
 	// valid after unlock: false
 }
 
@@ -90,14 +89,15 @@ func ExampleMutex_TryLock() {
 	}
 	err = b.TryLock(ctx)
 	fmt.Println("bob locked out:", errors.Is(err, client.ErrLocked))
-	first := a.Token()
+	first, _ := a.Token()
 	if err := a.Unlock(ctx); err != nil {
 		log.Fatal(err)
 	}
 	if err := b.TryLock(ctx); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("bob's token is higher:", b.Token() > first)
+	next, _ := b.Token()
+	fmt.Println("bob's token is higher:", next.Token > first.Token)
 	if err := b.Unlock(ctx); err != nil {
 		log.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func ExampleClient_Validate() {
 	if err := m.Lock(ctx); err != nil {
 		log.Fatal(err)
 	}
-	tok, _ := m.FenceToken() // what the holder sends along with its writes
+	tok, _ := m.Token() // what the holder sends along with its writes
 	res, err := c.Validate(ctx, tok)
 	if err != nil {
 		log.Fatal(err)
@@ -174,7 +174,8 @@ func ExampleSession_Election() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("leader:", l.Identity, l.Value, "is me:", e.IsLeader() && l.Token == e.Token())
+	mine, leading := e.Token()
+	fmt.Println("leader:", l.Identity, l.Value, "is me:", leading && l.Token == mine.Token)
 	if err := e.Proclaim(ctx, "10.0.0.8:8080"); err != nil {
 		log.Fatal(err)
 	}
@@ -307,7 +308,9 @@ func ExampleSemaphore() {
 			log.Fatal(err)
 		}
 	}
-	fmt.Println("distinct tokens:", slots[0].Token() != slots[1].Token())
+	t0, _ := slots[0].Token()
+	t1, _ := slots[1].Token()
+	fmt.Println("distinct tokens:", t0.Token != t1.Token)
 	if err := slots[0].Release(ctx); err != nil {
 		log.Fatal(err)
 	}

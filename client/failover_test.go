@@ -183,7 +183,7 @@ func TestFailoverFirstEndpointDead(t *testing.T) {
 	if err := m.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	first := m.Token()
+	first := tokenOf(m)
 	if err := other.Mutex("failover-lock").TryLock(ctx); !errors.Is(err, client.ErrLocked) {
 		t.Fatalf("got = %v, expected: ErrLocked", err)
 	}
@@ -193,8 +193,8 @@ func TestFailoverFirstEndpointDead(t *testing.T) {
 	if err := m.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if m.Token() <= first || !m.Valid() {
-		t.Fatalf("got = token %d valid %v, expected: above %d and valid", m.Token(), m.Valid(), first)
+	if tokenOf(m) <= first || !m.Valid() {
+		t.Fatalf("got = token %d valid %v, expected: above %d and valid", tokenOf(m), m.Valid(), first)
 	}
 
 	// KV, including a watch.
@@ -253,7 +253,7 @@ func TestFailoverEndpointDiesMidSession(t *testing.T) {
 		if err := m.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		token := m.Token()
+		token := tokenOf(m)
 		lost := m.Lost()
 
 		p1.Close()
@@ -295,8 +295,8 @@ func TestFailoverEndpointDiesMidSession(t *testing.T) {
 		if _, err := c.KV().Put(ctx, name, "v"); err != nil {
 			t.Fatal(err)
 		}
-		if m.Token() != token {
-			t.Fatalf("round %d: got = token %d, expected: %d", round, m.Token(), token)
+		if tokenOf(m) != token {
+			t.Fatalf("round %d: got = token %d, expected: %d", round, tokenOf(m), token)
 		}
 		if err := m.Unlock(ctx); err != nil {
 			t.Fatal(err)

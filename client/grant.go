@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
+	"strconv"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tenurehq/tenure/api"
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 )
 
@@ -27,7 +28,7 @@ type leaseOptions struct {
 // LeaseOption configures a lock or an election.
 type LeaseOption func(*leaseOptions)
 
-// WithNamespace puts the lease in a namespace (default "default").
+// WithNamespace puts the lease in a namespace (default DefaultNamespace).
 func WithNamespace(ns string) LeaseOption { return func(o *leaseOptions) { o.namespace = ns } }
 
 // WithLabels labels the lease when it is granted.
@@ -54,22 +55,34 @@ func WithExitWatchdog(code int) LeaseOption {
 	})
 }
 
+// LeaseName names a lease: a namespace and a name in it, written
+// "namespace/name".
+type LeaseName = api.LeaseName
+
+// DefaultNamespace is the namespace of a lease when WithNamespace is not
+// given.
+const DefaultNamespace = api.DefaultNamespace
+
 // Token is a fencing token: the grant's revision, which strictly
-// increases per lease.
+// increases per lease, with the lease's name.
 type Token struct {
 	Namespace string
 	Name      string
 	Token     int64
 }
 
-func (t Token) String() string { return fmt.Sprintf("%s/%s:%d", t.Namespace, t.Name, t.Token) }
+// Lease is the name of the lease t was granted on.
+func (t Token) Lease() LeaseName { return LeaseName{Namespace: t.Namespace, Name: t.Name} }
+
+// String is the fence header's form, "namespace/name:token".
+func (t Token) String() string { return t.Lease().String() + ":" + strconv.FormatInt(t.Token, 10) }
 
 // holder acquires, keeps and gives back one session's grant of a lease.
 // Goroutines that share the session take turns through the session's
 // gate for the lease, because the server grants a lease once per session.
 type holder struct {
 	s         *Session
-	ns, name  string
+	lease     LeaseName
 	capacity  int
 	exclusive bool
 	opts      leaseOptions
@@ -85,13 +98,13 @@ type holder struct {
 }
 
 func newHolder(s *Session, name string, capacity int, exclusive bool, opts []LeaseOption) *holder {
-	o := leaseOptions{namespace: "default"}
+	o := leaseOptions{namespace: DefaultNamespace}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	h := &holder{s: s, ns: o.namespace, name: name, capacity: capacity, exclusive: exclusive, opts: o}
+	h := &holder{s: s, lease: api.NewLeaseName(o.namespace, name), capacity: capacity, exclusive: exclusive, opts: o}
 	// Readers and writers of one RWMutex share a gate: one session, one grant.
-	h.gate = s.gate(o.namespace+"/"+name, 1)
+	h.gate = s.gate(h.lease, 1)
 	h.lost = make(chan struct{})
 	close(h.lost)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -122,10 +135,13 @@ func (h *holder) acquire(ctx context.Context, wait bool, value string) error {
 }
 
 func (h *holder) request(ctx context.Context, wait bool, value string) (int64, error) {
-	if strings.Contains(h.name, "/") {
+	if err := h.lease.Validate(); err != nil {
 		// "prod/scheduler" would read as namespace prod in fence headers
 		// and the CLI; the server refuses it too.
-		return 0, &Error{Op: "Acquire", Kind: ErrInvalidArgument, Cause: fmt.Errorf("lease name %q may not contain '/': give the namespace with WithNamespace", h.name)}
+		if errors.Is(err, api.ErrSlashInName) {
+			err = fmt.Errorf("%w: give the namespace with WithNamespace", err)
+		}
+		return 0, &Error{Op: "Acquire", Kind: ErrInvalidArgument, Cause: err}
 	}
 	if !h.s.Valid() {
 		return 0, &Error{Op: "Acquire", Kind: ErrSessionExpired, Cause: errors.New("the session is no longer valid")}
@@ -138,8 +154,8 @@ func (h *holder) request(ctx context.Context, wait bool, value string) (int64, e
 	defer stop()
 	req := &tenurev1.AcquireRequest{
 		SessionId: h.s.id,
-		Namespace: h.ns,
-		Name:      h.name,
+		Namespace: h.lease.Namespace,
+		Name:      h.lease.Name,
 		Capacity:  int32(h.capacity),
 		Wait:      wait,
 		Value:     value,
@@ -169,7 +185,7 @@ func (h *holder) request(ctx context.Context, wait bool, value string) (int64, e
 	}
 	if !resp.Msg.GetAcquired() {
 		holder := resp.Msg.GetLease().GetHolderIdentity()
-		return 0, &Error{Op: "Acquire", Kind: ErrLocked, Cause: fmt.Errorf("%s/%s is held by %q", h.ns, h.name, holder)}
+		return 0, &Error{Op: "Acquire", Kind: ErrLocked, Cause: fmt.Errorf("%s is held by %q", h.lease, holder)}
 	}
 	return resp.Msg.GetToken(), nil
 }
@@ -181,7 +197,7 @@ func (h *holder) request(ctx context.Context, wait bool, value string) (int64, e
 func (h *holder) abandon() {
 	ctx, cancel := context.WithTimeout(context.Background(), h.s.c.opts.requestTimeout)
 	defer cancel()
-	l, err := h.s.c.Lease(ctx, h.ns, h.name)
+	l, err := h.s.c.Lease(ctx, h.lease.Namespace, h.lease.Name)
 	if err != nil {
 		return
 	}
@@ -190,7 +206,7 @@ func (h *holder) abandon() {
 			continue
 		}
 		_ = h.s.c.do(ctx, "Release", idempotent, func(ctx context.Context, ep *endpoint) error {
-			_, err := ep.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{Namespace: h.ns, Name: h.name, Token: g.Token}))
+			_, err := ep.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{Namespace: h.lease.Namespace, Name: h.lease.Name, Token: g.Token}))
 			return err
 		})
 	}
@@ -211,7 +227,7 @@ func TokenFromContext(ctx context.Context) (Token, bool) {
 // locally when the session is lost or the server reports the grant gone
 // (revoked, or released by someone else's break-lock).
 func (h *holder) start(token int64, value string) {
-	ctx, cancel := context.WithCancelCause(context.WithValue(h.s.ctx, tokenKey{}, Token{Namespace: h.ns, Name: h.name, Token: token}))
+	ctx, cancel := context.WithCancelCause(context.WithValue(h.s.ctx, tokenKey{}, Token{Namespace: h.lease.Namespace, Name: h.lease.Name, Token: token}))
 	lost := make(chan struct{})
 	done := make(chan struct{})
 	var once sync.Once
@@ -254,7 +270,7 @@ func (h *holder) monitor(ctx context.Context, token int64, end func(error)) {
 		if errors.Is(err, ErrLagged) {
 			// History moved on: ask directly whether the grant stands.
 			if valid, verr := h.validate(ctx, token); verr == nil && !valid {
-				end(&Error{Op: "Lock", Kind: ErrNotHolder, Cause: fmt.Errorf("grant %d of %s/%s is gone", token, h.ns, h.name)})
+				end(&Error{Op: "Lock", Kind: ErrNotHolder, Cause: fmt.Errorf("grant %d of %s is gone", token, h.lease)})
 				return
 			}
 			from = 0
@@ -276,7 +292,7 @@ func (h *holder) watchFrom(ctx context.Context, from, token int64) (ended error,
 	if err != nil {
 		return nil, from, err
 	}
-	st, err := ep.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchLeasesRequest{Namespace: h.ns, Name: h.name, StartRevision: from}))
+	st, err := ep.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchLeasesRequest{Namespace: h.lease.Namespace, Name: h.lease.Name, StartRevision: from}))
 	if err != nil {
 		h.s.c.failover(ep, err)
 		return nil, from, wrap("Watch", err)
@@ -297,7 +313,7 @@ func (h *holder) watchFrom(ctx context.Context, from, token int64) (ended error,
 			if ev.GetType() == tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED {
 				kind = ErrSessionExpired
 			}
-			return &Error{Op: "Lock", Kind: kind, Cause: fmt.Errorf("grant %d of %s/%s ended: %s", token, h.ns, h.name, reason)}, from, nil
+			return &Error{Op: "Lock", Kind: kind, Cause: fmt.Errorf("grant %d of %s ended: %s", token, h.lease, reason)}, from, nil
 		}
 	}
 	err = wrap("Watch", st.Err())
@@ -310,7 +326,7 @@ func (h *holder) watchFrom(ctx context.Context, from, token int64) (ended error,
 func (h *holder) validate(ctx context.Context, token int64) (bool, error) {
 	var valid bool
 	err := h.s.c.do(ctx, "Validate", idempotent, func(ctx context.Context, ep *endpoint) error {
-		resp, err := ep.leases.Validate(ctx, connect.NewRequest(&tenurev1.ValidateRequest{Namespace: h.ns, Name: h.name, Token: token}))
+		resp, err := ep.leases.Validate(ctx, connect.NewRequest(&tenurev1.ValidateRequest{Namespace: h.lease.Namespace, Name: h.lease.Name, Token: token}))
 		if err == nil {
 			valid = resp.Msg.GetValid()
 		}
@@ -327,7 +343,7 @@ func (h *holder) release(ctx context.Context) error {
 	h.token = 0
 	h.mu.Unlock()
 	if token == 0 {
-		return &Error{Op: "Unlock", Kind: ErrNotHolder, Cause: fmt.Errorf("%s/%s is not held by this session", h.ns, h.name)}
+		return &Error{Op: "Unlock", Kind: ErrNotHolder, Cause: fmt.Errorf("%s is not held by this session", h.lease)}
 	}
 	end(errReleased)
 	<-done
@@ -336,7 +352,7 @@ func (h *holder) release(ctx context.Context) error {
 		return nil // the session is gone, and with it the grant
 	}
 	err := h.s.c.do(ctx, "Release", idempotent, func(ctx context.Context, ep *endpoint) error {
-		_, err := ep.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{Namespace: h.ns, Name: h.name, Token: token}))
+		_, err := ep.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{Namespace: h.lease.Namespace, Name: h.lease.Name, Token: token}))
 		return err
 	})
 	// Not holder means the grant is already gone — also after a retry
@@ -352,10 +368,10 @@ func (h *holder) setValue(ctx context.Context, value string) error {
 	token := h.token
 	h.mu.Unlock()
 	if token == 0 {
-		return &Error{Op: "SetValue", Kind: ErrNotLeader, Cause: fmt.Errorf("%s/%s is not held by this session", h.ns, h.name)}
+		return &Error{Op: "SetValue", Kind: ErrNotLeader, Cause: fmt.Errorf("%s is not held by this session", h.lease)}
 	}
 	err := h.s.c.do(ctx, "SetValue", idempotent, func(ctx context.Context, ep *endpoint) error {
-		_, err := ep.leases.SetValue(ctx, connect.NewRequest(&tenurev1.SetValueRequest{Namespace: h.ns, Name: h.name, Token: token, Value: value}))
+		_, err := ep.leases.SetValue(ctx, connect.NewRequest(&tenurev1.SetValueRequest{Namespace: h.lease.Namespace, Name: h.lease.Name, Token: token, Value: value}))
 		return err
 	})
 	if err == nil {
@@ -380,5 +396,5 @@ func (h *holder) valid() bool {
 
 func (h *holder) fenceToken() (Token, bool) {
 	token, _, _ := h.current()
-	return Token{Namespace: h.ns, Name: h.name, Token: token}, token != 0 && h.valid()
+	return Token{Namespace: h.lease.Namespace, Name: h.lease.Name, Token: token}, token != 0 && h.valid()
 }

@@ -40,3 +40,9 @@ func newSession(t testing.TB, c *client.Client, opts ...client.SessionOption) *c
 	t.Cleanup(func() { s.Close(context.Background()) })
 	return s
 }
+
+// tokenOf is g's fencing token number, 0 when nothing is held.
+func tokenOf(g interface{ Token() (client.Token, bool) }) int64 {
+	t, _ := g.Token()
+	return t.Token
+}

@@ -125,9 +125,9 @@ func TestMutexMutualExclusion(t *testing.T) {
 						errs.add("session %d: Lock: %v", i, err)
 						return
 					}
-					token, ok := m.FenceToken()
-					if !ok || token.Token != m.Token() || token.Name != "shared" || token.Namespace != "default" {
-						errs.add("session %d: got = fence token %v valid %v, expected: default/shared:%d valid", i, token, ok, m.Token())
+					token, ok := m.Token()
+					if !ok || token.Token != tokenOf(m) || token.Name != "shared" || token.Namespace != "default" {
+						errs.add("session %d: got = fence token %v valid %v, expected: default/shared:%d valid", i, token, ok, tokenOf(m))
 					}
 					res.enter(i, token.Token)
 					if !res.write(token.Token) {
@@ -209,8 +209,8 @@ func TestMutexBasics(t *testing.T) {
 		if err := m.Unlock(ctx); !errors.Is(err, client.ErrNotHolder) {
 			t.Fatalf("got = %v, expected: ErrNotHolder", err)
 		}
-		if m.Token() != 0 || m.Valid() {
-			t.Fatalf("got = token %d valid %v, expected: 0, false", m.Token(), m.Valid())
+		if tokenOf(m) != 0 || m.Valid() {
+			t.Fatalf("got = token %d valid %v, expected: 0, false", tokenOf(m), m.Valid())
 		}
 		select {
 		case <-m.Lost():
@@ -237,7 +237,7 @@ func TestMutexBasics(t *testing.T) {
 		if err := m1.Lock(ctx); err != nil {
 			t.Fatal(err)
 		}
-		first := m1.Token()
+		first := tokenOf(m1)
 		got := make(chan error, 1)
 		go func() { got <- m2.Lock(ctx) }()
 		select {
@@ -251,8 +251,8 @@ func TestMutexBasics(t *testing.T) {
 		if err := <-got; err != nil {
 			t.Fatal(err)
 		}
-		if m2.Token() <= first {
-			t.Fatalf("got = token %d, expected: above %d", m2.Token(), first)
+		if tokenOf(m2) <= first {
+			t.Fatalf("got = token %d, expected: above %d", tokenOf(m2), first)
 		}
 		if err := m2.Unlock(ctx); err != nil {
 			t.Fatal(err)
@@ -308,7 +308,7 @@ func TestMutexRevoke(t *testing.T) {
 	if err := m.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	token := m.Token()
+	token := tokenOf(m)
 	lost, lockCtx := m.Lost(), m.Context()
 
 	tr := &http.Transport{}
@@ -339,7 +339,7 @@ func TestMutexRevoke(t *testing.T) {
 	if m.Valid() {
 		t.Fatal("got = lock valid after the revoke, expected: invalid")
 	}
-	if _, ok := m.FenceToken(); ok {
+	if _, ok := m.Token(); ok {
 		t.Fatal("got = fence token valid after the revoke, expected: invalid")
 	}
 	if !s.Valid() {
@@ -352,14 +352,14 @@ func TestMutexRevoke(t *testing.T) {
 	if err := m.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if m.Token() <= token || !m.Valid() {
-		t.Fatalf("got = token %d valid %v, expected: above %d, valid", m.Token(), m.Valid(), token)
+	if tokenOf(m) <= token || !m.Valid() {
+		t.Fatalf("got = token %d valid %v, expected: above %d, valid", tokenOf(m), m.Valid(), token)
 	}
 	// The validation API agrees: the old token is gone, the new one holds.
 	for _, tc := range []struct {
 		token int64
 		valid bool
-	}{{token, false}, {m.Token(), true}} {
+	}{{token, false}, {tokenOf(m), true}} {
 		v, err := leases.Validate(ctx, connect.NewRequest(&tenurev1.ValidateRequest{Namespace: "default", Name: "revoked", Token: tc.token}))
 		if err != nil {
 			t.Fatal(err)
@@ -419,7 +419,7 @@ func TestSemaphoreCapacity(t *testing.T) {
 	}
 	tokens := map[int64]bool{}
 	for i := range capacity {
-		tok := sems[i].Token()
+		tok := tokenOf(sems[i])
 		if tok == 0 || tokens[tok] || !sems[i].Valid() {
 			t.Fatalf("got = holder %d token %d (seen %v) valid %v, expected: a valid token of its own", i, tok, tokens, sems[i].Valid())
 		}
@@ -456,7 +456,7 @@ func TestSemaphoreCapacity(t *testing.T) {
 					errs.add("session %d: Acquire: %v", i, err)
 					return
 				}
-				tok := sem.Token()
+				tok := tokenOf(sem)
 				n := inside.Add(1)
 				for m := maxSeen.Load(); n > m && !maxSeen.CompareAndSwap(m, n); m = maxSeen.Load() {
 				}
@@ -516,8 +516,8 @@ func TestRWMutexReadersShareWritersExclude(t *testing.T) {
 		if err != nil {
 			t.Fatalf("reader %d: got = %v while %d others read, expected: shared", i, err, i)
 		}
-		if !r.Valid() || r.Token() == 0 {
-			t.Fatalf("reader %d: got = valid %v token %d, expected: valid with a token", i, r.Valid(), r.Token())
+		if !r.Valid() || tokenOf(r) == 0 {
+			t.Fatalf("reader %d: got = valid %v token %d, expected: valid with a token", i, r.Valid(), tokenOf(r))
 		}
 	}
 	if err := writer.TryLock(ctx); !errors.Is(err, client.ErrLocked) {
@@ -551,15 +551,15 @@ func TestRWMutexReadersShareWritersExclude(t *testing.T) {
 		t.Fatalf("got = reader granted (%v) while a writer holds, expected: waiting", err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	wtoken := writer.Token()
+	wtoken := tokenOf(writer)
 	if err := writer.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-read; err != nil {
 		t.Fatal(err)
 	}
-	if readers[0].Token() <= wtoken {
-		t.Fatalf("got = reader token %d, expected: above the writer's %d", readers[0].Token(), wtoken)
+	if tokenOf(readers[0]) <= wtoken {
+		t.Fatalf("got = reader token %d, expected: above the writer's %d", tokenOf(readers[0]), wtoken)
 	}
 	if err := readers[0].RUnlock(ctx); err != nil {
 		t.Fatal(err)
@@ -700,7 +700,7 @@ func TestGrantContextCarriesItsFencingToken(t *testing.T) {
 	}
 	defer m.Unlock(context.Background())
 	got, ok := client.TokenFromContext(m.Context())
-	want := client.Token{Namespace: "default", Name: "token-in-context", Token: m.Token()}
+	want := client.Token{Namespace: "default", Name: "token-in-context", Token: tokenOf(m)}
 	if !ok || got != want {
 		t.Fatalf("got = %v %v, expected: %v", got, ok, want)
 	}

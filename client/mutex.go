@@ -4,22 +4,66 @@ import (
 	"context"
 )
 
+// Grant is what a Mutex, Semaphore, RWMutex or Election holds: the
+// session's current grant of a lease, with its fencing token and the
+// signals of its end. Each of them embeds a Grant, so they answer these
+// questions the same way.
+//
+// Hold the grant only while Valid is true, and stop the protected work
+// when Lost fires or Context is cancelled: a grant can end without a
+// release (the session's heartbeats stopped being acknowledged, or an
+// operator revoked it).
+type Grant struct {
+	h *holder // the shared (or only) side
+	// x is an RWMutex's exclusive side, nil for the others; the Grant
+	// answers for whichever side holds.
+	x *holder
+}
+
+func (g Grant) held() *holder {
+	if g.x != nil {
+		if t, _, _ := g.x.current(); t != 0 {
+			return g.x
+		}
+	}
+	return g.h
+}
+
+// Token is the current grant's fencing token with its lease name (Token
+// 0 when nothing is held), and whether the grant is valid now (see
+// Valid). Read both from one call: a grant can end, and another begin,
+// between two.
+func (g Grant) Token() (Token, bool) { return g.held().fenceToken() }
+
+// Valid reports whether a grant is held and the session still certainly
+// keeps it (see Session.Valid).
+func (g Grant) Valid() bool { return g.held().valid() }
+
+// Lost is closed when the current grant ends: lost, revoked or given
+// back. Before the first grant it is already closed.
+func (g Grant) Lost() <-chan struct{} { _, _, l := g.held().current(); return l }
+
+// Context is cancelled when the current grant ends, with the cause; run
+// the protected work under it. TokenFromContext reads its token.
+func (g Grant) Context() context.Context { _, c, _ := g.held().current(); return c }
+
+// Lease is the name of the lease the grant is of.
+func (g Grant) Lease() LeaseName { return g.h.lease }
+
 // Mutex is a distributed lock held by a session. Lock waits in the
 // server's FIFO queue; each grant has a fencing token to hand to the
 // resources the holder writes to. A Mutex is safe for concurrent use:
 // goroutines sharing the session take turns.
 //
-// Hold the lock only while Valid is true, and stop the protected work
-// when Lost fires or Context is cancelled: the lock can be lost without
-// Unlock (the session's heartbeats stopped being acknowledged, or an
-// operator revoked it). Call Unlock after a loss too: it returns nil and
-// lets the session's other goroutines take their turn.
-type Mutex struct{ h *holder }
+// Its Grant says whether the lock is still held. Call Unlock after a
+// loss too: it returns nil and lets the session's other goroutines take
+// their turn.
+type Mutex struct{ Grant }
 
 // Mutex returns the lock named name (in the default namespace unless
 // WithNamespace says otherwise).
 func (s *Session) Mutex(name string, opts ...LeaseOption) *Mutex {
-	return &Mutex{newHolder(s, name, 1, false, opts)}
+	return &Mutex{Grant{h: newHolder(s, name, 1, false, opts)}}
 }
 
 // Lock waits until the lock is granted to this session or ctx ends.
@@ -32,31 +76,14 @@ func (m *Mutex) TryLock(ctx context.Context) error { return m.h.acquire(ctx, fal
 // lost counts as released.
 func (m *Mutex) Unlock(ctx context.Context) error { return m.h.release(ctx) }
 
-// Token is the current grant's fencing token, 0 when not held.
-func (m *Mutex) Token() int64 { t, _, _ := m.h.current(); return t }
-
-// FenceToken is the token with its lease name, and whether it is valid.
-func (m *Mutex) FenceToken() (Token, bool) { return m.h.fenceToken() }
-
-// Valid reports whether the lock is held and the session still certainly
-// keeps it (see Session.Valid).
-func (m *Mutex) Valid() bool { return m.h.valid() }
-
-// Lost is closed when the current grant ends: lost, revoked or unlocked.
-func (m *Mutex) Lost() <-chan struct{} { _, _, l := m.h.current(); return l }
-
-// Context is cancelled when the current grant ends; run the protected
-// work under it.
-func (m *Mutex) Context() context.Context { _, c, _ := m.h.current(); return c }
-
 // Semaphore lets up to capacity sessions hold it at once, each with its
-// own fencing token. Its methods mirror Mutex.
-type Semaphore struct{ h *holder }
+// own fencing token. Its Grant is this session's place.
+type Semaphore struct{ Grant }
 
 // Semaphore returns the semaphore named name with the given capacity;
 // every user of the name must agree on the capacity.
 func (s *Session) Semaphore(name string, capacity int, opts ...LeaseOption) *Semaphore {
-	return &Semaphore{newHolder(s, name, capacity, false, opts)}
+	return &Semaphore{Grant{h: newHolder(s, name, capacity, false, opts)}}
 }
 
 // Acquire waits for a place.
@@ -68,21 +95,6 @@ func (m *Semaphore) TryAcquire(ctx context.Context) error { return m.h.acquire(c
 // Release gives the place back.
 func (m *Semaphore) Release(ctx context.Context) error { return m.h.release(ctx) }
 
-// Token is this holder's fencing token, 0 when not held.
-func (m *Semaphore) Token() int64 { t, _, _ := m.h.current(); return t }
-
-// FenceToken is the token with its lease name, and whether it is valid.
-func (m *Semaphore) FenceToken() (Token, bool) { return m.h.fenceToken() }
-
-// Valid reports whether a place is held and still certainly kept.
-func (m *Semaphore) Valid() bool { return m.h.valid() }
-
-// Lost is closed when the current place ends.
-func (m *Semaphore) Lost() <-chan struct{} { _, _, l := m.h.current(); return l }
-
-// Context is cancelled when the current place ends.
-func (m *Semaphore) Context() context.Context { _, c, _ := m.h.current(); return c }
-
 // rwCapacity bounds how many sessions may read-lock one RWMutex at once.
 const rwCapacity = 1000
 
@@ -90,54 +102,29 @@ const rwCapacity = 1000
 // (up to 1000), a writer holds it alone. The server's queue is FIFO, so
 // a waiting writer is not starved by a stream of readers: readers that
 // arrive after it wait for it. Within one session, readers and writers
-// take turns, since a session holds one grant per lock.
-type RWMutex struct {
-	read, write *holder
-}
+// take turns, since a session holds one grant per lock. Its Grant is
+// whichever grant, shared or exclusive, the session holds.
+type RWMutex struct{ Grant }
 
 // RWMutex returns the readers-writer lock named name.
 func (s *Session) RWMutex(name string, opts ...LeaseOption) *RWMutex {
-	return &RWMutex{
-		read:  newHolder(s, name, rwCapacity, false, opts),
-		write: newHolder(s, name, rwCapacity, true, opts),
-	}
+	return &RWMutex{Grant{
+		h: newHolder(s, name, rwCapacity, false, opts),
+		x: newHolder(s, name, rwCapacity, true, opts),
+	}}
 }
 
 // RLock waits for a shared grant.
-func (m *RWMutex) RLock(ctx context.Context) error { return m.read.acquire(ctx, true, "") }
+func (m *RWMutex) RLock(ctx context.Context) error { return m.h.acquire(ctx, true, "") }
 
 // RUnlock releases the shared grant.
-func (m *RWMutex) RUnlock(ctx context.Context) error { return m.read.release(ctx) }
+func (m *RWMutex) RUnlock(ctx context.Context) error { return m.h.release(ctx) }
 
 // Lock waits for the exclusive grant.
-func (m *RWMutex) Lock(ctx context.Context) error { return m.write.acquire(ctx, true, "") }
+func (m *RWMutex) Lock(ctx context.Context) error { return m.x.acquire(ctx, true, "") }
 
 // TryLock takes the exclusive grant if nobody holds the lock.
-func (m *RWMutex) TryLock(ctx context.Context) error { return m.write.acquire(ctx, false, "") }
+func (m *RWMutex) TryLock(ctx context.Context) error { return m.x.acquire(ctx, false, "") }
 
 // Unlock releases the exclusive grant.
-func (m *RWMutex) Unlock(ctx context.Context) error { return m.write.release(ctx) }
-
-// held returns whichever side currently holds a grant.
-func (m *RWMutex) held() *holder {
-	if t, _, _ := m.write.current(); t != 0 {
-		return m.write
-	}
-	return m.read
-}
-
-// Token is the current grant's fencing token (read or write), 0 when not
-// held.
-func (m *RWMutex) Token() int64 { t, _, _ := m.held().current(); return t }
-
-// FenceToken is the token with its lease name, and whether it is valid.
-func (m *RWMutex) FenceToken() (Token, bool) { return m.held().fenceToken() }
-
-// Valid reports whether a grant is held and still certainly kept.
-func (m *RWMutex) Valid() bool { return m.held().valid() }
-
-// Lost is closed when the current grant ends.
-func (m *RWMutex) Lost() <-chan struct{} { _, _, l := m.held().current(); return l }
-
-// Context is cancelled when the current grant ends.
-func (m *RWMutex) Context() context.Context { _, c, _ := m.held().current(); return c }
+func (m *RWMutex) Unlock(ctx context.Context) error { return m.x.release(ctx) }

@@ -1,22 +1,19 @@
 package client
 
-import "context"
+import (
+	"context"
+
+	"github.com/tenurehq/tenure/api"
+)
 
 // ElectionLeader returns the leader of the election name in namespace
-// ("" for "default"), or ErrNoLeader, without joining it.
+// ("" for DefaultNamespace), or ErrNoLeader, without joining it.
 func (c *Client) ElectionLeader(ctx context.Context, namespace, name string) (Leader, error) {
-	return leaderOf(ctx, c, orDefault(namespace), name)
+	return leaderOf(ctx, c, api.NewLeaseName(namespace, name))
 }
 
 // ObserveElection follows an election without joining it; see
 // Election.Observe.
 func (c *Client) ObserveElection(ctx context.Context, namespace, name string) <-chan Leader {
-	return observe(ctx, c, orDefault(namespace), name)
-}
-
-func orDefault(namespace string) string {
-	if namespace == "" {
-		return "default"
-	}
-	return namespace
+	return observe(ctx, c, api.NewLeaseName(namespace, name))
 }

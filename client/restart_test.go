@@ -50,7 +50,7 @@ func TestMutexLockWaitsThroughServerRestart(t *testing.T) {
 	if err := ma.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	first := ma.Token()
+	first := tokenOf(ma)
 	mb := b.Mutex("restart")
 	locked := make(chan error, 1)
 	// Bounded all the same: closing b's session at cleanup ends the wait.
@@ -78,7 +78,7 @@ func TestMutexLockWaitsThroughServerRestart(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("got = B still waiting 20s after A unlocked, expected: granted")
 	}
-	if tok := mb.Token(); tok <= first || !mb.Valid() {
+	if tok := tokenOf(mb); tok <= first || !mb.Valid() {
 		t.Fatalf("got = B's token %d valid %v, expected: above A's %d and valid", tok, mb.Valid(), first)
 	}
 	if err := mb.Unlock(ctx); err != nil {

@@ -51,7 +51,7 @@ type Session struct {
 	closeOnce sync.Once
 
 	mu    sync.Mutex // guards gates
-	gates map[string]chan struct{}
+	gates map[LeaseName]chan struct{}
 }
 
 type sessionOptions struct {
@@ -143,7 +143,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		lost:     make(chan struct{}),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
-		gates:    map[string]chan struct{}{},
+		gates:    map[LeaseName]chan struct{}{},
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	// The open request counts as the first heartbeat: the server started
@@ -401,7 +401,7 @@ func (s *Session) closeOnServer(ctx context.Context) error {
 // gate returns the in-process gate for one lease: the server grants a
 // lease once per session, so goroutines sharing a session take turns here
 // before asking the server.
-func (s *Session) gate(key string, size int) chan struct{} {
+func (s *Session) gate(key LeaseName, size int) chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g, ok := s.gates[key]

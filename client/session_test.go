@@ -131,8 +131,8 @@ func TestSessionLossDetection(t *testing.T) {
 	if got.aValid || !lostAt.Before(got.at) {
 		t.Fatalf("got = a valid %v when b was granted, a lost %v before b's grant, expected: a invalid and lost first", got.aValid, got.at.Sub(lostAt))
 	}
-	if mb.Token() <= ma.Token() || !mb.Valid() {
-		t.Fatalf("got = b token %d (a's %d) valid %v, expected: above a's and valid", mb.Token(), ma.Token(), mb.Valid())
+	if tokenOf(mb) <= tokenOf(ma) || !mb.Valid() {
+		t.Fatalf("got = b token %d (a's %d) valid %v, expected: above a's and valid", tokenOf(mb), tokenOf(ma), mb.Valid())
 	}
 
 	// The network heals: a stays lost and never takes the lock back.

@@ -25,15 +25,15 @@ func TestSmokeMutexAndKV(t *testing.T) {
 	got := make(chan error, 1)
 	go func() { got <- mb.Lock(ctx) }()
 	time.Sleep(100 * time.Millisecond)
-	tok := ma.Token()
+	tok := tokenOf(ma)
 	if err := ma.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-got; err != nil {
 		t.Fatal(err)
 	}
-	if mb.Token() <= tok || !mb.Valid() {
-		t.Fatalf("got = token %d valid %v, expected: above %d and valid", mb.Token(), mb.Valid(), tok)
+	if tokenOf(mb) <= tok || !mb.Valid() {
+		t.Fatalf("got = token %d valid %v, expected: above %d and valid", tokenOf(mb), mb.Valid(), tok)
 	}
 	time.Sleep(3 * time.Second) // past the TTL: heartbeats keep it
 	if !mb.Valid() {

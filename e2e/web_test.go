@@ -92,7 +92,8 @@ func TestWebPageShowsWhoHoldsWhatAndFollowsChanges(t *testing.T) {
 	if title, err := chromedp.Run(tab, chromedp.Title()); err != nil || title != "Tenure" {
 		t.Fatalf("title got = %q (%v), expected: Tenure", title, err)
 	}
-	aliceToken := held.Token()
+	aliceTok, _ := held.Token()
+	aliceToken := aliceTok.Token
 	waitFor("alice holding with her token and bob waiting", func() bool {
 		row := leaseRow("nightly-report")
 		fields := strings.Split(row, "\t")
@@ -108,9 +109,10 @@ func TestWebPageShowsWhoHoldsWhatAndFollowsChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer waiting.Unlock(context.Background())
+	bobTok, _ := waiting.Token()
 	waitFor("bob holding after the handover", func() bool {
 		fields := strings.Split(leaseRow("nightly-report"), "\t")
-		return len(fields) >= 7 && fields[2] == "bob" && fields[3] == strconv.FormatInt(waiting.Token(), 10) && fields[6] == "0"
+		return len(fields) >= 7 && fields[2] == "bob" && fields[3] == strconv.FormatInt(bobTok.Token, 10) && fields[6] == "0"
 	})
 	events, err := chromedp.Run(tab, chromedp.Text("#events"))
 	if err != nil {

@@ -45,7 +45,7 @@ type heldLock struct {
 	valid bool
 }
 
-func (l *heldLock) FenceToken() (client.Token, bool) { return l.token, l.valid }
+func (l *heldLock) Token() (client.Token, bool) { return l.token, l.valid }
 
 // An owner's HTTP client that fences its calls: every request carries
 // the lock's token, and nothing is sent once the lock is lost.

@@ -64,7 +64,7 @@ func (s *source) set(t client.Token, valid bool) {
 	s.tok, s.valid = t, valid
 }
 
-func (s *source) FenceToken() (client.Token, bool) {
+func (s *source) Token() (client.Token, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.tok, s.valid

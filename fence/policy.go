@@ -86,7 +86,7 @@ func (p monotonicPolicy) Check(ctx context.Context, t client.Token) error {
 	if err := check(t); err != nil {
 		return err
 	}
-	highest, err := p.store.Observe(t.Namespace+"/"+t.Name, t.Token)
+	highest, err := p.store.Observe(t.Lease().String(), t.Token)
 	if err != nil {
 		return fmt.Errorf("%w: recording %s: %w", ErrUnavailable, t, err)
 	}

@@ -86,7 +86,7 @@ func TestValidate(t *testing.T) {
 	if err := ma.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ta, ok := ma.FenceToken()
+	ta, ok := ma.Token()
 	if !ok {
 		t.Fatal("got = not valid, expected: a's grant valid")
 	}
@@ -106,7 +106,7 @@ func TestValidate(t *testing.T) {
 	if err := mb.Lock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	tb, _ := mb.FenceToken()
+	tb, _ := mb.Token()
 	if err := p.Check(ctx, tb); err != nil {
 		t.Fatalf("successor's token: got = %v, expected: accepted", err)
 	}
@@ -132,7 +132,7 @@ func TestValidate(t *testing.T) {
 		if err := s.Acquire(ctx); err != nil {
 			t.Fatal(err)
 		}
-		t1, _ := s.FenceToken()
+		t1, _ := s.Token()
 		if err := p.Check(ctx, t1); err != nil {
 			t.Fatalf("semaphore holder %v: got = %v, expected: accepted", t1, err)
 		}

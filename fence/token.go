@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/tenurehq/tenure/client"
 )
@@ -65,40 +63,18 @@ func check(t client.Token) error {
 	return nil
 }
 
-// invalid says why t is malformed, or "" when it is not. The namespace
-// and name rules are the server's (DESIGN.md limits), except the name's
-// length, whose limit is the server's configuration.
+// invalid says why t is malformed, or "" when it is not: its lease name
+// breaks client.LeaseName's rules (the server's, except the name's
+// length, whose limit is the server's configuration), or its token is not
+// positive.
 func invalid(t client.Token) string {
-	switch {
-	case t.Namespace == "":
-		return "empty namespace"
-	case len(t.Namespace) > 63 || !dnsLabel(t.Namespace):
-		return fmt.Sprintf("namespace %q must be a DNS label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit", t.Namespace)
-	case t.Name == "":
-		return "empty name"
-	case !utf8.ValidString(t.Name):
-		return "name is not valid UTF-8"
-	case strings.IndexFunc(t.Name, unicode.IsControl) >= 0:
-		return fmt.Sprintf("name has a control character at byte %d", strings.IndexFunc(t.Name, unicode.IsControl))
-	case strings.IndexByte(t.Name, '/') >= 0:
-		return fmt.Sprintf("name %q has a '/' at byte %d; lease names may not contain '/'", t.Name, strings.IndexByte(t.Name, '/'))
-	case t.Token <= 0:
+	if err := t.Lease().Validate(); err != nil {
+		return err.Error()
+	}
+	if t.Token <= 0 {
 		return fmt.Sprintf("token must be positive, got %d", t.Token)
 	}
 	return ""
-}
-
-func dnsLabel(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
-		case c == '-' && i > 0 && i < len(s)-1:
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 func malformed(s, why string) error {

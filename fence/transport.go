@@ -13,9 +13,9 @@ import (
 // Source hands out the fencing token to attach to a request, and whether
 // it is still valid. client.Mutex, Semaphore, RWMutex and Election are
 // Sources; their validity is pessimistic (see client.Session.Valid).
-// FenceToken is called once per request, from the goroutine sending it.
+// Token is called once per request, from the goroutine sending it.
 type Source interface {
-	FenceToken() (client.Token, bool)
+	Token() (client.Token, bool)
 }
 
 // ContextSource is the Source of a grant's context: the context a Mutex
@@ -27,7 +27,7 @@ func ContextSource(ctx context.Context) Source { return contextSource{ctx} }
 
 type contextSource struct{ ctx context.Context }
 
-func (s contextSource) FenceToken() (client.Token, bool) {
+func (s contextSource) Token() (client.Token, bool) {
 	t, ok := client.TokenFromContext(s.ctx)
 	return t, ok && s.ctx.Err() == nil
 }
@@ -35,14 +35,14 @@ func (s contextSource) FenceToken() (client.Token, bool) {
 // token returns src's token, or an ErrNotHolding error when it is not
 // valid. what names the request for the message.
 func token(src Source, what string) (client.Token, error) {
-	t, ok := src.FenceToken()
+	t, ok := src.Token()
 	if ok && t.Token > 0 {
 		return t, nil
 	}
 	if t.Token > 0 {
 		return client.Token{}, fmt.Errorf("%w: fencing token %s is no longer valid; %s not sent", ErrNotHolding, t, what)
 	}
-	return client.Token{}, fmt.Errorf("%w: %s/%s is not held; %s not sent", ErrNotHolding, t.Namespace, t.Name, what)
+	return client.Token{}, fmt.Errorf("%w: %s is not held; %s not sent", ErrNotHolding, t.Lease(), what)
 }
 
 // Transport returns a RoundTripper that sends each request through base

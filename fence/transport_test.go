@@ -134,18 +134,19 @@ func TestContextSourceFollowsTheGrantContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := fence.ContextSource(m.Context())
-	got, ok := src.FenceToken()
-	want := client.Token{Namespace: "default", Name: "ctx-source", Token: m.Token()}
+	got, ok := src.Token()
+	held, _ := m.Token()
+	want := client.Token{Namespace: "default", Name: "ctx-source", Token: held.Token}
 	if !ok || got != want {
 		t.Fatalf("got = %v %v, expected: %v, valid", got, ok, want)
 	}
 	if err := m.Unlock(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := src.FenceToken(); ok {
+	if _, ok := src.Token(); ok {
 		t.Fatalf("got = valid after Unlock, expected: not valid once the grant's context ended")
 	}
-	if _, ok := fence.ContextSource(context.Background()).FenceToken(); ok {
+	if _, ok := fence.ContextSource(context.Background()).Token(); ok {
 		t.Fatalf("got = valid for a context without a grant, expected: not valid")
 	}
 }

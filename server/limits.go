@@ -87,8 +87,8 @@ func (l Limits) Validate() error {
 		return bad("MaxCapacity", "max-capacity", l.MaxCapacity, "at least 1")
 	case l.MaxLabels < 0:
 		return bad("MaxLabels", "max-labels", l.MaxLabels, "0 or more")
-	case l.WatchHistory < 16:
-		return bad("WatchHistory", "watch-history", l.WatchHistory, "at least 16")
+	case l.WatchHistory < 1:
+		return bad("WatchHistory", "watch-history", l.WatchHistory, "at least 1")
 	}
 	return nil
 }

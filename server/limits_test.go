@@ -22,7 +22,7 @@ func TestLimitsThatCannotWorkAreRefusedNamingTheField(t *testing.T) {
 		{"a default TTL outside the range", func(l *Limits) { l.DefaultTTL = time.Second }, "DefaultTTL is 1s; it must be within MinTTL 2s and MaxTTL 24h0m0s (--default-ttl)"},
 		{"no semaphore capacity", func(l *Limits) { l.MaxCapacity = 0 }, "MaxCapacity is 0; it must be at least 1 (--max-capacity)"},
 		{"negative label count", func(l *Limits) { l.MaxLabels = -1 }, "MaxLabels is -1"},
-		{"a watch history too short to catch up", func(l *Limits) { l.WatchHistory = 3 }, "WatchHistory is 3; it must be at least 16 (--watch-history)"},
+		{"no watch history", func(l *Limits) { l.WatchHistory = 0 }, "WatchHistory is 0; it must be at least 1 (--watch-history)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -135,7 +135,7 @@ func campaignOnce(cmd *cobra.Command, g *globals, o *electOptions, c *client.Cli
 		defer cancel()
 		_ = e.Resign(rctx)
 	}()
-	token, _ := e.FenceToken()
+	token, _ := e.Token()
 	ch := &child{
 		args:      argv,
 		env:       grantEnv(token, s.Identity(), g.endpoints),

@@ -169,7 +169,7 @@ func runLock(cmd *cobra.Command, g *globals, o *lockOptions, name string, argv [
 		defer cancel()
 		_ = sem.Release(rctx)
 	}()
-	token, _ := sem.FenceToken()
+	token, _ := sem.Token()
 	if len(argv) == 0 {
 		return holdUntilInterrupted(cmd, ctx, token, s.Identity(), sem.Lost())
 	}

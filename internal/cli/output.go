@@ -74,9 +74,9 @@ func toLeaseDoc(l client.Lease) leaseDoc {
 	d := leaseDoc{
 		APIVersion: "coordination.tenure.dev/v1",
 		Kind:       "Lease",
-		Metadata:   leaseMetadata{Name: l.Name, Namespace: l.Namespace, Labels: l.Labels, ResourceVersion: strconv.FormatInt(l.ModRev, 10)},
+		Metadata:   leaseMetadata{Name: l.Name, Namespace: l.Namespace, Labels: l.Labels, ResourceVersion: strconv.FormatInt(l.ModRevision, 10)},
 		Spec:       leaseSpec{LeaseTransitions: l.Transitions},
-		Status:     leaseStatus{FencingToken: l.FencingToken, Capacity: l.Capacity, Value: l.Value, Waiters: []waiterDoc{}, LockDelayActive: l.LockDelayOn},
+		Status:     leaseStatus{FencingToken: l.Token, Capacity: l.Capacity, Value: l.Value, Waiters: []waiterDoc{}, LockDelayActive: l.LockDelayOn},
 	}
 	if l.LockDelay > 0 {
 		d.Status.LockDelay = l.LockDelay.String()
@@ -170,7 +170,7 @@ func printLeases(w io.Writer, leases []client.Lease, format string, allNamespace
 		if wide {
 			token, ttl, expires := "<none>", "<none>", "<none>"
 			if l.Holder != "" {
-				token = strconv.FormatInt(l.FencingToken, 10)
+				token = strconv.FormatInt(l.Token, 10)
 				ttl = l.LeaseDuration.String()
 				if !l.RenewTime.IsZero() {
 					expires = humanDuration(l.RenewTime.Add(l.LeaseDuration).Sub(now))

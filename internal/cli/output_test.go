@@ -26,19 +26,19 @@ func fixtureLeases() []client.Lease {
 	return []client.Lease{
 		{
 			Namespace: "default", Name: "nightly-report", Capacity: 1,
-			Holder: "alice", FencingToken: 42, LeaseDuration: 10 * time.Second,
+			Holder: "alice", Token: 42, LeaseDuration: 10 * time.Second,
 			AcquireTime: now.Add(-3*time.Minute - 12*time.Second), RenewTime: now.Add(-2 * time.Second),
-			Transitions: 3, LockDelay: 3 * time.Second, CreateRev: 7, ModRev: 42,
-			Holders: []client.Grant{{SessionID: 11, Holder: "alice", Token: 42,
+			Transitions: 3, LockDelay: 3 * time.Second, CreateRevision: 7, ModRevision: 42,
+			Holders: []client.GrantInfo{{SessionID: 11, Holder: "alice", Token: 42,
 				AcquireTime: now.Add(-3*time.Minute - 12*time.Second), RenewTime: now.Add(-2 * time.Second)}},
 			Waiters: []client.Waiter{{SessionID: 12, Holder: "bob", Since: now.Add(-90 * time.Second)}},
 		},
 		{
 			Namespace: "default", Name: "render-slots", Capacity: 3,
-			Holder: "render-1", FencingToken: 50, LeaseDuration: 30 * time.Second,
+			Holder: "render-1", Token: 50, LeaseDuration: 30 * time.Second,
 			AcquireTime: now.Add(-45 * time.Second), RenewTime: now.Add(-5 * time.Second),
-			Transitions: 9, Labels: map[string]string{"tier": "batch", "app": "render"}, CreateRev: 20, ModRev: 52,
-			Holders: []client.Grant{
+			Transitions: 9, Labels: map[string]string{"tier": "batch", "app": "render"}, CreateRevision: 20, ModRevision: 52,
+			Holders: []client.GrantInfo{
 				{SessionID: 21, Holder: "render-1", Token: 50, AcquireTime: now.Add(-45 * time.Second), RenewTime: now.Add(-5 * time.Second)},
 				{SessionID: 22, Holder: "render-2", Token: 51, AcquireTime: now.Add(-30 * time.Second)},
 				{SessionID: 23, Holder: "render-3", Token: 52, AcquireTime: now.Add(-15 * time.Second), RenewTime: now.Add(-1 * time.Second)},
@@ -46,15 +46,15 @@ func fixtureLeases() []client.Lease {
 		},
 		{
 			Namespace: "prod", Name: "scheduler", Capacity: 1,
-			Holder: "sched-1", FencingToken: 1234, Value: "10.0.0.7:8080", LeaseDuration: 15 * time.Second,
+			Holder: "sched-1", Token: 1234, Value: "10.0.0.7:8080", LeaseDuration: 15 * time.Second,
 			AcquireTime: now.Add(-50 * time.Hour), RenewTime: now.Add(-4 * time.Second),
-			Transitions: 1, Labels: map[string]string{"app": "scheduler"}, CreateRev: 3, ModRev: 1234,
-			Holders: []client.Grant{{SessionID: 5, Holder: "sched-1", Token: 1234, Value: "10.0.0.7:8080", Exclusive: true,
+			Transitions: 1, Labels: map[string]string{"app": "scheduler"}, CreateRevision: 3, ModRevision: 1234,
+			Holders: []client.GrantInfo{{SessionID: 5, Holder: "sched-1", Token: 1234, Value: "10.0.0.7:8080", Exclusive: true,
 				AcquireTime: now.Add(-50 * time.Hour), RenewTime: now.Add(-4 * time.Second)}},
 		},
 		{
 			Namespace: "prod", Name: "payments-batch", Capacity: 1,
-			Transitions: 4, LockDelay: 15 * time.Second, LockDelayOn: true, CreateRev: 30, ModRev: 1300,
+			Transitions: 4, LockDelay: 15 * time.Second, LockDelayOn: true, CreateRevision: 30, ModRevision: 1300,
 		},
 	}
 }
@@ -276,10 +276,10 @@ func TestHumanDuration(t *testing.T) {
 }
 
 func TestHolderList(t *testing.T) {
-	grants := func(names ...string) []client.Grant {
-		var gs []client.Grant
+	grants := func(names ...string) []client.GrantInfo {
+		var gs []client.GrantInfo
 		for _, n := range names {
-			gs = append(gs, client.Grant{Holder: n})
+			gs = append(gs, client.GrantInfo{Holder: n})
 		}
 		return gs
 	}

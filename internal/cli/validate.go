@@ -43,7 +43,7 @@ granted.`,
 				if l.Holder == "" {
 					fmt.Fprintf(out, "not valid: %s/%s has no holder\n", l.Namespace, l.Name)
 				} else {
-					fmt.Fprintf(out, "not valid: the current holder of %s/%s is %s with token %d\n", l.Namespace, l.Name, l.Holder, l.FencingToken)
+					fmt.Fprintf(out, "not valid: the current holder of %s/%s is %s with token %d\n", l.Namespace, l.Name, l.Holder, l.Token)
 				}
 				return &exitError{code: ExitUnmet}
 			})
