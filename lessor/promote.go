@@ -1,0 +1,107 @@
+package lessor
+
+import (
+	"context"
+	"time"
+
+	"github.com/tenurehq/tenure/statemachine"
+)
+
+// Promote is called when this node has become leader, after a barrier and
+// a NewEpoch entry, with the epoch that entry set and the deadlines read
+// from the state with no command applied in between (hold the state lock
+// across reading d and calling Promote, or events in the gap are lost).
+//
+// Every deadline is reset to now + its TTL or delay + extra, where extra
+// is the election timeout: the old leader may have renewed a session just
+// before it lost touch, so a failover may lengthen a lease but never
+// shorten it. Promote replaces whatever was tracked and starts expiring.
+func (l *Lessor) Promote(epoch int64, d statemachine.Deadlines, extra time.Duration) {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		l.logger.Warn("lessor: promote after stop ignored", "epoch", epoch)
+		return
+	}
+	l.resetLocked()
+	l.leader = true
+	l.epoch = epoch
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+
+	l.heap = make(deadlineHeap, 0, len(d.Sessions)+len(d.Keys)+len(d.Delays))
+	var maps [shardCount]map[int64]*session
+	for i := range maps {
+		maps[i] = make(map[int64]*session, len(d.Sessions)/shardCount+1)
+	}
+	for _, st := range d.Sessions {
+		ttl := time.Duration(st.TTL)
+		s := &session{id: st.ID, ttl: ttl, deadline: now.Add(ttl + extra)}
+		m := maps[(uint64(st.ID)*0x9E3779B97F4A7C15)>>59]
+		if old := m[st.ID]; old != nil {
+			old.removed = true
+		} else {
+			l.sessions++
+		}
+		m[st.ID] = s
+		l.heap = append(l.heap, item{at: s.deadline, s: s})
+	}
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		sh.m, sh.active = maps[i], true
+		sh.mu.Unlock()
+	}
+	l.keys = make(map[string]*keyEntry, len(d.Keys))
+	for _, kt := range d.Keys {
+		k := &keyEntry{kt: kt, deadline: now.Add(time.Duration(kt.TTL) + extra)}
+		l.keys[kt.Key] = k
+		l.heap = append(l.heap, item{at: k.deadline, k: k})
+	}
+	l.delays = make(map[statemachine.LeaseID]*delayEntry, len(d.Delays))
+	for _, ld := range d.Delays {
+		e := &delayEntry{ld: ld, deadline: now.Add(time.Duration(ld.Delay) + extra)}
+		l.delays[ld.Lease] = e
+		l.heap = append(l.heap, item{at: e.deadline, d: e})
+	}
+	l.heap.init()
+	l.metrics.sessions.Set(float64(l.sessions))
+	l.logger.Info("lessor: promoted", "epoch", epoch, "sessions", l.sessions,
+		"keys", len(l.keys), "lock_delays", len(l.delays), "extra", extra)
+	l.kick()
+}
+
+// Demote is called when leadership is lost. It cancels any proposal in
+// flight, stops expiring and forgets everything; heartbeats then get
+// ErrNotLeader. The next leader re-reads the deadlines from the state.
+func (l *Lessor) Demote() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.leader {
+		l.logger.Info("lessor: demoted", "epoch", l.epoch)
+	}
+	l.resetLocked()
+}
+
+// resetLocked ends the current term, if any. The heap and maps are
+// dropped, not emptied, so that the loop's in-flight batch of the old term
+// cannot reach the new one's items.
+func (l *Lessor) resetLocked() {
+	l.term++
+	if l.cancel != nil {
+		l.cancel()
+	}
+	l.ctx, l.cancel = nil, nil
+	l.leader = false
+	l.epoch = 0
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		sh.m, sh.active = nil, false
+		sh.mu.Unlock()
+	}
+	l.sessions = 0
+	l.keys, l.delays, l.heap = nil, nil, nil
+	l.metrics.sessions.Set(0)
+	l.kick()
+}
