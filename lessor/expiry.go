@@ -7,34 +7,28 @@ import (
 	"github.com/tenurehq/tenure/statemachine"
 )
 
-func (l *Lessor) kick() {
-	select {
-	case l.kickC <- struct{}{}:
-	default:
-	}
-}
-
 // batch is what the loop proposes in one round: due items of each kind,
 // with the term they were collected in.
 type batch struct {
 	term     uint64
 	epoch    int64
 	ctx      context.Context
-	sessions []*session
-	keys     []*keyEntry
-	delays   []*delayEntry
+	sessions []item
+	keys     []item
+	delays   []item
 }
 
 func (b *batch) len() int { return len(b.sessions) + len(b.keys) + len(b.delays) }
 
-func (b *batch) full(it item) bool {
+// of returns the part of b that holds items of the same kind as it.
+func (b *batch) of(it item) *[]item {
 	switch {
 	case it.s != nil:
-		return len(b.sessions) >= maxBatch
+		return &b.sessions
 	case it.k != nil:
-		return len(b.keys) >= maxBatch
+		return &b.keys
 	default:
-		return len(b.delays) >= maxBatch
+		return &b.delays
 	}
 }
 
@@ -74,6 +68,15 @@ func (l *Lessor) run() {
 	}
 }
 
+// kick wakes the loop. It never blocks: one pending wake is enough, as
+// the loop looks at the whole heap when it wakes.
+func (l *Lessor) kick() {
+	select {
+	case l.kickC <- struct{}{}:
+	default:
+	}
+}
+
 // collect pops due items into b, re-queueing those renewed since they were
 // queued (the lazy re-check that keeps Heartbeat off the heap) and marking
 // due sessions as expiring. more reports that due items remain; otherwise
@@ -94,44 +97,43 @@ func (l *Lessor) collect(b *batch) (more bool, wait time.Duration) {
 		if now.Before(it.at) {
 			return false, it.at.Sub(now)
 		}
-		if n >= maxExamine || b.full(it) {
+		if n >= maxExamine || len(*b.of(it)) >= maxBatch {
 			return true, 0
 		}
 		l.heap.pop()
 		if it.stale() {
 			continue
 		}
-		switch {
-		case it.s != nil:
-			s := it.s
-			sh := l.shard(s.id)
-			sh.mu.Lock()
-			deadline := s.deadline
-			due := !now.Before(deadline)
-			if due {
-				s.expiring = true
-			}
-			sh.mu.Unlock()
-			if due {
-				b.sessions = append(b.sessions, s)
-			} else {
-				l.heap.push(item{at: deadline, s: s})
-			}
-		case it.k != nil:
-			if now.Before(it.k.deadline) {
-				l.heap.push(item{at: it.k.deadline, k: it.k})
-			} else {
-				b.keys = append(b.keys, it.k)
-			}
-		default:
-			if now.Before(it.d.deadline) {
-				l.heap.push(item{at: it.d.deadline, d: it.d})
-			} else {
-				b.delays = append(b.delays, it.d)
-			}
+		if deadline := l.deadlineLocked(it, now); now.Before(deadline) {
+			it.at = deadline
+			l.heap.push(it)
+			continue
 		}
+		part := b.of(it)
+		*part = append(*part, it)
 	}
 	return false, -1
+}
+
+// deadlineLocked returns the current deadline of the entry that it times.
+// A session's moves with heartbeats, under its shard's mutex; one due at
+// now is marked expiring under the same lock, so that no heartbeat renews
+// it while its expiry is proposed.
+func (l *Lessor) deadlineLocked(it item, now time.Time) time.Time {
+	switch {
+	case it.s != nil:
+		sh := l.shard(it.s.id)
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		if !now.Before(it.s.deadline) {
+			it.s.expiring = true
+		}
+		return it.s.deadline
+	case it.k != nil:
+		return it.k.deadline
+	default:
+		return it.d.deadline
+	}
 }
 
 // propose sends one command per kind. Items stay marked until Observe sees
@@ -140,51 +142,27 @@ func (l *Lessor) collect(b *batch) (more bool, wait time.Duration) {
 // does not: the state machine has applied it, so anything it skipped was
 // already gone or renewed by a newer write, and its event forgets the item.
 func (l *Lessor) propose(b *batch) {
-	if n := len(b.sessions); n > 0 {
-		ids := make([]int64, n)
-		for i, s := range b.sessions {
-			ids[i] = s.id
-		}
-		err := l.proposer.ExpireSessions(b.ctx, b.epoch, ids)
-		l.proposed(b, "session", n, err, func(at time.Time) {
-			for _, s := range b.sessions {
-				if !s.removed {
-					l.heap.push(item{at: at, s: s})
-				}
-			}
-		})
-	}
-	if n := len(b.keys); n > 0 {
-		keys := make([]statemachine.KeyTTL, n)
-		for i, k := range b.keys {
-			keys[i] = k.kt
-		}
-		err := l.proposer.ExpireKeys(b.ctx, b.epoch, keys)
-		l.proposed(b, "key", n, err, func(at time.Time) {
-			for _, k := range b.keys {
-				if !k.removed {
-					l.heap.push(item{at: at, k: k})
-				}
-			}
-		})
-	}
-	if n := len(b.delays); n > 0 {
-		delays := make([]statemachine.LockDelay, n)
-		for i, e := range b.delays {
-			delays[i] = e.ld
-		}
-		err := l.proposer.EndLockDelays(b.ctx, b.epoch, delays)
-		l.proposed(b, "lock_delay", n, err, func(at time.Time) {
-			for _, e := range b.delays {
-				if !e.removed {
-					l.heap.push(item{at: at, d: e})
-				}
-			}
-		})
-	}
+	proposeKind(l, b, "session", b.sessions, l.proposer.ExpireSessions,
+		func(it item) int64 { return it.s.id })
+	proposeKind(l, b, "key", b.keys, l.proposer.ExpireKeys,
+		func(it item) statemachine.KeyTTL { return it.k.kt })
+	proposeKind(l, b, "lock_delay", b.delays, l.proposer.EndLockDelays,
+		func(it item) statemachine.LockDelay { return it.d.ld })
 }
 
-func (l *Lessor) proposed(b *batch, kind string, n int, err error, requeue func(at time.Time)) {
+// proposeKind proposes items, all of one kind, through send, each as
+// wire makes it, and counts and logs the outcome under kind.
+func proposeKind[W any](l *Lessor, b *batch, kind string, items []item,
+	send func(ctx context.Context, epoch int64, ws []W) error, wire func(item) W) {
+	n := len(items)
+	if n == 0 {
+		return
+	}
+	ws := make([]W, n)
+	for i, it := range items {
+		ws[i] = wire(it)
+	}
+	err := send(b.ctx, b.epoch, ws)
 	l.metrics.proposed.WithLabelValues(kind).Add(float64(n))
 	if err == nil {
 		l.logger.Debug("lessor: expiry proposed", "kind", kind, "n", n, "epoch", b.epoch)
@@ -202,5 +180,11 @@ func (l *Lessor) proposed(b *batch, kind string, n int, err error, requeue func(
 	}
 	l.logger.Warn("lessor: proposing expiry failed; will retry", "kind", kind, "n", n,
 		"epoch", b.epoch, "retry_in", l.retry, "err", err)
-	requeue(l.now().Add(l.retry))
+	at := l.now().Add(l.retry)
+	for _, it := range items {
+		if !it.stale() {
+			it.at = at
+			l.heap.push(it)
+		}
+	}
 }
