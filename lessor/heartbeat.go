@@ -28,10 +28,23 @@ type shard struct {
 	_      [96]byte // keeps neighbouring shards' mutexes off one cache line
 }
 
-func (l *Lessor) shard(id int64) *shard {
-	// Session IDs are revisions, nearly consecutive; the multiply spreads
-	// them anyway should the allocation ever change.
-	return &l.shards[(uint64(id)*0x9E3779B97F4A7C15)>>59]
+func (l *Lessor) shard(id int64) *shard { return &l.shards[shardOf(id)] }
+
+// shardOf is the index of session id's shard. Session IDs are revisions,
+// nearly consecutive; the multiply spreads them anyway should the
+// allocation ever change.
+func shardOf(id int64) int { return int((uint64(id) * 0x9E3779B97F4A7C15) >> 59) }
+
+// setShards replaces every shard's sessions with maps[i], and sets whether
+// it takes heartbeats. Each shard changes under its own mutex, so a
+// heartbeat sees either the old sessions or the new, never a mix.
+func (l *Lessor) setShards(maps [shardCount]map[int64]*session, active bool) {
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		sh.m, sh.active = maps[i], active
+		sh.mu.Unlock()
+	}
 }
 
 // Heartbeat renews a session on behalf of its client, on the API's

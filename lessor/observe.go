@@ -58,9 +58,7 @@ func (l *Lessor) Observe(events []statemachine.Event) {
 			l.forgetKeyLocked(ev.KV.Key)
 			if ev.KV.TTL > 0 {
 				kt := statemachine.KeyTTL{Key: ev.KV.Key, ModRevision: ev.KV.ModRevision, TTL: ev.KV.TTL}
-				k := &keyEntry{kt: kt, deadline: now.Add(time.Duration(kt.TTL))}
-				l.keys[kt.Key] = k
-				l.pushLocked(item{at: k.deadline, k: k})
+				l.pushLocked(l.trackKeyLocked(kt, now.Add(time.Duration(kt.TTL))))
 			}
 		case statemachine.EventKeyDeleted, statemachine.EventKeyExpired:
 			if kv := eventKey(ev); kv != nil {
@@ -72,9 +70,7 @@ func (l *Lessor) Observe(events []statemachine.Event) {
 			}
 			l.forgetDelayLocked(ev.Lease)
 			ld := statemachine.LockDelay{Lease: ev.Lease, Revision: ev.Revision, Delay: ev.LockDelay}
-			e := &delayEntry{ld: ld, deadline: now.Add(time.Duration(ld.Delay))}
-			l.delays[ld.Lease] = e
-			l.pushLocked(item{at: e.deadline, d: e})
+			l.pushLocked(l.trackDelayLocked(ld, now.Add(time.Duration(ld.Delay))))
 		case statemachine.EventLockDelayEnded:
 			l.forgetDelayLocked(ev.Lease)
 		}
@@ -97,15 +93,39 @@ func eventKey(ev *statemachine.Event) *statemachine.KeyValue {
 func (l *Lessor) addSessionLocked(s *session) {
 	sh := l.shard(s.id)
 	sh.mu.Lock()
-	old := sh.m[s.id]
-	sh.m[s.id] = s
+	it := l.trackSessionLocked(sh.m, s)
 	sh.mu.Unlock()
-	if old != nil {
+	l.pushLocked(it)
+}
+
+// trackSessionLocked puts s in m, a shard's map or one Promote is filling,
+// in place of any session of the same ID, whose item it makes stale. It
+// returns s's item for the caller to queue: Observe pushes each, Promote
+// heaps them all at once.
+func (l *Lessor) trackSessionLocked(m map[int64]*session, s *session) item {
+	if old := m[s.id]; old != nil {
 		old.removed = true
 	} else {
 		l.sessions++
 	}
-	l.pushLocked(item{at: s.deadline, s: s})
+	m[s.id] = s
+	return item{at: s.deadline, s: s}
+}
+
+// trackKeyLocked times kt until deadline and returns its item to queue.
+// The caller forgets the key's previous entry first, if it may have one.
+func (l *Lessor) trackKeyLocked(kt statemachine.KeyTTL, deadline time.Time) item {
+	k := &keyEntry{kt: kt, deadline: deadline}
+	l.keys[kt.Key] = k
+	return item{at: deadline, k: k}
+}
+
+// trackDelayLocked times ld until deadline and returns its item to queue.
+// The caller forgets the lease's previous entry first, if it may have one.
+func (l *Lessor) trackDelayLocked(ld statemachine.LockDelay, deadline time.Time) item {
+	e := &delayEntry{ld: ld, deadline: deadline}
+	l.delays[ld.Lease] = e
+	return item{at: deadline, d: e}
 }
 
 func (l *Lessor) forgetSessionLocked(id int64) {

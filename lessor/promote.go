@@ -29,6 +29,9 @@ func (l *Lessor) Promote(epoch int64, d statemachine.Deadlines, extra time.Durat
 	l.epoch = epoch
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 
+	// Sessions fill maps of their own, so that each shard is locked once
+	// rather than once a session, and items are heaped once at the end
+	// rather than pushed one by one: a new leader may inherit 100,000.
 	l.heap = make(deadlineHeap, 0, len(d.Sessions)+len(d.Keys)+len(d.Delays))
 	var maps [shardCount]map[int64]*session
 	for i := range maps {
@@ -37,32 +40,16 @@ func (l *Lessor) Promote(epoch int64, d statemachine.Deadlines, extra time.Durat
 	for _, st := range d.Sessions {
 		ttl := time.Duration(st.TTL)
 		s := &session{id: st.ID, ttl: ttl, deadline: now.Add(ttl + extra)}
-		m := maps[(uint64(st.ID)*0x9E3779B97F4A7C15)>>59]
-		if old := m[st.ID]; old != nil {
-			old.removed = true
-		} else {
-			l.sessions++
-		}
-		m[st.ID] = s
-		l.heap = append(l.heap, item{at: s.deadline, s: s})
+		l.heap = append(l.heap, l.trackSessionLocked(maps[shardOf(st.ID)], s))
 	}
-	for i := range l.shards {
-		sh := &l.shards[i]
-		sh.mu.Lock()
-		sh.m, sh.active = maps[i], true
-		sh.mu.Unlock()
-	}
+	l.setShards(maps, true)
 	l.keys = make(map[string]*keyEntry, len(d.Keys))
 	for _, kt := range d.Keys {
-		k := &keyEntry{kt: kt, deadline: now.Add(time.Duration(kt.TTL) + extra)}
-		l.keys[kt.Key] = k
-		l.heap = append(l.heap, item{at: k.deadline, k: k})
+		l.heap = append(l.heap, l.trackKeyLocked(kt, now.Add(time.Duration(kt.TTL)+extra)))
 	}
 	l.delays = make(map[statemachine.LeaseID]*delayEntry, len(d.Delays))
 	for _, ld := range d.Delays {
-		e := &delayEntry{ld: ld, deadline: now.Add(time.Duration(ld.Delay) + extra)}
-		l.delays[ld.Lease] = e
-		l.heap = append(l.heap, item{at: e.deadline, d: e})
+		l.heap = append(l.heap, l.trackDelayLocked(ld, now.Add(time.Duration(ld.Delay)+extra)))
 	}
 	l.heap.init()
 	l.metrics.sessions.Set(float64(l.sessions))
@@ -94,12 +81,7 @@ func (l *Lessor) resetLocked() {
 	l.ctx, l.cancel = nil, nil
 	l.leader = false
 	l.epoch = 0
-	for i := range l.shards {
-		sh := &l.shards[i]
-		sh.mu.Lock()
-		sh.m, sh.active = nil, false
-		sh.mu.Unlock()
-	}
+	l.setShards([shardCount]map[int64]*session{}, false)
 	l.sessions = 0
 	l.keys, l.delays, l.heap = nil, nil, nil
 	l.metrics.sessions.Set(0)
