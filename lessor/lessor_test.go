@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -136,7 +137,13 @@ func newLessor(t testing.TB, r *recorder, cfg lessor.Config) *lessor.Lessor {
 	return l
 }
 
-// waitCalls waits until the recorder has seen at least n calls.
+// waitCalls waits until the recorder has seen at least n calls. The tests
+// that wait run in a synctest bubble, where time.Now and time.Sleep use a
+// fake clock: the polling costs no real time, and the clock moves only
+// when every goroutine in the bubble is blocked, so the times the recorder
+// stamps are exactly when the lessor proposed. Its readings carry no
+// monotonic part, which Config.Now asks for, but a fake wall clock never
+// steps either.
 func waitCalls(t *testing.T, r *recorder, n int, timeout time.Duration) []call {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -153,7 +160,7 @@ func waitCalls(t *testing.T, r *recorder, n int, timeout time.Duration) []call {
 }
 
 // quiet is how long a test waits to see that nothing is proposed: several
-// times every TTL the tests use, and still short.
+// times every TTL the tests use. It passes on the bubble's fake clock.
 const quiet = 600 * time.Millisecond
 
 // clock is a fake Now. It starts at the real time, so that its readings
@@ -220,57 +227,61 @@ func TestSessionExpiry(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &recorder{}
-			l := newLessor(t, r, lessor.Config{})
-			begin := time.Now()
-			tt.start(l, tt.ttl, tt.extra)
+			synctest.Test(t, func(t *testing.T) {
+				r := &recorder{}
+				l := newLessor(t, r, lessor.Config{})
+				begin := time.Now()
+				tt.start(l, tt.ttl, tt.extra)
 
-			calls := waitCalls(t, r, 1, tt.ttl+tt.extra+3*time.Second)
-			c := calls[0]
-			if got, min := c.at.Sub(begin), tt.ttl+tt.extra; got < min {
-				t.Errorf("expired after %v, expected: at least %v", got, min)
-			}
-			if got, max := c.at.Sub(begin), tt.ttl+tt.extra+2*time.Second; got > max {
-				t.Errorf("expired after %v, expected: at most %v", got, max)
-			}
-			if c.kind != "session" || c.epoch != 7 || !slices.Equal(c.ids, []int64{1}) {
-				t.Errorf("got = %s epoch %d ids %v, expected: session epoch 7 ids [1]", c.kind, c.epoch, c.ids)
-			}
-			if _, ok := l.Remaining(1); ok {
-				t.Errorf("Remaining ok = true after the expiry was applied, expected: false")
-			}
-			if _, err := l.Heartbeat(1); !errors.Is(err, lessor.ErrSessionExpired) {
-				t.Errorf("Heartbeat err = %v, expected: %v", err, lessor.ErrSessionExpired)
-			}
+				calls := waitCalls(t, r, 1, tt.ttl+tt.extra+3*time.Second)
+				c := calls[0]
+				if got, min := c.at.Sub(begin), tt.ttl+tt.extra; got < min {
+					t.Errorf("expired after %v, expected: at least %v", got, min)
+				}
+				if got, max := c.at.Sub(begin), tt.ttl+tt.extra+2*time.Second; got > max {
+					t.Errorf("expired after %v, expected: at most %v", got, max)
+				}
+				if c.kind != "session" || c.epoch != 7 || !slices.Equal(c.ids, []int64{1}) {
+					t.Errorf("got = %s epoch %d ids %v, expected: session epoch 7 ids [1]", c.kind, c.epoch, c.ids)
+				}
+				if _, ok := l.Remaining(1); ok {
+					t.Errorf("Remaining ok = true after the expiry was applied, expected: false")
+				}
+				if _, err := l.Heartbeat(1); !errors.Is(err, lessor.ErrSessionExpired) {
+					t.Errorf("Heartbeat err = %v, expected: %v", err, lessor.ErrSessionExpired)
+				}
+			})
 		})
 	}
 }
 
 func TestHeartbeatsKeepSessionAlive(t *testing.T) {
-	const ttl = 300 * time.Millisecond
-	r := &recorder{}
-	l := newLessor(t, r, lessor.Config{})
-	l.Promote(1, statemachine.Deadlines{}, 0)
-	l.Observe(opened(ttl, 1))
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 300 * time.Millisecond
+		r := &recorder{}
+		l := newLessor(t, r, lessor.Config{})
+		l.Promote(1, statemachine.Deadlines{}, 0)
+		l.Observe(opened(ttl, 1))
 
-	// Beat at TTL/6 for four TTLs: the session must outlive its TTL many
-	// times over, and nothing may be proposed.
-	var last time.Time
-	for end := time.Now().Add(4 * ttl); time.Now().Before(end); time.Sleep(ttl / 6) {
-		got, err := l.Heartbeat(1)
-		if err != nil || got != ttl {
-			t.Fatalf("Heartbeat = %v, %v, expected: %v, nil", got, err, ttl)
+		// Beat at TTL/6 for four TTLs: the session must outlive its TTL many
+		// times over, and nothing may be proposed.
+		var last time.Time
+		for end := time.Now().Add(4 * ttl); time.Now().Before(end); time.Sleep(ttl / 6) {
+			got, err := l.Heartbeat(1)
+			if err != nil || got != ttl {
+				t.Fatalf("Heartbeat = %v, %v, expected: %v, nil", got, err, ttl)
+			}
+			last = time.Now()
 		}
-		last = time.Now()
-	}
-	if calls := r.snapshot(); len(calls) != 0 {
-		t.Fatalf("proposals while beating = %d, expected: 0", len(calls))
-	}
+		if calls := r.snapshot(); len(calls) != 0 {
+			t.Fatalf("proposals while beating = %d, expected: 0", len(calls))
+		}
 
-	calls := waitCalls(t, r, 1, ttl+3*time.Second)
-	if got := calls[0].at.Sub(last); got < ttl {
-		t.Errorf("expired %v after the last heartbeat, expected: at least %v", got, ttl)
-	}
+		calls := waitCalls(t, r, 1, ttl+3*time.Second)
+		if got := calls[0].at.Sub(last); got < ttl {
+			t.Errorf("expired %v after the last heartbeat, expected: at least %v", got, ttl)
+		}
+	})
 }
 
 func TestHeartbeat(t *testing.T) {
@@ -328,25 +339,27 @@ func TestHeartbeat(t *testing.T) {
 }
 
 func TestLateHeartbeatDoesNotRevive(t *testing.T) {
-	const ttl = 100 * time.Millisecond
-	r := &recorder{fail: 1 << 30}
-	l := newLessor(t, r, lessor.Config{RetryInterval: 50 * time.Millisecond})
-	l.Promote(1, sessions(ttl, 1), 0)
-	waitCalls(t, r, 1, 3*time.Second)
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 100 * time.Millisecond
+		r := &recorder{fail: 1 << 30}
+		l := newLessor(t, r, lessor.Config{RetryInterval: 50 * time.Millisecond})
+		l.Promote(1, sessions(ttl, 1), 0)
+		waitCalls(t, r, 1, 3*time.Second)
 
-	for range 3 {
-		if _, err := l.Heartbeat(1); !errors.Is(err, lessor.ErrSessionExpired) {
-			t.Fatalf("Heartbeat err = %v, expected: %v", err, lessor.ErrSessionExpired)
+		for range 3 {
+			if _, err := l.Heartbeat(1); !errors.Is(err, lessor.ErrSessionExpired) {
+				t.Fatalf("Heartbeat err = %v, expected: %v", err, lessor.ErrSessionExpired)
+			}
 		}
-	}
-	// The expiry is still being retried: the heartbeat changed nothing.
-	calls := waitCalls(t, r, 3, 3*time.Second)
-	if got := calls[2].ids; !slices.Equal(got, []int64{1}) {
-		t.Errorf("retried ids = %v, expected: [1]", got)
-	}
-	if got, ok := l.Remaining(1); got != 0 || !ok {
-		t.Errorf("Remaining = %v, %v, expected: 0, true", got, ok)
-	}
+		// The expiry is still being retried: the heartbeat changed nothing.
+		calls := waitCalls(t, r, 3, 3*time.Second)
+		if got := calls[2].ids; !slices.Equal(got, []int64{1}) {
+			t.Errorf("retried ids = %v, expected: [1]", got)
+		}
+		if got, ok := l.Remaining(1); got != 0 || !ok {
+			t.Errorf("Remaining = %v, %v, expected: 0, true", got, ok)
+		}
+	})
 }
 
 func TestPromote(t *testing.T) {
@@ -432,63 +445,67 @@ func TestFailedProposalsAreRetried(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &recorder{fail: 2}
-			l := newLessor(t, r, lessor.Config{RetryInterval: retry})
-			l.Promote(5, tt.d, 0)
+			synctest.Test(t, func(t *testing.T) {
+				r := &recorder{fail: 2}
+				l := newLessor(t, r, lessor.Config{RetryInterval: retry})
+				l.Promote(5, tt.d, 0)
 
-			calls := waitCalls(t, r, 3, 5*time.Second)
-			for i, c := range calls[:3] {
-				if c.kind != tt.kind || c.epoch != 5 {
-					t.Errorf("call %d = %s epoch %d, expected: %s epoch 5", i, c.kind, c.epoch, tt.kind)
-				}
-				if i > 0 {
-					if got := c.at.Sub(calls[i-1].at); got < retry {
-						t.Errorf("call %d came %v after the last, expected: at least %v", i, got, retry)
+				calls := waitCalls(t, r, 3, 5*time.Second)
+				for i, c := range calls[:3] {
+					if c.kind != tt.kind || c.epoch != 5 {
+						t.Errorf("call %d = %s epoch %d, expected: %s epoch 5", i, c.kind, c.epoch, tt.kind)
+					}
+					if i > 0 {
+						if got := c.at.Sub(calls[i-1].at); got < retry {
+							t.Errorf("call %d came %v after the last, expected: at least %v", i, got, retry)
+						}
 					}
 				}
-			}
-			if got, want := calls[2].err, error(nil); got != want {
-				t.Errorf("third call err = %v, expected: %v", got, want)
-			}
-			// Once applied, the item is forgotten and never proposed again.
-			time.Sleep(3 * retry)
-			if got := len(r.snapshot()); got != 3 {
-				t.Errorf("calls = %d, expected: 3", got)
-			}
-			if tt.forgot != nil && !tt.forgot(l) {
-				t.Errorf("forgotten = false, expected: true")
-			}
+				if got, want := calls[2].err, error(nil); got != want {
+					t.Errorf("third call err = %v, expected: %v", got, want)
+				}
+				// Once applied, the item is forgotten and never proposed again.
+				time.Sleep(3 * retry)
+				if got := len(r.snapshot()); got != 3 {
+					t.Errorf("calls = %d, expected: 3", got)
+				}
+				if tt.forgot != nil && !tt.forgot(l) {
+					t.Errorf("forgotten = false, expected: true")
+				}
+			})
 		})
 	}
 }
 
 func TestDemote(t *testing.T) {
-	const ttl, retry = 100 * time.Millisecond, 50 * time.Millisecond
-	r := &recorder{block: true}
-	l := newLessor(t, r, lessor.Config{RetryInterval: retry})
-	l.Promote(1, sessions(ttl, 1, 2), 0)
-	waitCalls(t, r, 1, 3*time.Second)
+	synctest.Test(t, func(t *testing.T) {
+		const ttl, retry = 100 * time.Millisecond, 50 * time.Millisecond
+		r := &recorder{block: true}
+		l := newLessor(t, r, lessor.Config{RetryInterval: retry})
+		l.Promote(1, sessions(ttl, 1, 2), 0)
+		waitCalls(t, r, 1, 3*time.Second)
 
-	l.Demote() // cancels the blocked proposal
-	if _, err := l.Heartbeat(1); !errors.Is(err, lessor.ErrNotLeader) {
-		t.Errorf("Heartbeat err = %v, expected: %v", err, lessor.ErrNotLeader)
-	}
-	if _, ok := l.Remaining(2); ok {
-		t.Errorf("Remaining ok = true, expected: false")
-	}
-	l.Observe(opened(ttl, 3)) // ignored: not leader
-	time.Sleep(quiet)
-	if got := len(r.snapshot()); got != 1 {
-		t.Fatalf("calls after demotion = %d, expected: 1", got)
-	}
+		l.Demote() // cancels the blocked proposal
+		if _, err := l.Heartbeat(1); !errors.Is(err, lessor.ErrNotLeader) {
+			t.Errorf("Heartbeat err = %v, expected: %v", err, lessor.ErrNotLeader)
+		}
+		if _, ok := l.Remaining(2); ok {
+			t.Errorf("Remaining ok = true, expected: false")
+		}
+		l.Observe(opened(ttl, 3)) // ignored: not leader
+		time.Sleep(quiet)
+		if got := len(r.snapshot()); got != 1 {
+			t.Fatalf("calls after demotion = %d, expected: 1", got)
+		}
 
-	// A second leadership works like the first, with its own epoch.
-	r.set(func(r *recorder) { r.block = false })
-	l.Promote(2, sessions(ttl, 4), 0)
-	calls := waitCalls(t, r, 2, 3*time.Second)
-	if c := calls[1]; c.epoch != 2 || !slices.Equal(c.ids, []int64{4}) {
-		t.Errorf("got = epoch %d ids %v, expected: epoch 2 ids [4]", c.epoch, c.ids)
-	}
+		// A second leadership works like the first, with its own epoch.
+		r.set(func(r *recorder) { r.block = false })
+		l.Promote(2, sessions(ttl, 4), 0)
+		calls := waitCalls(t, r, 2, 3*time.Second)
+		if c := calls[1]; c.epoch != 2 || !slices.Equal(c.ids, []int64{4}) {
+			t.Errorf("got = epoch %d ids %v, expected: epoch 2 ids [4]", c.epoch, c.ids)
+		}
+	})
 }
 
 func TestKeyExpiry(t *testing.T) {
@@ -524,32 +541,34 @@ func TestKeyExpiry(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &recorder{}
-			l := newLessor(t, r, lessor.Config{})
-			l.Promote(1, statemachine.Deadlines{}, 0)
-			var last time.Time
-			for _, evs := range tt.observe {
-				last = time.Now()
-				l.Observe(evs)
-			}
-			if tt.want == nil {
-				time.Sleep(quiet)
-				if calls := r.snapshot(); len(calls) != 0 {
-					t.Errorf("got = %v, expected: no proposal", calls[0].keys)
+			synctest.Test(t, func(t *testing.T) {
+				r := &recorder{}
+				l := newLessor(t, r, lessor.Config{})
+				l.Promote(1, statemachine.Deadlines{}, 0)
+				var last time.Time
+				for _, evs := range tt.observe {
+					last = time.Now()
+					l.Observe(evs)
 				}
-				return
-			}
-			calls := waitCalls(t, r, 1, 3*time.Second)
-			if got := calls[0].at.Sub(last); got < ttl {
-				t.Errorf("expired %v after the put, expected: at least %v", got, ttl)
-			}
-			if got := calls[0].keys; !slices.Equal(got, tt.want) {
-				t.Errorf("got = %v, expected: %v", got, tt.want)
-			}
-			time.Sleep(quiet)
-			if got := len(r.snapshot()); got != 1 {
-				t.Errorf("calls = %d, expected: 1", got)
-			}
+				if tt.want == nil {
+					time.Sleep(quiet)
+					if calls := r.snapshot(); len(calls) != 0 {
+						t.Errorf("got = %v, expected: no proposal", calls[0].keys)
+					}
+					return
+				}
+				calls := waitCalls(t, r, 1, 3*time.Second)
+				if got := calls[0].at.Sub(last); got < ttl {
+					t.Errorf("expired %v after the put, expected: at least %v", got, ttl)
+				}
+				if got := calls[0].keys; !slices.Equal(got, tt.want) {
+					t.Errorf("got = %v, expected: %v", got, tt.want)
+				}
+				time.Sleep(quiet)
+				if got := len(r.snapshot()); got != 1 {
+					t.Errorf("calls = %d, expected: 1", got)
+				}
+			})
 		})
 	}
 }
@@ -583,27 +602,29 @@ func TestLockDelayEnd(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &recorder{}
-			l := newLessor(t, r, lessor.Config{})
-			l.Promote(1, statemachine.Deadlines{}, 0)
-			begin := time.Now()
-			for _, evs := range tt.observe {
-				l.Observe(evs)
-			}
-			if tt.want == nil {
-				time.Sleep(quiet)
-				if calls := r.snapshot(); len(calls) != 0 {
-					t.Errorf("got = %v, expected: no proposal", calls[0].delays)
+			synctest.Test(t, func(t *testing.T) {
+				r := &recorder{}
+				l := newLessor(t, r, lessor.Config{})
+				l.Promote(1, statemachine.Deadlines{}, 0)
+				begin := time.Now()
+				for _, evs := range tt.observe {
+					l.Observe(evs)
 				}
-				return
-			}
-			calls := waitCalls(t, r, 1, 3*time.Second)
-			if got := calls[0].at.Sub(begin); got < delay {
-				t.Errorf("ended %v after the expiry, expected: at least %v", got, delay)
-			}
-			if got := calls[0].delays; !slices.Equal(got, tt.want) {
-				t.Errorf("got = %v, expected: %v", got, tt.want)
-			}
+				if tt.want == nil {
+					time.Sleep(quiet)
+					if calls := r.snapshot(); len(calls) != 0 {
+						t.Errorf("got = %v, expected: no proposal", calls[0].delays)
+					}
+					return
+				}
+				calls := waitCalls(t, r, 1, 3*time.Second)
+				if got := calls[0].at.Sub(begin); got < delay {
+					t.Errorf("ended %v after the expiry, expected: at least %v", got, delay)
+				}
+				if got := calls[0].delays; !slices.Equal(got, tt.want) {
+					t.Errorf("got = %v, expected: %v", got, tt.want)
+				}
+			})
 		})
 	}
 }
@@ -632,32 +653,34 @@ func TestManySessionsExpireInFewProposals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &recorder{}
-			l := newLessor(t, r, lessor.Config{})
-			tt.start(l)
+			synctest.Test(t, func(t *testing.T) {
+				r := &recorder{}
+				l := newLessor(t, r, lessor.Config{})
+				tt.start(l)
 
-			deadline := time.Now().Add(5 * time.Second)
-			var got []int64
-			var calls []call
-			for len(got) < n && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-				calls, got = r.snapshot(), nil
-				for _, c := range calls {
-					got = append(got, c.ids...)
+				deadline := time.Now().Add(5 * time.Second)
+				var got []int64
+				var calls []call
+				for len(got) < n && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond)
+					calls, got = r.snapshot(), nil
+					for _, c := range calls {
+						got = append(got, c.ids...)
+					}
 				}
-			}
-			slices.Sort(got)
-			if !slices.Equal(got, ids) {
-				t.Fatalf("expired ids = %d (with any repeats), expected: each of %d once", len(got), n)
-			}
-			if len(calls) > 5 {
-				t.Errorf("proposals = %d, expected: at most 5", len(calls))
-			}
-			for i, c := range calls {
-				if len(c.ids) > 1000 {
-					t.Errorf("proposal %d has %d ids, expected: at most 1000", i, len(c.ids))
+				slices.Sort(got)
+				if !slices.Equal(got, ids) {
+					t.Fatalf("expired ids = %d (with any repeats), expected: each of %d once", len(got), n)
 				}
-			}
+				if len(calls) > 5 {
+					t.Errorf("proposals = %d, expected: at most 5", len(calls))
+				}
+				for i, c := range calls {
+					if len(c.ids) > 1000 {
+						t.Errorf("proposal %d has %d ids, expected: at most 1000", i, len(c.ids))
+					}
+				}
+			})
 		})
 	}
 }
@@ -672,54 +695,58 @@ func TestStop(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &recorder{block: tt.block}
-			l := lessor.New(lessor.Config{Proposer: r.proposer()})
-			l.Promote(1, sessions(50*time.Millisecond, 1), 0)
-			if tt.block {
-				waitCalls(t, r, 1, 3*time.Second)
-			}
-			l.Stop()
-			l.Stop()
-			if _, err := l.Heartbeat(1); !errors.Is(err, lessor.ErrNotLeader) {
-				t.Errorf("Heartbeat err = %v, expected: %v", err, lessor.ErrNotLeader)
-			}
-			l.Promote(2, sessions(time.Hour, 1), 0)
-			if _, ok := l.Remaining(1); ok {
-				t.Errorf("Remaining after Promote on a stopped lessor ok = true, expected: false")
-			}
+			synctest.Test(t, func(t *testing.T) {
+				r := &recorder{block: tt.block}
+				l := lessor.New(lessor.Config{Proposer: r.proposer()})
+				l.Promote(1, sessions(50*time.Millisecond, 1), 0)
+				if tt.block {
+					waitCalls(t, r, 1, 3*time.Second)
+				}
+				l.Stop()
+				l.Stop()
+				if _, err := l.Heartbeat(1); !errors.Is(err, lessor.ErrNotLeader) {
+					t.Errorf("Heartbeat err = %v, expected: %v", err, lessor.ErrNotLeader)
+				}
+				l.Promote(2, sessions(time.Hour, 1), 0)
+				if _, ok := l.Remaining(1); ok {
+					t.Errorf("Remaining after Promote on a stopped lessor ok = true, expected: false")
+				}
+			})
 		})
 	}
 }
 
 func TestMetrics(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	r := &recorder{}
-	l := newLessor(t, r, lessor.Config{Registerer: reg})
-	l.Promote(1, sessions(time.Hour, 1, 2, 3), 0)
-	l.Observe(opened(100*time.Millisecond, 4))
-	for range 5 {
-		if _, err := l.Heartbeat(1); err != nil {
-			t.Fatalf("Heartbeat err = %v, expected: nil", err)
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		r := &recorder{}
+		l := newLessor(t, r, lessor.Config{Registerer: reg})
+		l.Promote(1, sessions(time.Hour, 1, 2, 3), 0)
+		l.Observe(opened(100*time.Millisecond, 4))
+		for range 5 {
+			if _, err := l.Heartbeat(1); err != nil {
+				t.Fatalf("Heartbeat err = %v, expected: nil", err)
+			}
 		}
-	}
-	// Session 4 expires; the others are renewed or have an hour left.
-	want := map[string]float64{
-		"tenure_lessor_sessions":                              3,
-		"tenure_lessor_heartbeats_total":                      5,
-		`tenure_lessor_expiries_proposed_total{kind=session}`: 1,
-	}
-	var got map[string]float64
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		got = gather(t, reg)
-		if matches(got, want) {
-			return
+		// Session 4 expires; the others are renewed or have an hour left.
+		want := map[string]float64{
+			"tenure_lessor_sessions":                              3,
+			"tenure_lessor_heartbeats_total":                      5,
+			`tenure_lessor_expiries_proposed_total{kind=session}`: 1,
 		}
-	}
-	for name, w := range want {
-		if got[name] != w {
-			t.Errorf("%s = %v, expected: %v", name, got[name], w)
+		var got map[string]float64
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			got = gather(t, reg)
+			if matches(got, want) {
+				return
+			}
 		}
-	}
+		for name, w := range want {
+			if got[name] != w {
+				t.Errorf("%s = %v, expected: %v", name, got[name], w)
+			}
+		}
+	})
 }
 
 func matches(got, want map[string]float64) bool {

@@ -1,0 +1,283 @@
+package statemachine
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+func (m *Machine) acquire(c Acquire) Result {
+	s, ok := m.sessions[c.SessionID]
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: session %d", ErrSessionNotFound, c.SessionID)}
+	}
+	capacity := max(c.Capacity, 1)
+	l, exists := m.leases[c.Lease]
+	if exists {
+		if i := slices.IndexFunc(l.Holders, func(g Grant) bool { return g.SessionID == s.ID }); i >= 0 {
+			g := l.Holders[i]
+			return Result{Lease: cloneLease(l), Grant: &g}
+		}
+		if _, waiting := s.waiting[c.Lease]; waiting {
+			return Result{Lease: cloneLease(l), Queued: true}
+		}
+		busy := len(l.Holders) > 0 || len(l.Waiters) > 0
+		if capacity != l.Capacity && busy {
+			return Result{Err: fmt.Errorf("%w: %s has capacity %d, the request asks for %d", ErrCapacityMismatch, c.Lease, l.Capacity, capacity)}
+		}
+	}
+	free := !exists || (len(l.Waiters) == 0 && l.DelayRevision == 0 && fits(l.Holders, capacity, c.Exclusive))
+	if !free && !c.Wait {
+		if l.DelayRevision != 0 {
+			return Result{Err: fmt.Errorf("%w: %s is in its lock-delay after an expired holder", ErrLocked, c.Lease)}
+		}
+		return Result{Err: fmt.Errorf("%w: %s is held by %s", ErrLocked, c.Lease, holderNames(l))}
+	}
+	if !free && c.MaxWaiters > 0 && len(l.Waiters) >= c.MaxWaiters {
+		return Result{Err: fmt.Errorf("%w: %s has %d waiters (limit %d)", ErrTooManyWaiters, c.Lease, len(l.Waiters), c.MaxWaiters)}
+	}
+
+	// From here on the command succeeds.
+	if !exists {
+		l = &Lease{LeaseID: c.Lease, Capacity: capacity, CreateRevision: m.revision + 1}
+		m.leases[c.Lease] = l
+	}
+	if !free {
+		if len(l.Holders) == 0 && len(l.Waiters) == 0 {
+			// An idle lease in its lock-delay: the first waiter sets the
+			// capacity, as a grant would, so later acquires that ask for
+			// the same capacity do not fail with ErrCapacityMismatch.
+			l.Capacity = capacity
+		}
+		s.waiting[c.Lease] = struct{}{}
+		l.Waiters = append(l.Waiters, Waiter{SessionID: s.ID, Holder: s.Identity, Since: m.now, Value: c.Value, Exclusive: c.Exclusive})
+		l.ModRevision = m.emit(Event{Type: EventLeaseWaiting, Lease: c.Lease, SessionID: s.ID, Holder: s.Identity})
+		return Result{Lease: cloneLease(l), Queued: true}
+	}
+	l.Capacity = capacity
+	l.LockDelay = c.LockDelay
+	if c.Labels != nil {
+		l.Labels = cloneLabels(c.Labels)
+	}
+	g := m.grant(l, s, c.Value, c.Exclusive, exists)
+	return Result{Lease: cloneLease(l), Grant: &g}
+}
+
+// fits reports whether one more grant fits beside holders: an exclusive
+// grant only on an empty lease, a shared one while no exclusive grant is
+// held and the capacity allows.
+func fits(holders []Grant, capacity int, exclusive bool) bool {
+	if exclusive {
+		return len(holders) == 0
+	}
+	return len(holders) < capacity && !slices.ContainsFunc(holders, func(g Grant) bool { return g.Exclusive })
+}
+
+// grant makes s a holder of l at a new revision: the fencing token.
+func (m *Machine) grant(l *Lease, s *sessionState, value string, exclusive, transition bool) Grant {
+	token := m.emit(Event{Type: EventLeaseAcquired, Lease: l.LeaseID, SessionID: s.ID, Holder: s.Identity, Value: value})
+	g := Grant{SessionID: s.ID, Holder: s.Identity, Token: token, AcquireTime: m.now, RenewTime: m.now, Value: value, Exclusive: exclusive}
+	m.events[len(m.events)-1].Token = token
+	l.Holders = append(l.Holders, g)
+	l.ModRevision = token
+	if transition {
+		l.Transitions++
+	}
+	s.held[l.LeaseID] = struct{}{}
+	return g
+}
+
+// grantWaiters fills free places from the head of the queue, in the same
+// command that freed them: no polling, and only the granted waiter wakes.
+// It stops at the first waiter that does not fit, so a waiting writer is
+// not overtaken by readers queued behind it.
+func (m *Machine) grantWaiters(l *Lease) {
+	for len(l.Waiters) > 0 && l.DelayRevision == 0 && fits(l.Holders, l.Capacity, l.Waiters[0].Exclusive) {
+		w := l.Waiters[0]
+		l.Waiters = slices.Delete(l.Waiters, 0, 1)
+		s := m.sessions[w.SessionID]
+		delete(s.waiting, l.LeaseID)
+		m.grant(l, s, w.Value, w.Exclusive, true)
+	}
+}
+
+func (m *Machine) findHolder(id LeaseID, token int64) (*Lease, int, error) {
+	l, ok := m.leases[id]
+	if !ok {
+		return nil, 0, fmt.Errorf("%w: %s", ErrLeaseNotFound, id)
+	}
+	i := slices.IndexFunc(l.Holders, func(g Grant) bool { return g.Token == token })
+	if i < 0 {
+		return nil, 0, fmt.Errorf("%w: token %d is not a current holder of %s (%s)", ErrNotHolder, token, id, currentTokens(l))
+	}
+	return l, i, nil
+}
+
+func (m *Machine) release(c Release) Result {
+	l, i, err := m.findHolder(c.Lease, c.Token)
+	if err != nil {
+		return Result{Err: err}
+	}
+	m.removeHolder(l, i, EventLeaseReleased, "released")
+	m.grantWaiters(l)
+	return Result{Lease: cloneLease(l)}
+}
+
+func (m *Machine) removeHolder(l *Lease, i int, typ EventType, reason string) Grant {
+	g := l.Holders[i]
+	l.Holders = slices.Delete(l.Holders, i, i+1)
+	delete(m.sessions[g.SessionID].held, l.LeaseID)
+	l.ModRevision = m.emit(Event{Type: typ, Lease: l.LeaseID, SessionID: g.SessionID, Holder: g.Holder, Token: g.Token, Reason: reason})
+	return g
+}
+
+func (m *Machine) setValue(c SetValue) Result {
+	l, i, err := m.findHolder(c.Lease, c.Token)
+	if err != nil {
+		return Result{Err: err}
+	}
+	g := &l.Holders[i]
+	g.Value = c.Value
+	g.RenewTime = m.now
+	l.ModRevision = m.emit(Event{Type: EventLeaseValueSet, Lease: l.LeaseID, SessionID: g.SessionID, Holder: g.Holder, Token: g.Token, Value: c.Value})
+	return Result{Lease: cloneLease(l)}
+}
+
+func (m *Machine) revoke(c Revoke) Result {
+	l, ok := m.leases[c.Lease]
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: %s", ErrLeaseNotFound, c.Lease)}
+	}
+	if c.Token != 0 {
+		if _, _, err := m.findHolder(c.Lease, c.Token); err != nil {
+			return Result{Err: err}
+		}
+	} else if len(l.Holders) == 0 {
+		return Result{Err: fmt.Errorf("%w: %s has no holders to revoke", ErrNotHolder, c.Lease)}
+	}
+	reason := c.Reason
+	if reason == "" {
+		reason = "revoked"
+	}
+	var revoked []int64
+	for i := 0; i < len(l.Holders); {
+		if c.Token != 0 && l.Holders[i].Token != c.Token {
+			i++
+			continue
+		}
+		g := m.removeHolder(l, i, EventLeaseRevoked, reason)
+		revoked = append(revoked, g.Token)
+		// A revoked holder did not stop by itself and may still be
+		// working: like an expired one, it gets the lease's lock-delay
+		// to notice before anyone else is granted.
+		if l.LockDelay > 0 {
+			l.DelayRevision = l.ModRevision
+			m.events[len(m.events)-1].LockDelay = l.LockDelay
+		}
+	}
+	m.grantWaiters(l)
+	return Result{Lease: cloneLease(l), Revoked: revoked}
+}
+
+func (m *Machine) cancelWait(c CancelWait) Result {
+	l, ok := m.leases[c.Lease]
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: %s", ErrLeaseNotFound, c.Lease)}
+	}
+	s, ok := m.sessions[c.SessionID]
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: session %d", ErrSessionNotFound, c.SessionID)}
+	}
+	if _, waiting := s.waiting[c.Lease]; waiting {
+		delete(s.waiting, c.Lease)
+		l.Waiters = slices.DeleteFunc(l.Waiters, func(w Waiter) bool { return w.SessionID == s.ID })
+		l.ModRevision = m.emit(Event{Type: EventLeaseWaitEnded, Lease: c.Lease, SessionID: s.ID, Holder: s.Identity, Reason: "wait cancelled"})
+		return Result{Lease: cloneLease(l)}
+	}
+	i := slices.IndexFunc(l.Holders, func(g Grant) bool { return g.SessionID == s.ID })
+	if i < 0 {
+		return Result{Err: fmt.Errorf("%w: session %d is not queued for %s", ErrNotWaiting, s.ID, c.Lease)}
+	}
+	if !c.ReleaseIfHeld {
+		g := l.Holders[i]
+		return Result{Lease: cloneLease(l), Grant: &g}
+	}
+	m.removeHolder(l, i, EventLeaseReleased, "wait cancelled")
+	m.grantWaiters(l)
+	return Result{Lease: cloneLease(l)}
+}
+
+func (m *Machine) endLockDelays(c EndLockDelays) Result {
+	if c.Epoch != m.epoch {
+		return Result{}
+	}
+	for _, d := range c.Delays {
+		l, ok := m.leases[d.Lease]
+		if !ok || l.DelayRevision == 0 || l.DelayRevision != d.Revision {
+			continue
+		}
+		l.DelayRevision = 0
+		l.ModRevision = m.emit(Event{Type: EventLockDelayEnded, Lease: l.LeaseID})
+		m.grantWaiters(l)
+	}
+	return Result{}
+}
+
+// Lease returns a copy of a lease.
+func (m *Machine) Lease(id LeaseID) (Lease, bool) {
+	l, ok := m.leases[id]
+	if !ok {
+		return Lease{}, false
+	}
+	return *cloneLease(l), true
+}
+
+// Leases returns copies of the leases in a namespace ("" for all), sorted
+// by namespace and name.
+func (m *Machine) Leases(namespace string) []Lease {
+	var out []Lease
+	for id, l := range m.leases {
+		if namespace == "" || id.Namespace == namespace {
+			out = append(out, *cloneLease(l))
+		}
+	}
+	slices.SortFunc(out, func(a, b Lease) int { return compareLeaseID(a.LeaseID, b.LeaseID) })
+	return out
+}
+
+func cloneLease(l *Lease) *Lease {
+	out := *l
+	out.Holders = slices.Clone(l.Holders)
+	out.Waiters = slices.Clone(l.Waiters)
+	out.Labels = cloneLabels(l.Labels)
+	return &out
+}
+
+func compareLeaseID(a, b LeaseID) int {
+	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+}
+
+func sortedLeaseIDs(set map[LeaseID]struct{}) []LeaseID {
+	return slices.SortedFunc(maps.Keys(set), compareLeaseID)
+}
+
+func holderNames(l *Lease) string {
+	names := make([]string, len(l.Holders))
+	for i, g := range l.Holders {
+		names[i] = g.Holder
+	}
+	return strings.Join(names, ", ")
+}
+
+func currentTokens(l *Lease) string {
+	if len(l.Holders) == 0 {
+		return "it has no holder"
+	}
+	toks := make([]string, len(l.Holders))
+	for i, g := range l.Holders {
+		toks[i] = fmt.Sprint(g.Token)
+	}
+	return "current token " + strings.Join(toks, ", ")
+}

@@ -1,0 +1,152 @@
+package statemachine
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// sessionState indexes what a session holds, so that ending it touches
+// only its own leases and keys. The sets are rebuilt on Restore.
+type sessionState struct {
+	Session
+	held    map[LeaseID]struct{}
+	waiting map[LeaseID]struct{}
+	keys    map[string]struct{}
+}
+
+func newSessionState(s Session) *sessionState {
+	return &sessionState{
+		Session: s,
+		held:    map[LeaseID]struct{}{},
+		waiting: map[LeaseID]struct{}{},
+		keys:    map[string]struct{}{},
+	}
+}
+
+func (m *Machine) openSession(c OpenSession) Result {
+	if c.MaxPerIdentity > 0 && c.Identity != "" && m.identities[c.Identity] >= c.MaxPerIdentity {
+		return Result{Err: fmt.Errorf("%w: %q has %d open sessions (limit %d)", ErrTooManySessions, c.Identity, m.identities[c.Identity], c.MaxPerIdentity)}
+	}
+	id := m.revision + 1
+	s := Session{ID: id, Identity: c.Identity, TTL: c.TTL, Labels: cloneLabels(c.Labels), OpenTime: m.now}
+	if s.Identity == "" {
+		s.Identity = fmt.Sprintf("session-%d", id)
+	}
+	m.sessions[id] = newSessionState(s)
+	m.identities[s.Identity]++
+	ev := s
+	ev.Labels = cloneLabels(s.Labels)
+	m.emit(Event{Type: EventSessionOpened, SessionID: id, Session: &ev})
+	out := s
+	out.Labels = cloneLabels(s.Labels)
+	return Result{Session: &out}
+}
+
+func (m *Machine) closeSession(c CloseSession) Result {
+	s, ok := m.sessions[c.SessionID]
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: session %d", ErrSessionNotFound, c.SessionID)}
+	}
+	m.grantFreed(m.endSession(s, false))
+	return Result{}
+}
+
+func (m *Machine) expireSessions(c ExpireSessions) Result {
+	if c.Epoch != m.epoch {
+		return Result{} // proposed by an earlier leader: its clock no longer counts
+	}
+	// End every session of the batch before granting anything: a waiter
+	// that expires in the same batch as the holder is never granted.
+	var freed []LeaseID
+	for _, id := range c.IDs {
+		if s, ok := m.sessions[id]; ok {
+			freed = append(freed, m.endSession(s, true)...)
+		}
+	}
+	m.grantFreed(freed)
+	return Result{}
+}
+
+// endSession releases everything a session holds and returns the leases
+// it freed. The caller grants their waiters with grantFreed once every
+// session it ends is gone, so an ending session is never granted anything.
+func (m *Machine) endSession(s *sessionState, expired bool) []LeaseID {
+	reason := "session closed"
+	if expired {
+		reason = "session expired"
+	}
+	for _, id := range sortedLeaseIDs(s.waiting) {
+		l := m.leases[id]
+		l.Waiters = slices.DeleteFunc(l.Waiters, func(w Waiter) bool { return w.SessionID == s.ID })
+		l.ModRevision = m.emit(Event{Type: EventLeaseWaitEnded, Lease: id, SessionID: s.ID, Holder: s.Identity, Reason: reason})
+	}
+	freed := sortedLeaseIDs(s.held)
+	for _, id := range freed {
+		l := m.leases[id]
+		i := slices.IndexFunc(l.Holders, func(g Grant) bool { return g.SessionID == s.ID })
+		g := l.Holders[i]
+		l.Holders = slices.Delete(l.Holders, i, i+1)
+		ev := Event{Type: EventLeaseReleasedBy, Lease: id, SessionID: s.ID, Holder: g.Holder, Token: g.Token, Reason: reason}
+		if expired {
+			ev.Type = EventLeaseExpired
+			ev.LockDelay = l.LockDelay
+		}
+		l.ModRevision = m.emit(ev)
+		if expired && l.LockDelay > 0 {
+			l.DelayRevision = l.ModRevision
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(s.keys)) {
+		kv, _ := m.keys.Get(&KeyValue{Key: key})
+		m.deleteKey(kv, EventKeyDeleted)
+	}
+	delete(m.sessions, s.ID)
+	if m.identities[s.Identity]--; m.identities[s.Identity] <= 0 {
+		delete(m.identities, s.Identity)
+	}
+	typ := EventSessionClosed
+	if expired {
+		typ = EventSessionExpired
+	}
+	m.emit(Event{Type: typ, SessionID: s.ID, Holder: s.Identity, Reason: reason})
+	return freed
+}
+
+// grantFreed grants the waiters of leases that ending sessions freed.
+func (m *Machine) grantFreed(freed []LeaseID) {
+	for _, id := range freed {
+		m.grantWaiters(m.leases[id])
+	}
+}
+
+// Session returns a copy of a session.
+func (m *Machine) Session(id int64) (Session, bool) {
+	s, ok := m.sessions[id]
+	if !ok {
+		return Session{}, false
+	}
+	out := s.Session
+	out.Labels = cloneLabels(s.Labels)
+	return out, true
+}
+
+// SessionHoldings returns what a session holds and waits for, sorted, and
+// how many keys are bound to it.
+func (m *Machine) SessionHoldings(id int64) (held, waiting []LeaseID, keys int) {
+	s, ok := m.sessions[id]
+	if !ok {
+		return nil, nil, 0
+	}
+	return sortedLeaseIDs(s.held), sortedLeaseIDs(s.waiting), len(s.keys)
+}
+
+// Sessions returns copies of all sessions, by ID.
+func (m *Machine) Sessions() []Session {
+	out := make([]Session, 0, len(m.sessions))
+	for _, id := range slices.Sorted(maps.Keys(m.sessions)) {
+		s, _ := m.Session(id)
+		out = append(out, s)
+	}
+	return out
+}
