@@ -35,10 +35,7 @@ type Session struct {
 	ttl      time.Duration
 	opts     sessionOptions
 
-	// base anchors validUntil to the monotonic clock.
-	base       time.Time
-	validUntil atomic.Int64 // nanoseconds since base
-	lastAck    atomic.Int64 // nanoseconds since base, send time of the last acknowledged heartbeat
+	validity *validity
 
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
@@ -119,7 +116,9 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	if o.interval <= 0 {
 		o.interval = o.ttl / 3
 	}
-	base := time.Now()
+	// The open request counts as the first heartbeat: the server started
+	// the TTL no earlier than it was sent.
+	validity := newValidity(time.Duration(float64(o.ttl) * o.validityFactor))
 	var resp *connect.Response[tenurev1.OpenSessionResponse]
 	// Opening twice would leave an orphan session that lingers for a TTL,
 	// so Open is retried only when the server provably did not take it.
@@ -139,16 +138,13 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		identity: msg.GetIdentity(),
 		ttl:      msg.GetTtl().AsDuration(),
 		opts:     o,
-		base:     base,
+		validity: validity,
 		lost:     make(chan struct{}),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		gates:    map[LeaseName]chan struct{}{},
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
-	// The open request counts as the first heartbeat: the server started
-	// the TTL no earlier than it was sent.
-	s.ack(0)
 	go s.heartbeat()
 	return s, nil
 }
@@ -174,13 +170,13 @@ func (s *Session) Valid() bool {
 		return false
 	default:
 	}
-	return time.Since(s.base) < time.Duration(s.validUntil.Load())
+	return s.validity.valid()
 }
 
 // ValidUntil is the local time until which Valid is true, if nothing
 // else is acknowledged.
 func (s *Session) ValidUntil() time.Time {
-	return s.base.Add(time.Duration(s.validUntil.Load()))
+	return s.validity.deadline()
 }
 
 // Lost is closed when the session is lost: its validity ran out, the
@@ -199,19 +195,6 @@ func (s *Session) Err() error {
 		return context.Cause(s.ctx)
 	}
 	return nil
-}
-
-func (s *Session) ack(sentAt time.Duration) {
-	for {
-		cur := s.lastAck.Load()
-		if int64(sentAt) <= cur && cur != 0 {
-			return
-		}
-		if s.lastAck.CompareAndSwap(cur, int64(sentAt)) {
-			s.validUntil.Store(int64(sentAt) + int64(float64(s.ttl)*s.opts.validityFactor))
-			return
-		}
-	}
 }
 
 func (s *Session) markLost(cause error) {
@@ -324,7 +307,7 @@ func (s *Session) stream() (err error) {
 
 	var pending []time.Duration // send times of unanswered heartbeats
 	send := func() error {
-		pending = append(pending, time.Since(s.base))
+		pending = append(pending, s.validity.now())
 		return st.Send(&tenurev1.KeepAliveRequest{SessionId: s.id})
 	}
 	if err := send(); err != nil {
@@ -363,7 +346,7 @@ func (s *Session) stream() (err error) {
 				s.markLost(fmt.Errorf("%w: the server no longer has session %d", ErrSessionExpired, s.id))
 				return nil
 			}
-			s.ack(sentAt)
+			s.validity.ack(sentAt)
 			expiry.Reset(time.Until(s.ValidUntil()))
 		}
 	}
