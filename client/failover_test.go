@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/internal/testnet"
 )
 
 // proxy forwards TCP connections from a 127.0.0.1 port to a target, and
@@ -33,10 +34,7 @@ type proxy struct {
 // It is closed when the test ends.
 func startProxy(t testing.TB, target string) *proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testnet.Listen(t)
 	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
 	p.cond = sync.NewCond(&p.mu)
 	p.wg.Add(1)
@@ -155,13 +153,7 @@ func (p *proxy) Close() {
 // deadAddr returns a 127.0.0.1 address with nothing listening on it.
 func deadAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return testnet.Free(t)
 }
 
 func TestFailoverFirstEndpointDead(t *testing.T) {

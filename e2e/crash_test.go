@@ -23,6 +23,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/testnet"
 )
 
 // binDir holds the tenure binary, built at most once per test binary run
@@ -171,13 +172,7 @@ func newServerProc(t *testing.T, bin string) *serverProc {
 // freePort returns a 127.0.0.1 address that was free a moment ago.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return testnet.Free(t)
 }
 
 // start runs the server and returns once /readyz answers 200.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/internal/testnet"
 	"github.com/tenurehq/tenure/internal/testserver"
 	"github.com/tenurehq/tenure/server"
 )
@@ -77,11 +77,5 @@ func tok(ns, name string, n int64) client.Token {
 // closedAddr returns a 127.0.0.1 address where nothing listens.
 func closedAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return testnet.Free(t)
 }

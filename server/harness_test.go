@@ -3,13 +3,13 @@ package server
 import (
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/testnet"
 	"github.com/tenurehq/tenure/raftnode"
 )
 
@@ -41,10 +41,7 @@ func startServer(t testing.TB, dir string, limits Limits, tweaks ...func(*raftno
 // a client that calls the moment the port answers would find it.
 func openServer(t testing.TB, dir string, limits Limits, tweaks ...func(*raftnode.Config)) *testServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testnet.Listen(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("TENURE_TEST_LOG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))

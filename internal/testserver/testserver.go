@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/testnet"
 	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/server"
 )
@@ -115,13 +116,11 @@ func OpenNode(limits server.Limits) (*Node, error) {
 	// The peer address must not change across restarts: it is the
 	// node's address in its own raft configuration. A port that was free
 	// a moment ago will do on 127.0.0.1.
-	pl, err := net.Listen("tcp", "127.0.0.1:0")
+	peer, err := testnet.FreeAddr()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	peer := pl.Addr().String()
-	pl.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		os.RemoveAll(dir)

@@ -1,0 +1,42 @@
+// Package testnet is the one place tests find addresses: every test server
+// binds 127.0.0.1, never another interface, on a port the kernel chose.
+package testnet
+
+import (
+	"net"
+	"testing"
+)
+
+// Listen binds 127.0.0.1 on a free port. The caller closes it (a server
+// that takes it over closes it on its own Close).
+func Listen(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen on 127.0.0.1: %v", err)
+	}
+	return ln
+}
+
+// FreeAddr returns a 127.0.0.1 address nothing listens on: free a moment
+// ago, so fit for an address that must be known before its server starts
+// (a raft peer address that must survive restarts) or that must refuse
+// connections (a dead endpoint).
+func FreeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// Free is FreeAddr for a test, which it fails on error.
+func Free(t testing.TB) string {
+	t.Helper()
+	addr, err := FreeAddr()
+	if err != nil {
+		t.Fatalf("find a free port on 127.0.0.1: %v", err)
+	}
+	return addr
+}
