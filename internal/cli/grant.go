@@ -1,0 +1,97 @@
+package cli
+
+// What lock and elect share: the grant flags, the session behind a grant,
+// and running a command under one.
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenurehq/tenure/client"
+)
+
+// grantOptions are the flags lock and elect share.
+type grantOptions struct {
+	ttl       time.Duration
+	killGrace time.Duration
+	lockDelay time.Duration
+	identity  string
+}
+
+func addGrantFlags(cmd *cobra.Command, o *grantOptions) {
+	f := cmd.Flags()
+	f.DurationVar(&o.ttl, "ttl", 10*time.Second, "session TTL: how long after the last heartbeat the server releases the grant")
+	f.DurationVar(&o.killGrace, "kill-grace", 2*time.Second, "time between SIGTERM and SIGKILL when the grant may be lost; must be under a quarter of --ttl")
+	f.DurationVar(&o.lockDelay, "lock-delay", -1, "after an expiry or revoke, how long nobody may be granted")
+	f.Lookup("lock-delay").DefValue = "--kill-grace + 1s" // shown by --help instead of -1ns
+	f.StringVar(&o.identity, "identity", "", "holder identity (default hostname_pid_random)")
+}
+
+// validityFactor is the share of the TTL, after the last acknowledged
+// heartbeat was sent, during which the CLI trusts its grant.
+const validityFactor = 0.75
+
+// check keeps the promise that the child is stopped before anyone else
+// can hold the grant: it is told to stop when validity ends, at
+// 0.75×TTL, and killed killGrace later, which must come before the
+// server can expire the session at 1×TTL.
+func (o *grantOptions) check() error {
+	if o.ttl <= 0 {
+		return usage("--ttl %v must be positive", o.ttl)
+	}
+	if o.killGrace <= 0 {
+		return usage("--kill-grace %v must be positive", o.killGrace)
+	}
+	margin := time.Duration(float64(o.ttl) * (1 - validityFactor))
+	if o.killGrace >= margin {
+		return usage("--kill-grace %v must be under %v (a quarter of --ttl %v): the command must be dead before the server can expire the session", o.killGrace, margin, o.ttl)
+	}
+	if o.lockDelay < 0 {
+		o.lockDelay = o.killGrace + time.Second
+	}
+	return nil
+}
+
+func (o *grantOptions) session(ctx context.Context, c *client.Client) (*client.Session, error) {
+	opts := []client.SessionOption{client.WithTTL(o.ttl), client.WithValidityFactor(validityFactor)}
+	if o.identity != "" {
+		opts = append(opts, client.WithIdentity(o.identity))
+	}
+	s, err := c.NewSession(ctx, opts...)
+	return s, unreachable(err)
+}
+
+func grantEnv(t client.Token, holder, endpoints string) []string {
+	return []string{
+		"TENURE_LEASE=" + t.Namespace + "/" + t.Name,
+		"TENURE_FENCING_TOKEN=" + strconv.FormatInt(t.Token, 10),
+		"TENURE_HOLDER=" + holder,
+		"TENURE_ENDPOINTS=" + endpoints,
+	}
+}
+
+// lostCode is the exit code after a loss: the command's, but never 0,
+// even when the command exits cleanly on SIGTERM — it did not finish
+// under the grant, and a script must not carry on as if it had.
+func lostCode(code int) int {
+	if code == 0 {
+		return ExitUnmet
+	}
+	return code
+}
+
+func exitCodeErr(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return &exitError{code: code}
+}
+
+func closeSession(s *client.Session) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.Close(ctx)
+}
