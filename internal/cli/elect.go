@@ -100,52 +100,38 @@ func runElect(cmd *cobra.Command, g *globals, o *electOptions, name string, argv
 		return err
 	}
 	for {
-		code, lost, err := campaignOnce(cmd, g, o, c, name, argv)
-		if err != nil || !lost || !o.retry || ctx.Err() != nil {
-			if err != nil {
-				return err
-			}
-			if lost {
-				return &exitError{code: lostCode(code), err: fmt.Errorf("lost leadership of %s/%s; the command was stopped", g.namespace, name)}
-			}
-			return exitCodeErr(code)
+		lost, err := campaignOnce(cmd, g, o, c, name, argv)
+		if !lost || !o.retry || ctx.Err() != nil {
+			return err
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "tenure: lost leadership of %s/%s; the command was stopped; campaigning again\n", g.namespace, name)
 	}
 }
 
 // campaignOnce opens a session, waits to be elected, runs the command and
-// resigns.
-func campaignOnce(cmd *cobra.Command, g *globals, o *electOptions, c *client.Client, name string, argv []string) (int, bool, error) {
+// resigns. lost says whether leadership was lost while the command ran.
+func campaignOnce(cmd *cobra.Command, g *globals, o *electOptions, c *client.Client, name string, argv []string) (lost bool, err error) {
 	ctx := cmd.Context()
 	s, err := o.session(ctx, c)
 	if err != nil {
-		return 0, false, err
+		return false, err
 	}
 	defer closeSession(s)
 	e := s.Election(name, client.WithNamespace(g.namespace), client.WithLockDelay(o.lockDelay))
 	if err := e.Campaign(ctx, o.value); err != nil {
 		if ctx.Err() != nil {
-			return 0, false, unmet(fmt.Errorf("interrupted while campaigning for %s/%s", g.namespace, name))
+			return false, unmet(fmt.Errorf("interrupted while campaigning for %s/%s", g.namespace, name))
 		}
-		return 0, false, unreachable(err)
+		return false, unreachable(err)
 	}
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
 		defer cancel()
 		_ = e.Resign(rctx)
 	}()
-	token, _ := e.FenceToken()
-	ch := &child{
-		args:      argv,
-		env:       grantEnv(token, s.Identity(), g.endpoints),
-		killGrace: o.killGrace,
-		stdin:     cmd.InOrStdin(),
-		stdout:    cmd.OutOrStdout(),
-		stderr:    cmd.ErrOrStderr(),
-	}
-	code, lost, err := ch.run(e.Lost())
-	return code, lost, err
+	return o.runUnderGrant(cmd, g.endpoints, e.Context(), s.Identity(), argv, func(client.Token, error) error {
+		return fmt.Errorf("lost leadership of %s/%s; the command was stopped", g.namespace, name)
+	})
 }
 
 // observer reads an election without campaigning in it.

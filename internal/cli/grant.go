@@ -64,6 +64,34 @@ func (o *grantOptions) session(ctx context.Context, c *client.Client) (*client.S
 	return s, unreachable(err)
 }
 
+// runUnderGrant is the tail lock and elect share. It runs argv while the
+// grant lasts — grant is the grant's context, cancelled the moment the
+// grant may be lost, and carries its fencing token — supervised by child:
+// its own process group, signals forwarded, and the group stopped before
+// anyone else can be granted. It returns the error to exit with: nil or
+// the command's exit code; after a loss, lostErr's error with a code that
+// is never 0, and lost = true.
+func (o *grantOptions) runUnderGrant(cmd *cobra.Command, endpoints string, grant context.Context, holder string, argv []string,
+	lostErr func(t client.Token, cause error) error) (lost bool, err error) {
+	t, _ := client.TokenFromContext(grant)
+	ch := &child{
+		args:      argv,
+		env:       grantEnv(t, holder, endpoints),
+		killGrace: o.killGrace,
+		stdin:     cmd.InOrStdin(),
+		stdout:    cmd.OutOrStdout(),
+		stderr:    cmd.ErrOrStderr(),
+	}
+	code, lost, err := ch.run(grant.Done())
+	switch {
+	case err != nil:
+		return false, &exitError{code: code, err: err}
+	case lost:
+		return true, &exitError{code: lostCode(code), err: lostErr(t, context.Cause(grant))}
+	}
+	return false, exitCodeErr(code)
+}
+
 func grantEnv(t client.Token, holder, endpoints string) []string {
 	return []string{
 		"TENURE_LEASE=" + t.Namespace + "/" + t.Name,

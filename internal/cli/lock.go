@@ -121,22 +121,10 @@ func runLock(cmd *cobra.Command, g *globals, o *lockOptions, name string, argv [
 	if len(argv) == 0 {
 		return holdUntilInterrupted(cmd, ctx, token, s.Identity(), sem.Lost())
 	}
-	ch := &child{
-		args:      argv,
-		env:       grantEnv(token, s.Identity(), g.endpoints),
-		killGrace: o.killGrace,
-		stdin:     cmd.InOrStdin(),
-		stdout:    cmd.OutOrStdout(),
-		stderr:    cmd.ErrOrStderr(),
-	}
-	code, lost, err := ch.run(sem.Lost())
-	if err != nil {
-		return &exitError{code: code, err: err}
-	}
-	if lost {
-		return &exitError{code: lostCode(code), err: fmt.Errorf("lost %s (token %d) while the command ran; it was stopped: %v", token.Namespace+"/"+token.Name, token.Token, context.Cause(sem.Context()))}
-	}
-	return exitCodeErr(code)
+	_, err = o.runUnderGrant(cmd, g.endpoints, sem.Context(), s.Identity(), argv, func(t client.Token, cause error) error {
+		return fmt.Errorf("lost %s/%s (token %d) while the command ran; it was stopped: %v", t.Namespace, t.Name, t.Token, cause)
+	})
+	return err
 }
 
 // holdUntilInterrupted prints the grant and keeps it until a signal or
