@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +23,11 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
 
 // These tests drive the tenure binary, as a user would, against a real
@@ -1024,6 +1029,72 @@ func TestCLIElect(t *testing.T) {
 			t.Errorf("elect --retry after SIGTERM: exit code got = %d, expected: %d", code, 128+int(syscall.SIGTERM))
 		}
 	}
+}
+
+// TestCLIElectRetryOutlivesItsSessionWhileWaiting: with --retry, a
+// candidate whose session is lost while it waits — here the server
+// closes it — campaigns on with a new session, and runs its command once
+// the leader steps down. Without --retry the loss ends the wait, as for
+// tenure lock.
+func TestCLIElectRetryOutlivesItsSessionWhileWaiting(t *testing.T) {
+	e := newCLIEnv(t)
+	leader := e.start("elect", "--identity", "leader", "gap", "--", "sh", "-c", `echo ready > ready-leader; sleep 30`)
+	e.waitFile("ready-leader", 10*time.Second)
+	waiter := e.start("elect", "--identity", "waiter", "--retry", "--ttl", "3s", "--kill-grace", "500ms", "gap", "--", "sh", "-c",
+		`echo $TENURE_FENCING_TOKEN > ran-waiter; sleep 30`)
+	e.waitWaiter("gap", "waiter")
+	first := e.sessionOf("waiter")
+
+	sessions := tenurev1connect.NewSessionServiceClient(http.DefaultClient, "http://"+e.endpoints)
+	if _, err := sessions.Close(context.Background(), connect.NewRequest(&tenurev1.CloseSessionRequest{SessionId: first})); err != nil {
+		t.Fatalf("close the waiter's session %d: %v", first, err)
+	}
+	waitFor(t, 10*time.Second, "the waiter to wait again with a new session", func() bool {
+		id := e.sessionOf("waiter")
+		return id != 0 && id != first && len(e.lease("gap").Status.Waiters) == 1
+	})
+	if waiter.exited() || e.exists("ran-waiter") {
+		t.Fatalf("elect --retry after its session was closed: got = exited %v, ran %v (stderr %q), expected: still waiting", waiter.exited(), e.exists("ran-waiter"), waiter.stderr)
+	}
+
+	// A signal ends a wait of --retry, too.
+	quitter := e.start("elect", "--identity", "quitter", "--retry", "gap", "--", "sh", "-c", `echo ran > ran-quitter`)
+	e.waitWaiter("gap", "quitter")
+	quitter.signal(t, syscall.SIGINT)
+	if code := quitter.wait(t, 10*time.Second); code != 1 || quitter.stderr.String() != "Error: interrupted while campaigning for default/gap\n" || e.exists("ran-quitter") {
+		t.Errorf("elect --retry interrupted while waiting: got = exit %d, stderr %q, expected: exit 1, \"Error: interrupted while campaigning for default/gap\", and no run", code, quitter.stderr)
+	}
+
+	leader.signal(t, syscall.SIGTERM)
+	if code := leader.wait(t, 10*time.Second); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("leader after SIGTERM: exit code got = %d, expected: %d", code, 128+int(syscall.SIGTERM))
+	}
+	e.waitFile("ran-waiter", 10*time.Second)
+	waiter.signal(t, syscall.SIGTERM)
+	if code := waiter.wait(t, 10*time.Second); code != 128+int(syscall.SIGTERM) || strings.Contains(waiter.stderr.String(), "Error:") {
+		t.Errorf("waiter after SIGTERM: got = exit %d, stderr %q, expected: exit %d and no error", code, waiter.stderr, 128+int(syscall.SIGTERM))
+	}
+}
+
+// sessionOf returns the ID of identity's open session, 0 if it has none.
+func (e *cliEnv) sessionOf(identity string) int64 {
+	e.t.Helper()
+	r := e.run("get", "sessions", "-o", "json")
+	var list struct {
+		Items []struct {
+			ID       int64  `json:"id"`
+			Identity string `json:"identity"`
+		} `json:"items"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &list) != nil {
+		e.t.Fatalf("tenure get sessions -o json: got = %v, expected: a list of sessions", r)
+	}
+	for _, s := range list.Items {
+		if s.Identity == identity {
+			return s.ID
+		}
+	}
+	return 0
 }
 
 func mustInt(t *testing.T, s string) int64 {
