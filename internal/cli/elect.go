@@ -90,6 +90,12 @@ func runElect(cmd *cobra.Command, g *globals, o *electOptions, name string, argv
 			fmt.Fprintln(out, formatLeader(l))
 			return nil
 		}
+		// Observing rides out every failure, a refused request too: ask
+		// once first, so that a bad namespace or name is an error
+		// rather than a silent wait.
+		if _, err := e.leader(ctx); errors.Is(err, client.ErrInvalidArgument) {
+			return err
+		}
 		for l := range e.observe(ctx) {
 			fmt.Fprintln(out, formatLeader(l))
 		}

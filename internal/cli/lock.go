@@ -73,6 +73,9 @@ func runLock(cmd *cobra.Command, g *globals, o *lockOptions, name string, argv [
 	if o.capacity < 1 {
 		return usage("--capacity %d must be at least 1", o.capacity)
 	}
+	if o.wait < 0 {
+		return usage("--wait %v must not be negative", o.wait)
+	}
 	ctx := cmd.Context()
 	c, err := g.connect(ctx)
 	if err != nil {
@@ -104,7 +107,7 @@ func runLock(cmd *cobra.Command, g *globals, o *lockOptions, name string, argv [
 	cancel()
 	switch {
 	case errors.Is(err, client.ErrLocked):
-		return unmet(fmt.Errorf("%s/%s is held: %w", g.namespace, name, err))
+		return unmet(err) // "default/NAME is held by ..."
 	case err != nil && ctx.Err() != nil:
 		return unmet(fmt.Errorf("interrupted while waiting for %s/%s", g.namespace, name))
 	case err != nil && waitedOut:
