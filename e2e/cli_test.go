@@ -854,6 +854,39 @@ func TestCLILockSignalsAndExitCodes(t *testing.T) {
 	})
 }
 
+// TestCLIShortTTLNeedsNoOtherFlags: --kill-grace and --lock-delay left
+// out follow --ttl, so a short TTL works on its own, and the lock-delay
+// the server records is the derived one. A --kill-grace given that does
+// not fit is still refused.
+func TestCLIShortTTLNeedsNoOtherFlags(t *testing.T) {
+	e := newCLIEnv(t)
+	e.expect(0, "", "", "lock", "--ttl", "2s", "job", "--", "true")
+	for _, tt := range []struct {
+		ttl, lockDelay string
+	}{
+		{"2s", "1.4s"}, // kill-grace 400ms + 1s
+		{"5s", "2s"},   // kill-grace 1s + 1s
+		{"10s", "3s"},  // kill-grace 2s + 1s, as before
+	} {
+		name := "ttl-" + tt.ttl
+		e.expect(0, "", "", "lock", "--ttl", tt.ttl, name, "--", "sh", "-c", e.bin+` get lease `+name+` -o json > `+name+`.json`)
+		var l struct {
+			Status struct {
+				LockDelay string `json:"lockDelay"`
+			} `json:"status"`
+		}
+		b, err := os.ReadFile(e.path(name + ".json"))
+		if err != nil || json.Unmarshal(b, &l) != nil || l.Status.LockDelay != tt.lockDelay {
+			t.Errorf("lock --ttl %s: lock-delay got = %q (%v, %s), expected: %q", tt.ttl, l.Status.LockDelay, err, b, tt.lockDelay)
+		}
+	}
+	e.expect(0, "", "", "elect", "--ttl", "2s", "job", "--", "true")
+	for _, cmd := range []string{"lock", "elect"} {
+		e.expect(2, "", "Error: --kill-grace 2s must be under 500ms (a quarter of --ttl 2s): the command must be dead before the server can expire the session\n",
+			cmd, "--kill-grace", "2s", "--ttl", "2s", "job", "--", "true")
+	}
+}
+
 // --- keys ---
 
 // TestCLIKVWalkthrough is the etcdctl lock walkthrough, line by line, on

@@ -104,7 +104,7 @@ func runElect(cmd *cobra.Command, g *globals, o *electOptions, name string, argv
 	if len(argv) == 0 {
 		return usage("elect needs a command after --, or --observe or --leader")
 	}
-	if err := o.check(); err != nil {
+	if err := o.check(cmd); err != nil {
 		return err
 	}
 	if o.retry {

@@ -24,9 +24,12 @@ type grantOptions struct {
 func addGrantFlags(cmd *cobra.Command, o *grantOptions) {
 	f := cmd.Flags()
 	f.DurationVar(&o.ttl, "ttl", 10*time.Second, "session TTL: how long after the last heartbeat the server releases the grant")
-	f.DurationVar(&o.killGrace, "kill-grace", 2*time.Second, "time between SIGTERM and SIGKILL when the grant may be lost; must be under a quarter of --ttl")
-	f.DurationVar(&o.lockDelay, "lock-delay", -1, "after an expiry or revoke, how long nobody may be granted")
-	f.Lookup("lock-delay").DefValue = "--kill-grace + 1s" // shown by --help instead of -1ns
+	// The defaults of --kill-grace and --lock-delay follow --ttl (see
+	// check); --help shows the rule instead of a value.
+	f.DurationVar(&o.killGrace, "kill-grace", 0, "time between SIGTERM and SIGKILL when the grant may be lost; must be under a quarter of --ttl")
+	f.Lookup("kill-grace").DefValue = "--ttl/5, at most 2s"
+	f.DurationVar(&o.lockDelay, "lock-delay", 0, "after an expiry or revoke, how long nobody may be granted")
+	f.Lookup("lock-delay").DefValue = "--kill-grace + 1s"
 	f.StringVar(&o.identity, "identity", "", "holder identity (default hostname_pid_random)")
 }
 
@@ -34,13 +37,25 @@ func addGrantFlags(cmd *cobra.Command, o *grantOptions) {
 // heartbeat was sent, during which the CLI trusts its grant.
 const validityFactor = 0.75
 
+// maxDefaultKillGrace caps the default --kill-grace: beyond it a longer
+// TTL buys a larger margin, not a longer wait for a stuck command.
+const maxDefaultKillGrace = 2 * time.Second
+
 // check keeps the promise that the child is stopped before anyone else
 // can hold the grant: it is told to stop when validity ends, at
 // 0.75×TTL, and killed killGrace later, which must come before the
-// server can expire the session at 1×TTL.
-func (o *grantOptions) check() error {
+// server can expire the session at 1×TTL. It fills in the kill-grace and
+// lock-delay that cmd's flags left unset: TTL/5, at most 2s, leaves at
+// least TTL/20 of margin for scheduling delays (100ms at the server's
+// minimum TTL of 2s, 500ms at the default 10s), and any TTL gets a
+// kill-grace that fits; the lock-delay is a second more than the grace.
+// A value given explicitly is checked, never adjusted.
+func (o *grantOptions) check(cmd *cobra.Command) error {
 	if o.ttl <= 0 {
 		return usage("--ttl %v must be positive", o.ttl)
+	}
+	if !cmd.Flags().Changed("kill-grace") {
+		o.killGrace = min(o.ttl/5, maxDefaultKillGrace)
 	}
 	if o.killGrace <= 0 {
 		return usage("--kill-grace %v must be positive", o.killGrace)
@@ -49,8 +64,11 @@ func (o *grantOptions) check() error {
 	if o.killGrace >= margin {
 		return usage("--kill-grace %v must be under %v (a quarter of --ttl %v): the command must be dead before the server can expire the session", o.killGrace, margin, o.ttl)
 	}
-	if o.lockDelay < 0 {
+	if !cmd.Flags().Changed("lock-delay") {
 		o.lockDelay = o.killGrace + time.Second
+	}
+	if o.lockDelay < 0 {
+		return usage("--lock-delay %v must not be negative", o.lockDelay)
 	}
 	return nil
 }

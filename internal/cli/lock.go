@@ -31,7 +31,9 @@ CMD runs in its own process group. SIGINT and SIGTERM to tenure are forwarded
 to the group. If the lock may be lost (heartbeats not acknowledged for 0.75 of
 the TTL, the session ended, or the lock was revoked), the whole group gets
 SIGTERM, then SIGKILL after --kill-grace, so the command never runs past the
-point where someone else can hold the lock. When CMD exits, the lock is
+point where someone else can hold the lock: --kill-grace must be under a
+quarter of --ttl. Left out, it is --ttl/5 (at most 2s), and --lock-delay a
+second more, so any --ttl works on its own. When CMD exits, the lock is
 released and tenure exits with CMD's exit code.
 
 The wait outlasts a server restart or a change of leader: only --wait, a
@@ -49,7 +51,11 @@ With --capacity N the lock is a semaphore with N places.`,
   tenure lock --capacity 3 --wait 1m render -- ./render.sh
 
   # The command can fence its writes with the token
-  tenure lock db-migrate -- sh -c 'migrate --fencing-token "$TENURE_FENCING_TOKEN"'`,
+  tenure lock db-migrate -- sh -c 'migrate --fencing-token "$TENURE_FENCING_TOKEN"'
+
+  # A short TTL hands the lock on sooner after a crash; --kill-grace and
+  # --lock-delay follow it (400ms and 1.4s here)
+  tenure lock --ttl 2s heartbeat-sweep -- ./sweep.sh`,
 		Args: cobra.MatchAll(cobra.MinimumNArgs(1), leaseNameArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if at := cmd.ArgsLenAtDash(); at > 1 || (at < 0 && len(args) > 1) {
@@ -67,7 +73,7 @@ With --capacity N the lock is a semaphore with N places.`,
 }
 
 func runLock(cmd *cobra.Command, g *globals, o *lockOptions, name string, argv []string) error {
-	if err := o.check(); err != nil {
+	if err := o.check(cmd); err != nil {
 		return err
 	}
 	if o.capacity < 1 {
