@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -148,6 +151,49 @@ func TestMainUnreachableExits3(t *testing.T) {
 		}
 		if !strings.HasPrefix(stderr, "Error: ") {
 			t.Errorf("tenure %s against a dead server: stderr got = %q, expected: an Error: line", strings.Join(args, " "), stderr)
+		}
+	}
+}
+
+// A server that cuts every connection gives no answer: the error says
+// what tenure was doing, in words, and no RPC name (it used to print
+// "ListLeases: unexpected EOF").
+func TestMainCutConnectionSaysWhatItWasDoing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// Read the whole request first, so that the client is
+			// waiting for an answer when the connection goes.
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+				_, _ = io.Copy(io.Discard, req.Body)
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	for _, tt := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"get", "leases"}, "Error: list leases: unexpected EOF\n"},
+		{[]string{"get", "sessions"}, "Error: list sessions: unexpected EOF\n"},
+	} {
+		_, stderr, code := runMain(append([]string{"--endpoints", ln.Addr().String(), "--timeout", "2s"}, tt.args...)...)
+		if code != ExitUnreachable || stderr != tt.stderr {
+			t.Errorf("tenure %s: got = exit %d, %q, expected: exit %d, %q", strings.Join(tt.args, " "), code, stderr, ExitUnreachable, tt.stderr)
 		}
 	}
 }
