@@ -231,8 +231,10 @@ type Callbacks struct {
 // leader's context, waits for OnStartedLeading to return, calls
 // OnStoppedLeading, then resigns, so the next candidate takes over in
 // milliseconds rather than after a TTL, and never while this one still
-// works. Sessions it opened itself are closed on return; session is left
-// open. WithValue sets the value proclaimed when elected.
+// works. It also returns, with the error, when the server refuses the
+// campaign as invalid (ErrInvalidArgument). Sessions it opened itself are
+// closed on return; session is left open. WithValue sets the value
+// proclaimed when elected.
 func RunElection(ctx context.Context, session *Session, name string, cb Callbacks, opts ...LeaseOption) error {
 	c := session.c
 	o := leaseOptions{namespace: DefaultNamespace}
@@ -278,6 +280,12 @@ func RunElection(ctx context.Context, session *Session, name string, cb Callback
 		}
 		e := session.Election(name, opts...)
 		if err := e.Campaign(ctx, o.value); err != nil {
+			if errors.Is(err, ErrInvalidArgument) {
+				// The server refused the campaign itself (a bad
+				// namespace, name or value): asking again cannot
+				// succeed, and would only hide the mistake.
+				return err
+			}
 			// Campaign again after a pause, or at once with a new session
 			// once this one is lost. The server can say the session is
 			// gone (ErrSessionExpired) before its heartbeats do: without

@@ -695,6 +695,23 @@ func TestRunElectionDoesNotSpinWhileItsSessionIsGone(t *testing.T) {
 	}
 }
 
+// A campaign the server refuses as invalid — here a namespace that is
+// not a DNS label — ends RunElection with the error at once: asking
+// again cannot succeed, and retrying forever would hide the mistake.
+func TestRunElectionReturnsWhenTheCampaignIsInvalid(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	s := newSession(t, c, client.WithTTL(2*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	started := false
+	err := client.RunElection(ctx, s, "scheduler", client.Callbacks{OnStartedLeading: func(context.Context) { started = true }},
+		client.WithNamespace("Not_A_Label"))
+	if !errors.Is(err, client.ErrInvalidArgument) || ctx.Err() != nil || started {
+		t.Errorf("RunElection in a bad namespace: got = %v (context %v, led %v), expected: ErrInvalidArgument at once, never leading", err, ctx.Err(), started)
+	}
+}
+
 // Cancelling the leader's context hands leadership to the next
 // candidate within 50ms: it resigns rather than waiting for a TTL.
 func TestRunElectionHandsOverWithin50msOnCancel(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
+	"unicode"
 
 	"connectrpc.com/connect"
 
@@ -100,21 +102,62 @@ type Error struct {
 	Cause error  // the connect or network error
 }
 
+// Error is written for the person who reads it, and keeps Op out of
+// sight: when the server answered, its message alone, which already
+// names the lease, key or limit; when no answer came (a refused or cut
+// connection, a timeout, a closed client), what was being done, in
+// words, and what went wrong: "list leases: unexpected EOF".
 func (e *Error) Error() string {
-	msg := e.Op + ": "
+	var msg string
 	var ce *connect.Error
 	switch {
-	case errors.As(e.Cause, &ce) && ce.Message() != "":
-		msg += ce.Message()
+	case errors.As(e.Cause, &ce) && connect.IsWireError(ce) && ce.Message() != "":
+		msg = ce.Message()
+	case errors.As(e.Cause, &ce):
+		msg = ce.Message()
+		if msg == "" {
+			msg = ce.Code().String()
+		}
+		msg = doing(e.Op) + msg
+	case errors.Is(e.Cause, context.Canceled), errors.Is(e.Cause, context.DeadlineExceeded),
+		errors.Is(e.Cause, ErrClosed), isNetError(e.Cause):
+		msg = doing(e.Op) + e.Cause.Error()
 	case e.Cause != nil:
-		msg += e.Cause.Error()
+		// Made by the client, and whole: it names the lease or key.
+		msg = e.Cause.Error()
+	case e.Kind != nil:
+		msg = doing(e.Op) + e.Kind.Error()
 	default:
-		msg += e.Kind.Error()
+		msg = doing(e.Op) + "failed"
 	}
 	if errors.Is(e.Kind, ErrUnknownOutcome) {
 		msg += " (outcome unknown: the call may or may not have been applied)"
 	}
 	return msg
+}
+
+// doing turns an Op into a prefix in words: "ListLeases" into "list
+// leases: ".
+func doing(op string) string {
+	if op == "" {
+		return ""
+	}
+	var b strings.Builder
+	for i, r := range op {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String() + ": "
+}
+
+func isNetError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne)
 }
 
 // Is makes errors.Is(err, ErrNotHolder) and friends work.

@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +23,11 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
 
 // These tests drive the tenure binary, as a user would, against a real
@@ -756,19 +761,13 @@ func TestCLILockSignalsAndExitCodes(t *testing.T) {
 	})
 
 	t.Run("a command that cannot start exits 127", func(t *testing.T) {
-		r := e.run("lock", "nocmd", "--", "./no-such-command")
-		if r.code != 127 || !strings.HasPrefix(r.stderr, "Error: start ./no-such-command:") {
-			t.Errorf("got = %v, expected: exit 127 and an error naming the command", r)
-		}
+		e.expect(127, "", "Error: start ./no-such-command: no such file or directory\n", "lock", "nocmd", "--", "./no-such-command")
 	})
 
 	t.Run("--try on a held lock exits 1, and so does running out of --wait", func(t *testing.T) {
 		holder := e.start("lock", "--identity", "holder", "held", "--", "sh", "-c", `echo ready > ready-held; sleep 30`)
 		e.waitFile("ready-held", 10*time.Second)
-		r := e.run("lock", "--try", "held", "--", "sh", "-c", "echo ran > ran-held")
-		if r.code != 1 || r.stdout != "" || !strings.HasPrefix(r.stderr, "Error: default/held is held:") || !strings.Contains(r.stderr, `"holder"`) {
-			t.Errorf("--try: got = %v, expected: exit 1 and \"Error: default/held is held: ...\"", r)
-		}
+		e.expect(1, "", "Error: default/held is held by \"holder\"\n", "lock", "--try", "held", "--", "sh", "-c", "echo ran > ran-held")
 		e.expect(1, "", "Error: gave up waiting for default/held after 300ms\n", "lock", "--wait", "300ms", "held", "--", "sh", "-c", "echo ran > ran-held")
 		if e.exists("ran-held") {
 			t.Errorf("the command of a lock not acquired ran")
@@ -813,12 +812,20 @@ func TestCLILockSignalsAndExitCodes(t *testing.T) {
 		}
 	})
 
-	t.Run("an unreachable server exits 3", func(t *testing.T) {
+	t.Run("an unreachable server exits 3, saying what it was doing in words", func(t *testing.T) {
 		dead := freePort(t)
-		for _, args := range [][]string{{"lock", "x", "--", "true"}, {"kv", "get", "k"}, {"get", "leases"}} {
-			r := e.runAt(dead, args...)
-			if r.code != 3 || r.stdout != "" || !strings.HasPrefix(r.stderr, "Error: ") {
-				t.Errorf("tenure %s with nothing at %s: got = %v, expected: exit 3 and an error", strings.Join(args, " "), dead, r)
+		for _, tt := range []struct {
+			args  []string
+			doing string
+		}{
+			{[]string{"lock", "x", "--", "true"}, "open session"},
+			{[]string{"kv", "get", "k"}, "get"},
+			{[]string{"get", "leases"}, "list leases"},
+		} {
+			r := e.runAt(dead, tt.args...)
+			want := "Error: " + tt.doing + ": dial tcp " + dead + ": connect: connection refused\n"
+			if r.code != 3 || r.stdout != "" || r.stderr != want {
+				t.Errorf("tenure %s with nothing at %s: got = %v, expected: exit 3 and %q", strings.Join(tt.args, " "), dead, r, want)
 			}
 		}
 	})
@@ -833,10 +840,51 @@ func TestCLILockSignalsAndExitCodes(t *testing.T) {
 			{[]string{"lock", "--bogus", "a"}, "Error: unknown flag: --bogus\nSee 'tenure lock --help'.\n"},
 			{[]string{"lock", "--ttl", "4s", "--kill-grace", "1s", "a", "--", "true"},
 				"Error: --kill-grace 1s must be under 1s (a quarter of --ttl 4s): the command must be dead before the server can expire the session\n"},
+			{[]string{"lock", "--wait", "-1s", "a", "--", "true"}, "Error: --wait -1s must not be negative\n"},
+			// The server finds these; its message alone, no RPC name.
+			{[]string{"lock", "-n", "Prod", "a", "--", "true"},
+				"Error: namespace \"Prod\" must be a DNS label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit\n"},
+			{[]string{"lock", "--ttl", "25h", "a", "--", "true"}, "Error: ttl 25h0m0s is outside 2s..24h0m0s (--min-ttl, --max-ttl)\n"},
+			{[]string{"get", "leases", "-l", "!!!"},
+				"Error: label selector \"!!!\": label key \"!!\" must be at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit\n"},
+			{[]string{"kv", "get", ""}, "Error: key is empty\n"},
 		} {
 			e.expect(2, "", tt.stderr, tt.args...)
 		}
 	})
+}
+
+// TestCLIShortTTLNeedsNoOtherFlags: --kill-grace and --lock-delay left
+// out follow --ttl, so a short TTL works on its own, and the lock-delay
+// the server records is the derived one. A --kill-grace given that does
+// not fit is still refused.
+func TestCLIShortTTLNeedsNoOtherFlags(t *testing.T) {
+	e := newCLIEnv(t)
+	e.expect(0, "", "", "lock", "--ttl", "2s", "job", "--", "true")
+	for _, tt := range []struct {
+		ttl, lockDelay string
+	}{
+		{"2s", "1.4s"}, // kill-grace 400ms + 1s
+		{"5s", "2s"},   // kill-grace 1s + 1s
+		{"10s", "3s"},  // kill-grace 2s + 1s, as before
+	} {
+		name := "ttl-" + tt.ttl
+		e.expect(0, "", "", "lock", "--ttl", tt.ttl, name, "--", "sh", "-c", e.bin+` get lease `+name+` -o json > `+name+`.json`)
+		var l struct {
+			Status struct {
+				LockDelay string `json:"lockDelay"`
+			} `json:"status"`
+		}
+		b, err := os.ReadFile(e.path(name + ".json"))
+		if err != nil || json.Unmarshal(b, &l) != nil || l.Status.LockDelay != tt.lockDelay {
+			t.Errorf("lock --ttl %s: lock-delay got = %q (%v, %s), expected: %q", tt.ttl, l.Status.LockDelay, err, b, tt.lockDelay)
+		}
+	}
+	e.expect(0, "", "", "elect", "--ttl", "2s", "job", "--", "true")
+	for _, cmd := range []string{"lock", "elect"} {
+		e.expect(2, "", "Error: --kill-grace 2s must be under 500ms (a quarter of --ttl 2s): the command must be dead before the server can expire the session\n",
+			cmd, "--kill-grace", "2s", "--ttl", "2s", "job", "--", "true")
+	}
 }
 
 // --- keys ---
@@ -1024,6 +1072,72 @@ func TestCLIElect(t *testing.T) {
 			t.Errorf("elect --retry after SIGTERM: exit code got = %d, expected: %d", code, 128+int(syscall.SIGTERM))
 		}
 	}
+}
+
+// TestCLIElectRetryOutlivesItsSessionWhileWaiting: with --retry, a
+// candidate whose session is lost while it waits — here the server
+// closes it — campaigns on with a new session, and runs its command once
+// the leader steps down. Without --retry the loss ends the wait, as for
+// tenure lock.
+func TestCLIElectRetryOutlivesItsSessionWhileWaiting(t *testing.T) {
+	e := newCLIEnv(t)
+	leader := e.start("elect", "--identity", "leader", "gap", "--", "sh", "-c", `echo ready > ready-leader; sleep 30`)
+	e.waitFile("ready-leader", 10*time.Second)
+	waiter := e.start("elect", "--identity", "waiter", "--retry", "--ttl", "3s", "--kill-grace", "500ms", "gap", "--", "sh", "-c",
+		`echo $TENURE_FENCING_TOKEN > ran-waiter; sleep 30`)
+	e.waitWaiter("gap", "waiter")
+	first := e.sessionOf("waiter")
+
+	sessions := tenurev1connect.NewSessionServiceClient(http.DefaultClient, "http://"+e.endpoints)
+	if _, err := sessions.Close(context.Background(), connect.NewRequest(&tenurev1.CloseSessionRequest{SessionId: first})); err != nil {
+		t.Fatalf("close the waiter's session %d: %v", first, err)
+	}
+	waitFor(t, 10*time.Second, "the waiter to wait again with a new session", func() bool {
+		id := e.sessionOf("waiter")
+		return id != 0 && id != first && len(e.lease("gap").Status.Waiters) == 1
+	})
+	if waiter.exited() || e.exists("ran-waiter") {
+		t.Fatalf("elect --retry after its session was closed: got = exited %v, ran %v (stderr %q), expected: still waiting", waiter.exited(), e.exists("ran-waiter"), waiter.stderr)
+	}
+
+	// A signal ends a wait of --retry, too.
+	quitter := e.start("elect", "--identity", "quitter", "--retry", "gap", "--", "sh", "-c", `echo ran > ran-quitter`)
+	e.waitWaiter("gap", "quitter")
+	quitter.signal(t, syscall.SIGINT)
+	if code := quitter.wait(t, 10*time.Second); code != 1 || quitter.stderr.String() != "Error: interrupted while campaigning for default/gap\n" || e.exists("ran-quitter") {
+		t.Errorf("elect --retry interrupted while waiting: got = exit %d, stderr %q, expected: exit 1, \"Error: interrupted while campaigning for default/gap\", and no run", code, quitter.stderr)
+	}
+
+	leader.signal(t, syscall.SIGTERM)
+	if code := leader.wait(t, 10*time.Second); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("leader after SIGTERM: exit code got = %d, expected: %d", code, 128+int(syscall.SIGTERM))
+	}
+	e.waitFile("ran-waiter", 10*time.Second)
+	waiter.signal(t, syscall.SIGTERM)
+	if code := waiter.wait(t, 10*time.Second); code != 128+int(syscall.SIGTERM) || strings.Contains(waiter.stderr.String(), "Error:") {
+		t.Errorf("waiter after SIGTERM: got = exit %d, stderr %q, expected: exit %d and no error", code, waiter.stderr, 128+int(syscall.SIGTERM))
+	}
+}
+
+// sessionOf returns the ID of identity's open session, 0 if it has none.
+func (e *cliEnv) sessionOf(identity string) int64 {
+	e.t.Helper()
+	r := e.run("get", "sessions", "-o", "json")
+	var list struct {
+		Items []struct {
+			ID       int64  `json:"id"`
+			Identity string `json:"identity"`
+		} `json:"items"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &list) != nil {
+		e.t.Fatalf("tenure get sessions -o json: got = %v, expected: a list of sessions", r)
+	}
+	for _, s := range list.Items {
+		if s.Identity == identity {
+			return s.ID
+		}
+	}
+	return 0
 }
 
 func mustInt(t *testing.T, s string) int64 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -48,7 +49,7 @@ func (c *child) run(lost <-chan struct{}) (code int, lostFirst bool, err error) 
 	defer signal.Stop(sigs)
 
 	if err := cmd.Start(); err != nil {
-		return 127, false, fmt.Errorf("start %s: %w", c.args[0], err)
+		return 127, false, fmt.Errorf("start %s: %w", c.args[0], startCause(err))
 	}
 	pgid := cmd.Process.Pid
 	exited := make(chan error, 1)
@@ -117,6 +118,21 @@ func (c *child) groupAlive(pgid int, reaped *int) bool {
 		*reaped++
 	}
 	return !errors.Is(unix.Kill(-pgid, 0), unix.ESRCH)
+}
+
+// startCause is why a command could not start, without the command's
+// name, which exec's errors repeat ("exec: \"./x\": stat ./x: no such
+// file or directory") after the one start already gives.
+func startCause(err error) error {
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		err = ee.Err
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return err
 }
 
 func exitCode(err error) int {

@@ -142,13 +142,20 @@ func TestChildExitCodes(t *testing.T) {
 	}
 }
 
+// A command that cannot start exits 127, and the error names it once.
 func TestChildCannotStart(t *testing.T) {
 	r := newChildRun(t)
-	c := r.child("", time.Second)
-	c.args = []string{filepath.Join(r.dir, "no-such-command")}
-	res := r.wait(r.start(c, nil))
-	if res.code != 127 || res.err == nil || !strings.Contains(res.err.Error(), "no-such-command") {
-		t.Errorf("got = code %d, err %v, expected: code 127 and an error naming the command", res.code, res.err)
+	missing := filepath.Join(r.dir, "no-such-command")
+	for _, tt := range []struct{ name, want string }{
+		{missing, "start " + missing + ": no such file or directory"},
+		{"no-such-command-on-the-path", "start no-such-command-on-the-path: executable file not found in $PATH"},
+	} {
+		c := r.child("", time.Second)
+		c.args = []string{tt.name}
+		res := r.wait(r.start(c, nil))
+		if res.code != 127 || res.err == nil || res.err.Error() != tt.want {
+			t.Errorf("%s: got = code %d, err %v, expected: code 127 and %q", tt.name, res.code, res.err, tt.want)
+		}
 	}
 }
 

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -50,8 +53,8 @@ func TestMainExitCodesWithoutServer(t *testing.T) {
 			[]string{"lock", "a", "b"}, ExitUsage, "lock takes one NAME; put the command after --"},
 		{"a kill-grace of a quarter of the TTL is a usage error: the command could outlive the grant",
 			[]string{"lock", "--ttl", "4s", "--kill-grace", "1s", "a", "--", "true"}, ExitUsage, "--kill-grace 1s must be under 1s (a quarter of --ttl 4s)"},
-		{"a default kill-grace with a short TTL is a usage error",
-			[]string{"lock", "--ttl", "2s", "a", "--", "true"}, ExitUsage, "--kill-grace 2s must be under 500ms"},
+		{"a kill-grace given that is too long for a short TTL is a usage error",
+			[]string{"lock", "--ttl", "2s", "--kill-grace", "2s", "a", "--", "true"}, ExitUsage, "--kill-grace 2s must be under 500ms"},
 		{"a zero TTL is a usage error",
 			[]string{"lock", "--ttl", "0s", "a", "--", "true"}, ExitUsage, "--ttl 0s must be positive"},
 		{"a zero kill-grace is a usage error",
@@ -148,6 +151,49 @@ func TestMainUnreachableExits3(t *testing.T) {
 		}
 		if !strings.HasPrefix(stderr, "Error: ") {
 			t.Errorf("tenure %s against a dead server: stderr got = %q, expected: an Error: line", strings.Join(args, " "), stderr)
+		}
+	}
+}
+
+// A server that cuts every connection gives no answer: the error says
+// what tenure was doing, in words, and no RPC name (it used to print
+// "ListLeases: unexpected EOF").
+func TestMainCutConnectionSaysWhatItWasDoing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// Read the whole request first, so that the client is
+			// waiting for an answer when the connection goes.
+			_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+				_, _ = io.Copy(io.Discard, req.Body)
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
+	for _, tt := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"get", "leases"}, "Error: list leases: unexpected EOF\n"},
+		{[]string{"get", "sessions"}, "Error: list sessions: unexpected EOF\n"},
+	} {
+		_, stderr, code := runMain(append([]string{"--endpoints", ln.Addr().String(), "--timeout", "2s"}, tt.args...)...)
+		if code != ExitUnreachable || stderr != tt.stderr {
+			t.Errorf("tenure %s: got = exit %d, %q, expected: exit %d, %q", strings.Join(tt.args, " "), code, stderr, ExitUnreachable, tt.stderr)
 		}
 	}
 }
@@ -249,32 +295,52 @@ func TestTTLFlag(t *testing.T) {
 	}
 }
 
+// The kill-grace and lock-delay a user leaves out follow --ttl, so that
+// any TTL works without them; a value given is checked, never adjusted.
 func TestGrantOptionsCheck(t *testing.T) {
 	tests := []struct {
 		name          string
-		in            grantOptions
+		args          []string
 		wantErr       string
+		wantKillGrace time.Duration
 		wantLockDelay time.Duration
 	}{
-		{"the defaults pass and the lock-delay becomes kill-grace plus a second",
-			grantOptions{ttl: 10 * time.Second, killGrace: 2 * time.Second, lockDelay: -1}, "", 3 * time.Second},
-		{"a kill-grace just under a quarter of the TTL passes",
-			grantOptions{ttl: 4 * time.Second, killGrace: 999 * time.Millisecond, lockDelay: -1}, "", 1999 * time.Millisecond},
-		{"an explicit lock-delay of zero stays zero",
-			grantOptions{ttl: 4 * time.Second, killGrace: 500 * time.Millisecond, lockDelay: 0}, "", 0},
-		{"an explicit lock-delay is kept",
-			grantOptions{ttl: 4 * time.Second, killGrace: 500 * time.Millisecond, lockDelay: 10 * time.Second}, "", 10 * time.Second},
-		{"a kill-grace of exactly a quarter of the TTL fails",
-			grantOptions{ttl: 4 * time.Second, killGrace: time.Second, lockDelay: -1}, "--kill-grace 1s must be under 1s", 0},
-		{"a negative TTL fails",
-			grantOptions{ttl: -time.Second, killGrace: time.Second, lockDelay: -1}, "--ttl -1s must be positive", 0},
+		{"the defaults are a 2s kill-grace and a 3s lock-delay for the default TTL of 10s",
+			nil, "", 2 * time.Second, 3 * time.Second},
+		{"a 5s TTL gets a kill-grace of a fifth of it",
+			[]string{"--ttl", "5s"}, "", time.Second, 2 * time.Second},
+		{"the server's minimum TTL of 2s gets 400ms, under its quarter of 500ms",
+			[]string{"--ttl", "2s"}, "", 400 * time.Millisecond, 1400 * time.Millisecond},
+		{"a long TTL keeps the kill-grace at 2s",
+			[]string{"--ttl", "1m"}, "", 2 * time.Second, 3 * time.Second},
+		{"a kill-grace given is kept, and the lock-delay follows it",
+			[]string{"--ttl", "4s", "--kill-grace", "999ms"}, "", 999 * time.Millisecond, 1999 * time.Millisecond},
+		{"a lock-delay given is kept",
+			[]string{"--ttl", "4s", "--lock-delay", "10s"}, "", 800 * time.Millisecond, 10 * time.Second},
+		{"a lock-delay of zero given stays zero",
+			[]string{"--ttl", "4s", "--kill-grace", "500ms", "--lock-delay", "0"}, "", 500 * time.Millisecond, 0},
+		{"a kill-grace given of exactly a quarter of the TTL fails",
+			[]string{"--ttl", "4s", "--kill-grace", "1s"}, "--kill-grace 1s must be under 1s (a quarter of --ttl 4s)", 0, 0},
+		{"a kill-grace given that fits the default TTL but not a short one fails",
+			[]string{"--ttl", "2s", "--kill-grace", "2s"}, "--kill-grace 2s must be under 500ms (a quarter of --ttl 2s)", 0, 0},
+		{"a kill-grace given of zero fails",
+			[]string{"--kill-grace", "0s"}, "--kill-grace 0s must be positive", 0, 0},
 		{"a negative kill-grace fails",
-			grantOptions{ttl: 10 * time.Second, killGrace: -time.Second, lockDelay: -1}, "--kill-grace -1s must be positive", 0},
+			[]string{"--kill-grace", "-1s"}, "--kill-grace -1s must be positive", 0, 0},
+		{"a negative lock-delay fails",
+			[]string{"--lock-delay", "-1s"}, "--lock-delay -1s must not be negative", 0, 0},
+		{"a negative TTL fails",
+			[]string{"--ttl", "-1s"}, "--ttl -1s must be positive", 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := tt.in
-			err := o.check()
+			var o grantOptions
+			cmd := &cobra.Command{}
+			addGrantFlags(cmd, &o)
+			if err := cmd.ParseFlags(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			err := o.check(cmd)
 			if tt.wantErr != "" {
 				var ee *exitError
 				if !errors.As(err, &ee) || ee.code != ExitUsage || !strings.Contains(err.Error(), tt.wantErr) {
@@ -285,8 +351,8 @@ func TestGrantOptionsCheck(t *testing.T) {
 			if err != nil {
 				t.Fatalf("got = %v, expected: no error", err)
 			}
-			if o.lockDelay != tt.wantLockDelay {
-				t.Errorf("lock-delay got = %v, expected: %v", o.lockDelay, tt.wantLockDelay)
+			if o.killGrace != tt.wantKillGrace || o.lockDelay != tt.wantLockDelay {
+				t.Errorf("kill-grace, lock-delay: got = %v, %v, expected: %v, %v", o.killGrace, o.lockDelay, tt.wantKillGrace, tt.wantLockDelay)
 			}
 		})
 	}
@@ -355,11 +421,13 @@ func TestLostCodeIsNeverZero(t *testing.T) {
 	}
 }
 
-func TestLockDelayHelpShowsItsDefault(t *testing.T) {
+func TestGrantFlagsHelpShowTheirDefaults(t *testing.T) {
 	for _, cmd := range []string{"lock", "elect"} {
 		stdout, _, _ := runMain(cmd, "--help")
-		if !strings.Contains(stdout, "(default --kill-grace + 1s)") || strings.Contains(stdout, "-1ns") {
-			t.Errorf("%s --help: got = %q, expected: --lock-delay's default as \"--kill-grace + 1s\", not -1ns", cmd, stdout)
+		for _, want := range []string{"(default --ttl/5, at most 2s)", "(default --kill-grace + 1s)"} {
+			if !strings.Contains(stdout, want) {
+				t.Errorf("%s --help: got = %q, expected: %q, the rule rather than a value", cmd, stdout, want)
+			}
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/spf13/cobra"
 
@@ -33,7 +34,8 @@ group, and if leadership may be lost the group is stopped (SIGTERM, then
 SIGKILL after --kill-grace) before another candidate can be elected. With
 --retry, tenure campaigns again after such a loss; otherwise it exits with
 CMD's exit code. Like lock, a campaign waits through a server restart or a
-change of leader.
+change of leader; with --retry it also outlasts the loss of its session,
+campaigning on with a new one.
 
 --observe prints every leader change (identity, value, token) until
 interrupted; --leader prints the current leader and exits (1 if none).`,
@@ -56,7 +58,7 @@ interrupted; --leader prints the current leader and exits (1 if none).`,
 	addGrantFlags(cmd, &o.grantOptions)
 	f := cmd.Flags()
 	f.StringVar(&o.value, "value", "", "value to proclaim while leader (e.g. an address)")
-	f.BoolVar(&o.retry, "retry", false, "campaign again after the command is stopped by a loss")
+	f.BoolVar(&o.retry, "retry", false, "campaign again after the command is stopped by a loss, or the session is lost while waiting")
 	f.BoolVar(&o.observe, "observe", false, "print every leader change until interrupted")
 	f.BoolVar(&o.leader, "leader", false, "print the current leader and exit")
 	cmd.MarkFlagsMutuallyExclusive("observe", "leader")
@@ -88,6 +90,12 @@ func runElect(cmd *cobra.Command, g *globals, o *electOptions, name string, argv
 			fmt.Fprintln(out, formatLeader(l))
 			return nil
 		}
+		// Observing rides out every failure, a refused request too: ask
+		// once first, so that a bad namespace or name is an error
+		// rather than a silent wait.
+		if _, err := e.leader(ctx); errors.Is(err, client.ErrInvalidArgument) {
+			return err
+		}
 		for l := range e.observe(ctx) {
 			fmt.Fprintln(out, formatLeader(l))
 		}
@@ -96,56 +104,111 @@ func runElect(cmd *cobra.Command, g *globals, o *electOptions, name string, argv
 	if len(argv) == 0 {
 		return usage("elect needs a command after --, or --observe or --leader")
 	}
-	if err := o.check(); err != nil {
+	if err := o.check(cmd); err != nil {
 		return err
 	}
-	for {
-		code, lost, err := campaignOnce(cmd, g, o, c, name, argv)
-		if err != nil || !lost || !o.retry || ctx.Err() != nil {
-			if err != nil {
-				return err
-			}
-			if lost {
-				return &exitError{code: lostCode(code), err: fmt.Errorf("lost leadership of %s/%s; the command was stopped", g.namespace, name)}
-			}
-			return exitCodeErr(code)
-		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "tenure: lost leadership of %s/%s; the command was stopped; campaigning again\n", g.namespace, name)
+	if o.retry {
+		return campaignRetrying(cmd, g, o, c, name, argv)
+	}
+	_, err = campaignOnce(cmd, g, o, c, name, argv)
+	return err
+}
+
+// lostLeadership is elect's error after a loss.
+func lostLeadership(ns, name string) func(client.Token, error) error {
+	return func(client.Token, error) error {
+		return fmt.Errorf("lost leadership of %s/%s; the command was stopped", ns, name)
 	}
 }
 
 // campaignOnce opens a session, waits to be elected, runs the command and
-// resigns.
-func campaignOnce(cmd *cobra.Command, g *globals, o *electOptions, c *client.Client, name string, argv []string) (int, bool, error) {
+// resigns. lost says whether leadership was lost while the command ran.
+func campaignOnce(cmd *cobra.Command, g *globals, o *electOptions, c *client.Client, name string, argv []string) (lost bool, err error) {
 	ctx := cmd.Context()
 	s, err := o.session(ctx, c)
 	if err != nil {
-		return 0, false, err
+		return false, err
 	}
 	defer closeSession(s)
 	e := s.Election(name, client.WithNamespace(g.namespace), client.WithLockDelay(o.lockDelay))
 	if err := e.Campaign(ctx, o.value); err != nil {
 		if ctx.Err() != nil {
-			return 0, false, unmet(fmt.Errorf("interrupted while campaigning for %s/%s", g.namespace, name))
+			return false, unmet(fmt.Errorf("interrupted while campaigning for %s/%s", g.namespace, name))
 		}
-		return 0, false, unreachable(err)
+		return false, unreachable(err)
 	}
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
 		defer cancel()
 		_ = e.Resign(rctx)
 	}()
-	token, _ := e.Token()
-	ch := &child{
-		args:      argv,
-		env:       grantEnv(token, s.Identity(), g.endpoints),
-		killGrace: o.killGrace,
-		stdin:     cmd.InOrStdin(),
-		stdout:    cmd.OutOrStdout(),
-		stderr:    cmd.ErrOrStderr(),
+	return o.runUnderGrant(cmd, g.endpoints, e.Context(), s.Identity(), argv, lostLeadership(g.namespace, name))
+}
+
+// campaignRetrying is elect --retry, driven by client.RunElection:
+// it campaigns, runs the command whenever this process leads, and after a
+// loss campaigns again — with a new session if the old one was lost,
+// while leading or while waiting. It returns once the command exits on
+// its own, or a signal ends a wait.
+func campaignRetrying(cmd *cobra.Command, g *globals, o *electOptions, c *client.Client, name string, argv []string) error {
+	ctx := cmd.Context()
+	s, err := o.session(ctx, c)
+	if err != nil {
+		return err
 	}
-	code, lost, err := ch.run(e.Lost())
-	return code, lost, err
+	defer closeSession(s)
+
+	// RunElection does not get ctx, which a signal ends: while the
+	// command runs, the signal is the command's to act on, and
+	// RunElection would take ctx's end for a loss and stop the command.
+	// A signal ends only a wait; the command's exit ends the rest.
+	run, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	var (
+		mu          sync.Mutex // guards the four below
+		leading     bool
+		interrupted bool
+		finished    bool  // the command exited, and result is the exit
+		result      error // what to exit with once finished
+	)
+	defer context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		interrupted = true
+		if !leading {
+			stop()
+		}
+	})()
+	lead := func(grant context.Context) {
+		mu.Lock()
+		if interrupted {
+			mu.Unlock()
+			return // elected as the signal came: leave at once
+		}
+		leading = true
+		mu.Unlock()
+		lost, err := o.runUnderGrant(cmd, g.endpoints, grant, s.Identity(), argv, lostLeadership(g.namespace, name))
+		mu.Lock()
+		defer mu.Unlock()
+		leading = false
+		if lost && !interrupted {
+			fmt.Fprintf(cmd.ErrOrStderr(), "tenure: lost leadership of %s/%s; the command was stopped; campaigning again\n", g.namespace, name)
+			return
+		}
+		finished, result = true, err
+		stop()
+	}
+	err = client.RunElection(run, s, name, client.Callbacks{OnStartedLeading: lead},
+		client.WithNamespace(g.namespace), client.WithLockDelay(o.lockDelay), client.WithValue(o.value))
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case finished:
+		return result
+	case interrupted:
+		return unmet(fmt.Errorf("interrupted while campaigning for %s/%s", g.namespace, name))
+	}
+	return unreachable(err)
 }
 
 // observer reads an election without campaigning in it.

@@ -4,64 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tenurehq/tenure/client"
 )
-
-// grantOptions are the flags lock and elect share.
-type grantOptions struct {
-	ttl       time.Duration
-	killGrace time.Duration
-	lockDelay time.Duration
-	identity  string
-}
-
-func addGrantFlags(cmd *cobra.Command, o *grantOptions) {
-	f := cmd.Flags()
-	f.DurationVar(&o.ttl, "ttl", 10*time.Second, "session TTL: how long after the last heartbeat the server releases the grant")
-	f.DurationVar(&o.killGrace, "kill-grace", 2*time.Second, "time between SIGTERM and SIGKILL when the grant may be lost; must be under a quarter of --ttl")
-	f.DurationVar(&o.lockDelay, "lock-delay", -1, "after an expiry or revoke, how long nobody may be granted")
-	f.Lookup("lock-delay").DefValue = "--kill-grace + 1s" // shown by --help instead of -1ns
-	f.StringVar(&o.identity, "identity", "", "holder identity (default hostname_pid_random)")
-}
-
-// validityFactor is the share of the TTL, after the last acknowledged
-// heartbeat was sent, during which the CLI trusts its grant.
-const validityFactor = 0.75
-
-// check keeps the promise that the child is stopped before anyone else
-// can hold the grant: it is told to stop when validity ends, at
-// 0.75×TTL, and killed killGrace later, which must come before the
-// server can expire the session at 1×TTL.
-func (o *grantOptions) check() error {
-	if o.ttl <= 0 {
-		return usage("--ttl %v must be positive", o.ttl)
-	}
-	if o.killGrace <= 0 {
-		return usage("--kill-grace %v must be positive", o.killGrace)
-	}
-	margin := time.Duration(float64(o.ttl) * (1 - validityFactor))
-	if o.killGrace >= margin {
-		return usage("--kill-grace %v must be under %v (a quarter of --ttl %v): the command must be dead before the server can expire the session", o.killGrace, margin, o.ttl)
-	}
-	if o.lockDelay < 0 {
-		o.lockDelay = o.killGrace + time.Second
-	}
-	return nil
-}
-
-func (o *grantOptions) session(ctx context.Context, c *client.Client) (*client.Session, error) {
-	opts := []client.SessionOption{client.WithTTL(o.ttl), client.WithValidityFactor(validityFactor)}
-	if o.identity != "" {
-		opts = append(opts, client.WithIdentity(o.identity))
-	}
-	s, err := c.NewSession(ctx, opts...)
-	return s, unreachable(err)
-}
 
 type lockOptions struct {
 	grantOptions
@@ -83,7 +31,9 @@ CMD runs in its own process group. SIGINT and SIGTERM to tenure are forwarded
 to the group. If the lock may be lost (heartbeats not acknowledged for 0.75 of
 the TTL, the session ended, or the lock was revoked), the whole group gets
 SIGTERM, then SIGKILL after --kill-grace, so the command never runs past the
-point where someone else can hold the lock. When CMD exits, the lock is
+point where someone else can hold the lock: --kill-grace must be under a
+quarter of --ttl. Left out, it is --ttl/5 (at most 2s), and --lock-delay a
+second more, so any --ttl works on its own. When CMD exits, the lock is
 released and tenure exits with CMD's exit code.
 
 The wait outlasts a server restart or a change of leader: only --wait, a
@@ -101,7 +51,11 @@ With --capacity N the lock is a semaphore with N places.`,
   tenure lock --capacity 3 --wait 1m render -- ./render.sh
 
   # The command can fence its writes with the token
-  tenure lock db-migrate -- sh -c 'migrate --fencing-token "$TENURE_FENCING_TOKEN"'`,
+  tenure lock db-migrate -- sh -c 'migrate --fencing-token "$TENURE_FENCING_TOKEN"'
+
+  # A short TTL hands the lock on sooner after a crash; --kill-grace and
+  # --lock-delay follow it (400ms and 1.4s here)
+  tenure lock --ttl 2s heartbeat-sweep -- ./sweep.sh`,
 		Args: cobra.MatchAll(cobra.MinimumNArgs(1), leaseNameArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if at := cmd.ArgsLenAtDash(); at > 1 || (at < 0 && len(args) > 1) {
@@ -119,11 +73,14 @@ With --capacity N the lock is a semaphore with N places.`,
 }
 
 func runLock(cmd *cobra.Command, g *globals, o *lockOptions, name string, argv []string) error {
-	if err := o.check(); err != nil {
+	if err := o.check(cmd); err != nil {
 		return err
 	}
 	if o.capacity < 1 {
 		return usage("--capacity %d must be at least 1", o.capacity)
+	}
+	if o.wait < 0 {
+		return usage("--wait %v must not be negative", o.wait)
 	}
 	ctx := cmd.Context()
 	c, err := g.connect(ctx)
@@ -156,7 +113,7 @@ func runLock(cmd *cobra.Command, g *globals, o *lockOptions, name string, argv [
 	cancel()
 	switch {
 	case errors.Is(err, client.ErrLocked):
-		return unmet(fmt.Errorf("%s/%s is held: %w", g.namespace, name, err))
+		return unmet(err) // "default/NAME is held by ..."
 	case err != nil && ctx.Err() != nil:
 		return unmet(fmt.Errorf("interrupted while waiting for %s/%s", g.namespace, name))
 	case err != nil && waitedOut:
@@ -173,31 +130,10 @@ func runLock(cmd *cobra.Command, g *globals, o *lockOptions, name string, argv [
 	if len(argv) == 0 {
 		return holdUntilInterrupted(cmd, ctx, token, s.Identity(), sem.Lost())
 	}
-	ch := &child{
-		args:      argv,
-		env:       grantEnv(token, s.Identity(), g.endpoints),
-		killGrace: o.killGrace,
-		stdin:     cmd.InOrStdin(),
-		stdout:    cmd.OutOrStdout(),
-		stderr:    cmd.ErrOrStderr(),
-	}
-	code, lost, err := ch.run(sem.Lost())
-	if err != nil {
-		return &exitError{code: code, err: err}
-	}
-	if lost {
-		return &exitError{code: lostCode(code), err: fmt.Errorf("lost %s (token %d) while the command ran; it was stopped: %v", token.Namespace+"/"+token.Name, token.Token, context.Cause(sem.Context()))}
-	}
-	return exitCodeErr(code)
-}
-
-func grantEnv(t client.Token, holder, endpoints string) []string {
-	return []string{
-		"TENURE_LEASE=" + t.Namespace + "/" + t.Name,
-		"TENURE_FENCING_TOKEN=" + strconv.FormatInt(t.Token, 10),
-		"TENURE_HOLDER=" + holder,
-		"TENURE_ENDPOINTS=" + endpoints,
-	}
+	_, err = o.runUnderGrant(cmd, g.endpoints, sem.Context(), s.Identity(), argv, func(t client.Token, cause error) error {
+		return fmt.Errorf("lost %s/%s (token %d) while the command ran; it was stopped: %v", t.Namespace, t.Name, t.Token, cause)
+	})
+	return err
 }
 
 // holdUntilInterrupted prints the grant and keeps it until a signal or
@@ -210,27 +146,4 @@ func holdUntilInterrupted(cmd *cobra.Command, ctx context.Context, t client.Toke
 	case <-lost:
 		return unmet(fmt.Errorf("lost %s/%s (token %d)", t.Namespace, t.Name, t.Token))
 	}
-}
-
-// lostCode is the exit code after a loss: the command's, but never 0,
-// even when the command exits cleanly on SIGTERM — it did not finish
-// under the grant, and a script must not carry on as if it had.
-func lostCode(code int) int {
-	if code == 0 {
-		return ExitUnmet
-	}
-	return code
-}
-
-func exitCodeErr(code int) error {
-	if code == 0 {
-		return nil
-	}
-	return &exitError{code: code}
-}
-
-func closeSession(s *client.Session) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = s.Close(ctx)
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +12,7 @@ import (
 // TestLockWaitSaysWhyItFailed: `lock --wait D` that fails for another
 // reason than D running out says that reason, not "gave up waiting".
 // Here the server refuses the acquire at once: the lock is held with
-// another capacity.
+// another capacity, so --capacity is a bad argument (exit 2).
 func TestLockWaitSaysWhyItFailed(t *testing.T) {
 	addr := testserver.Start(t, testserver.Limits())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -33,7 +32,8 @@ func TestLockWaitSaysWhyItFailed(t *testing.T) {
 	}
 
 	_, stderr, code := runMain("--endpoints", addr, "lock", "--wait", "1m", "--capacity", "2", "held", "--", "true")
-	if code != ExitUnmet || strings.Contains(stderr, "gave up waiting") || !strings.Contains(stderr, "capacity") {
-		t.Errorf("got = exit %d, stderr %q, expected: exit %d and the server's reason (capacity), not \"gave up waiting\"", code, stderr, ExitUnmet)
+	want := "Error: capacity mismatch: default/held has capacity 1, the request asks for 2\n"
+	if code != ExitUsage || stderr != want {
+		t.Errorf("got = exit %d, stderr %q, expected: exit %d and the server's reason %q, not \"gave up waiting\"", code, stderr, ExitUsage, want)
 	}
 }

@@ -69,6 +69,11 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch {
 	case errors.Is(err, client.ErrUnavailable):
 		return ExitUnreachable
+	case errors.Is(err, client.ErrInvalidArgument):
+		// The server checks some arguments only it can judge (a
+		// namespace, a TTL within its limits, a label selector): its
+		// refusal is a usage error like the CLI's own.
+		return ExitUsage
 	case errors.Is(err, client.ErrLocked), errors.Is(err, client.ErrCompareFailed),
 		errors.Is(err, client.ErrNotFound), errors.Is(err, client.ErrNotHolder):
 		return ExitUnmet
@@ -100,7 +105,8 @@ while holding a lock or leadership, list who holds what, validate fencing
 tokens, and use the key/value layer.
 
 Exit codes: 0 ok; 1 a condition was not met (compare failed, lock held with
---try, token not valid, not found); 2 usage error; 3 server unreachable;
+--try, token not valid, not found); 2 usage error or bad argument, also one
+the server refuses; 3 server unreachable;
 lock and elect exit with their command's exit code (1 if the command exited 0
 after the grant was lost).`,
 		Example: `  # Start a server, then run a job under a lock
@@ -165,6 +171,9 @@ func (g *globals) connect(ctx context.Context) (*client.Client, error) {
 	}
 	if len(eps) == 0 {
 		return nil, &exitError{code: ExitUsage, err: errors.New("--endpoints is empty")}
+	}
+	if g.timeout < 0 {
+		return nil, usage("--timeout %v must not be negative", g.timeout)
 	}
 	return client.New(ctx, eps,
 		client.WithRequestTimeout(g.timeout),

@@ -1,0 +1,143 @@
+package cli
+
+// What lock and elect share: the grant flags, the session behind a grant,
+// and running a command under one.
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenurehq/tenure/client"
+)
+
+// grantOptions are the flags lock and elect share.
+type grantOptions struct {
+	ttl       time.Duration
+	killGrace time.Duration
+	lockDelay time.Duration
+	identity  string
+}
+
+func addGrantFlags(cmd *cobra.Command, o *grantOptions) {
+	f := cmd.Flags()
+	f.DurationVar(&o.ttl, "ttl", 10*time.Second, "session TTL: how long after the last heartbeat the server releases the grant")
+	// The defaults of --kill-grace and --lock-delay follow --ttl (see
+	// check); --help shows the rule instead of a value.
+	f.DurationVar(&o.killGrace, "kill-grace", 0, "time between SIGTERM and SIGKILL when the grant may be lost; must be under a quarter of --ttl")
+	f.Lookup("kill-grace").DefValue = "--ttl/5, at most 2s"
+	f.DurationVar(&o.lockDelay, "lock-delay", 0, "after an expiry or revoke, how long nobody may be granted")
+	f.Lookup("lock-delay").DefValue = "--kill-grace + 1s"
+	f.StringVar(&o.identity, "identity", "", "holder identity (default hostname_pid_random)")
+}
+
+// validityFactor is the share of the TTL, after the last acknowledged
+// heartbeat was sent, during which the CLI trusts its grant.
+const validityFactor = 0.75
+
+// maxDefaultKillGrace caps the default --kill-grace: beyond it a longer
+// TTL buys a larger margin, not a longer wait for a stuck command.
+const maxDefaultKillGrace = 2 * time.Second
+
+// check keeps the promise that the child is stopped before anyone else
+// can hold the grant: it is told to stop when validity ends, at
+// 0.75×TTL, and killed killGrace later, which must come before the
+// server can expire the session at 1×TTL. It fills in the kill-grace and
+// lock-delay that cmd's flags left unset: TTL/5, at most 2s, leaves at
+// least TTL/20 of margin for scheduling delays (100ms at the server's
+// minimum TTL of 2s, 500ms at the default 10s), and any TTL gets a
+// kill-grace that fits; the lock-delay is a second more than the grace.
+// A value given explicitly is checked, never adjusted.
+func (o *grantOptions) check(cmd *cobra.Command) error {
+	if o.ttl <= 0 {
+		return usage("--ttl %v must be positive", o.ttl)
+	}
+	if !cmd.Flags().Changed("kill-grace") {
+		o.killGrace = min(o.ttl/5, maxDefaultKillGrace)
+	}
+	if o.killGrace <= 0 {
+		return usage("--kill-grace %v must be positive", o.killGrace)
+	}
+	margin := time.Duration(float64(o.ttl) * (1 - validityFactor))
+	if o.killGrace >= margin {
+		return usage("--kill-grace %v must be under %v (a quarter of --ttl %v): the command must be dead before the server can expire the session", o.killGrace, margin, o.ttl)
+	}
+	if !cmd.Flags().Changed("lock-delay") {
+		o.lockDelay = o.killGrace + time.Second
+	}
+	if o.lockDelay < 0 {
+		return usage("--lock-delay %v must not be negative", o.lockDelay)
+	}
+	return nil
+}
+
+func (o *grantOptions) session(ctx context.Context, c *client.Client) (*client.Session, error) {
+	opts := []client.SessionOption{client.WithTTL(o.ttl), client.WithValidityFactor(validityFactor)}
+	if o.identity != "" {
+		opts = append(opts, client.WithIdentity(o.identity))
+	}
+	s, err := c.NewSession(ctx, opts...)
+	return s, unreachable(err)
+}
+
+// runUnderGrant is the tail lock and elect share. It runs argv while the
+// grant lasts — grant is the grant's context, cancelled the moment the
+// grant may be lost, and carries its fencing token — supervised by child:
+// its own process group, signals forwarded, and the group stopped before
+// anyone else can be granted. It returns the error to exit with: nil or
+// the command's exit code; after a loss, lostErr's error with a code that
+// is never 0, and lost = true.
+func (o *grantOptions) runUnderGrant(cmd *cobra.Command, endpoints string, grant context.Context, holder string, argv []string,
+	lostErr func(t client.Token, cause error) error) (lost bool, err error) {
+	t, _ := client.TokenFromContext(grant)
+	ch := &child{
+		args:      argv,
+		env:       grantEnv(t, holder, endpoints),
+		killGrace: o.killGrace,
+		stdin:     cmd.InOrStdin(),
+		stdout:    cmd.OutOrStdout(),
+		stderr:    cmd.ErrOrStderr(),
+	}
+	code, lost, err := ch.run(grant.Done())
+	switch {
+	case err != nil:
+		return false, &exitError{code: code, err: err}
+	case lost:
+		return true, &exitError{code: lostCode(code), err: lostErr(t, context.Cause(grant))}
+	}
+	return false, exitCodeErr(code)
+}
+
+func grantEnv(t client.Token, holder, endpoints string) []string {
+	return []string{
+		"TENURE_LEASE=" + t.Namespace + "/" + t.Name,
+		"TENURE_FENCING_TOKEN=" + strconv.FormatInt(t.Token, 10),
+		"TENURE_HOLDER=" + holder,
+		"TENURE_ENDPOINTS=" + endpoints,
+	}
+}
+
+// lostCode is the exit code after a loss: the command's, but never 0,
+// even when the command exits cleanly on SIGTERM — it did not finish
+// under the grant, and a script must not carry on as if it had.
+func lostCode(code int) int {
+	if code == 0 {
+		return ExitUnmet
+	}
+	return code
+}
+
+func exitCodeErr(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return &exitError{code: code}
+}
+
+func closeSession(s *client.Session) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.Close(ctx)
+}
