@@ -31,6 +31,9 @@ type Lease struct {
 	ModRevision    int64 // its last change
 }
 
+// LeaseName is the lease's namespace and name.
+func (l Lease) LeaseName() LeaseName { return LeaseName{Namespace: l.Namespace, Name: l.Name} }
+
 // GrantInfo is one holder of a lease, as listed.
 type GrantInfo struct {
 	SessionID   int64

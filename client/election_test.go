@@ -220,7 +220,7 @@ func TestElectionLeader(t *testing.T) {
 		t.Fatalf("after Campaign: got = leader %v token %d, expected: leader with a token", a.Valid(), tokenOf(a))
 	}
 	if tok, ok := a.Token(); !ok || tok != (client.Token{Namespace: "default", Name: "scheduler", Token: tokenOf(a)}) {
-		t.Fatalf("FenceToken: got = %v %v, expected: default/scheduler:%d true", tok, ok, tokenOf(a))
+		t.Fatalf("Token: got = %v %v, expected: default/scheduler:%d true", tok, ok, tokenOf(a))
 	}
 	l, err := other.Leader(ctx)
 	if err != nil {

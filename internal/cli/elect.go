@@ -78,11 +78,11 @@ func runElect(cmd *cobra.Command, g *globals, o *electOptions, name string, argv
 	out := cmd.OutOrStdout()
 	if o.leader || o.observe {
 		// Observing needs no session: it only reads and watches.
-		e := observer{c: c, ns: g.namespace, name: name}
+		e := observer{c: c, lease: g.lease(name)}
 		if o.leader {
 			l, err := e.leader(ctx)
 			if errors.Is(err, client.ErrNoLeader) {
-				return unmet(fmt.Errorf("%s/%s has no leader", g.namespace, name))
+				return unmet(fmt.Errorf("%s has no leader", g.lease(name)))
 			}
 			if err != nil {
 				return unreachable(err)
@@ -115,9 +115,9 @@ func runElect(cmd *cobra.Command, g *globals, o *electOptions, name string, argv
 }
 
 // lostLeadership is elect's error after a loss.
-func lostLeadership(ns, name string) func(client.Token, error) error {
+func lostLeadership(lease client.LeaseName) func(client.Token, error) error {
 	return func(client.Token, error) error {
-		return fmt.Errorf("lost leadership of %s/%s; the command was stopped", ns, name)
+		return fmt.Errorf("lost leadership of %s; the command was stopped", lease)
 	}
 }
 
@@ -133,7 +133,7 @@ func campaignOnce(cmd *cobra.Command, g *globals, o *electOptions, c *client.Cli
 	e := s.Election(name, client.WithNamespace(g.namespace), client.WithLockDelay(o.lockDelay))
 	if err := e.Campaign(ctx, o.value); err != nil {
 		if ctx.Err() != nil {
-			return false, unmet(fmt.Errorf("interrupted while campaigning for %s/%s", g.namespace, name))
+			return false, unmet(fmt.Errorf("interrupted while campaigning for %s", g.lease(name)))
 		}
 		return false, unreachable(err)
 	}
@@ -142,7 +142,7 @@ func campaignOnce(cmd *cobra.Command, g *globals, o *electOptions, c *client.Cli
 		defer cancel()
 		_ = e.Resign(rctx)
 	}()
-	return o.runUnderGrant(cmd, g.endpoints, e.Context(), s.Identity(), argv, lostLeadership(g.namespace, name))
+	return o.runUnderGrant(cmd, g.endpoints, e.Context(), s.Identity(), argv, lostLeadership(g.lease(name)))
 }
 
 // campaignRetrying is elect --retry, driven by client.RunElection:
@@ -187,12 +187,12 @@ func campaignRetrying(cmd *cobra.Command, g *globals, o *electOptions, c *client
 		}
 		leading = true
 		mu.Unlock()
-		lost, err := o.runUnderGrant(cmd, g.endpoints, grant, s.Identity(), argv, lostLeadership(g.namespace, name))
+		lost, err := o.runUnderGrant(cmd, g.endpoints, grant, s.Identity(), argv, lostLeadership(g.lease(name)))
 		mu.Lock()
 		defer mu.Unlock()
 		leading = false
 		if lost && !interrupted {
-			fmt.Fprintf(cmd.ErrOrStderr(), "tenure: lost leadership of %s/%s; the command was stopped; campaigning again\n", g.namespace, name)
+			fmt.Fprintf(cmd.ErrOrStderr(), "tenure: lost leadership of %s; the command was stopped; campaigning again\n", g.lease(name))
 			return
 		}
 		finished, result = true, err
@@ -206,23 +206,23 @@ func campaignRetrying(cmd *cobra.Command, g *globals, o *electOptions, c *client
 	case finished:
 		return result
 	case interrupted:
-		return unmet(fmt.Errorf("interrupted while campaigning for %s/%s", g.namespace, name))
+		return unmet(fmt.Errorf("interrupted while campaigning for %s", g.lease(name)))
 	}
 	return unreachable(err)
 }
 
 // observer reads an election without campaigning in it.
 type observer struct {
-	c        *client.Client
-	ns, name string
+	c     *client.Client
+	lease client.LeaseName
 }
 
 func (o observer) leader(ctx context.Context) (client.Leader, error) {
-	return o.c.ElectionLeader(ctx, o.ns, o.name)
+	return o.c.ElectionLeader(ctx, o.lease.Namespace, o.lease.Name)
 }
 
 func (o observer) observe(ctx context.Context) <-chan client.Leader {
-	return o.c.ObserveElection(ctx, o.ns, o.name)
+	return o.c.ObserveElection(ctx, o.lease.Namespace, o.lease.Name)
 }
 
 func formatLeader(l client.Leader) string {

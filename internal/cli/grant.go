@@ -112,7 +112,7 @@ func (o *grantOptions) runUnderGrant(cmd *cobra.Command, endpoints string, grant
 
 func grantEnv(t client.Token, holder, endpoints string) []string {
 	return []string{
-		"TENURE_LEASE=" + t.Namespace + "/" + t.Name,
+		"TENURE_LEASE=" + t.Lease().String(),
 		"TENURE_FENCING_TOKEN=" + strconv.FormatInt(t.Token, 10),
 		"TENURE_HOLDER=" + holder,
 		"TENURE_ENDPOINTS=" + endpoints,

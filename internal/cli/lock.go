@@ -115,9 +115,9 @@ func runLock(cmd *cobra.Command, g *globals, o *lockOptions, name string, argv [
 	case errors.Is(err, client.ErrLocked):
 		return unmet(err) // "default/NAME is held by ..."
 	case err != nil && ctx.Err() != nil:
-		return unmet(fmt.Errorf("interrupted while waiting for %s/%s", g.namespace, name))
+		return unmet(fmt.Errorf("interrupted while waiting for %s", g.lease(name)))
 	case err != nil && waitedOut:
-		return unmet(fmt.Errorf("gave up waiting for %s/%s after %v", g.namespace, name, o.wait))
+		return unmet(fmt.Errorf("gave up waiting for %s after %v", g.lease(name), o.wait))
 	case err != nil:
 		return unreachable(err)
 	}
@@ -131,7 +131,7 @@ func runLock(cmd *cobra.Command, g *globals, o *lockOptions, name string, argv [
 		return holdUntilInterrupted(cmd, ctx, token, s.Identity(), sem.Lost())
 	}
 	_, err = o.runUnderGrant(cmd, g.endpoints, sem.Context(), s.Identity(), argv, func(t client.Token, cause error) error {
-		return fmt.Errorf("lost %s/%s (token %d) while the command ran; it was stopped: %v", t.Namespace, t.Name, t.Token, cause)
+		return fmt.Errorf("lost %s (token %d) while the command ran; it was stopped: %v", t.Lease(), t.Token, cause)
 	})
 	return err
 }
@@ -139,11 +139,11 @@ func runLock(cmd *cobra.Command, g *globals, o *lockOptions, name string, argv [
 // holdUntilInterrupted prints the grant and keeps it until a signal or
 // its loss.
 func holdUntilInterrupted(cmd *cobra.Command, ctx context.Context, t client.Token, holder string, lost <-chan struct{}) error {
-	fmt.Fprintf(cmd.OutOrStdout(), "%s/%s held by %s with fencing token %d; interrupt to release\n", t.Namespace, t.Name, holder, t.Token)
+	fmt.Fprintf(cmd.OutOrStdout(), "%s held by %s with fencing token %d; interrupt to release\n", t.Lease(), holder, t.Token)
 	select {
 	case <-ctx.Done():
 		return nil
 	case <-lost:
-		return unmet(fmt.Errorf("lost %s/%s (token %d)", t.Namespace, t.Name, t.Token))
+		return unmet(fmt.Errorf("lost %s (token %d)", t.Lease(), t.Token))
 	}
 }

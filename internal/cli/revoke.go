@@ -31,7 +31,7 @@ supervised by 'tenure lock' is stopped first.`,
 					return unreachable(err)
 				}
 				for _, t := range revoked {
-					fmt.Fprintf(cmd.OutOrStdout(), "revoked %s/%s token %d\n", g.namespace, args[0], t)
+					fmt.Fprintf(cmd.OutOrStdout(), "revoked %s token %d\n", g.lease(args[0]), t)
 				}
 				return nil
 			})

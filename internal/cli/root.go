@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenurehq/tenure/api"
 	"github.com/tenurehq/tenure/client"
 )
 
@@ -131,7 +132,7 @@ after the grant was lost).`,
 	}
 	pf.StringVar(&g.endpoints, "endpoints", defaultEndpoints, "comma-separated server endpoints (env TENURE_ENDPOINTS)")
 	pf.DurationVar(&g.timeout, "timeout", 5*time.Second, "timeout of each request that does not wait by design")
-	pf.StringVarP(&g.namespace, "namespace", "n", "default", "lease namespace")
+	pf.StringVarP(&g.namespace, "namespace", "n", client.DefaultNamespace, "lease namespace")
 
 	root.AddGroup(
 		&cobra.Group{ID: "run", Title: "Run under a lock or leadership:"},
@@ -195,18 +196,29 @@ func usage(format string, args ...any) error {
 	return &exitError{code: ExitUsage, err: fmt.Errorf(format, args...)}
 }
 
-// leaseNameArg checks a command's lease NAME argument, the first, before
-// anything is sent. The server refuses '/' in lease names, because it
-// separates namespace and name in "namespace/name"; "prod/x" is most
-// likely meant as -n prod x, which the usage error says.
+// leaseNameArg checks a command's lease NAME argument, the first, in
+// --namespace, by client.LeaseName's rules (the server's), before
+// anything is sent. A name holding '/' is most likely "namespace/name"
+// meant as -n namespace name, which the usage error says.
 func leaseNameArg(cmd *cobra.Command, args []string) error {
 	if len(args) == 0 {
 		return nil
 	}
-	if ns, name, ok := strings.Cut(args[0], "/"); ok {
+	ns, _ := cmd.Flags().GetString("namespace")
+	err := client.LeaseName{Namespace: ns, Name: args[0]}.Validate()
+	if errors.Is(err, api.ErrSlashInName) {
+		ns, name, _ := strings.Cut(args[0], "/")
 		return usage("lease name %q may not contain '/': give the namespace with -n, e.g. -n %s %s", args[0], ns, name)
 	}
+	if err != nil {
+		return usage("%v", err)
+	}
 	return nil
+}
+
+// lease is the lease NAME in --namespace.
+func (g *globals) lease(name string) client.LeaseName {
+	return client.LeaseName{Namespace: g.namespace, Name: name}
 }
 
 // unmet is a condition that did not hold: exit code 1.

@@ -37,13 +37,13 @@ granted.`,
 				}
 				out := cmd.OutOrStdout()
 				if slices.Contains(tokens, token) {
-					fmt.Fprintf(out, "valid: token %d holds %s/%s (holder %s)\n", token, l.Namespace, l.Name, l.Holder)
+					fmt.Fprintf(out, "valid: token %d holds %s (holder %s)\n", token, l.LeaseName(), l.Holder)
 					return nil
 				}
 				if l.Holder == "" {
-					fmt.Fprintf(out, "not valid: %s/%s has no holder\n", l.Namespace, l.Name)
+					fmt.Fprintf(out, "not valid: %s has no holder\n", l.LeaseName())
 				} else {
-					fmt.Fprintf(out, "not valid: the current holder of %s/%s is %s with token %d\n", l.Namespace, l.Name, l.Holder, l.Token)
+					fmt.Fprintf(out, "not valid: the current holder of %s is %s with token %d\n", l.LeaseName(), l.Holder, l.Token)
 				}
 				return &exitError{code: ExitUnmet}
 			})

@@ -73,7 +73,7 @@ func printLeaseEvent(w io.Writer, ev client.LeaseEvent, format string) error {
 		_, err = fmt.Fprintf(w, "%s\n", b)
 		return err
 	}
-	line := fmt.Sprintf("%s  %-16s %s/%s", ev.Time.UTC().Format("2006-01-02T15:04:05.000Z"), ev.Type, ev.Namespace, ev.Name)
+	line := fmt.Sprintf("%s  %-16s %s", ev.Time.UTC().Format("2006-01-02T15:04:05.000Z"), ev.Type, client.LeaseName{Namespace: ev.Namespace, Name: ev.Name})
 	if ev.Holder != "" {
 		line += " holder=" + ev.Holder
 	}
