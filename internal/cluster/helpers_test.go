@@ -2,7 +2,7 @@ package cluster_test
 
 import (
 	"context"
-	"sync"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +13,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/cluster"
+	"github.com/tenurehq/tenure/server"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -96,8 +97,11 @@ func caughtUp(t testing.TB, lead, n *cluster.Node) {
 	})
 }
 
+// isNotLeader reports whether err is a node's refusal of a call only the
+// leader serves.
 func isNotLeader(err error) bool {
-	return connect.CodeOf(err) == connect.CodeUnavailable
+	var ce *connect.Error
+	return errors.As(err, &ce) && ce.Code() == connect.CodeUnavailable && ce.Meta().Get(server.ErrorHeader) == "not-leader"
 }
 
 // keeper heartbeats one session as a failing-over client would: every
@@ -109,8 +113,6 @@ type keeper struct {
 	done    chan struct{}
 	beats   atomic.Int64
 	expired atomic.Bool
-	mu      sync.Mutex // guards last
-	last    string     // the node that took the latest heartbeat
 }
 
 func keep(t testing.TB, session int64, every time.Duration, nodes ...*cluster.Node) *keeper {
@@ -130,9 +132,6 @@ func keep(t testing.TB, session int64, every time.Duration, nodes ...*cluster.No
 				ccancel()
 				if err == nil {
 					k.beats.Add(1)
-					k.mu.Lock()
-					k.last = n.ID()
-					k.mu.Unlock()
 					break
 				}
 				if connect.CodeOf(err) == connect.CodeNotFound {
@@ -155,13 +154,6 @@ func keep(t testing.TB, session int64, every time.Duration, nodes ...*cluster.No
 func (k *keeper) stop() {
 	k.cancel()
 	<-k.done
-}
-
-// lastNode is the node that took the latest heartbeat.
-func (k *keeper) lastNode() string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.last
 }
 
 // counter returns a counter's value from n's metrics, summed over label
