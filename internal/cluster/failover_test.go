@@ -172,11 +172,12 @@ func TestAHeartbeatingSessionSurvivesFailover(t *testing.T) {
 // old leader holds the majority's state, where the session still holds
 // its lock.
 func TestADeposedLeaderCannotExpireWhatTheMajorityKeeps(t *testing.T) {
-	const ttl = 100 * time.Millisecond
-	// The old leader must reach the session's deadline before its leader
-	// lease runs out, with room to spare on a loaded machine.
+	// The old leader must reach the holder's deadline before its leader
+	// lease runs out, and the holder must live through the setup, both
+	// with room to spare under -race on two loaded cores.
+	const ttl, lease = 400 * time.Millisecond, 1500 * time.Millisecond
 	c := cluster.New(t, 3, cluster.WithRaft(func(rc *raftnode.Config) {
-		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = time.Second, time.Second, time.Second
+		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = lease, lease, lease
 	}))
 	old := leader(t, c)
 	var majority []*cluster.Node
@@ -186,10 +187,10 @@ func TestADeposedLeaderCannotExpireWhatTheMajorityKeeps(t *testing.T) {
 		}
 	}
 	holder := openSession(t, old, ttl)
-	waiter := openSession(t, old, time.Minute)
-	token := acquire(t, old, holder, "lock")
 	kh := keep(t, holder, ttl/5, old)
+	waiter := openSession(t, old, time.Minute)
 	keep(t, waiter, time.Second, c.Nodes()...)
+	token := acquire(t, old, holder, "lock")
 
 	// The waiter parks on the old leader.
 	type result struct {
