@@ -1,6 +1,9 @@
 // Package raftnode is Tenure's replicated log: hashicorp/raft with a
 // raft-wal (or raft-boltdb) log store, file snapshots and a TCP transport,
-// applying committed entries to a statemachine.Machine.
+// applying committed entries to a statemachine.Machine. The transport and
+// the stores can instead be given (Config.Transport, Config.Stores): that
+// is how a whole cluster runs in one process over raft.InmemTransport,
+// and the node then closes neither, since it did not open them.
 //
 // Why the boundary sits here. The state machine is pure and must stay so:
 // it cannot read a clock or know whether it runs on a leader. Everything

@@ -22,13 +22,29 @@ import (
 )
 
 // Config configures a Node. The zero value of every field but DataDir and
-// PeerAddr has a usable default.
+// PeerAddr has a usable default; a node given its stores and transport
+// (Stores, Transport) needs neither.
 type Config struct {
 	NodeID    string // raft server ID, default "node1"
 	DataDir   string // holds the log store, snapshots and stable store under DataDir/raft
 	PeerAddr  string // TCP bind address of the raft transport, e.g. "127.0.0.1:7481"
 	Advertise string // address other nodes dial; default the bound PeerAddr
-	LogStore  string // "wal" (default, hashicorp/raft-wal) or "boltdb" (raft-boltdb/v2)
+	LogStore  string // store opened under DataDir: "wal" (default, hashicorp/raft-wal) or "boltdb" (raft-boltdb/v2)
+
+	// Transport, when set, carries raft's RPCs instead of a TCP transport
+	// bound on PeerAddr, which must then be empty, as must Advertise: the
+	// node's address is Transport.LocalAddr(). Tests pass a
+	// raft.InmemTransport to run a cluster in one process. The node never
+	// closes it, not even through raft's Shutdown (which closes any
+	// transport it can): whoever made it closes it, after Close.
+	Transport raft.Transport
+	// Stores, when set, are used instead of the stores the node would open
+	// under DataDir. LogStore, WALSegmentSize, MinFreeBytes,
+	// DiskCheckInterval, FreeSpace and RepairLog then do not apply, since
+	// they describe those files, and DataDir may be empty. As with
+	// Transport, the node never closes them.
+	Stores Stores
+
 	// WALSegmentSize is the size of each raft-wal segment file, which is
 	// preallocated when created; zero means raft-wal's 64 MiB.
 	WALSegmentSize int
@@ -56,6 +72,12 @@ type Config struct {
 	// *MembershipError if the stored configuration lists servers but not
 	// NodeID, since such a node could never be elected.
 	Bootstrap bool
+	// InitialVoters, with Bootstrap, is the cluster a node without state
+	// forms instead of itself alone, as etcd's --initial-cluster: start
+	// every listed node with the same list, and whichever times out first
+	// is elected by the others. It must list NodeID; this node's own
+	// Address may be left empty, since it is the transport's.
+	InitialVoters []Peer
 	// ForceNewCluster rewrites the configuration stored in DataDir to this
 	// node alone, a voter at its own address, before raft starts, keeping
 	// every entry's effect on the state (hashicorp/raft RecoverCluster, as
@@ -89,6 +111,33 @@ type Config struct {
 	OnRestore func(revision int64)
 }
 
+// Stores are raft's three stores, for a node that is given them rather
+// than opening its own under DataDir (Config.Stores). Set all three or
+// none: the log and stable stores must agree on the term the log was
+// written in, and the snapshots on the index it starts after.
+type Stores struct {
+	Log       raft.LogStore
+	Stable    raft.StableStore
+	Snapshots raft.SnapshotStore
+}
+
+// given counts the stores that are set.
+func (s Stores) given() int {
+	n := 0
+	for _, set := range []bool{s.Log != nil, s.Stable != nil, s.Snapshots != nil} {
+		if set {
+			n++
+		}
+	}
+	return n
+}
+
+// Peer is one voter of a cluster being bootstrapped (Config.InitialVoters).
+type Peer struct {
+	ID      string // its Config.NodeID
+	Address string // its raft address: its Advertise, bound PeerAddr or Transport.LocalAddr()
+}
+
 const (
 	defaultNodeID       = "node1"
 	defaultApplyTimeout = 10 * time.Second
@@ -106,15 +155,18 @@ const (
 // entries to its statemachine.Machine. All methods are safe for concurrent
 // use. The caller should call Close when finished.
 type Node struct {
-	id        string // this node's raft server ID
-	raft      *raft.Raft
-	fsm       *fsm
-	trans     *raft.NetworkTransport
-	closeLogs func() error
-	space     *spaceCheck
-	metrics   *metrics
-	log       *slog.Logger
-	election  time.Duration
+	id       string // this node's raft server ID
+	raft     *raft.Raft
+	fsm      *fsm
+	trans    raft.Transport
+	space    *spaceCheck
+	metrics  *metrics
+	log      *slog.Logger
+	election time.Duration
+
+	// closeTransport and closeStores close what open opened; they do
+	// nothing for a transport or stores the caller passed in.
+	closeTransport, closeStores func() error
 
 	// readyTerm is the term in which this node, as leader, has seen a
 	// barrier complete. Until then its commit index may trail entries
@@ -136,18 +188,69 @@ type Node struct {
 }
 
 // Open starts a node on cfg.DataDir. With cfg.Bootstrap and no existing
-// state it forms a one-voter cluster and soon elects itself; otherwise it
-// rejoins the cluster recorded in its log, or waits to be added.
+// state it forms a one-voter cluster (or cfg.InitialVoters) and soon
+// elects a leader; otherwise it rejoins the cluster recorded in its log,
+// or waits to be added.
 func Open(cfg Config) (*Node, error) {
 	return open(cfg, func() state { return statemachine.New() })
 }
 
+// open runs the steps of Open in order, undoing what earlier steps opened
+// when a later one fails.
 func open(cfg Config, newState func() state) (n *Node, err error) {
-	if cfg.DataDir == "" {
-		return nil, errors.New("raftnode: DataDir is required")
+	if cfg, err = cfg.withDefaults(); err != nil {
+		return nil, err
 	}
-	if cfg.PeerAddr == "" {
-		return nil, errors.New("raftnode: PeerAddr is required")
+	log := cfg.Logger.With("component", "raft", "node", cfg.NodeID)
+	rc, err := raftConfig(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: register metrics: %w", err)
+	}
+	var undo []func() error
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+			m.unregister()
+		}
+	}()
+
+	st, err := openStores(cfg, m, log)
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, st.close)
+	trans, err := openTransport(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	undo = append(undo, trans.close)
+	newScratchFSM := func() raft.FSM { return &fsm{st: newState(), newState: newState, log: log, metrics: m} }
+	if err := bootstrapOrRecover(cfg, rc, st, trans, newScratchFSM, log); err != nil {
+		return nil, err
+	}
+	return start(cfg, rc, newState, st, trans, m, log)
+}
+
+// withDefaults checks that cfg names its stores and transport one way
+// each, and fills in the defaults.
+func (cfg Config) withDefaults() (Config, error) {
+	switch given := cfg.Stores.given(); {
+	case given != 0 && given != 3:
+		return cfg, errors.New("raftnode: Stores needs all of Log, Stable and Snapshots, or none")
+	case given == 0 && cfg.DataDir == "":
+		return cfg, errors.New("raftnode: DataDir is required")
+	}
+	switch {
+	case cfg.Transport == nil && cfg.PeerAddr == "":
+		return cfg, errors.New("raftnode: PeerAddr is required")
+	case cfg.Transport != nil && (cfg.PeerAddr != "" || cfg.Advertise != ""):
+		return cfg, errors.New("raftnode: PeerAddr and Advertise must be empty when a Transport is given: its LocalAddr is the node's address")
 	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = defaultNodeID
@@ -155,12 +258,35 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 	if cfg.LogStore == "" {
 		cfg.LogStore = "wal"
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
-	log = log.With("component", "raft", "node", cfg.NodeID)
+	if len(cfg.InitialVoters) > 0 {
+		if !cfg.Bootstrap {
+			return cfg, errors.New("raftnode: InitialVoters is only used with Bootstrap")
+		}
+		seen := map[string]bool{}
+		for _, p := range cfg.InitialVoters {
+			switch {
+			case p.ID == "":
+				return cfg, errors.New("raftnode: InitialVoters lists a voter without an ID")
+			case seen[p.ID]:
+				return cfg, fmt.Errorf("raftnode: InitialVoters lists %s twice", p.ID)
+			case p.Address == "" && p.ID != cfg.NodeID:
+				return cfg, fmt.Errorf("raftnode: InitialVoters lists %s without an address", p.ID)
+			}
+			seen[p.ID] = true
+		}
+		if !seen[cfg.NodeID] {
+			return cfg, fmt.Errorf("raftnode: InitialVoters does not list this node, %s: it could never be elected", cfg.NodeID)
+		}
+	}
+	return cfg, nil
+}
 
+// raftConfig translates cfg into raft's configuration. start sets
+// NotifyCh, which only the running node reads.
+func raftConfig(cfg Config, log *slog.Logger) (*raft.Config, error) {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
 	rc.Logger = newHCLogger(log, "raft")
@@ -188,30 +314,39 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 	if cfg.SnapshotInterval > 0 {
 		rc.SnapshotInterval = cfg.SnapshotInterval
 	}
-	notifyCh := make(chan bool, 1)
-	rc.NotifyCh = notifyCh
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("raftnode: %w", err)
 	}
+	return rc, nil
+}
 
-	m, err := newMetrics(cfg.Registerer)
-	if err != nil {
-		return nil, fmt.Errorf("raftnode: register metrics: %w", err)
+// stores are raft's log, stable and snapshot stores, as the node uses
+// them.
+type stores struct {
+	logs   raft.LogStore // wrapped to time StoreLogs
+	stable raft.StableStore
+	snaps  raft.SnapshotStore
+	space  *spaceCheck
+	kind   string       // for the log: Config.LogStore, or "given"
+	dir    string       // the directory they live in; empty when given
+	close  func() error // closes what openStores opened, nothing when given
+}
+
+// openStores opens the stores under DataDir/raft, or takes cfg.Stores.
+func openStores(cfg Config, m *metrics, log *slog.Logger) (stores, error) {
+	if cfg.Stores.given() > 0 {
+		return stores{
+			logs:   timedLogStore{LogStore: cfg.Stores.Log, hist: m.storeLogs},
+			stable: cfg.Stores.Stable,
+			snaps:  cfg.Stores.Snapshots,
+			space:  unmeasuredSpace(m), // not the node's files to watch
+			kind:   "given",
+			close:  func() error { return nil },
+		}, nil
 	}
-	// Undo whatever was opened if a later step fails.
-	var cleanup []func() error
-	defer func() {
-		if err != nil {
-			for i := len(cleanup) - 1; i >= 0; i-- {
-				cleanup[i]()
-			}
-			m.unregister()
-		}
-	}()
-
 	dir := filepath.Join(cfg.DataDir, "raft")
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("raftnode: %w", err)
+		return stores{}, fmt.Errorf("raftnode: %w", err)
 	}
 	space := newSpaceCheck(dir, cfg, m)
 	if err := space.check(); err != nil {
@@ -219,48 +354,124 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, retainSnapshots, newHCLogger(log, "snapshot"))
 	if err != nil {
-		return nil, fmt.Errorf("raftnode: snapshot store: %w", err)
+		return stores{}, fmt.Errorf("raftnode: snapshot store: %w", err)
 	}
 	logs, stable, closeLogs, err := openLogStore(dir, cfg, snaps, space, log)
 	if err != nil {
-		return nil, err
+		return stores{}, err
 	}
-	cleanup = append(cleanup, closeLogs)
-	logs = timedLogStore{LogStore: logs, hist: m.storeLogs}
+	return stores{
+		logs:   timedLogStore{LogStore: logs, hist: m.storeLogs},
+		stable: stable,
+		snaps:  snaps,
+		space:  space,
+		kind:   cfg.LogStore,
+		dir:    dir,
+		close:  closeLogs,
+	}, nil
+}
 
+// transport is raft's transport, as the node uses it.
+type transport struct {
+	// raft is what raft is handed, never a wrapper of it: raft finds
+	// pre-vote support and Close by asserting interfaces on it.
+	raft  raft.Transport
+	close func() error // closes what openTransport opened, nothing when given
+}
+
+// openTransport binds a TCP transport on PeerAddr, or takes
+// cfg.Transport.
+func openTransport(cfg Config, log *slog.Logger) (transport, error) {
+	if cfg.Transport != nil {
+		return transport{raft: borrow(cfg.Transport), close: func() error { return nil }}, nil
+	}
 	var advertise net.Addr
 	if cfg.Advertise != "" {
+		var err error
 		if advertise, err = net.ResolveTCPAddr("tcp", cfg.Advertise); err != nil {
-			return nil, fmt.Errorf("raftnode: advertise address: %w", err)
+			return transport{}, fmt.Errorf("raftnode: advertise address: %w", err)
 		}
 	}
-	trans, err := raft.NewTCPTransportWithLogger(cfg.PeerAddr, advertise, transportPool, transportTimeout, newHCLogger(log, "transport"))
+	t, err := raft.NewTCPTransportWithLogger(cfg.PeerAddr, advertise, transportPool, transportTimeout, newHCLogger(log, "transport"))
 	if err != nil {
-		return nil, fmt.Errorf("raftnode: transport: %w", err)
+		return transport{}, fmt.Errorf("raftnode: transport: %w", err)
 	}
-	cleanup = append(cleanup, trans.Close)
+	return transport{raft: t, close: func() error { t.CloseStreams(); return t.Close() }}, nil
+}
 
-	newScratchFSM := func() raft.FSM { return &fsm{st: newState(), newState: newState, log: log, metrics: m} }
-	if err := reconcileConfiguration(cfg, rc, logs, stable, snaps, trans, newScratchFSM, log); err != nil {
-		return nil, err
+// borrow hides a given transport's Close from raft, whose Shutdown closes
+// any transport that has one: the node did not open it, so closing it is
+// its owner's business. Pre-vote support, which raft also detects by
+// interface, stays visible.
+func borrow(t raft.Transport) raft.Transport {
+	if pv, ok := t.(raft.WithPreVote); ok {
+		return borrowedPreVoteTransport{t, pv}
 	}
-	if cfg.Bootstrap {
-		exists, err := raft.HasExistingState(logs, stable, snaps)
-		if err != nil {
-			return nil, fmt.Errorf("raftnode: inspect state: %w", err)
-		}
-		if !exists {
-			conf := raft.Configuration{Servers: []raft.Server{{
-				Suffrage: raft.Voter,
-				ID:       rc.LocalID,
-				Address:  trans.LocalAddr(), // the bound port when PeerAddr ends in :0
-			}}}
-			if err := raft.BootstrapCluster(rc, logs, stable, snaps, trans, conf); err != nil {
-				return nil, fmt.Errorf("raftnode: bootstrap: %w", err)
+	return borrowedTransport{t}
+}
+
+type borrowedTransport struct{ raft.Transport }
+
+type borrowedPreVoteTransport struct {
+	raft.Transport
+	raft.WithPreVote
+}
+
+// bootstrapOrRecover prepares the stores before raft starts, while they
+// can be read and written without racing it: ForceNewCluster and the
+// membership check (reconcileConfiguration), then, with Bootstrap and no
+// state yet, the first configuration.
+func bootstrapOrRecover(cfg Config, rc *raft.Config, st stores, trans transport, newScratchFSM func() raft.FSM, log *slog.Logger) error {
+	if err := reconcileConfiguration(cfg, rc, st.logs, st.stable, st.snaps, trans.raft, newScratchFSM, log); err != nil {
+		return err
+	}
+	if !cfg.Bootstrap {
+		return nil
+	}
+	exists, err := raft.HasExistingState(st.logs, st.stable, st.snaps)
+	if err != nil {
+		return fmt.Errorf("raftnode: inspect state: %w", err)
+	}
+	if exists {
+		return nil
+	}
+	conf, err := initialConfiguration(cfg, trans.raft.LocalAddr())
+	if err != nil {
+		return err
+	}
+	if err := raft.BootstrapCluster(rc, st.logs, st.stable, st.snaps, trans.raft, conf); err != nil {
+		return fmt.Errorf("raftnode: bootstrap: %w", err)
+	}
+	return nil
+}
+
+// initialConfiguration is the configuration a bootstrapping node writes:
+// cfg.InitialVoters, or this node alone, with this node at self, the
+// transport's address (the bound port when PeerAddr ends in :0).
+func initialConfiguration(cfg Config, self raft.ServerAddress) (raft.Configuration, error) {
+	if len(cfg.InitialVoters) == 0 {
+		return raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(cfg.NodeID), Address: self}}}, nil
+	}
+	var conf raft.Configuration
+	for _, p := range cfg.InitialVoters {
+		addr := raft.ServerAddress(p.Address)
+		if p.ID == cfg.NodeID {
+			if addr != "" && addr != self {
+				// Peers would dial an address nobody answers on.
+				return conf, fmt.Errorf("raftnode: InitialVoters lists this node %s at %s, but its address is %s", p.ID, p.Address, self)
 			}
+			addr = self
 		}
+		conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: addr})
 	}
+	return conf, nil
+}
 
+// start runs raft on the prepared stores and transport, and the node's own
+// goroutines.
+func start(cfg Config, rc *raft.Config, newState func() state, st stores, trans transport, m *metrics, log *slog.Logger) (*Node, error) {
+	notifyCh := make(chan bool, 1)
+	rc.NotifyCh = notifyCh
 	f := &fsm{
 		st:        newState(),
 		newState:  newState,
@@ -269,29 +480,32 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 		log:       log,
 		metrics:   m,
 	}
-	r, err := raft.NewRaft(rc, f, logs, stable, snaps, trans)
+	r, err := raft.NewRaft(rc, f, st.logs, st.stable, st.snaps, trans.raft)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: start raft: %w", err)
 	}
-
-	n = &Node{
-		id:         cfg.NodeID,
-		raft:       r,
-		fsm:        f,
-		trans:      trans,
-		closeLogs:  closeLogs,
-		space:      space,
-		metrics:    m,
-		log:        log,
-		election:   rc.ElectionTimeout,
-		notifyCh:   notifyCh,
-		leaderCh:   make(chan bool, 1),
-		shutdownCh: make(chan struct{}),
+	n := &Node{
+		id:             cfg.NodeID,
+		raft:           r,
+		fsm:            f,
+		trans:          trans.raft,
+		closeTransport: trans.close,
+		closeStores:    st.close,
+		space:          st.space,
+		metrics:        m,
+		log:            log,
+		election:       rc.ElectionTimeout,
+		notifyCh:       notifyCh,
+		leaderCh:       make(chan bool, 1),
+		shutdownCh:     make(chan struct{}),
 	}
-	n.wg.Add(2)
+	n.wg.Add(1)
 	go n.watchLeader()
-	go n.watchSpace(cfg.DiskCheckInterval)
-	log.Info("raft node open", "addr", string(trans.LocalAddr()), "log_store", cfg.LogStore, "dir", dir)
+	if st.dir != "" {
+		n.wg.Add(1)
+		go n.watchSpace(cfg.DiskCheckInterval)
+	}
+	log.Info("raft node open", "addr", string(trans.raft.LocalAddr()), "log_store", st.kind, "dir", st.dir)
 	return n, nil
 }
 
@@ -424,8 +638,9 @@ func (n *Node) enter() error {
 
 // Close stops the node: it refuses new calls, waits for calls in flight
 // (each is bounded by a commit, a step-down or its context), shuts raft
-// down and closes the transport and stores. It is safe to call twice; the
-// second call returns the first call's result.
+// down and closes the transport and stores it opened, but not those given
+// in Config, whose owner closes them after Close returns. It is safe to
+// call twice; the second call returns the first call's result.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.mu.Lock()
@@ -436,8 +651,7 @@ func (n *Node) Close() error {
 		errs := []error{n.raft.Shutdown().Error()}
 		close(n.shutdownCh)
 		n.wg.Wait()
-		n.trans.CloseStreams()
-		errs = append(errs, n.trans.Close(), n.closeLogs())
+		errs = append(errs, n.closeTransport(), n.closeStores())
 		n.metrics.unregister()
 		n.closeErr = errors.Join(errs...)
 		n.log.Info("raft node closed")
@@ -740,6 +954,10 @@ func (n *Node) Stats() map[string]string {
 
 // ID is this node's raft server ID.
 func (n *Node) ID() string { return n.id }
+
+// Addr is this node's raft address, where other nodes reach it: the
+// advertised or bound TCP address, or the given transport's LocalAddr.
+func (n *Node) Addr() string { return string(n.trans.LocalAddr()) }
 
 // Member is one server in the raft configuration.
 type Member struct {

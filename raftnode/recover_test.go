@@ -14,7 +14,7 @@ import (
 func seedDataDir(t *testing.T, store string) (dir, addr string) {
 	t.Helper()
 	dir = t.TempDir()
-	cfg := testConfig(t, dir, store)
+	cfg := testConfig(dir, store)
 	cfg.NodeID = "old"
 	n := openFake(t, cfg, nil)
 	waitLeader(t, n)
@@ -24,7 +24,7 @@ func seedDataDir(t *testing.T, store string) (dir, addr string) {
 		t.Fatalf("snapshot: %v", err)
 	}
 	put(t, n, "a", "3")
-	addr = string(n.trans.LocalAddr())
+	addr = string(n.Addr())
 	if err := n.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
@@ -39,7 +39,7 @@ func TestOpenRefusesADataDirThatDoesNotListThisNode(t *testing.T) {
 	for _, store := range logStores {
 		t.Run(store, func(t *testing.T) {
 			dir, oldAddr := seedDataDir(t, store)
-			cfg := testConfig(t, dir, store)
+			cfg := testConfig(dir, store)
 			cfg.NodeID = "new"
 			n, err := open(cfg, newFake(nil))
 			if err == nil {
@@ -62,7 +62,7 @@ func TestOpenRefusesADataDirThatDoesNotListThisNode(t *testing.T) {
 			}
 
 			// The refusal changed nothing: the old node still opens.
-			cfg = testConfig(t, dir, store)
+			cfg = testConfig(dir, store)
 			cfg.NodeID = "old"
 			n = openFake(t, cfg, nil)
 			waitLeader(t, n)
@@ -77,7 +77,7 @@ func TestForceNewClusterRestoresTheDataOntoThisNode(t *testing.T) {
 	for _, store := range logStores {
 		t.Run(store, func(t *testing.T) {
 			dir, _ := seedDataDir(t, store)
-			cfg := testConfig(t, dir, store)
+			cfg := testConfig(dir, store)
 			cfg.NodeID = "new"
 			cfg.ForceNewCluster = true
 			n := openFake(t, cfg, nil)
@@ -85,7 +85,7 @@ func TestForceNewClusterRestoresTheDataOntoThisNode(t *testing.T) {
 			if got, rev := readKV(t, n); rev != 3 || got["a"] != "3" || got["b"] != "2" {
 				t.Errorf("after force new cluster: kv = %v at revision %d, expected: map[a:3 b:2] at 3", got, rev)
 			}
-			addr := string(n.trans.LocalAddr())
+			addr := string(n.Addr())
 			ms, err := n.Members()
 			want := []Member{{ID: "new", Address: addr, Voter: true, Leader: true}}
 			if err != nil || fmt.Sprint(ms) != fmt.Sprint(want) {
@@ -101,7 +101,7 @@ func TestForceNewClusterRestoresTheDataOntoThisNode(t *testing.T) {
 			// Later starts need no flag, and a flag left in place on a
 			// single node changes nothing.
 			for _, force := range []bool{false, true} {
-				cfg := testConfig(t, dir, store)
+				cfg := testConfig(dir, store)
 				cfg.PeerAddr = addr
 				cfg.NodeID = "new"
 				cfg.ForceNewCluster = force
@@ -120,7 +120,7 @@ func TestForceNewClusterRestoresTheDataOntoThisNode(t *testing.T) {
 
 func TestForceNewClusterRefusesADataDirWithoutState(t *testing.T) {
 	dir := t.TempDir()
-	cfg := testConfig(t, dir, "wal")
+	cfg := testConfig(dir, "wal")
 	cfg.ForceNewCluster = true
 	n, err := open(cfg, newFake(nil))
 	if err == nil {
@@ -137,7 +137,7 @@ func TestForceNewClusterRefusesADataDirWithoutState(t *testing.T) {
 // cluster without it: the check must leave such a node alone.
 func TestANodeWaitingToBeAddedIsNotChecked(t *testing.T) {
 	dir, _ := seedDataDir(t, "wal")
-	cfg := testConfig(t, dir, "wal")
+	cfg := testConfig(dir, "wal")
 	cfg.NodeID = "new"
 	cfg.Bootstrap = false
 	n := openFake(t, cfg, nil)

@@ -14,7 +14,7 @@ import (
 // walTestConfig is a wal node with 1 MiB segments, so that a few 60 KB
 // values fill several.
 func walTestConfig(t testing.TB, dir string) Config {
-	cfg := testConfig(t, dir, "wal")
+	cfg := testConfig(dir, "wal")
 	cfg.WALSegmentSize = 1 << 20
 	cfg.MinFreeBytes = -1
 	return cfg

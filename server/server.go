@@ -124,7 +124,7 @@ func Open(cfg Config) (*Server, error) {
 			s.serveErr <- err
 		}
 	}()
-	s.log.Info("tenure serving", "addr", cfg.Listener.Addr().String(), "node", rc.NodeID, "peer", rc.PeerAddr, "data", rc.DataDir)
+	s.log.Info("tenure serving", "addr", cfg.Listener.Addr().String(), "node", node.ID(), "peer", node.Addr(), "data", rc.DataDir)
 	return s, nil
 }
 

@@ -1,0 +1,101 @@
+package cluster_test
+
+import (
+	"testing"
+
+	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/cluster"
+)
+
+// TestEveryNodeSeesTheSameThreeVoters is the harness's own check: three
+// servers, one leader, and every node's configuration listing all three.
+func TestEveryNodeSeesTheSameThreeVoters(t *testing.T) {
+	c := cluster.New(t, 3)
+	lead := leader(t, c)
+	followers, err := c.Followers(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(followers) != 2 {
+		t.Fatalf("followers = %v, expected: the two nodes but %s", followers, lead)
+	}
+	for _, n := range c.Nodes() {
+		m := members(t, n)
+		var voters int
+		for _, mem := range m.GetMembers() {
+			if mem.GetVoter() {
+				voters++
+			}
+			if mem.GetSelf() != (mem.GetId() == n.ID()) {
+				t.Errorf("%s marks %s as self = %v", n, mem.GetId(), mem.GetSelf())
+			}
+		}
+		if voters != 3 {
+			t.Errorf("%s lists %d voters, expected: 3 (%v)", n, voters, m.GetMembers())
+		}
+	}
+	// Followers refuse what only the leader serves, so a client moves on.
+	for _, f := range followers {
+		_, err := f.API().KV.Put(waitCtx(t), connect.NewRequest(&tenurev1.PutRequest{Key: "k", Value: "v"}))
+		if !isNotLeader(err) {
+			t.Errorf("put on follower %s: got = %v, expected: unavailable (not-leader)", f, err)
+		}
+	}
+}
+
+// TestARestartedNodeRejoinsAndCatchesUp: Stop and Restart keep a node's
+// data and addresses, and it follows the writes made while it was down.
+func TestARestartedNodeRejoinsAndCatchesUp(t *testing.T) {
+	c := cluster.New(t, 3)
+	lead := leader(t, c)
+	followers, err := c.Followers(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := followers[0]
+	if err := c.Stop(down); err != nil {
+		t.Fatal(err)
+	}
+	if down.Running() || down.Server() != nil {
+		t.Fatalf("%s still running after Stop", down)
+	}
+	if _, err := down.Metrics(); err == nil {
+		t.Errorf("metrics of a stopped node: got = a registry, expected: an error")
+	}
+	// Two of three still make a quorum.
+	if _, err := lead.API().KV.Put(waitCtx(t), connect.NewRequest(&tenurev1.PutRequest{Key: "while-down", Value: "1"})); err != nil {
+		t.Fatalf("put with one node down: %v", err)
+	}
+	if err := c.Restart(down); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restart(down); err == nil {
+		t.Error("restart of a running node: got = no error, expected: an error")
+	}
+	caughtUp(t, leader(t, c), down)
+}
+
+// TestAHealedMinorityRejoins: a node cut off long enough to campaign on
+// its own rejoins once healed, and the cluster keeps one leader that
+// takes writes.
+func TestAHealedMinorityRejoins(t *testing.T) {
+	c := cluster.New(t, 3)
+	lead := leader(t, c)
+	followers, err := c.Followers(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := followers[0]
+	c.Disconnect(cut)
+	if _, err := lead.API().KV.Put(waitCtx(t), connect.NewRequest(&tenurev1.PutRequest{Key: "while-cut", Value: "1"})); err != nil {
+		t.Fatalf("put with one node cut off: %v", err)
+	}
+	c.Heal()
+	lead = leader(t, c)
+	if _, err := lead.API().KV.Put(waitCtx(t), connect.NewRequest(&tenurev1.PutRequest{Key: "healed", Value: "1"})); err != nil {
+		t.Fatalf("put after healing: %v", err)
+	}
+	caughtUp(t, lead, cut)
+}
