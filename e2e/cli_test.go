@@ -28,6 +28,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/testnet"
 )
 
 // These tests drive the tenure binary, as a user would, against a real
@@ -632,10 +633,7 @@ type proxy struct {
 
 func newProxy(t *testing.T, target string) *proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testnet.Listen(t)
 	p := &proxy{ln: ln, target: target, paused: make(chan struct{}), cutC: make(chan struct{})}
 	p.wg.Go(p.accept)
 	t.Cleanup(p.cut)

@@ -2,10 +2,11 @@ package server
 
 import (
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/testnet"
 )
 
 func TestLimitsThatCannotWorkAreRefusedNamingTheField(t *testing.T) {
@@ -45,10 +46,7 @@ func TestLimitsThatCannotWorkAreRefusedNamingTheField(t *testing.T) {
 }
 
 func TestOpenRefusesLimitsThatCannotWork(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testnet.Listen(t)
 	defer ln.Close()
 	cfg := Config{Listener: ln, Limits: Limits{MaxNameBytes: 64}}
 	cfg.Raft.DataDir = t.TempDir()

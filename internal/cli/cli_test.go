@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/internal/testnet"
 )
 
 // runMain runs the command line in process, as the binary would.
@@ -27,13 +27,7 @@ func runMain(args ...string) (stdout, stderr string, code int) {
 // that nothing answers there.
 func deadEndpoint(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return testnet.Free(t)
 }
 
 // Every case here fails before any request is sent: --endpoints points
@@ -159,10 +153,7 @@ func TestMainUnreachableExits3(t *testing.T) {
 // what tenure was doing, in words, and no RPC name (it used to print
 // "ListLeases: unexpected EOF").
 func TestMainCutConnectionSaysWhatItWasDoing(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := testnet.Listen(t)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
