@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -52,17 +51,13 @@ func newTestCluster(t testing.TB, size int) *testCluster {
 	c.heal()
 	for i := range size {
 		store := raft.NewInmemStore()
-		cfg := Config{
-			NodeID:             voters[i].ID,
-			Transport:          c.trans[i],
-			Stores:             Stores{Log: store, Stable: store, Snapshots: raft.NewInmemSnapshotStore()},
-			Bootstrap:          true,
-			InitialVoters:      voters,
-			HeartbeatTimeout:   50 * time.Millisecond,
-			ElectionTimeout:    50 * time.Millisecond,
-			LeaderLeaseTimeout: 50 * time.Millisecond,
-			Logger:             slog.New(slog.DiscardHandler),
-		}
+		// testConfig's timeouts, on the in-memory transport and stores.
+		cfg := testConfig("", "")
+		cfg.PeerAddr = ""
+		cfg.NodeID = voters[i].ID
+		cfg.Transport = c.trans[i]
+		cfg.Stores = Stores{Log: store, Stable: store, Snapshots: raft.NewInmemSnapshotStore()}
+		cfg.InitialVoters = voters
 		c.nodes = append(c.nodes, openFake(t, cfg, nil))
 	}
 	return c
