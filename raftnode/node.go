@@ -817,40 +817,20 @@ func (n *Node) barrier(ctx context.Context) error {
 	return nil
 }
 
-// AddVoter adds a node to the cluster as a voter, or updates its address.
-// It must be called on the leader.
+// AddVoter adds a node to the cluster as a voter, promotes a non-voter,
+// or updates a voter's address. It must be called on the leader.
 func (n *Node) AddVoter(ctx context.Context, id, addr string) error {
-	if err := n.enter(); err != nil {
-		return err
-	}
-	defer n.inflight.Done()
-	timeout, err := enqueueTimeout(ctx)
-	if err != nil {
-		return fmt.Errorf("raftnode: add voter: %w", err)
-	}
-	f := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout)
-	if err := n.await(ctx, f); err != nil {
-		return n.raftError("add voter", err)
-	}
-	return nil
+	return n.changeMembership(ctx, "add voter", func(timeout time.Duration) raft.Future {
+		return n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout)
+	})
 }
 
 // RemoveServer removes a node from the cluster. It must be called on the
 // leader.
 func (n *Node) RemoveServer(ctx context.Context, id string) error {
-	if err := n.enter(); err != nil {
-		return err
-	}
-	defer n.inflight.Done()
-	timeout, err := enqueueTimeout(ctx)
-	if err != nil {
-		return fmt.Errorf("raftnode: remove server: %w", err)
-	}
-	f := n.raft.RemoveServer(raft.ServerID(id), 0, timeout)
-	if err := n.await(ctx, f); err != nil {
-		return n.raftError("remove server", err)
-	}
-	return nil
+	return n.changeMembership(ctx, "remove server", func(timeout time.Duration) raft.Future {
+		return n.raft.RemoveServer(raft.ServerID(id), 0, timeout)
+	})
 }
 
 // await waits for f or ctx. Raft futures cannot be selected on, so a
@@ -897,7 +877,11 @@ func (n *Node) raftError(op string, err error) error {
 		return fmt.Errorf("raftnode: %s: %w", op, err)
 	case errors.Is(err, raft.ErrNotLeader):
 		return n.notLeader()
-	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// Refused at enqueue, so never appended: as good as not leader,
+		// which is what this node is about to be.
+		return &NotLeaderError{}
+	case errors.Is(err, raft.ErrLeadershipLost):
 		return fmt.Errorf("raftnode: %s: %w", op, ErrLeadershipLost)
 	case errors.Is(err, raft.ErrRaftShutdown):
 		return ErrClosed

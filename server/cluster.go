@@ -1,32 +1,305 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
 type clusterService struct{ s *Server }
 
+// memberStatusTimeout bounds asking one member for its status: a member
+// that does not answer in time is listed as unreachable.
+const memberStatusTimeout = time.Second
+
 // Members answers from this node's view, leader or not, so an operator
-// can ask any node what it believes the cluster is.
+// can ask any node what it believes the cluster is. Each member is asked
+// for its own status, all at once.
 func (h *clusterService) Members(ctx context.Context, req *connect.Request[tenurev1.MembersRequest]) (*connect.Response[tenurev1.MembersResponse], error) {
+	out, err := h.s.members(ctx)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *Server) members(ctx context.Context) (*tenurev1.MembersResponse, error) {
+	members, err := s.node.Members()
+	if err != nil {
+		return nil, err
+	}
+	var addrs map[string]string
+	out := &tenurev1.MembersResponse{AppliedIndex: s.node.AppliedIndex()}
+	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
+		out.Revision = m.Revision()
+		addrs = m.Members()
+		return nil
+	})
+	var wg sync.WaitGroup
+	for _, m := range members {
+		mem := &tenurev1.Member{
+			Id: m.ID, PeerAddress: m.Address, Voter: m.Voter, Leader: m.Leader,
+			Self: m.ID == s.node.ID(), ApiAddress: addrs[m.ID],
+		}
+		out.Members = append(out.Members, mem)
+		switch {
+		case mem.Self:
+			mem.ApiAddress = s.advertise
+			mem.Status = s.status()
+		case mem.ApiAddress == "":
+			mem.Error = "has not advertised an API address yet"
+		default:
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
+				defer cancel()
+				res, err := s.peers.to(mem.ApiAddress).cluster.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{}))
+				if err != nil {
+					mem.Error = "unreachable: " + err.Error()
+					return
+				}
+				mem.Status = res.Msg
+			})
+		}
+	}
+	wg.Wait()
+	return out, nil
+}
+
+func (h *clusterService) Status(ctx context.Context, req *connect.Request[tenurev1.StatusRequest]) (*connect.Response[tenurev1.StatusResponse], error) {
+	return connect.NewResponse(h.s.status()), nil
+}
+
+func (s *Server) status() *tenurev1.StatusResponse {
+	st := s.node.Status()
+	out := &tenurev1.StatusResponse{
+		Id:            st.ID,
+		ApiAddress:    s.advertise,
+		PeerAddress:   st.Addr,
+		Role:          st.Role,
+		LeaderId:      st.LeaderID,
+		Term:          st.Term,
+		CommitIndex:   st.CommitIndex,
+		AppliedIndex:  st.AppliedIndex,
+		LastLogIndex:  st.LastLogIndex,
+		Ready:         s.ready.Load(),
+	}
+	if addr, ok := s.leaderAddress(); ok {
+		out.LeaderApiAddress = addr
+	}
+	if !st.LastContact.IsZero() {
+		out.LastContact = durationpb.New(time.Since(st.LastContact))
+	}
+	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
+		out.Revision = m.Revision()
+		return nil
+	})
+	return out
+}
+
+// Join adds or updates a member on the leader (a follower forwards it).
+// It never demotes: voter false keeps a voter a voter, so a restarted
+// node re-registering its address cannot lose its vote.
+func (h *clusterService) Join(ctx context.Context, req *connect.Request[tenurev1.JoinRequest]) (*connect.Response[tenurev1.JoinResponse], error) {
+	r := req.Msg
+	if r.GetId() == "" {
+		return nil, toConnect(invalid("id is required"))
+	}
+	if err := checkHostPort("peer_address", r.GetPeerAddress()); err != nil {
+		return nil, toConnect(err)
+	}
+	if err := checkHostPort("api_address", r.GetApiAddress()); err != nil {
+		return nil, toConnect(err)
+	}
+	if !h.s.leading.Load() {
+		return nil, toConnect(h.s.notLeader())
+	}
+	if err := h.s.join(ctx, r); err != nil {
+		return nil, toConnect(err)
+	}
+	out := &tenurev1.JoinResponse{CommitIndex: h.s.node.Status().CommitIndex}
 	members, err := h.s.node.Members()
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	out := &tenurev1.MembersResponse{AppliedIndex: h.s.node.AppliedIndex()}
 	for _, m := range members {
-		out.Members = append(out.Members, &tenurev1.Member{
-			Id: m.ID, PeerAddress: m.Address, Voter: m.Voter, Leader: m.Leader, Self: m.ID == h.s.node.ID(),
-		})
+		out.Members = append(out.Members, &tenurev1.Member{Id: m.ID, PeerAddress: m.Address, Voter: m.Voter, Leader: m.Leader})
 	}
-	_ = h.s.node.ReadLocal(func(m *statemachine.Machine) error {
-		out.Revision = m.Revision()
+	return connect.NewResponse(out), nil
+}
+
+func (s *Server) join(ctx context.Context, r *tenurev1.JoinRequest) error {
+	members, err := s.node.Members()
+	if err != nil {
+		return err
+	}
+	var self *raftnode.Member
+	for i, m := range members {
+		switch {
+		case m.ID == r.GetId():
+			self = &members[i]
+		case m.Address == r.GetPeerAddress():
+			return invalid("peer address %s is already member %s's: remove %s first (tenure members remove %s)", m.Address, m.ID, m.ID, m.ID)
+		}
+	}
+	switch {
+	case self == nil:
+		// New nodes start without a vote: one that has not caught up
+		// could not help make a quorum, and would count towards one.
+		if err := s.node.AddNonvoter(ctx, r.GetId(), r.GetPeerAddress()); err != nil {
+			return err
+		}
+		s.log.Info("member added as a non-voter", "id", r.GetId(), "peer", r.GetPeerAddress(), "api", r.GetApiAddress())
+	case r.GetVoter() && !self.Voter, self.Voter && self.Address != r.GetPeerAddress():
+		if err := s.node.AddVoter(ctx, r.GetId(), r.GetPeerAddress()); err != nil {
+			return err
+		}
+		s.log.Info("member is a voter", "id", r.GetId(), "peer", r.GetPeerAddress())
+	case self.Address != r.GetPeerAddress():
+		if err := s.node.AddNonvoter(ctx, r.GetId(), r.GetPeerAddress()); err != nil {
+			return err
+		}
+	}
+	return s.register(ctx, r.GetId(), r.GetApiAddress())
+}
+
+// register records a member's API address in the log, unless it is
+// already there.
+func (s *Server) register(ctx context.Context, id, api string) error {
+	var known string
+	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
+		known, _ = m.MemberAddress(id)
 		return nil
 	})
-	return connect.NewResponse(out), nil
+	if known == api {
+		return nil
+	}
+	_, err := s.node.Propose(ctx, statemachine.SetMember{ID: id, APIAddress: api})
+	return err
+}
+
+func (h *clusterService) RemoveMember(ctx context.Context, req *connect.Request[tenurev1.RemoveMemberRequest]) (*connect.Response[tenurev1.RemoveMemberResponse], error) {
+	id := req.Msg.GetId()
+	if id == "" {
+		return nil, toConnect(invalid("id is required"))
+	}
+	if !h.s.leading.Load() {
+		return nil, toConnect(h.s.notLeader())
+	}
+	members, err := h.s.node.Members()
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	found := false
+	for _, m := range members {
+		found = found || m.ID == id
+	}
+	if !found {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no member %s: tenure members lists them", id))
+	}
+	if err := h.s.node.RemoveServer(ctx, id); err != nil {
+		return nil, toConnect(err)
+	}
+	h.s.log.Info("member removed", "id", id)
+	// Forgetting the address is tidiness: an address left behind names
+	// a node nobody forwards to, since it can never lead.
+	if _, err := h.s.node.Propose(ctx, statemachine.SetMember{ID: id}); err != nil {
+		h.s.log.Warn("removed member's API address not forgotten", "id", id, "err", err)
+	}
+	return connect.NewResponse(&tenurev1.RemoveMemberResponse{}), nil
+}
+
+func (h *clusterService) TransferLeadership(ctx context.Context, req *connect.Request[tenurev1.TransferLeadershipRequest]) (*connect.Response[tenurev1.TransferLeadershipResponse], error) {
+	if !h.s.leading.Load() {
+		return nil, toConnect(h.s.notLeader())
+	}
+	id := req.Msg.GetId()
+	if id == h.s.node.ID() {
+		return connect.NewResponse(&tenurev1.TransferLeadershipResponse{LeaderId: id}), nil
+	}
+	if err := h.s.node.TransferLeadership(ctx, id); err != nil {
+		if errors.Is(err, raftnode.ErrUnknownMember) {
+			return nil, connect.NewError(connect.CodeNotFound, err)
+		}
+		if errors.Is(err, raftnode.ErrNotLeader) || errors.Is(err, raftnode.ErrLeadershipLost) || errors.Is(err, raftnode.ErrClosed) {
+			return nil, toConnect(err)
+		}
+		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	_, leader := h.s.node.Leader()
+	return connect.NewResponse(&tenurev1.TransferLeadershipResponse{LeaderId: leader}), nil
+}
+
+// snapshotChunk is the size of the pieces a snapshot is streamed in.
+const snapshotChunk = 256 << 10
+
+// Snapshot streams the state as of a linearizable read on the leader. A
+// follower refuses it with "not leader", naming the leader: a stream is
+// redirected, not forwarded.
+func (h *clusterService) Snapshot(ctx context.Context, req *connect.Request[tenurev1.SnapshotRequest], stream *connect.ServerStream[tenurev1.SnapshotChunk]) error {
+	var buf bytes.Buffer
+	var revision int64
+	err := h.s.read(ctx, false, func(m *statemachine.Machine) error {
+		revision = m.Revision()
+		return m.Snapshot(&buf)
+	})
+	if err != nil {
+		return toConnect(err)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	data := buf.Bytes()
+	for {
+		n := min(len(data), snapshotChunk)
+		chunk := &tenurev1.SnapshotChunk{Data: data[:n], Revision: revision}
+		data = data[n:]
+		if len(data) == 0 {
+			chunk.Sha256 = hex.EncodeToString(sum[:])
+		}
+		if err := stream.Send(chunk); err != nil {
+			return err
+		}
+		if len(data) == 0 {
+			return nil
+		}
+	}
+}
+
+// checkHostPort checks a "host:port" address given for a node.
+func checkHostPort(field, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return invalid("%s %q: want host:port: %v", field, addr, err)
+	}
+	if host == "" {
+		return invalid("%s %q: the host is missing", field, addr)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
+		return invalid("%s %q: the port must be a number from 1 to 65535", field, addr)
+	}
+	return nil
+}
+
+// checkAdvertise refuses an API address other nodes could not dial.
+func checkAdvertise(addr string) error {
+	if err := checkHostPort("advertise address", addr); err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("server: advertise address %s is not one other nodes can dial: give the address they reach this node at (--advertise)", addr)
+	}
+	return nil
 }

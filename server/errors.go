@@ -83,6 +83,10 @@ func errorMessage(err error) error {
 	if errors.As(err, &full) {
 		return full
 	}
+	var snl *notLeaderError
+	if errors.As(err, &snl) {
+		return snl
+	}
 	var nl *raftnode.NotLeaderError
 	if errors.As(err, &nl) {
 		if nl.Leader == "" {

@@ -20,7 +20,7 @@ func (h *kvService) Get(ctx context.Context, req *connect.Request[tenurev1.GetRe
 		return nil, toConnect(err)
 	}
 	out := &tenurev1.GetResponse{}
-	err := h.s.read(ctx, func(m *statemachine.Machine) error {
+	err := h.s.read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
 		kv, ok := m.Key(key)
 		if !ok {
 			return fmt.Errorf("%w: %q", statemachine.ErrKeyNotFound, key)
@@ -42,7 +42,7 @@ func (h *kvService) Range(ctx context.Context, req *connect.Request[tenurev1.Ran
 		return nil, toConnect(invalid("limit %d is negative", req.Msg.GetLimit()))
 	}
 	out := &tenurev1.RangeResponse{}
-	err := h.s.read(ctx, func(m *statemachine.Machine) error {
+	err := h.s.read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
 		kvs, more := m.Range(req.Msg.GetPrefix(), int(req.Msg.GetLimit()))
 		for i := range kvs {
 			out.Kvs = append(out.Kvs, kvProto(&kvs[i]))

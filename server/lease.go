@@ -156,7 +156,7 @@ func (h *leaseService) Get(ctx context.Context, req *connect.Request[tenurev1.Ge
 		return nil, toConnect(err)
 	}
 	out := &tenurev1.GetLeaseResponse{}
-	err = h.s.read(ctx, func(m *statemachine.Machine) error {
+	err = h.s.read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
 		l, ok := m.Lease(id)
 		if !ok {
 			return fmt.Errorf("%w: %s", statemachine.ErrLeaseNotFound, id)
@@ -183,7 +183,7 @@ func (h *leaseService) List(ctx context.Context, req *connect.Request[tenurev1.L
 		return nil, toConnect(err)
 	}
 	out := &tenurev1.ListLeasesResponse{}
-	err = h.s.read(ctx, func(m *statemachine.Machine) error {
+	err = h.s.read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
 		for _, l := range m.Leases(ns) {
 			if sel.matches(l.Labels) {
 				out.Leases = append(out.Leases, leaseProto(m, l, h.s.lessor))
@@ -210,7 +210,7 @@ func (h *leaseService) Validate(ctx context.Context, req *connect.Request[tenure
 		return nil, toConnect(invalid("token must be a positive fencing token, got %d", req.Msg.GetToken()))
 	}
 	out := &tenurev1.ValidateResponse{}
-	err = h.s.read(ctx, func(m *statemachine.Machine) error {
+	err = h.s.read(ctx, false, func(m *statemachine.Machine) error {
 		out.Revision = m.Revision()
 		l, ok := m.Lease(id)
 		if !ok {

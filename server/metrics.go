@@ -15,6 +15,9 @@ type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	waiting  prometheus.Gauge
+	// forwarded counts calls this follower answered with the leader's
+	// answer.
+	forwarded prometheus.Counter
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
@@ -32,8 +35,12 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 			Name: "tenure_acquire_calls_parked",
 			Help: "Acquire calls parked on this node waiting for a grant.",
 		}),
+		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tenure_forwarded_calls_total",
+			Help: "Calls this node forwarded to the leader and answered with its answer.",
+		}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.waiting, stateCollector{s})
+	reg.MustRegister(m.requests, m.latency, m.waiting, m.forwarded, stateCollector{s})
 	return m
 }
 

@@ -28,7 +28,20 @@ type Config struct {
 	// Listener serves the API, the web page and the operational endpoints.
 	// The caller creates it (tests bind 127.0.0.1:0); Close closes it.
 	Listener net.Listener
-	Raft     raftnode.Config
+	// Advertise is the API address other nodes and clients use to reach
+	// this one ("host:port"); default the listener's address, which is
+	// wrong when it listens on 0.0.0.0.
+	Advertise string
+	// Join lists API addresses of other nodes. A node without raft state
+	// asks them to add it to their cluster, or, with BootstrapExpect,
+	// meets them to form one. A node that already belongs to a cluster
+	// ignores both.
+	Join []string
+	// BootstrapExpect, when above zero, forms a new cluster of that many
+	// voters once this node has met that many nodes (itself included)
+	// through Join, all started with the same BootstrapExpect.
+	BootstrapExpect int
+	Raft            raftnode.Config
 	Limits   Limits
 	Logger   *slog.Logger
 	// Registry receives every metric; nil makes a private one.
@@ -46,6 +59,18 @@ type Server struct {
 	waiters *waiters
 	http    *http.Server
 	metrics *metrics
+	peers   *peers
+	// advertise is the API address this node is known by.
+	advertise string
+	discovery discovery
+
+	// draining is set by Close: no new client proposal is taken while
+	// those in flight finish and leadership moves elsewhere. proposing
+	// counts those in flight; drainMu makes the check and the count one
+	// step against Close.
+	drainMu   sync.RWMutex
+	draining  bool
+	proposing sync.WaitGroup
 
 	// ready is set once this node is the promoted leader or knows one;
 	// leading only while it is the promoted leader, whose reads are
@@ -77,12 +102,26 @@ func Open(cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
+	if cfg.BootstrapExpect < 0 {
+		return nil, fmt.Errorf("server: bootstrap-expect %d: must be 1 or more, or 0 for none", cfg.BootstrapExpect)
+	}
+	if cfg.BootstrapExpect > 1 && len(cfg.Join) == 0 {
+		return nil, fmt.Errorf("server: bootstrap-expect %d needs the other nodes' addresses to meet them (--join)", cfg.BootstrapExpect)
+	}
+	if cfg.Advertise == "" {
+		cfg.Advertise = cfg.Listener.Addr().String()
+	}
+	if err := checkAdvertise(cfg.Advertise); err != nil {
+		return nil, err
+	}
 	s := &Server{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		hub:      watch.NewHub(cfg.Limits.WatchHistory),
-		stopC:    make(chan struct{}),
-		serveErr: make(chan error, 1),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		hub:       watch.NewHub(cfg.Limits.WatchHistory),
+		peers:     newPeers(),
+		advertise: cfg.Advertise,
+		stopC:     make(chan struct{}),
+		serveErr:  make(chan error, 1),
 	}
 	s.metrics = newMetrics(cfg.Registry, s)
 	s.waiters = newWaiters(s.propose, s.metrics.waiting.Add, cfg.Logger)
@@ -96,6 +135,11 @@ func Open(cfg Config) (*Server, error) {
 	rc.Registerer = cfg.Registry
 	rc.Observer = s.observe
 	rc.OnRestore = s.hub.Reset
+	if len(cfg.Join) > 0 || cfg.BootstrapExpect > 1 {
+		// The cluster is formed (or this node added to one) by the
+		// membership loop, once it has met the others.
+		rc.Bootstrap, rc.InitialVoters = false, nil
+	}
 	node, err := raftnode.Open(rc)
 	if err != nil {
 		s.lessor.Stop()
@@ -113,10 +157,14 @@ func Open(cfg Config) (*Server, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go func() {
 		defer s.wg.Done()
 		s.leadershipLoop()
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.membershipLoop()
 	}()
 	go func() {
 		defer s.wg.Done()
@@ -124,7 +172,7 @@ func Open(cfg Config) (*Server, error) {
 			s.serveErr <- err
 		}
 	}()
-	s.log.Info("tenure serving", "addr", cfg.Listener.Addr().String(), "node", node.ID(), "peer", node.Addr(), "data", rc.DataDir)
+	s.log.Info("tenure serving", "addr", cfg.Listener.Addr().String(), "advertise", s.advertise, "node", node.ID(), "peer", node.Addr(), "data", rc.DataDir)
 	return s, nil
 }
 
@@ -134,11 +182,19 @@ func (s *Server) Addr() string { return s.cfg.Listener.Addr().String() }
 // Err reports a fatal serving error, if the HTTP server stopped by itself.
 func (s *Server) Err() <-chan error { return s.serveErr }
 
-// Close stops serving, steps down and shuts the node, in that order, so
-// that no request is acknowledged after the log is closed. Safe to call
-// twice.
+// Advertise is the API address other nodes and clients reach this one at.
+func (s *Server) Advertise() string { return s.advertise }
+
+// Close hands over and stops, in an order that leaves nothing in doubt:
+// it stops taking client proposals, ends parked Acquire calls (their
+// clients retry on the next leader, where their place in the queue is
+// kept), waits for proposals in flight, hands leadership to another voter
+// if it leads, then stops serving and shuts the node, so that no request
+// is acknowledged after the log is closed and a rolling restart costs
+// clients a retry, not an error. Safe to call twice.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		s.drain()
 		close(s.stopC)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -149,8 +205,42 @@ func (s *Server) Close() error {
 		s.lessor.Stop()
 		s.closeErr = s.node.Close()
 		s.wg.Wait()
+		s.peers.close()
 	})
 	return s.closeErr
+}
+
+// drainTimeout bounds each step of drain: proposals in flight, then the
+// leadership transfer. Either running out only makes the handover less
+// smooth (clients retry), never unsafe.
+const drainTimeout = 3 * time.Second
+
+func (s *Server) drain() {
+	s.drainMu.Lock()
+	s.draining = true
+	s.drainMu.Unlock()
+	s.waiters.endWaits(raftnode.ErrClosed)
+	done := make(chan struct{})
+	go func() {
+		s.proposing.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(drainTimeout):
+		s.log.Warn("closing with proposals still in flight")
+	}
+	if !s.node.IsLeader() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	if err := s.node.TransferLeadership(ctx, ""); err != nil {
+		s.log.Info("no leadership transfer before closing", "err", err)
+		return
+	}
+	_, to := s.node.Leader()
+	s.log.Info("handed leadership over before closing", "to", to)
 }
 
 // indexHTML is the web page: who holds what, sessions, and live lease
@@ -167,7 +257,7 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(s.cfg.Limits.MaxRequestBytes),
-		connect.WithInterceptors(s.metrics.interceptor()),
+		connect.WithInterceptors(s.metrics.interceptor(), forwarder{s}),
 		// Most responses are tens of bytes; gzip would cost more CPU per
 		// message (a fresh compressor state) than the bytes it saves.
 		// Lists and values past this size are still compressed.
@@ -203,7 +293,7 @@ func (s *Server) routes() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
-	return limitBodies(mux, s.cfg.Limits.MaxRequestBytes, s.cfg.Limits.RequestReadTimeout)
+	return s.leaderHeader(limitBodies(mux, s.cfg.Limits.MaxRequestBytes, s.cfg.Limits.RequestReadTimeout))
 }
 
 // observe receives every applied command's events, in log order, on the
@@ -242,6 +332,10 @@ func (s *Server) leadershipLoop() {
 			s.leading.Store(false)
 			s.lessor.Demote()
 			s.ready.Store(false)
+			// Parked calls would otherwise wait for grants only a leader
+			// makes; their clients (or the follower that forwarded them)
+			// call the next leader, where the queue kept their place.
+			s.waiters.endWaits(s.notLeader())
 			if leader {
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan struct{})
@@ -295,6 +389,10 @@ func (s *Server) tryPromote(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("new epoch: %w", err)
 	}
+	// Followers forward to the address the leader advertised.
+	if err := s.register(ctx, s.node.ID(), s.advertise); err != nil {
+		return fmt.Errorf("advertise the API address: %w", err)
+	}
 	return s.node.ReadLocal(func(m *statemachine.Machine) error {
 		if m.Epoch() != res.Epoch {
 			return fmt.Errorf("epoch moved from %d to %d during promotion", res.Epoch, m.Epoch())
@@ -335,7 +433,18 @@ func (s *Server) propose(ctx context.Context, cmd statemachine.Command) (statema
 	if err := s.node.DiskFull(); err != nil && !frees(cmd) {
 		return statemachine.Result{}, err
 	}
+	s.drainMu.RLock()
+	if s.draining {
+		s.drainMu.RUnlock()
+		return statemachine.Result{}, raftnode.ErrClosed
+	}
+	s.proposing.Add(1)
+	s.drainMu.RUnlock()
+	defer s.proposing.Done()
 	res, err := s.node.Propose(ctx, cmd)
+	if errors.Is(err, raftnode.ErrNotLeader) {
+		return res, s.notLeader()
+	}
 	if err != nil {
 		return res, err
 	}
@@ -356,20 +465,29 @@ func frees(cmd statemachine.Command) bool {
 }
 
 // read runs fn on current state: linearizable, and only on the promoted
-// leader, whose state includes every acknowledged write.
-func (s *Server) read(ctx context.Context, fn func(m *statemachine.Machine) error) error {
+// leader, whose state includes every acknowledged write. A stale read
+// runs on this node's state as it is, which may trail the leader's.
+func (s *Server) read(ctx context.Context, stale bool, fn func(m *statemachine.Machine) error) error {
+	if stale {
+		return s.node.ReadLocal(fn)
+	}
 	if !s.leading.Load() {
 		return s.notLeader()
 	}
-	return s.node.Read(ctx, fn)
+	err := s.node.Read(ctx, fn)
+	if errors.Is(err, raftnode.ErrNotLeader) {
+		return s.notLeader()
+	}
+	return err
 }
 
 // notLeader is the error for calls only the promoted leader serves,
 // naming the leader when another node is it.
 func (s *Server) notLeader() error {
-	addr, id := s.node.Leader()
-	if s.node.IsLeader() {
-		addr, id = "", "" // elected, but not yet caught up
+	_, id := s.node.Leader()
+	if id == s.node.ID() {
+		return &notLeaderError{} // elected, but not yet caught up
 	}
-	return &raftnode.NotLeaderError{Leader: addr, LeaderID: id}
+	addr, _ := s.leaderAddress()
+	return &notLeaderError{id: id, addr: addr}
 }

@@ -116,7 +116,7 @@ func (h *sessionService) Get(ctx context.Context, req *connect.Request[tenurev1.
 		return nil, toConnect(invalid("session_id must be a positive session ID, got %d", id))
 	}
 	var out *tenurev1.Session
-	err := h.s.read(ctx, func(m *statemachine.Machine) error {
+	err := h.s.read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
 		sess, ok := m.Session(req.Msg.GetSessionId())
 		if !ok {
 			return fmt.Errorf("%w: session %d", statemachine.ErrSessionNotFound, req.Msg.GetSessionId())
@@ -136,7 +136,7 @@ func (h *sessionService) List(ctx context.Context, req *connect.Request[tenurev1
 		return nil, toConnect(err)
 	}
 	out := &tenurev1.ListSessionsResponse{}
-	err = h.s.read(ctx, func(m *statemachine.Machine) error {
+	err = h.s.read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
 		for _, sess := range m.Sessions() {
 			if sel.matches(sess.Labels) {
 				out.Sessions = append(out.Sessions, sessionProto(m, sess, h.s.lessor))

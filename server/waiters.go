@@ -68,12 +68,33 @@ type waiters struct {
 	onWait  func(delta float64) // counts calls parked past their proposal
 	log     *slog.Logger
 
-	mu     sync.Mutex // guards parked and every entry's refs and calls
+	mu     sync.Mutex // guards parked, ended and every entry's refs and calls
 	parked map[waitKey]*waitEntry
+	// ended is closed by endWaits, with the error parked calls return,
+	// and replaced for the calls that park after it.
+	ended *waitsEnded
+}
+
+type waitsEnded struct {
+	c   chan struct{}
+	err error
 }
 
 func newWaiters(propose proposeFunc, onWait func(delta float64), log *slog.Logger) *waiters {
-	return &waiters{propose: propose, onWait: onWait, log: log, parked: map[waitKey]*waitEntry{}}
+	return &waiters{propose: propose, onWait: onWait, log: log, parked: map[waitKey]*waitEntry{}, ended: &waitsEnded{c: make(chan struct{})}}
+}
+
+// endWaits makes every parked call return err at once, leaving its
+// session's place in the queue as it is: leadership moved, or the node
+// is closing, and only a leader can grant. The caller retries on the new
+// leader, where the Acquire finds its place (Acquire is idempotent per
+// session and lease) and parks again.
+func (w *waiters) endWaits(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ended.err = err
+	close(w.ended.c)
+	w.ended = &waitsEnded{c: make(chan struct{})}
 }
 
 // acquired is a waiting Acquire's answer: granted with token (lease is
@@ -106,7 +127,7 @@ func (w *waiters) acquire(ctx context.Context, cmd statemachine.Acquire, timeout
 		}
 		return acquired{token: res.Grant.Token, lease: res.Lease}, nil
 	}
-	entry, call := w.park(cmd.SessionID, cmd.Lease)
+	entry, call, ended := w.park(cmd.SessionID, cmd.Lease)
 	res, err := w.propose(ctx, cmd)
 	entry.turn.Unlock()
 	if err != nil || res.Grant != nil {
@@ -143,6 +164,9 @@ func (w *waiters) acquire(ctx context.Context, cmd statemachine.Acquire, timeout
 				return acquired{}, fmt.Errorf("%w: the wait of session %d for %s was cancelled; retry", errWaitCancelled, cmd.SessionID, cmd.Lease)
 			}
 			return acquired{}, fmt.Errorf("%w: session %d stopped waiting for %s: %s", statemachine.ErrSessionNotFound, cmd.SessionID, cmd.Lease, out.reason)
+		case <-ended.c:
+			w.leave(cmd.SessionID, cmd.Lease, entry, call)
+			return acquired{}, ended.err
 		case <-expired:
 			return w.cancel(ctx, cmd, entry, call, false)
 		case <-ctx.Done():
@@ -188,7 +212,7 @@ func (w *waiters) cancel(ctx context.Context, cmd statemachine.Acquire, e *waitE
 // while outcomes of an older call's CancelWait (applied before the turn
 // passed) never reach it. The caller proposes, unlocks the turn, and
 // finally calls leave.
-func (w *waiters) park(session int64, lease statemachine.LeaseID) (*waitEntry, *parkedCall) {
+func (w *waiters) park(session int64, lease statemachine.LeaseID) (*waitEntry, *parkedCall, *waitsEnded) {
 	k := waitKey{session, lease}
 	w.mu.Lock()
 	e, ok := w.parked[k]
@@ -203,8 +227,9 @@ func (w *waiters) park(session int64, lease statemachine.LeaseID) (*waitEntry, *
 	call := &parkedCall{ready: make(chan struct{}, 1)}
 	w.mu.Lock()
 	e.calls = append(e.calls, call)
+	ended := w.ended
 	w.mu.Unlock()
-	return e, call
+	return e, call, ended
 }
 
 // leave unregisters a call.

@@ -25,6 +25,7 @@ const (
 	KindExpireKeys     Kind = 12
 	KindEndLockDelays  Kind = 13
 	KindNewEpoch       Kind = 14
+	KindSetMember      Kind = 15
 )
 
 // Command is one state change proposed to the log.
@@ -153,6 +154,16 @@ type EndLockDelays struct {
 // barrier. Expiries proposed by earlier leaders are ignored from then on.
 type NewEpoch struct{}
 
+// SetMember records the API address a cluster member advertises, so that
+// every node can name the leader's; an empty APIAddress forgets the
+// member. Membership itself is raft's configuration: this is only what
+// raft has no room for. It emits no event and leaves the revision alone,
+// since no client-visible state changes.
+type SetMember struct {
+	ID         string `json:"id"`
+	APIAddress string `json:"api_address,omitempty"`
+}
+
 func (OpenSession) Kind() Kind    { return KindOpenSession }
 func (CloseSession) Kind() Kind   { return KindCloseSession }
 func (ExpireSessions) Kind() Kind { return KindExpireSession }
@@ -167,6 +178,7 @@ func (CompareAndSwap) Kind() Kind { return KindCompareAndSwap }
 func (ExpireKeys) Kind() Kind     { return KindExpireKeys }
 func (EndLockDelays) Kind() Kind  { return KindEndLockDelays }
 func (NewEpoch) Kind() Kind       { return KindNewEpoch }
+func (SetMember) Kind() Kind      { return KindSetMember }
 
 const headerLen = 1 + 8
 
@@ -219,6 +231,8 @@ func Decode(data []byte) (now int64, cmd Command, err error) {
 		cmd, err = decodeAs[EndLockDelays](body)
 	case KindNewEpoch:
 		cmd, err = decodeAs[NewEpoch](body)
+	case KindSetMember:
+		cmd, err = decodeAs[SetMember](body)
 	default:
 		return 0, nil, fmt.Errorf("%w: kind %d", ErrUnknownCommand, data[0])
 	}

@@ -25,6 +25,7 @@ func sampleCommands() []Command {
 		ExpireKeys{Epoch: 1, Keys: []KeyTTL{{Key: "k", ModRevision: 3, TTL: keyTTL}}},
 		EndLockDelays{Epoch: 1, Delays: []LockDelay{{Lease: leaseA, Revision: 5, Delay: lockDelay}}},
 		NewEpoch{},
+		SetMember{ID: "n1", APIAddress: "10.0.0.1:7480"},
 	}
 }
 
@@ -46,7 +47,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			expect(t, "command", got, cmd)
 		}
 	}
-	for k := KindOpenSession; k <= KindNewEpoch; k++ {
+	for k := KindOpenSession; k <= KindSetMember; k++ {
 		if !kinds[k] {
 			t.Errorf("kind %d: got = no sample command, expected: one", k)
 		}
@@ -68,7 +69,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"an empty entry is refused", nil},
 		{"an entry shorter than its header is refused", []byte{byte(KindPut), 0, 0, 0}},
 		{"an entry of kind 0 is refused", with(0, `{}`)},
-		{"an entry of a kind after the last is refused", with(KindNewEpoch+1, `{}`)},
+		{"an entry of a kind after the last is refused", with(KindSetMember+1, `{}`)},
 		{"an entry of kind 255 is refused", with(255, `{}`)},
 		{"a header without a body is refused", header(KindPut)},
 		{"a body that is not JSON is refused", with(KindAcquire, `{"session_id":`)},

@@ -18,6 +18,7 @@ type Machine struct {
 	identities map[string]int // open sessions per identity
 	leases     map[LeaseID]*Lease
 	keys       *btree.BTreeG[*KeyValue]
+	members    map[string]string // raft server ID → advertised API address
 
 	// now and events belong to the command being applied.
 	now    int64
@@ -31,6 +32,7 @@ func New() *Machine {
 		identities: map[string]int{},
 		leases:     map[LeaseID]*Lease{},
 		keys:       btree.NewG(32, keyLess),
+		members:    map[string]string{},
 	}
 }
 
@@ -77,6 +79,8 @@ func (m *Machine) Apply(now int64, cmd Command) Result {
 	case NewEpoch:
 		m.epoch++
 		res.Epoch = m.epoch
+	case SetMember:
+		res = m.setMember(c)
 	default:
 		res.Err = fmt.Errorf("%w: %T", ErrUnknownCommand, cmd)
 	}
@@ -101,6 +105,29 @@ func (m *Machine) emit(e Event) int64 {
 	m.events = append(m.events, e)
 	return m.revision
 }
+
+func (m *Machine) setMember(c SetMember) Result {
+	// The server checks that ID is set; an entry without one changes
+	// nothing on any replica.
+	switch {
+	case c.ID == "":
+	case c.APIAddress == "":
+		delete(m.members, c.ID)
+	default:
+		m.members[c.ID] = c.APIAddress
+	}
+	return Result{}
+}
+
+// MemberAddress is the API address member id advertised, if it did.
+func (m *Machine) MemberAddress(id string) (string, bool) {
+	a, ok := m.members[id]
+	return a, ok
+}
+
+// Members maps every member that advertised an API address to it; the
+// caller owns the copy.
+func (m *Machine) Members() map[string]string { return maps.Clone(m.members) }
 
 // Deadlines lists what a new leader's lessor must time.
 func (m *Machine) Deadlines() Deadlines {

@@ -17,6 +17,9 @@ type snapshot struct {
 	Sessions []Session  `json:"sessions"`
 	Leases   []Lease    `json:"leases"`
 	Keys     []KeyValue `json:"keys"`
+	// Members is newer than version 1's other fields; a snapshot without
+	// it reads as no member having advertised an address yet.
+	Members map[string]string `json:"members,omitempty"`
 }
 
 // Snapshot writes the whole state. Two machines that applied the same
@@ -28,6 +31,7 @@ func (m *Machine) Snapshot(w io.Writer) error {
 		Epoch:    m.epoch,
 		Sessions: m.Sessions(),
 		Leases:   m.Leases(""),
+		Members:  m.members,
 	}
 	snap.Keys, _ = m.Range("", 0)
 	if err := json.NewEncoder(w).Encode(&snap); err != nil {
@@ -48,6 +52,9 @@ func (m *Machine) Restore(r io.Reader) error {
 	}
 	next := New()
 	next.revision, next.epoch = snap.Revision, snap.Epoch
+	for id, addr := range snap.Members {
+		next.members[id] = addr
+	}
 	for _, s := range snap.Sessions {
 		next.sessions[s.ID] = newSessionState(s)
 		next.identities[s.Identity]++

@@ -97,3 +97,28 @@ func TestRestoreErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestMemberAddressesAreStateThatSnapshotsKeep(t *testing.T) {
+	m := New()
+	before := m.Revision()
+	res := m.Apply(1, SetMember{ID: "n1", APIAddress: "10.0.0.1:7480"})
+	expect(t, "error", res.Err, nil)
+	expect(t, "events", len(res.Events), 0)
+	expect(t, "revision", m.Revision(), before) // not a client-visible change
+	applyOK(t, m, 2, SetMember{ID: "n2", APIAddress: "10.0.0.2:7480"})
+	applyOK(t, m, 3, SetMember{ID: "n1", APIAddress: "10.0.0.9:7480"}) // moved
+	applyOK(t, m, 4, SetMember{ID: "gone", APIAddress: "10.0.0.3:7480"})
+	applyOK(t, m, 5, SetMember{ID: "gone"}) // forgotten
+	applyOK(t, m, 6, SetMember{APIAddress: "nobody"})
+
+	want := map[string]string{"n1": "10.0.0.9:7480", "n2": "10.0.0.2:7480"}
+	expect(t, "members", m.Members(), want)
+	restored := New()
+	if err := restored.Restore(bytes.NewReader(snapshotBytes(t, m))); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	expect(t, "restored members", restored.Members(), want)
+	addr, ok := restored.MemberAddress("n2")
+	expect(t, "n2", addr, "10.0.0.2:7480")
+	expect(t, "n2 known", ok, true)
+}

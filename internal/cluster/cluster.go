@@ -268,7 +268,11 @@ func (n *Node) serving(ctx context.Context) bool {
 	// moves on to the next node well before then.
 	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	_, err := n.api.KV.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{Key: probeKey}))
+	// Without forwarding, or a follower would answer with the leader's
+	// answer.
+	req := connect.NewRequest(&tenurev1.GetRequest{Key: probeKey})
+	req.Header().Set(server.ForwardedHeader, "cluster-probe")
+	_, err := n.api.KV.Get(ctx, req)
 	return err == nil || connect.CodeOf(err) == connect.CodeNotFound
 }
 

@@ -1,12 +1,14 @@
 package cluster_test
 
 import (
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/cluster"
+	"github.com/tenurehq/tenure/server"
 )
 
 // TestEveryNodeSeesTheSameThreeVoters is the harness's own check: three
@@ -36,11 +38,27 @@ func TestEveryNodeSeesTheSameThreeVoters(t *testing.T) {
 			t.Errorf("%s lists %d voters, expected: 3 (%v)", n, voters, m.GetMembers())
 		}
 	}
-	// Followers refuse what only the leader serves, so a client moves on.
-	for _, f := range followers {
-		_, err := f.API().KV.Put(waitCtx(t), connect.NewRequest(&tenurev1.PutRequest{Key: "k", Value: "v"}))
-		if !isNotLeader(err) {
-			t.Errorf("put on follower %s: got = %v, expected: unavailable (not-leader)", f, err)
+	// A follower forwards what only the leader serves and hands back the
+	// leader's answer, naming the leader for clients that would rather
+	// go there themselves.
+	for i, f := range followers {
+		put, err := f.API().KV.Put(waitCtx(t), connect.NewRequest(&tenurev1.PutRequest{Key: "k", Value: f.ID()}))
+		if err != nil {
+			t.Fatalf("put on follower %s: %v", f, err)
+		}
+		if got := put.Header().Get(server.LeaderHeader); got != lead.Addr() {
+			t.Errorf("put on follower %s: %s = %q, expected: the leader's API address %s", f, server.LeaderHeader, got, lead.Addr())
+		}
+		got, err := lead.API().KV.Get(waitCtx(t), connect.NewRequest(&tenurev1.GetRequest{Key: "k"}))
+		if err != nil || got.Msg.GetKv().GetValue() != f.ID() || got.Msg.GetKv().GetVersion() != int64(i+1) {
+			t.Errorf("get on the leader after a put through %s: got = %v, %v, expected: value %s at version %d", f, got, err, f.ID(), i+1)
+		}
+		// A call already forwarded once is answered where it lands.
+		req := connect.NewRequest(&tenurev1.PutRequest{Key: "k", Value: "x"})
+		req.Header().Set(server.ForwardedHeader, "test")
+		_, err = f.API().KV.Put(waitCtx(t), req)
+		if !isNotLeader(err) || !strings.Contains(err.Error(), lead.Addr()) {
+			t.Errorf("forwarded put on follower %s: got = %v, expected: not-leader naming %s", f, err, lead.Addr())
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/tenurehq/tenure/api"
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/cluster"
+	"github.com/tenurehq/tenure/server"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -106,8 +107,9 @@ func isNotLeader(err error) bool {
 
 // keeper heartbeats one session as a failing-over client would: every
 // interval, to the first of its nodes that accepts, moving on when a node
-// says it is not the leader. It stops at the first sign that the session
-// is gone.
+// says it is not the leader. Its heartbeats are never forwarded, so they
+// reach only the node called. It stops at the first sign that the
+// session is gone.
 type keeper struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -128,7 +130,9 @@ func keep(t testing.TB, session int64, every time.Duration, nodes ...*cluster.No
 					continue
 				}
 				cctx, ccancel := context.WithTimeout(ctx, every)
-				_, err := n.API().Sessions.Refresh(cctx, connect.NewRequest(&tenurev1.KeepAliveRequest{SessionId: session}))
+				req := connect.NewRequest(&tenurev1.KeepAliveRequest{SessionId: session})
+				req.Header().Set(server.ForwardedHeader, "keeper")
+				_, err := n.API().Sessions.Refresh(cctx, req)
 				ccancel()
 				if err == nil {
 					k.beats.Add(1)

@@ -568,8 +568,12 @@ func (x *CloseSessionResponse) GetRevision() int64 {
 }
 
 type GetSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// stale answers from the answering node's own state, which may trail
+	// the leader's by a moment, instead of a linearizable read through the
+	// leader: cheaper, served by any node, even one cut off from the rest.
+	Stale         bool `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -609,6 +613,13 @@ func (x *GetSessionRequest) GetSessionId() int64 {
 		return x.SessionId
 	}
 	return 0
+}
+
+func (x *GetSessionRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
 }
 
 type GetSessionResponse struct {
@@ -659,6 +670,10 @@ type ListSessionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Label selector, e.g. "app=web,tier!=db,canary".
 	LabelSelector string `protobuf:"bytes,1,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
+	// stale answers from the answering node's own state, which may trail
+	// the leader's by a moment, instead of a linearizable read through the
+	// leader: cheaper, served by any node, even one cut off from the rest.
+	Stale         bool `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -698,6 +713,13 @@ func (x *ListSessionsRequest) GetLabelSelector() string {
 		return x.LabelSelector
 	}
 	return ""
+}
+
+func (x *ListSessionsRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
 }
 
 type ListSessionsResponse struct {
@@ -1617,9 +1639,13 @@ func (x *RevokeResponse) GetRevoked() []int64 {
 }
 
 type GetLeaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// stale answers from the answering node's own state, which may trail
+	// the leader's by a moment, instead of a linearizable read through the
+	// leader: cheaper, served by any node, even one cut off from the rest.
+	Stale         bool `protobuf:"varint,3,opt,name=stale,proto3" json:"stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1666,6 +1692,13 @@ func (x *GetLeaseRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *GetLeaseRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
 }
 
 type GetLeaseResponse struct {
@@ -1727,6 +1760,10 @@ type ListLeasesRequest struct {
 	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	AllNamespaces bool                   `protobuf:"varint,2,opt,name=all_namespaces,json=allNamespaces,proto3" json:"all_namespaces,omitempty"`
 	LabelSelector string                 `protobuf:"bytes,3,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
+	// stale answers from the answering node's own state, which may trail
+	// the leader's by a moment, instead of a linearizable read through the
+	// leader: cheaper, served by any node, even one cut off from the rest.
+	Stale         bool `protobuf:"varint,4,opt,name=stale,proto3" json:"stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1780,6 +1817,13 @@ func (x *ListLeasesRequest) GetLabelSelector() string {
 		return x.LabelSelector
 	}
 	return ""
+}
+
+func (x *ListLeasesRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
 }
 
 type ListLeasesResponse struct {
@@ -2254,8 +2298,12 @@ func (x *KeyValue) GetSessionId() int64 {
 }
 
 type GetRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// stale answers from the answering node's own state, which may trail
+	// the leader's by a moment, instead of a linearizable read through the
+	// leader: cheaper, served by any node, even one cut off from the rest.
+	Stale         bool `protobuf:"varint,2,opt,name=stale,proto3" json:"stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2295,6 +2343,13 @@ func (x *GetRequest) GetKey() string {
 		return x.Key
 	}
 	return ""
+}
+
+func (x *GetRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
 }
 
 type GetResponse struct {
@@ -2353,7 +2408,11 @@ type RangeRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Prefix string                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// 0 means no limit.
-	Limit         int64 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int64 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// stale answers from the answering node's own state, which may trail
+	// the leader's by a moment, instead of a linearizable read through the
+	// leader: cheaper, served by any node, even one cut off from the rest.
+	Stale         bool `protobuf:"varint,3,opt,name=stale,proto3" json:"stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2400,6 +2459,13 @@ func (x *RangeRequest) GetLimit() int64 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *RangeRequest) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
 }
 
 type RangeResponse struct {
@@ -3107,7 +3173,13 @@ type Member struct {
 	Voter       bool   `protobuf:"varint,3,opt,name=voter,proto3" json:"voter,omitempty"`
 	Leader      bool   `protobuf:"varint,4,opt,name=leader,proto3" json:"leader,omitempty"`
 	// This is the node that answered.
-	Self          bool `protobuf:"varint,5,opt,name=self,proto3" json:"self,omitempty"`
+	Self bool `protobuf:"varint,5,opt,name=self,proto3" json:"self,omitempty"`
+	// The API address the node advertises; empty until it has registered.
+	ApiAddress string `protobuf:"bytes,6,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
+	// What the node reported about itself; unset when it did not answer,
+	// and then error says why.
+	Status        *StatusResponse `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	Error         string          `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3177,6 +3249,27 @@ func (x *Member) GetSelf() bool {
 	return false
 }
 
+func (x *Member) GetApiAddress() string {
+	if x != nil {
+		return x.ApiAddress
+	}
+	return ""
+}
+
+func (x *Member) GetStatus() *StatusResponse {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+func (x *Member) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type MembersResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Members []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
@@ -3238,6 +3331,755 @@ func (x *MembersResponse) GetAppliedIndex() uint64 {
 	return 0
 }
 
+type StatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusRequest) Reset() {
+	*x = StatusRequest{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusRequest) ProtoMessage() {}
+
+func (x *StatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
+func (*StatusRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{47}
+}
+
+type StatusResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	ApiAddress  string                 `protobuf:"bytes,2,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
+	PeerAddress string                 `protobuf:"bytes,3,opt,name=peer_address,json=peerAddress,proto3" json:"peer_address,omitempty"`
+	// "leader", "follower", "candidate" or "shutdown".
+	Role string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	// The leader this node knows of, empty during an election.
+	LeaderId         string `protobuf:"bytes,5,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderApiAddress string `protobuf:"bytes,6,opt,name=leader_api_address,json=leaderApiAddress,proto3" json:"leader_api_address,omitempty"`
+	Term             uint64 `protobuf:"varint,7,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex      uint64 `protobuf:"varint,8,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex     uint64 `protobuf:"varint,9,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	LastLogIndex     uint64 `protobuf:"varint,10,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
+	// Since this follower last heard from the leader; zero on the leader.
+	LastContact *durationpb.Duration `protobuf:"bytes,11,opt,name=last_contact,json=lastContact,proto3" json:"last_contact,omitempty"`
+	Revision    int64                `protobuf:"varint,12,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The node is a member of a cluster that has a leader, and if it leads,
+	// it is ready to serve.
+	Ready         bool `protobuf:"varint,13,opt,name=ready,proto3" json:"ready,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusResponse) Reset() {
+	*x = StatusResponse{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusResponse) ProtoMessage() {}
+
+func (x *StatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
+func (*StatusResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *StatusResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetApiAddress() string {
+	if x != nil {
+		return x.ApiAddress
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetPeerAddress() string {
+	if x != nil {
+		return x.PeerAddress
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetLeaderApiAddress() string {
+	if x != nil {
+		return x.LeaderApiAddress
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastLogIndex() uint64 {
+	if x != nil {
+		return x.LastLogIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastContact() *durationpb.Duration {
+	if x != nil {
+		return x.LastContact
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+type JoinRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	PeerAddress   string                 `protobuf:"bytes,2,opt,name=peer_address,json=peerAddress,proto3" json:"peer_address,omitempty"`
+	ApiAddress    string                 `protobuf:"bytes,3,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
+	Voter         bool                   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinRequest) Reset() {
+	*x = JoinRequest{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinRequest) ProtoMessage() {}
+
+func (x *JoinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
+func (*JoinRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *JoinRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetPeerAddress() string {
+	if x != nil {
+		return x.PeerAddress
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetApiAddress() string {
+	if x != nil {
+		return x.ApiAddress
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetVoter() bool {
+	if x != nil {
+		return x.Voter
+	}
+	return false
+}
+
+type JoinResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The leader's commit index when it answered: a joining non-voter has
+	// caught up once it has applied this far.
+	CommitIndex   uint64    `protobuf:"varint,1,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	Members       []*Member `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinResponse) Reset() {
+	*x = JoinResponse{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinResponse) ProtoMessage() {}
+
+func (x *JoinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
+func (*JoinResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *JoinResponse) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *JoinResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+type RemoveMemberRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMemberRequest) Reset() {
+	*x = RemoveMemberRequest{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMemberRequest) ProtoMessage() {}
+
+func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
+func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *RemoveMemberRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RemoveMemberResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMemberResponse) Reset() {
+	*x = RemoveMemberResponse{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMemberResponse) ProtoMessage() {}
+
+func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
+func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{52}
+}
+
+type TransferLeadershipRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The voter to hand leadership to; empty lets raft pick.
+	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeadershipRequest) Reset() {
+	*x = TransferLeadershipRequest{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeadershipRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeadershipRequest) ProtoMessage() {}
+
+func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
+func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *TransferLeadershipRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type TransferLeadershipResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The leader after the transfer.
+	LeaderId      string `protobuf:"bytes,1,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeadershipResponse) Reset() {
+	*x = TransferLeadershipResponse{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeadershipResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeadershipResponse) ProtoMessage() {}
+
+func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
+func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *TransferLeadershipResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+type NodeInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	PeerAddress   string                 `protobuf:"bytes,2,opt,name=peer_address,json=peerAddress,proto3" json:"peer_address,omitempty"`
+	ApiAddress    string                 `protobuf:"bytes,3,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeInfo) Reset() {
+	*x = NodeInfo{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeInfo) ProtoMessage() {}
+
+func (x *NodeInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
+func (*NodeInfo) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *NodeInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetPeerAddress() string {
+	if x != nil {
+		return x.PeerAddress
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetApiAddress() string {
+	if x != nil {
+		return x.ApiAddress
+	}
+	return ""
+}
+
+type IntroduceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  *NodeInfo              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// How many voters the caller waits for (its --bootstrap-expect): nodes
+	// that disagree refuse to form a cluster together.
+	Expect        int32 `protobuf:"varint,2,opt,name=expect,proto3" json:"expect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IntroduceRequest) Reset() {
+	*x = IntroduceRequest{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntroduceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntroduceRequest) ProtoMessage() {}
+
+func (x *IntroduceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntroduceRequest.ProtoReflect.Descriptor instead.
+func (*IntroduceRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *IntroduceRequest) GetNode() *NodeInfo {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *IntroduceRequest) GetExpect() int32 {
+	if x != nil {
+		return x.Expect
+	}
+	return 0
+}
+
+type IntroduceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answering node.
+	Node *NodeInfo `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// Every node it has met, itself included.
+	Known []*NodeInfo `protobuf:"bytes,2,rep,name=known,proto3" json:"known,omitempty"`
+	// The answering node already belongs to a cluster: join it instead.
+	Formed        bool `protobuf:"varint,3,opt,name=formed,proto3" json:"formed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IntroduceResponse) Reset() {
+	*x = IntroduceResponse{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntroduceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntroduceResponse) ProtoMessage() {}
+
+func (x *IntroduceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntroduceResponse.ProtoReflect.Descriptor instead.
+func (*IntroduceResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *IntroduceResponse) GetNode() *NodeInfo {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *IntroduceResponse) GetKnown() []*NodeInfo {
+	if x != nil {
+		return x.Known
+	}
+	return nil
+}
+
+func (x *IntroduceResponse) GetFormed() bool {
+	if x != nil {
+		return x.Formed
+	}
+	return false
+}
+
+type SnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRequest) Reset() {
+	*x = SnapshotRequest{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRequest) ProtoMessage() {}
+
+func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{58}
+}
+
+// The stream's chunks concatenated are the snapshot file; the last chunk
+// carries its SHA-256, which `tenure snapshot save` checks.
+type SnapshotChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// Set on the last chunk only.
+	Sha256        string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Revision      int64  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *SnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *SnapshotChunk) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *SnapshotChunk) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 var File_tenure_v1_tenure_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_tenure_proto_rawDesc = "" +
@@ -3277,14 +4119,16 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\"2\n" +
 	"\x14CloseSessionResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision\"2\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\"H\n" +
 	"\x11GetSessionRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\x03R\tsessionId\"B\n" +
+	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"B\n" +
 	"\x12GetSessionResponse\x12,\n" +
-	"\asession\x18\x01 \x01(\v2\x12.tenure.v1.SessionR\asession\"<\n" +
+	"\asession\x18\x01 \x01(\v2\x12.tenure.v1.SessionR\asession\"R\n" +
 	"\x13ListSessionsRequest\x12%\n" +
-	"\x0elabel_selector\x18\x01 \x01(\tR\rlabelSelector\"b\n" +
+	"\x0elabel_selector\x18\x01 \x01(\tR\rlabelSelector\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"b\n" +
 	"\x14ListSessionsResponse\x12.\n" +
 	"\bsessions\x18\x01 \x03(\v2\x12.tenure.v1.SessionR\bsessions\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"\x93\x02\n" +
@@ -3369,17 +4213,19 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\"F\n" +
 	"\x0eRevokeResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x18\n" +
-	"\arevoked\x18\x02 \x03(\x03R\arevoked\"C\n" +
+	"\arevoked\x18\x02 \x03(\x03R\arevoked\"Y\n" +
 	"\x0fGetLeaseRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"V\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05stale\x18\x03 \x01(\bR\x05stale\"V\n" +
 	"\x10GetLeaseResponse\x12&\n" +
 	"\x05lease\x18\x01 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\x7f\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\x95\x01\n" +
 	"\x11ListLeasesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eall_namespaces\x18\x02 \x01(\bR\rallNamespaces\x12%\n" +
-	"\x0elabel_selector\x18\x03 \x01(\tR\rlabelSelector\"Z\n" +
+	"\x0elabel_selector\x18\x03 \x01(\tR\rlabelSelector\x12\x14\n" +
+	"\x05stale\x18\x04 \x01(\bR\x05stale\"Z\n" +
 	"\x12ListLeasesResponse\x12(\n" +
 	"\x06leases\x18\x01 \x03(\v2\x10.tenure.v1.LeaseR\x06leases\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\"Y\n" +
@@ -3420,16 +4266,18 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\aversion\x18\x05 \x01(\x03R\aversion\x12+\n" +
 	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\a \x01(\x03R\tsessionId\"\x1e\n" +
+	"session_id\x18\a \x01(\x03R\tsessionId\"4\n" +
 	"\n" +
 	"GetRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"N\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05stale\x18\x02 \x01(\bR\x05stale\"N\n" +
 	"\vGetResponse\x12#\n" +
 	"\x02kv\x18\x01 \x01(\v2\x13.tenure.v1.KeyValueR\x02kv\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"<\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"R\n" +
 	"\fRangeRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\x03R\x05limit\"f\n" +
+	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x14\n" +
+	"\x05stale\x18\x03 \x01(\bR\x05stale\"f\n" +
 	"\rRangeResponse\x12%\n" +
 	"\x03kvs\x18\x01 \x03(\v2\x13.tenure.v1.KeyValueR\x03kvs\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x12\n" +
@@ -3476,17 +4324,71 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x04type\x18\x02 \x01(\x0e2\x19.tenure.v1.WatchEventTypeR\x04type\x12#\n" +
 	"\x02kv\x18\x03 \x01(\v2\x13.tenure.v1.KeyValueR\x02kv\x12,\n" +
 	"\aprev_kv\x18\x04 \x01(\v2\x13.tenure.v1.KeyValueR\x06prevKv\"\x10\n" +
-	"\x0eMembersRequest\"}\n" +
+	"\x0eMembersRequest\"\xe7\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fpeer_address\x18\x02 \x01(\tR\vpeerAddress\x12\x14\n" +
 	"\x05voter\x18\x03 \x01(\bR\x05voter\x12\x16\n" +
 	"\x06leader\x18\x04 \x01(\bR\x06leader\x12\x12\n" +
-	"\x04self\x18\x05 \x01(\bR\x04self\"\x7f\n" +
+	"\x04self\x18\x05 \x01(\bR\x04self\x12\x1f\n" +
+	"\vapi_address\x18\x06 \x01(\tR\n" +
+	"apiAddress\x121\n" +
+	"\x06status\x18\a \x01(\v2\x19.tenure.v1.StatusResponseR\x06status\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"\x7f\n" +
 	"\x0fMembersResponse\x12+\n" +
 	"\amembers\x18\x01 \x03(\v2\x11.tenure.v1.MemberR\amembers\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12#\n" +
-	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex*\xb2\x02\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"\x0f\n" +
+	"\rStatusRequest\"\xb5\x03\n" +
+	"\x0eStatusResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
+	"\vapi_address\x18\x02 \x01(\tR\n" +
+	"apiAddress\x12!\n" +
+	"\fpeer_address\x18\x03 \x01(\tR\vpeerAddress\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\x12\x1b\n" +
+	"\tleader_id\x18\x05 \x01(\tR\bleaderId\x12,\n" +
+	"\x12leader_api_address\x18\x06 \x01(\tR\x10leaderApiAddress\x12\x12\n" +
+	"\x04term\x18\a \x01(\x04R\x04term\x12!\n" +
+	"\fcommit_index\x18\b \x01(\x04R\vcommitIndex\x12#\n" +
+	"\rapplied_index\x18\t \x01(\x04R\fappliedIndex\x12$\n" +
+	"\x0elast_log_index\x18\n" +
+	" \x01(\x04R\flastLogIndex\x12<\n" +
+	"\flast_contact\x18\v \x01(\v2\x19.google.protobuf.DurationR\vlastContact\x12\x1a\n" +
+	"\brevision\x18\f \x01(\x03R\brevision\x12\x14\n" +
+	"\x05ready\x18\r \x01(\bR\x05ready\"w\n" +
+	"\vJoinRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
+	"\fpeer_address\x18\x02 \x01(\tR\vpeerAddress\x12\x1f\n" +
+	"\vapi_address\x18\x03 \x01(\tR\n" +
+	"apiAddress\x12\x14\n" +
+	"\x05voter\x18\x04 \x01(\bR\x05voter\"^\n" +
+	"\fJoinResponse\x12!\n" +
+	"\fcommit_index\x18\x01 \x01(\x04R\vcommitIndex\x12+\n" +
+	"\amembers\x18\x02 \x03(\v2\x11.tenure.v1.MemberR\amembers\"%\n" +
+	"\x13RemoveMemberRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x16\n" +
+	"\x14RemoveMemberResponse\"+\n" +
+	"\x19TransferLeadershipRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"9\n" +
+	"\x1aTransferLeadershipResponse\x12\x1b\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId\"^\n" +
+	"\bNodeInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
+	"\fpeer_address\x18\x02 \x01(\tR\vpeerAddress\x12\x1f\n" +
+	"\vapi_address\x18\x03 \x01(\tR\n" +
+	"apiAddress\"S\n" +
+	"\x10IntroduceRequest\x12'\n" +
+	"\x04node\x18\x01 \x01(\v2\x13.tenure.v1.NodeInfoR\x04node\x12\x16\n" +
+	"\x06expect\x18\x02 \x01(\x05R\x06expect\"\x7f\n" +
+	"\x11IntroduceResponse\x12'\n" +
+	"\x04node\x18\x01 \x01(\v2\x13.tenure.v1.NodeInfoR\x04node\x12)\n" +
+	"\x05known\x18\x02 \x03(\v2\x13.tenure.v1.NodeInfoR\x05known\x12\x16\n" +
+	"\x06formed\x18\x03 \x01(\bR\x06formed\"\x11\n" +
+	"\x0fSnapshotRequest\"W\n" +
+	"\rSnapshotChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision*\xb2\x02\n" +
 	"\x0eLeaseEventType\x12 \n" +
 	"\x1cLEASE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19LEASE_EVENT_TYPE_ACQUIRED\x10\x01\x12\x1d\n" +
@@ -3524,9 +4426,15 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x03Put\x12\x15.tenure.v1.PutRequest\x1a\x16.tenure.v1.PutResponse\x12=\n" +
 	"\x06Delete\x12\x18.tenure.v1.DeleteRequest\x1a\x19.tenure.v1.DeleteResponse\x12U\n" +
 	"\x0eCompareAndSwap\x12 .tenure.v1.CompareAndSwapRequest\x1a!.tenure.v1.CompareAndSwapResponse\x129\n" +
-	"\x05Watch\x12\x17.tenure.v1.WatchRequest\x1a\x15.tenure.v1.WatchEvent0\x012R\n" +
+	"\x05Watch\x12\x17.tenure.v1.WatchRequest\x1a\x15.tenure.v1.WatchEvent0\x012\x8a\x04\n" +
 	"\x0eClusterService\x12@\n" +
-	"\aMembers\x12\x19.tenure.v1.MembersRequest\x1a\x1a.tenure.v1.MembersResponseB3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
+	"\aMembers\x12\x19.tenure.v1.MembersRequest\x1a\x1a.tenure.v1.MembersResponse\x12=\n" +
+	"\x06Status\x12\x18.tenure.v1.StatusRequest\x1a\x19.tenure.v1.StatusResponse\x127\n" +
+	"\x04Join\x12\x16.tenure.v1.JoinRequest\x1a\x17.tenure.v1.JoinResponse\x12O\n" +
+	"\fRemoveMember\x12\x1e.tenure.v1.RemoveMemberRequest\x1a\x1f.tenure.v1.RemoveMemberResponse\x12a\n" +
+	"\x12TransferLeadership\x12$.tenure.v1.TransferLeadershipRequest\x1a%.tenure.v1.TransferLeadershipResponse\x12F\n" +
+	"\tIntroduce\x12\x1b.tenure.v1.IntroduceRequest\x1a\x1c.tenure.v1.IntroduceResponse\x12B\n" +
+	"\bSnapshot\x12\x1a.tenure.v1.SnapshotRequest\x1a\x18.tenure.v1.SnapshotChunk0\x01B3Z1github.com/tenurehq/tenure/api/tenure/v1;tenurev1b\x06proto3"
 
 var (
 	file_tenure_v1_tenure_proto_rawDescOnce sync.Once
@@ -3541,152 +4449,183 @@ func file_tenure_v1_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tenure_v1_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_tenure_v1_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_tenure_v1_tenure_proto_goTypes = []any{
-	(LeaseEventType)(0),            // 0: tenure.v1.LeaseEventType
-	(WatchEventType)(0),            // 1: tenure.v1.WatchEventType
-	(*Session)(nil),                // 2: tenure.v1.Session
-	(*OpenSessionRequest)(nil),     // 3: tenure.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),    // 4: tenure.v1.OpenSessionResponse
-	(*KeepAliveRequest)(nil),       // 5: tenure.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),      // 6: tenure.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),    // 7: tenure.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),   // 8: tenure.v1.CloseSessionResponse
-	(*GetSessionRequest)(nil),      // 9: tenure.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),     // 10: tenure.v1.GetSessionResponse
-	(*ListSessionsRequest)(nil),    // 11: tenure.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),   // 12: tenure.v1.ListSessionsResponse
-	(*Grant)(nil),                  // 13: tenure.v1.Grant
-	(*Waiter)(nil),                 // 14: tenure.v1.Waiter
-	(*Lease)(nil),                  // 15: tenure.v1.Lease
-	(*AcquireRequest)(nil),         // 16: tenure.v1.AcquireRequest
-	(*AcquireResponse)(nil),        // 17: tenure.v1.AcquireResponse
-	(*ReleaseRequest)(nil),         // 18: tenure.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),        // 19: tenure.v1.ReleaseResponse
-	(*SetValueRequest)(nil),        // 20: tenure.v1.SetValueRequest
-	(*SetValueResponse)(nil),       // 21: tenure.v1.SetValueResponse
-	(*RevokeRequest)(nil),          // 22: tenure.v1.RevokeRequest
-	(*RevokeResponse)(nil),         // 23: tenure.v1.RevokeResponse
-	(*GetLeaseRequest)(nil),        // 24: tenure.v1.GetLeaseRequest
-	(*GetLeaseResponse)(nil),       // 25: tenure.v1.GetLeaseResponse
-	(*ListLeasesRequest)(nil),      // 26: tenure.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),     // 27: tenure.v1.ListLeasesResponse
-	(*ValidateRequest)(nil),        // 28: tenure.v1.ValidateRequest
-	(*ValidateResponse)(nil),       // 29: tenure.v1.ValidateResponse
-	(*WatchLeasesRequest)(nil),     // 30: tenure.v1.WatchLeasesRequest
-	(*LeaseEvent)(nil),             // 31: tenure.v1.LeaseEvent
-	(*KeyValue)(nil),               // 32: tenure.v1.KeyValue
-	(*GetRequest)(nil),             // 33: tenure.v1.GetRequest
-	(*GetResponse)(nil),            // 34: tenure.v1.GetResponse
-	(*RangeRequest)(nil),           // 35: tenure.v1.RangeRequest
-	(*RangeResponse)(nil),          // 36: tenure.v1.RangeResponse
-	(*PutRequest)(nil),             // 37: tenure.v1.PutRequest
-	(*PutResponse)(nil),            // 38: tenure.v1.PutResponse
-	(*DeleteRequest)(nil),          // 39: tenure.v1.DeleteRequest
-	(*DeleteResponse)(nil),         // 40: tenure.v1.DeleteResponse
-	(*Compare)(nil),                // 41: tenure.v1.Compare
-	(*CompareAndSwapRequest)(nil),  // 42: tenure.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil), // 43: tenure.v1.CompareAndSwapResponse
-	(*WatchRequest)(nil),           // 44: tenure.v1.WatchRequest
-	(*WatchEvent)(nil),             // 45: tenure.v1.WatchEvent
-	(*MembersRequest)(nil),         // 46: tenure.v1.MembersRequest
-	(*Member)(nil),                 // 47: tenure.v1.Member
-	(*MembersResponse)(nil),        // 48: tenure.v1.MembersResponse
-	nil,                            // 49: tenure.v1.Session.LabelsEntry
-	nil,                            // 50: tenure.v1.OpenSessionRequest.LabelsEntry
-	nil,                            // 51: tenure.v1.Lease.LabelsEntry
-	nil,                            // 52: tenure.v1.AcquireRequest.LabelsEntry
-	(*durationpb.Duration)(nil),    // 53: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 54: google.protobuf.Timestamp
+	(LeaseEventType)(0),                // 0: tenure.v1.LeaseEventType
+	(WatchEventType)(0),                // 1: tenure.v1.WatchEventType
+	(*Session)(nil),                    // 2: tenure.v1.Session
+	(*OpenSessionRequest)(nil),         // 3: tenure.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),        // 4: tenure.v1.OpenSessionResponse
+	(*KeepAliveRequest)(nil),           // 5: tenure.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),          // 6: tenure.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),        // 7: tenure.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),       // 8: tenure.v1.CloseSessionResponse
+	(*GetSessionRequest)(nil),          // 9: tenure.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),         // 10: tenure.v1.GetSessionResponse
+	(*ListSessionsRequest)(nil),        // 11: tenure.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),       // 12: tenure.v1.ListSessionsResponse
+	(*Grant)(nil),                      // 13: tenure.v1.Grant
+	(*Waiter)(nil),                     // 14: tenure.v1.Waiter
+	(*Lease)(nil),                      // 15: tenure.v1.Lease
+	(*AcquireRequest)(nil),             // 16: tenure.v1.AcquireRequest
+	(*AcquireResponse)(nil),            // 17: tenure.v1.AcquireResponse
+	(*ReleaseRequest)(nil),             // 18: tenure.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),            // 19: tenure.v1.ReleaseResponse
+	(*SetValueRequest)(nil),            // 20: tenure.v1.SetValueRequest
+	(*SetValueResponse)(nil),           // 21: tenure.v1.SetValueResponse
+	(*RevokeRequest)(nil),              // 22: tenure.v1.RevokeRequest
+	(*RevokeResponse)(nil),             // 23: tenure.v1.RevokeResponse
+	(*GetLeaseRequest)(nil),            // 24: tenure.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),           // 25: tenure.v1.GetLeaseResponse
+	(*ListLeasesRequest)(nil),          // 26: tenure.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),         // 27: tenure.v1.ListLeasesResponse
+	(*ValidateRequest)(nil),            // 28: tenure.v1.ValidateRequest
+	(*ValidateResponse)(nil),           // 29: tenure.v1.ValidateResponse
+	(*WatchLeasesRequest)(nil),         // 30: tenure.v1.WatchLeasesRequest
+	(*LeaseEvent)(nil),                 // 31: tenure.v1.LeaseEvent
+	(*KeyValue)(nil),                   // 32: tenure.v1.KeyValue
+	(*GetRequest)(nil),                 // 33: tenure.v1.GetRequest
+	(*GetResponse)(nil),                // 34: tenure.v1.GetResponse
+	(*RangeRequest)(nil),               // 35: tenure.v1.RangeRequest
+	(*RangeResponse)(nil),              // 36: tenure.v1.RangeResponse
+	(*PutRequest)(nil),                 // 37: tenure.v1.PutRequest
+	(*PutResponse)(nil),                // 38: tenure.v1.PutResponse
+	(*DeleteRequest)(nil),              // 39: tenure.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 40: tenure.v1.DeleteResponse
+	(*Compare)(nil),                    // 41: tenure.v1.Compare
+	(*CompareAndSwapRequest)(nil),      // 42: tenure.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 43: tenure.v1.CompareAndSwapResponse
+	(*WatchRequest)(nil),               // 44: tenure.v1.WatchRequest
+	(*WatchEvent)(nil),                 // 45: tenure.v1.WatchEvent
+	(*MembersRequest)(nil),             // 46: tenure.v1.MembersRequest
+	(*Member)(nil),                     // 47: tenure.v1.Member
+	(*MembersResponse)(nil),            // 48: tenure.v1.MembersResponse
+	(*StatusRequest)(nil),              // 49: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),             // 50: tenure.v1.StatusResponse
+	(*JoinRequest)(nil),                // 51: tenure.v1.JoinRequest
+	(*JoinResponse)(nil),               // 52: tenure.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),        // 53: tenure.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),       // 54: tenure.v1.RemoveMemberResponse
+	(*TransferLeadershipRequest)(nil),  // 55: tenure.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 56: tenure.v1.TransferLeadershipResponse
+	(*NodeInfo)(nil),                   // 57: tenure.v1.NodeInfo
+	(*IntroduceRequest)(nil),           // 58: tenure.v1.IntroduceRequest
+	(*IntroduceResponse)(nil),          // 59: tenure.v1.IntroduceResponse
+	(*SnapshotRequest)(nil),            // 60: tenure.v1.SnapshotRequest
+	(*SnapshotChunk)(nil),              // 61: tenure.v1.SnapshotChunk
+	nil,                                // 62: tenure.v1.Session.LabelsEntry
+	nil,                                // 63: tenure.v1.OpenSessionRequest.LabelsEntry
+	nil,                                // 64: tenure.v1.Lease.LabelsEntry
+	nil,                                // 65: tenure.v1.AcquireRequest.LabelsEntry
+	(*durationpb.Duration)(nil),        // 66: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 67: google.protobuf.Timestamp
 }
 var file_tenure_v1_tenure_proto_depIdxs = []int32{
-	53, // 0: tenure.v1.Session.ttl:type_name -> google.protobuf.Duration
-	49, // 1: tenure.v1.Session.labels:type_name -> tenure.v1.Session.LabelsEntry
-	54, // 2: tenure.v1.Session.open_time:type_name -> google.protobuf.Timestamp
-	54, // 3: tenure.v1.Session.last_heartbeat:type_name -> google.protobuf.Timestamp
-	53, // 4: tenure.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	50, // 5: tenure.v1.OpenSessionRequest.labels:type_name -> tenure.v1.OpenSessionRequest.LabelsEntry
+	66, // 0: tenure.v1.Session.ttl:type_name -> google.protobuf.Duration
+	62, // 1: tenure.v1.Session.labels:type_name -> tenure.v1.Session.LabelsEntry
+	67, // 2: tenure.v1.Session.open_time:type_name -> google.protobuf.Timestamp
+	67, // 3: tenure.v1.Session.last_heartbeat:type_name -> google.protobuf.Timestamp
+	66, // 4: tenure.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	63, // 5: tenure.v1.OpenSessionRequest.labels:type_name -> tenure.v1.OpenSessionRequest.LabelsEntry
 	2,  // 6: tenure.v1.OpenSessionResponse.session:type_name -> tenure.v1.Session
-	53, // 7: tenure.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	66, // 7: tenure.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	2,  // 8: tenure.v1.GetSessionResponse.session:type_name -> tenure.v1.Session
 	2,  // 9: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.Session
-	54, // 10: tenure.v1.Grant.acquire_time:type_name -> google.protobuf.Timestamp
-	54, // 11: tenure.v1.Grant.renew_time:type_name -> google.protobuf.Timestamp
-	54, // 12: tenure.v1.Waiter.since:type_name -> google.protobuf.Timestamp
-	53, // 13: tenure.v1.Lease.lease_duration:type_name -> google.protobuf.Duration
-	54, // 14: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	54, // 15: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
-	51, // 16: tenure.v1.Lease.labels:type_name -> tenure.v1.Lease.LabelsEntry
+	67, // 10: tenure.v1.Grant.acquire_time:type_name -> google.protobuf.Timestamp
+	67, // 11: tenure.v1.Grant.renew_time:type_name -> google.protobuf.Timestamp
+	67, // 12: tenure.v1.Waiter.since:type_name -> google.protobuf.Timestamp
+	66, // 13: tenure.v1.Lease.lease_duration:type_name -> google.protobuf.Duration
+	67, // 14: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	67, // 15: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
+	64, // 16: tenure.v1.Lease.labels:type_name -> tenure.v1.Lease.LabelsEntry
 	13, // 17: tenure.v1.Lease.holders:type_name -> tenure.v1.Grant
 	14, // 18: tenure.v1.Lease.waiters:type_name -> tenure.v1.Waiter
-	53, // 19: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
-	53, // 20: tenure.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
-	52, // 21: tenure.v1.AcquireRequest.labels:type_name -> tenure.v1.AcquireRequest.LabelsEntry
-	53, // 22: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	66, // 19: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
+	66, // 20: tenure.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
+	65, // 21: tenure.v1.AcquireRequest.labels:type_name -> tenure.v1.AcquireRequest.LabelsEntry
+	66, // 22: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
 	15, // 23: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
 	15, // 24: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
 	15, // 25: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
 	0,  // 26: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.LeaseEventType
-	54, // 27: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
-	53, // 28: tenure.v1.KeyValue.ttl:type_name -> google.protobuf.Duration
+	67, // 27: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
+	66, // 28: tenure.v1.KeyValue.ttl:type_name -> google.protobuf.Duration
 	32, // 29: tenure.v1.GetResponse.kv:type_name -> tenure.v1.KeyValue
 	32, // 30: tenure.v1.RangeResponse.kvs:type_name -> tenure.v1.KeyValue
-	53, // 31: tenure.v1.PutRequest.ttl:type_name -> google.protobuf.Duration
+	66, // 31: tenure.v1.PutRequest.ttl:type_name -> google.protobuf.Duration
 	32, // 32: tenure.v1.PutResponse.prev_kv:type_name -> tenure.v1.KeyValue
 	41, // 33: tenure.v1.CompareAndSwapRequest.compare:type_name -> tenure.v1.Compare
-	53, // 34: tenure.v1.CompareAndSwapRequest.ttl:type_name -> google.protobuf.Duration
+	66, // 34: tenure.v1.CompareAndSwapRequest.ttl:type_name -> google.protobuf.Duration
 	32, // 35: tenure.v1.CompareAndSwapResponse.kv:type_name -> tenure.v1.KeyValue
 	1,  // 36: tenure.v1.WatchEvent.type:type_name -> tenure.v1.WatchEventType
 	32, // 37: tenure.v1.WatchEvent.kv:type_name -> tenure.v1.KeyValue
 	32, // 38: tenure.v1.WatchEvent.prev_kv:type_name -> tenure.v1.KeyValue
-	47, // 39: tenure.v1.MembersResponse.members:type_name -> tenure.v1.Member
-	3,  // 40: tenure.v1.SessionService.Open:input_type -> tenure.v1.OpenSessionRequest
-	5,  // 41: tenure.v1.SessionService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	5,  // 42: tenure.v1.SessionService.Refresh:input_type -> tenure.v1.KeepAliveRequest
-	7,  // 43: tenure.v1.SessionService.Close:input_type -> tenure.v1.CloseSessionRequest
-	9,  // 44: tenure.v1.SessionService.Get:input_type -> tenure.v1.GetSessionRequest
-	11, // 45: tenure.v1.SessionService.List:input_type -> tenure.v1.ListSessionsRequest
-	16, // 46: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	18, // 47: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	20, // 48: tenure.v1.LeaseService.SetValue:input_type -> tenure.v1.SetValueRequest
-	22, // 49: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
-	24, // 50: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetLeaseRequest
-	26, // 51: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListLeasesRequest
-	28, // 52: tenure.v1.LeaseService.Validate:input_type -> tenure.v1.ValidateRequest
-	30, // 53: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchLeasesRequest
-	33, // 54: tenure.v1.KVService.Get:input_type -> tenure.v1.GetRequest
-	35, // 55: tenure.v1.KVService.Range:input_type -> tenure.v1.RangeRequest
-	37, // 56: tenure.v1.KVService.Put:input_type -> tenure.v1.PutRequest
-	39, // 57: tenure.v1.KVService.Delete:input_type -> tenure.v1.DeleteRequest
-	42, // 58: tenure.v1.KVService.CompareAndSwap:input_type -> tenure.v1.CompareAndSwapRequest
-	44, // 59: tenure.v1.KVService.Watch:input_type -> tenure.v1.WatchRequest
-	46, // 60: tenure.v1.ClusterService.Members:input_type -> tenure.v1.MembersRequest
-	4,  // 61: tenure.v1.SessionService.Open:output_type -> tenure.v1.OpenSessionResponse
-	6,  // 62: tenure.v1.SessionService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	6,  // 63: tenure.v1.SessionService.Refresh:output_type -> tenure.v1.KeepAliveResponse
-	8,  // 64: tenure.v1.SessionService.Close:output_type -> tenure.v1.CloseSessionResponse
-	10, // 65: tenure.v1.SessionService.Get:output_type -> tenure.v1.GetSessionResponse
-	12, // 66: tenure.v1.SessionService.List:output_type -> tenure.v1.ListSessionsResponse
-	17, // 67: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	19, // 68: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	21, // 69: tenure.v1.LeaseService.SetValue:output_type -> tenure.v1.SetValueResponse
-	23, // 70: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
-	25, // 71: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetLeaseResponse
-	27, // 72: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListLeasesResponse
-	29, // 73: tenure.v1.LeaseService.Validate:output_type -> tenure.v1.ValidateResponse
-	31, // 74: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.LeaseEvent
-	34, // 75: tenure.v1.KVService.Get:output_type -> tenure.v1.GetResponse
-	36, // 76: tenure.v1.KVService.Range:output_type -> tenure.v1.RangeResponse
-	38, // 77: tenure.v1.KVService.Put:output_type -> tenure.v1.PutResponse
-	40, // 78: tenure.v1.KVService.Delete:output_type -> tenure.v1.DeleteResponse
-	43, // 79: tenure.v1.KVService.CompareAndSwap:output_type -> tenure.v1.CompareAndSwapResponse
-	45, // 80: tenure.v1.KVService.Watch:output_type -> tenure.v1.WatchEvent
-	48, // 81: tenure.v1.ClusterService.Members:output_type -> tenure.v1.MembersResponse
-	61, // [61:82] is the sub-list for method output_type
-	40, // [40:61] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	50, // 39: tenure.v1.Member.status:type_name -> tenure.v1.StatusResponse
+	47, // 40: tenure.v1.MembersResponse.members:type_name -> tenure.v1.Member
+	66, // 41: tenure.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	47, // 42: tenure.v1.JoinResponse.members:type_name -> tenure.v1.Member
+	57, // 43: tenure.v1.IntroduceRequest.node:type_name -> tenure.v1.NodeInfo
+	57, // 44: tenure.v1.IntroduceResponse.node:type_name -> tenure.v1.NodeInfo
+	57, // 45: tenure.v1.IntroduceResponse.known:type_name -> tenure.v1.NodeInfo
+	3,  // 46: tenure.v1.SessionService.Open:input_type -> tenure.v1.OpenSessionRequest
+	5,  // 47: tenure.v1.SessionService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	5,  // 48: tenure.v1.SessionService.Refresh:input_type -> tenure.v1.KeepAliveRequest
+	7,  // 49: tenure.v1.SessionService.Close:input_type -> tenure.v1.CloseSessionRequest
+	9,  // 50: tenure.v1.SessionService.Get:input_type -> tenure.v1.GetSessionRequest
+	11, // 51: tenure.v1.SessionService.List:input_type -> tenure.v1.ListSessionsRequest
+	16, // 52: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	18, // 53: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	20, // 54: tenure.v1.LeaseService.SetValue:input_type -> tenure.v1.SetValueRequest
+	22, // 55: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
+	24, // 56: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetLeaseRequest
+	26, // 57: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListLeasesRequest
+	28, // 58: tenure.v1.LeaseService.Validate:input_type -> tenure.v1.ValidateRequest
+	30, // 59: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchLeasesRequest
+	33, // 60: tenure.v1.KVService.Get:input_type -> tenure.v1.GetRequest
+	35, // 61: tenure.v1.KVService.Range:input_type -> tenure.v1.RangeRequest
+	37, // 62: tenure.v1.KVService.Put:input_type -> tenure.v1.PutRequest
+	39, // 63: tenure.v1.KVService.Delete:input_type -> tenure.v1.DeleteRequest
+	42, // 64: tenure.v1.KVService.CompareAndSwap:input_type -> tenure.v1.CompareAndSwapRequest
+	44, // 65: tenure.v1.KVService.Watch:input_type -> tenure.v1.WatchRequest
+	46, // 66: tenure.v1.ClusterService.Members:input_type -> tenure.v1.MembersRequest
+	49, // 67: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
+	51, // 68: tenure.v1.ClusterService.Join:input_type -> tenure.v1.JoinRequest
+	53, // 69: tenure.v1.ClusterService.RemoveMember:input_type -> tenure.v1.RemoveMemberRequest
+	55, // 70: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
+	58, // 71: tenure.v1.ClusterService.Introduce:input_type -> tenure.v1.IntroduceRequest
+	60, // 72: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
+	4,  // 73: tenure.v1.SessionService.Open:output_type -> tenure.v1.OpenSessionResponse
+	6,  // 74: tenure.v1.SessionService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	6,  // 75: tenure.v1.SessionService.Refresh:output_type -> tenure.v1.KeepAliveResponse
+	8,  // 76: tenure.v1.SessionService.Close:output_type -> tenure.v1.CloseSessionResponse
+	10, // 77: tenure.v1.SessionService.Get:output_type -> tenure.v1.GetSessionResponse
+	12, // 78: tenure.v1.SessionService.List:output_type -> tenure.v1.ListSessionsResponse
+	17, // 79: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	19, // 80: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	21, // 81: tenure.v1.LeaseService.SetValue:output_type -> tenure.v1.SetValueResponse
+	23, // 82: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
+	25, // 83: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetLeaseResponse
+	27, // 84: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListLeasesResponse
+	29, // 85: tenure.v1.LeaseService.Validate:output_type -> tenure.v1.ValidateResponse
+	31, // 86: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.LeaseEvent
+	34, // 87: tenure.v1.KVService.Get:output_type -> tenure.v1.GetResponse
+	36, // 88: tenure.v1.KVService.Range:output_type -> tenure.v1.RangeResponse
+	38, // 89: tenure.v1.KVService.Put:output_type -> tenure.v1.PutResponse
+	40, // 90: tenure.v1.KVService.Delete:output_type -> tenure.v1.DeleteResponse
+	43, // 91: tenure.v1.KVService.CompareAndSwap:output_type -> tenure.v1.CompareAndSwapResponse
+	45, // 92: tenure.v1.KVService.Watch:output_type -> tenure.v1.WatchEvent
+	48, // 93: tenure.v1.ClusterService.Members:output_type -> tenure.v1.MembersResponse
+	50, // 94: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
+	52, // 95: tenure.v1.ClusterService.Join:output_type -> tenure.v1.JoinResponse
+	54, // 96: tenure.v1.ClusterService.RemoveMember:output_type -> tenure.v1.RemoveMemberResponse
+	56, // 97: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
+	59, // 98: tenure.v1.ClusterService.Introduce:output_type -> tenure.v1.IntroduceResponse
+	61, // 99: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotChunk
+	73, // [73:100] is the sub-list for method output_type
+	46, // [46:73] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_tenure_proto_init() }
@@ -3705,7 +4644,7 @@ func file_tenure_v1_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_tenure_proto_rawDesc), len(file_tenure_v1_tenure_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   51,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

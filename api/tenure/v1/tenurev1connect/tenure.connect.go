@@ -95,6 +95,21 @@ const (
 	KVServiceWatchProcedure = "/tenure.v1.KVService/Watch"
 	// ClusterServiceMembersProcedure is the fully-qualified name of the ClusterService's Members RPC.
 	ClusterServiceMembersProcedure = "/tenure.v1.ClusterService/Members"
+	// ClusterServiceStatusProcedure is the fully-qualified name of the ClusterService's Status RPC.
+	ClusterServiceStatusProcedure = "/tenure.v1.ClusterService/Status"
+	// ClusterServiceJoinProcedure is the fully-qualified name of the ClusterService's Join RPC.
+	ClusterServiceJoinProcedure = "/tenure.v1.ClusterService/Join"
+	// ClusterServiceRemoveMemberProcedure is the fully-qualified name of the ClusterService's
+	// RemoveMember RPC.
+	ClusterServiceRemoveMemberProcedure = "/tenure.v1.ClusterService/RemoveMember"
+	// ClusterServiceTransferLeadershipProcedure is the fully-qualified name of the ClusterService's
+	// TransferLeadership RPC.
+	ClusterServiceTransferLeadershipProcedure = "/tenure.v1.ClusterService/TransferLeadership"
+	// ClusterServiceIntroduceProcedure is the fully-qualified name of the ClusterService's Introduce
+	// RPC.
+	ClusterServiceIntroduceProcedure = "/tenure.v1.ClusterService/Introduce"
+	// ClusterServiceSnapshotProcedure is the fully-qualified name of the ClusterService's Snapshot RPC.
+	ClusterServiceSnapshotProcedure = "/tenure.v1.ClusterService/Snapshot"
 )
 
 // SessionServiceClient is a client for the tenure.v1.SessionService service.
@@ -790,8 +805,27 @@ func (UnimplementedKVServiceHandler) Watch(context.Context, *connect.Request[v1.
 // ClusterServiceClient is a client for the tenure.v1.ClusterService service.
 type ClusterServiceClient interface {
 	// Members lists the servers of the raft configuration, as the answering
-	// node knows it.
+	// node knows it, each with the status it reports about itself.
 	Members(context.Context, *connect.Request[v1.MembersRequest]) (*connect.Response[v1.MembersResponse], error)
+	// Status is the answering node's own view: its role, the leader it
+	// follows, its raft indexes.
+	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
+	// Join makes a node a member: a new node joins as a non-voter, and once
+	// it has caught up asks again with voter set to be promoted. It also
+	// records the node's API address, so that every member can name it.
+	// Calling it again with the same arguments changes nothing.
+	Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error)
+	// RemoveMember takes a server out of the raft configuration.
+	RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error)
+	// TransferLeadership hands leadership to another voter (the most
+	// up-to-date one when id is empty) and returns once it leads.
+	TransferLeadership(context.Context, *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error)
+	// Introduce is how nodes started with --bootstrap-expect find each
+	// other before a cluster exists: each tells the others who it is.
+	Introduce(context.Context, *connect.Request[v1.IntroduceRequest]) (*connect.Response[v1.IntroduceResponse], error)
+	// Snapshot streams a consistent copy of the whole state, taken on the
+	// leader after a linearizable read, for `tenure snapshot save`.
+	Snapshot(context.Context, *connect.Request[v1.SnapshotRequest]) (*connect.ServerStreamForClient[v1.SnapshotChunk], error)
 }
 
 // NewClusterServiceClient constructs a client for the tenure.v1.ClusterService service. By default,
@@ -811,12 +845,54 @@ func NewClusterServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(clusterServiceMethods.ByName("Members")),
 			connect.WithClientOptions(opts...),
 		),
+		status: connect.NewClient[v1.StatusRequest, v1.StatusResponse](
+			httpClient,
+			baseURL+ClusterServiceStatusProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("Status")),
+			connect.WithClientOptions(opts...),
+		),
+		join: connect.NewClient[v1.JoinRequest, v1.JoinResponse](
+			httpClient,
+			baseURL+ClusterServiceJoinProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("Join")),
+			connect.WithClientOptions(opts...),
+		),
+		removeMember: connect.NewClient[v1.RemoveMemberRequest, v1.RemoveMemberResponse](
+			httpClient,
+			baseURL+ClusterServiceRemoveMemberProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("RemoveMember")),
+			connect.WithClientOptions(opts...),
+		),
+		transferLeadership: connect.NewClient[v1.TransferLeadershipRequest, v1.TransferLeadershipResponse](
+			httpClient,
+			baseURL+ClusterServiceTransferLeadershipProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("TransferLeadership")),
+			connect.WithClientOptions(opts...),
+		),
+		introduce: connect.NewClient[v1.IntroduceRequest, v1.IntroduceResponse](
+			httpClient,
+			baseURL+ClusterServiceIntroduceProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("Introduce")),
+			connect.WithClientOptions(opts...),
+		),
+		snapshot: connect.NewClient[v1.SnapshotRequest, v1.SnapshotChunk](
+			httpClient,
+			baseURL+ClusterServiceSnapshotProcedure,
+			connect.WithSchema(clusterServiceMethods.ByName("Snapshot")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // clusterServiceClient implements ClusterServiceClient.
 type clusterServiceClient struct {
-	members *connect.Client[v1.MembersRequest, v1.MembersResponse]
+	members            *connect.Client[v1.MembersRequest, v1.MembersResponse]
+	status             *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	join               *connect.Client[v1.JoinRequest, v1.JoinResponse]
+	removeMember       *connect.Client[v1.RemoveMemberRequest, v1.RemoveMemberResponse]
+	transferLeadership *connect.Client[v1.TransferLeadershipRequest, v1.TransferLeadershipResponse]
+	introduce          *connect.Client[v1.IntroduceRequest, v1.IntroduceResponse]
+	snapshot           *connect.Client[v1.SnapshotRequest, v1.SnapshotChunk]
 }
 
 // Members calls tenure.v1.ClusterService.Members.
@@ -824,11 +900,60 @@ func (c *clusterServiceClient) Members(ctx context.Context, req *connect.Request
 	return c.members.CallUnary(ctx, req)
 }
 
+// Status calls tenure.v1.ClusterService.Status.
+func (c *clusterServiceClient) Status(ctx context.Context, req *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error) {
+	return c.status.CallUnary(ctx, req)
+}
+
+// Join calls tenure.v1.ClusterService.Join.
+func (c *clusterServiceClient) Join(ctx context.Context, req *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error) {
+	return c.join.CallUnary(ctx, req)
+}
+
+// RemoveMember calls tenure.v1.ClusterService.RemoveMember.
+func (c *clusterServiceClient) RemoveMember(ctx context.Context, req *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error) {
+	return c.removeMember.CallUnary(ctx, req)
+}
+
+// TransferLeadership calls tenure.v1.ClusterService.TransferLeadership.
+func (c *clusterServiceClient) TransferLeadership(ctx context.Context, req *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error) {
+	return c.transferLeadership.CallUnary(ctx, req)
+}
+
+// Introduce calls tenure.v1.ClusterService.Introduce.
+func (c *clusterServiceClient) Introduce(ctx context.Context, req *connect.Request[v1.IntroduceRequest]) (*connect.Response[v1.IntroduceResponse], error) {
+	return c.introduce.CallUnary(ctx, req)
+}
+
+// Snapshot calls tenure.v1.ClusterService.Snapshot.
+func (c *clusterServiceClient) Snapshot(ctx context.Context, req *connect.Request[v1.SnapshotRequest]) (*connect.ServerStreamForClient[v1.SnapshotChunk], error) {
+	return c.snapshot.CallServerStream(ctx, req)
+}
+
 // ClusterServiceHandler is an implementation of the tenure.v1.ClusterService service.
 type ClusterServiceHandler interface {
 	// Members lists the servers of the raft configuration, as the answering
-	// node knows it.
+	// node knows it, each with the status it reports about itself.
 	Members(context.Context, *connect.Request[v1.MembersRequest]) (*connect.Response[v1.MembersResponse], error)
+	// Status is the answering node's own view: its role, the leader it
+	// follows, its raft indexes.
+	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
+	// Join makes a node a member: a new node joins as a non-voter, and once
+	// it has caught up asks again with voter set to be promoted. It also
+	// records the node's API address, so that every member can name it.
+	// Calling it again with the same arguments changes nothing.
+	Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error)
+	// RemoveMember takes a server out of the raft configuration.
+	RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error)
+	// TransferLeadership hands leadership to another voter (the most
+	// up-to-date one when id is empty) and returns once it leads.
+	TransferLeadership(context.Context, *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error)
+	// Introduce is how nodes started with --bootstrap-expect find each
+	// other before a cluster exists: each tells the others who it is.
+	Introduce(context.Context, *connect.Request[v1.IntroduceRequest]) (*connect.Response[v1.IntroduceResponse], error)
+	// Snapshot streams a consistent copy of the whole state, taken on the
+	// leader after a linearizable read, for `tenure snapshot save`.
+	Snapshot(context.Context, *connect.Request[v1.SnapshotRequest], *connect.ServerStream[v1.SnapshotChunk]) error
 }
 
 // NewClusterServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -844,10 +969,58 @@ func NewClusterServiceHandler(svc ClusterServiceHandler, opts ...connect.Handler
 		connect.WithSchema(clusterServiceMethods.ByName("Members")),
 		connect.WithHandlerOptions(opts...),
 	)
+	clusterServiceStatusHandler := connect.NewUnaryHandler(
+		ClusterServiceStatusProcedure,
+		svc.Status,
+		connect.WithSchema(clusterServiceMethods.ByName("Status")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceJoinHandler := connect.NewUnaryHandler(
+		ClusterServiceJoinProcedure,
+		svc.Join,
+		connect.WithSchema(clusterServiceMethods.ByName("Join")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceRemoveMemberHandler := connect.NewUnaryHandler(
+		ClusterServiceRemoveMemberProcedure,
+		svc.RemoveMember,
+		connect.WithSchema(clusterServiceMethods.ByName("RemoveMember")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceTransferLeadershipHandler := connect.NewUnaryHandler(
+		ClusterServiceTransferLeadershipProcedure,
+		svc.TransferLeadership,
+		connect.WithSchema(clusterServiceMethods.ByName("TransferLeadership")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceIntroduceHandler := connect.NewUnaryHandler(
+		ClusterServiceIntroduceProcedure,
+		svc.Introduce,
+		connect.WithSchema(clusterServiceMethods.ByName("Introduce")),
+		connect.WithHandlerOptions(opts...),
+	)
+	clusterServiceSnapshotHandler := connect.NewServerStreamHandler(
+		ClusterServiceSnapshotProcedure,
+		svc.Snapshot,
+		connect.WithSchema(clusterServiceMethods.ByName("Snapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tenure.v1.ClusterService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ClusterServiceMembersProcedure:
 			clusterServiceMembersHandler.ServeHTTP(w, r)
+		case ClusterServiceStatusProcedure:
+			clusterServiceStatusHandler.ServeHTTP(w, r)
+		case ClusterServiceJoinProcedure:
+			clusterServiceJoinHandler.ServeHTTP(w, r)
+		case ClusterServiceRemoveMemberProcedure:
+			clusterServiceRemoveMemberHandler.ServeHTTP(w, r)
+		case ClusterServiceTransferLeadershipProcedure:
+			clusterServiceTransferLeadershipHandler.ServeHTTP(w, r)
+		case ClusterServiceIntroduceProcedure:
+			clusterServiceIntroduceHandler.ServeHTTP(w, r)
+		case ClusterServiceSnapshotProcedure:
+			clusterServiceSnapshotHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -859,4 +1032,28 @@ type UnimplementedClusterServiceHandler struct{}
 
 func (UnimplementedClusterServiceHandler) Members(context.Context, *connect.Request[v1.MembersRequest]) (*connect.Response[v1.MembersResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ClusterService.Members is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ClusterService.Status is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) Join(context.Context, *connect.Request[v1.JoinRequest]) (*connect.Response[v1.JoinResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ClusterService.Join is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) RemoveMember(context.Context, *connect.Request[v1.RemoveMemberRequest]) (*connect.Response[v1.RemoveMemberResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ClusterService.RemoveMember is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) TransferLeadership(context.Context, *connect.Request[v1.TransferLeadershipRequest]) (*connect.Response[v1.TransferLeadershipResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ClusterService.TransferLeadership is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) Introduce(context.Context, *connect.Request[v1.IntroduceRequest]) (*connect.Response[v1.IntroduceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ClusterService.Introduce is not implemented"))
+}
+
+func (UnimplementedClusterServiceHandler) Snapshot(context.Context, *connect.Request[v1.SnapshotRequest], *connect.ServerStream[v1.SnapshotChunk]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.ClusterService.Snapshot is not implemented"))
 }
