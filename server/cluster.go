@@ -86,16 +86,16 @@ func (h *clusterService) Status(ctx context.Context, req *connect.Request[tenure
 func (s *Server) status() *tenurev1.StatusResponse {
 	st := s.node.Status()
 	out := &tenurev1.StatusResponse{
-		Id:            st.ID,
-		ApiAddress:    s.advertise,
-		PeerAddress:   st.Addr,
-		Role:          st.Role,
-		LeaderId:      st.LeaderID,
-		Term:          st.Term,
-		CommitIndex:   st.CommitIndex,
-		AppliedIndex:  st.AppliedIndex,
-		LastLogIndex:  st.LastLogIndex,
-		Ready:         s.ready.Load(),
+		Id:           st.ID,
+		ApiAddress:   s.advertise,
+		PeerAddress:  st.Addr,
+		Role:         st.Role,
+		LeaderId:     st.LeaderID,
+		Term:         st.Term,
+		CommitIndex:  st.CommitIndex,
+		AppliedIndex: st.AppliedIndex,
+		LastLogIndex: st.LastLogIndex,
+		Ready:        s.ready.Load(),
 	}
 	if addr, ok := s.leaderAddress(); ok {
 		out.LeaderApiAddress = addr

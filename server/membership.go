@@ -276,4 +276,3 @@ func (m *membership) join(voter bool) (*tenurev1.JoinResponse, error) {
 	}
 	return res.Msg, nil
 }
-

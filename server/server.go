@@ -42,8 +42,8 @@ type Config struct {
 	// through Join, all started with the same BootstrapExpect.
 	BootstrapExpect int
 	Raft            raftnode.Config
-	Limits   Limits
-	Logger   *slog.Logger
+	Limits          Limits
+	Logger          *slog.Logger
 	// Registry receives every metric; nil makes a private one.
 	Registry *prometheus.Registry
 }
