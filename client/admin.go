@@ -108,10 +108,11 @@ type ListOptions struct {
 }
 
 // Leases lists leases, sorted by namespace and name.
-func (c *Client) Leases(ctx context.Context, o ListOptions) ([]Lease, error) {
+func (c *Client) Leases(ctx context.Context, o ListOptions, opts ...ReadOption) ([]Lease, error) {
 	var out []Lease
+	ro := readOpts(opts)
 	err := c.do(ctx, "ListLeases", idempotent, func(ctx context.Context, ep *endpoint) error {
-		resp, err := ep.leases.List(ctx, connect.NewRequest(&tenurev1.ListLeasesRequest{Namespace: o.Namespace, AllNamespaces: o.AllNamespaces, LabelSelector: o.LabelSelector}))
+		resp, err := ep.leases.List(ctx, connect.NewRequest(&tenurev1.ListLeasesRequest{Namespace: o.Namespace, AllNamespaces: o.AllNamespaces, LabelSelector: o.LabelSelector, Stale: ro.stale}))
 		if err != nil {
 			return err
 		}
@@ -125,10 +126,11 @@ func (c *Client) Leases(ctx context.Context, o ListOptions) ([]Lease, error) {
 }
 
 // Lease returns one lease, or ErrNotFound.
-func (c *Client) Lease(ctx context.Context, namespace, name string) (Lease, error) {
+func (c *Client) Lease(ctx context.Context, namespace, name string, opts ...ReadOption) (Lease, error) {
 	var out Lease
+	o := readOpts(opts)
 	err := c.do(ctx, "GetLease", idempotent, func(ctx context.Context, ep *endpoint) error {
-		resp, err := ep.leases.Get(ctx, connect.NewRequest(&tenurev1.GetLeaseRequest{Namespace: namespace, Name: name}))
+		resp, err := ep.leases.Get(ctx, connect.NewRequest(&tenurev1.GetLeaseRequest{Namespace: namespace, Name: name, Stale: o.stale}))
 		if err == nil {
 			out = leaseFrom(resp.Msg.GetLease())
 		}
@@ -138,10 +140,11 @@ func (c *Client) Lease(ctx context.Context, namespace, name string) (Lease, erro
 }
 
 // Sessions lists open sessions, by ID.
-func (c *Client) Sessions(ctx context.Context, labelSelector string) ([]SessionInfo, error) {
+func (c *Client) Sessions(ctx context.Context, labelSelector string, opts ...ReadOption) ([]SessionInfo, error) {
 	var out []SessionInfo
+	o := readOpts(opts)
 	err := c.do(ctx, "ListSessions", idempotent, func(ctx context.Context, ep *endpoint) error {
-		resp, err := ep.sessions.List(ctx, connect.NewRequest(&tenurev1.ListSessionsRequest{LabelSelector: labelSelector}))
+		resp, err := ep.sessions.List(ctx, connect.NewRequest(&tenurev1.ListSessionsRequest{LabelSelector: labelSelector, Stale: o.stale}))
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,11 +22,12 @@ import (
 // Close does not close sessions, which should be closed first.
 type Client struct {
 	opts      options
-	endpoints []*endpoint
 	transport splitTransport
+	http      *http.Client
 
-	mu      sync.Mutex // guards current, closed and conns
-	current int
+	mu        sync.Mutex // guards endpoints, current, closed and conns
+	endpoints []*endpoint
+	current   int
 	closed  bool
 	conns   map[net.Conn]struct{} // open connections, closed by Close
 }
@@ -111,7 +113,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 			HTTP2:       &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 5 * time.Second},
 		},
 	}
-	hc := &http.Client{Transport: c.transport}
+	c.http = &http.Client{Transport: leaderFollower{c.transport, c}}
 	for _, e := range endpoints {
 		url := strings.TrimSpace(e)
 		if url == "" {
@@ -120,14 +122,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 		if !strings.Contains(url, "://") {
 			url = "http://" + url
 		}
-		url = strings.TrimSuffix(url, "/")
-		c.endpoints = append(c.endpoints, &endpoint{
-			url:      url,
-			sessions: tenurev1connect.NewSessionServiceClient(hc, url),
-			leases:   tenurev1connect.NewLeaseServiceClient(hc, url),
-			kv:       tenurev1connect.NewKVServiceClient(hc, url),
-			cluster:  tenurev1connect.NewClusterServiceClient(hc, url),
-		})
+		c.endpoints = append(c.endpoints, c.newEndpoint(strings.TrimSuffix(url, "/")))
 	}
 	if len(c.endpoints) == 0 {
 		return nil, &Error{Op: "New", Kind: ErrInvalidArgument, Cause: fmt.Errorf("no endpoints in %q", endpoints)}
@@ -186,7 +181,60 @@ func (tc *trackedConn) Close() error {
 	return tc.Conn.Close()
 }
 
-// Endpoints lists the endpoint URLs, the one in use first.
+func (c *Client) newEndpoint(url string) *endpoint {
+	return &endpoint{
+		url:      url,
+		sessions: tenurev1connect.NewSessionServiceClient(c.http, url),
+		leases:   tenurev1connect.NewLeaseServiceClient(c.http, url),
+		kv:       tenurev1connect.NewKVServiceClient(c.http, url),
+		cluster:  tenurev1connect.NewClusterServiceClient(c.http, url),
+	}
+}
+
+// leaderHeader is set by a node that does not lead on every response,
+// naming the leader's API address (server.LeaderHeader).
+const leaderHeader = "Tenure-Leader"
+
+// leaderFollower sends the calls after a response that named the leader
+// to the leader: a follower would forward them there anyway, at the cost
+// of a hop, and streams (heartbeats) only the leader serves.
+type leaderFollower struct {
+	next http.RoundTripper
+	c    *Client
+}
+
+func (f leaderFollower) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := f.next.RoundTrip(req)
+	if err == nil {
+		if leader := resp.Header.Get(leaderHeader); leader != "" {
+			f.c.follow(req.URL.Scheme, leader)
+		}
+	}
+	return resp, err
+}
+
+// follow makes the endpoint at addr current, adding it when it is not one
+// of the endpoints given to New: a cluster may have grown since. An
+// endpoint that cannot be reached is left again by failover, as any
+// other.
+func (c *Client) follow(scheme, addr string) {
+	url := scheme + "://" + addr
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.endpoints[c.current].url == url {
+		return
+	}
+	i := slices.IndexFunc(c.endpoints, func(e *endpoint) bool { return e.url == url })
+	if i < 0 {
+		c.endpoints = append(c.endpoints, c.newEndpoint(url))
+		i = len(c.endpoints) - 1
+	}
+	c.opts.logger.Debug("tenure: following the leader", "from", c.endpoints[c.current].url, "to", url)
+	c.current = i
+}
+
+// Endpoints lists the endpoint URLs, the one in use first: those given to
+// New and the leaders learnt since.
 func (c *Client) Endpoints() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -70,11 +70,31 @@ func writeOpts(opts []WriteOption) (ttl *durationpb.Duration, session int64) {
 	return ttl, session
 }
 
+// ReadOption changes how a read is served.
+type ReadOption func(*readOptions)
+
+type readOptions struct{ stale bool }
+
+func readOpts(opts []ReadOption) readOptions {
+	var o readOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// Stale lets the node called answer from its own state, which may trail
+// the leader's by a moment (or by as long as it is cut off from the
+// leader): cheaper, and served by any node. Without it a read is
+// linearizable: it sees every write acknowledged before it began.
+func Stale() ReadOption { return func(o *readOptions) { o.stale = true } }
+
 // Get returns a key, or ErrNotFound.
-func (kv *KV) Get(ctx context.Context, key string) (KeyValue, error) {
+func (kv *KV) Get(ctx context.Context, key string, opts ...ReadOption) (KeyValue, error) {
 	var out KeyValue
+	o := readOpts(opts)
 	err := kv.c.do(ctx, "Get", idempotent, func(ctx context.Context, ep *endpoint) error {
-		resp, err := ep.kv.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{Key: key}))
+		resp, err := ep.kv.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{Key: key, Stale: o.stale}))
 		if err == nil {
 			out = kvFrom(resp.Msg.GetKv())
 		}
@@ -85,9 +105,10 @@ func (kv *KV) Get(ctx context.Context, key string) (KeyValue, error) {
 
 // Range returns up to limit keys with the prefix (0 = all), sorted, the
 // store revision of the read, and whether more were left out.
-func (kv *KV) Range(ctx context.Context, prefix string, limit int64) (kvs []KeyValue, revision int64, more bool, err error) {
+func (kv *KV) Range(ctx context.Context, prefix string, limit int64, opts ...ReadOption) (kvs []KeyValue, revision int64, more bool, err error) {
+	o := readOpts(opts)
 	err = kv.c.do(ctx, "Range", idempotent, func(ctx context.Context, ep *endpoint) error {
-		resp, err := ep.kv.Range(ctx, connect.NewRequest(&tenurev1.RangeRequest{Prefix: prefix, Limit: limit}))
+		resp, err := ep.kv.Range(ctx, connect.NewRequest(&tenurev1.RangeRequest{Prefix: prefix, Limit: limit, Stale: o.stale}))
 		if err != nil {
 			return err
 		}

@@ -17,6 +17,9 @@ import (
 
 type serveOptions struct {
 	listen, peerListen, dataDir, nodeID, logStore, logLevel string
+	advertise, peerAdvertise                                string
+	join                                                    []string
+	bootstrapExpect                                         int
 	snapshotThreshold                                       uint64
 	snapshotInterval                                        time.Duration
 	forceNewCluster                                         bool
@@ -36,12 +39,35 @@ func NewServeCommand() *cobra.Command {
 With no flags it starts a single-node cluster: the API, web page, /metrics,
 /healthz and /readyz on 127.0.0.1:7480, the raft peer port on
 127.0.0.1:7481, and its data in ./tenure-data. Every acknowledged write is
-fsynced before the reply. SIGINT or SIGTERM shut it down cleanly.`,
+fsynced before the reply, by a quorum of the cluster's voters.
+
+To form a cluster of N nodes, start each with --bootstrap-expect N and the
+API addresses of the others in --join; once they have met they elect a
+leader. To grow a running cluster, start a fresh node with --join naming any
+member: it joins as a non-voter, catches up, then becomes a voter. A node
+whose --data-dir already holds a cluster rejoins it and ignores both flags,
+so the same command restarts it.
+
+Any node serves clients: calls that need the leader are forwarded to it.
+SIGINT or SIGTERM shut a node down cleanly, handing leadership to another
+voter first if it leads.`,
 		Example: `  # Start a node with the defaults
   tenure serve
 
-  # Listen on all interfaces, keep data elsewhere
-  tenure serve --listen 0.0.0.0:7480 --peer-listen 10.0.0.5:7481 --data-dir /var/lib/tenure`,
+  # Three nodes on one machine forming one cluster
+  tenure serve --listen 127.0.0.1:7480 --peer-listen 127.0.0.1:7481 --data-dir d1 \
+    --bootstrap-expect 3 --join 127.0.0.1:7580,127.0.0.1:7680
+  tenure serve --listen 127.0.0.1:7580 --peer-listen 127.0.0.1:7581 --data-dir d2 \
+    --bootstrap-expect 3 --join 127.0.0.1:7480,127.0.0.1:7680
+  tenure serve --listen 127.0.0.1:7680 --peer-listen 127.0.0.1:7681 --data-dir d3 \
+    --bootstrap-expect 3 --join 127.0.0.1:7480,127.0.0.1:7580
+
+  # Add a fourth node to that cluster
+  tenure serve --listen 127.0.0.1:7780 --peer-listen 127.0.0.1:7781 --data-dir d4 --join 127.0.0.1:7480
+
+  # Listen on all interfaces; tell the others where to reach this node
+  tenure serve --listen 0.0.0.0:7480 --advertise 10.0.0.5:7480 \
+    --peer-listen 0.0.0.0:7481 --peer-advertise 10.0.0.5:7481 --data-dir /var/lib/tenure`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runServe(cmd, o)
@@ -51,7 +77,11 @@ fsynced before the reply. SIGINT or SIGTERM shut it down cleanly.`,
 	f.StringVar(&o.listen, "listen", "127.0.0.1:7480", "address for the API, web page and metrics")
 	f.StringVar(&o.peerListen, "peer-listen", "127.0.0.1:7481", "address for raft traffic between nodes")
 	f.StringVar(&o.dataDir, "data-dir", "./tenure-data", "directory for the log, snapshots and state")
-	f.StringVar(&o.nodeID, "node-id", "", "this node's raft ID (default: derived from --peer-listen)")
+	f.StringVar(&o.advertise, "advertise", "", "API address other nodes and clients reach this node at (default --listen; required when --listen is 0.0.0.0)")
+	f.StringVar(&o.peerAdvertise, "peer-advertise", "", "raft address other nodes reach this node at (default --peer-listen; required when --peer-listen is 0.0.0.0)")
+	f.StringSliceVar(&o.join, "join", nil, "API addresses of other nodes (host:port, comma-separated): join their cluster, or with --bootstrap-expect form one with them")
+	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 0, "form a new cluster of this many voters once this node has met them through --join (every node given the same number)")
+	f.StringVar(&o.nodeID, "node-id", "", "this node's raft ID (default: derived from --peer-advertise or --peer-listen)")
 	f.StringVar(&o.logStore, "log-store", "wal", `raft log store: "wal" (raft-wal) or "boltdb" (raft-boltdb/v2)`)
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&o.forceNewCluster, "force-new-cluster", false, "restore a copied data dir onto this node: rewrite its cluster configuration to this node alone at --peer-listen, keeping the data (never on a member of a live cluster; see docs/operations.md)")
@@ -99,6 +129,25 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	nodeID := o.nodeID
 	if nodeID == "" {
 		nodeID = o.peerListen
+		if o.peerAdvertise != "" {
+			nodeID = o.peerAdvertise
+		}
+	}
+	if o.bootstrapExpect < 0 {
+		return usage("--bootstrap-expect %d: must be at least 1", o.bootstrapExpect)
+	}
+	if o.bootstrapExpect > 1 && len(o.join) == 0 {
+		return usage("--bootstrap-expect %d: give the other nodes' API addresses with --join", o.bootstrapExpect)
+	}
+	if host, _, err := net.SplitHostPort(o.listen); err == nil && o.advertise == "" {
+		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+			return usage("--listen %s listens on every interface: give the address other nodes and clients reach this node at with --advertise", o.listen)
+		}
+	}
+	for _, a := range o.join {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return usage("--join %q: want host:port of another node's API: %v", a, err)
+		}
 	}
 	if o.walSegmentSize < 1<<20 || o.walSegmentSize > 1<<30 {
 		return fmt.Errorf("--wal-segment-size %s must be between 1MiB and 1GiB", o.walSegmentSize)
@@ -112,13 +161,17 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		return &exitError{code: ExitUnreachable, err: fmt.Errorf("--listen %s: %w", o.listen, err)}
 	}
 	srv, err := server.Open(server.Config{
-		Listener: ln,
-		Limits:   o.limits,
-		Logger:   logger,
+		Listener:        ln,
+		Advertise:       o.advertise,
+		Join:            o.join,
+		BootstrapExpect: o.bootstrapExpect,
+		Limits:          o.limits,
+		Logger:          logger,
 		Raft: raftnode.Config{
 			NodeID:    nodeID,
 			DataDir:   dataDir,
 			PeerAddr:  o.peerListen,
+			Advertise: o.peerAdvertise,
 			LogStore:  o.logStore,
 			Bootstrap: true,
 
