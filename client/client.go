@@ -33,7 +33,12 @@ type Client struct {
 }
 
 type endpoint struct {
-	url      string
+	url string
+	// failedAt is when a call last failed over from this endpoint (unix
+	// ns), guarded by Client.mu: a node's word that this is the leader is
+	// not followed for a moment after, since a follower can name a leader
+	// that just went away until it hears of the next.
+	failedAt int64
 	sessions tenurev1connect.SessionServiceClient
 	leases   tenurev1connect.LeaseServiceClient
 	kv       tenurev1connect.KVServiceClient
@@ -225,6 +230,9 @@ func (c *Client) follow(scheme, addr string) {
 		return
 	}
 	i := slices.IndexFunc(c.endpoints, func(e *endpoint) bool { return e.url == url })
+	if i >= 0 && time.Since(time.Unix(0, c.endpoints[i].failedAt)) < distrustFailed {
+		return
+	}
 	if i < 0 {
 		c.endpoints = append(c.endpoints, c.newEndpoint(url))
 		i = len(c.endpoints) - 1
@@ -254,10 +262,15 @@ func (c *Client) endpoint() (*endpoint, error) {
 	return c.endpoints[c.current], nil
 }
 
+// distrustFailed is how long a failed endpoint is not followed to on
+// another node's word.
+const distrustFailed = time.Second
+
 // failover moves off ep unless another caller already did.
 func (c *Client) failover(ep *endpoint, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	ep.failedAt = time.Now().UnixNano()
 	if c.endpoints[c.current] != ep || len(c.endpoints) == 1 {
 		return
 	}

@@ -239,9 +239,17 @@ func (s *Session) heartbeat() {
 			return
 		default:
 		}
-		err := s.stream()
+		acked, err := s.stream()
 		if err == nil {
 			continue // stopped or lost: the select above says which
+		}
+		// A stream that worked for a while, or a node that named the
+		// leader to go to, is worth retrying at once: the backoff is for
+		// a cluster that keeps failing, not for the one failover that
+		// ended a healthy stream. Waiting out a backoff grown during an
+		// earlier outage could use up the validity window.
+		if acked || reasonOf(err).NotSent() {
+			pause = s.c.opts.backoff
 		}
 		wait := time.NewTimer(pause)
 		validity := time.NewTimer(time.Until(s.ValidUntil()))
@@ -261,13 +269,15 @@ func (s *Session) heartbeat() {
 var errValidityPassed = errors.New("no heartbeat acknowledged within the validity window")
 
 // stream runs one KeepAlive stream until it fails (the error), or the
-// session is lost or stopped (nil). It sends a heartbeat every interval and credits each answer to
-// the send time of the request it answers (answers come in order).
-func (s *Session) stream() (err error) {
+// session is lost or stopped (nil), and reports whether any heartbeat on
+// it was acknowledged. It sends a heartbeat every interval and credits
+// each answer to the send time of the request it answers (answers come in
+// order).
+func (s *Session) stream() (acked bool, err error) {
 	ep, err := s.c.endpoint()
 	if err != nil {
 		s.markLost(fmt.Errorf("%w: %w", ErrSessionExpired, err))
-		return nil
+		return false, nil
 	}
 	// Fail over from the endpoint this stream used, not from whichever is
 	// current by now: a grant monitor may already have moved on, and
@@ -311,7 +321,7 @@ func (s *Session) stream() (err error) {
 		return st.Send(&tenurev1.KeepAliveRequest{SessionId: s.id})
 	}
 	if err := send(); err != nil {
-		return err
+		return false, err
 	}
 	tick := time.NewTicker(s.opts.interval)
 	defer tick.Stop()
@@ -321,32 +331,33 @@ func (s *Session) stream() (err error) {
 		select {
 		case <-s.stop:
 			_ = st.CloseRequest()
-			return nil
+			return acked, nil
 		case <-expiry.C:
 			if time.Now().Before(s.ValidUntil()) {
 				expiry.Reset(time.Until(s.ValidUntil()))
 				continue
 			}
 			s.markLost(fmt.Errorf("%w: %w", ErrSessionExpired, errValidityPassed))
-			return nil
+			return acked, nil
 		case <-tick.C:
 			if err := send(); err != nil {
-				return err
+				return acked, err
 			}
 		case a := <-answers:
 			if a.err != nil {
-				return a.err
+				return acked, a.err
 			}
 			if len(pending) == 0 {
-				return errors.New("keep-alive answer without a request")
+				return acked, errors.New("keep-alive answer without a request")
 			}
 			sentAt := pending[0]
 			pending = pending[1:]
 			if a.resp.GetExpired() {
 				s.markLost(fmt.Errorf("%w: the server no longer has session %d", ErrSessionExpired, s.id))
-				return nil
+				return acked, nil
 			}
 			s.validity.ack(sentAt)
+			acked = true
 			expiry.Reset(time.Until(s.ValidUntil()))
 		}
 	}

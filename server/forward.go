@@ -324,9 +324,14 @@ func (e *notLeaderError) Error() string {
 func (e *notLeaderError) Unwrap() error { return raftnode.ErrNotLeader }
 
 // leaderHeader names the leader on every response from a node that is
-// not the ready leader, so that clients can go to it directly.
+// not the ready leader, so that clients can go to it directly, and while
+// the node is closing asks clients not to reuse the connection.
 func (s *Server) leaderHeader(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.lastRequest.Store(time.Now().UnixNano())
+		if s.closing.Load() {
+			w.Header().Set("Connection", "close")
+		}
 		if !s.leading.Load() {
 			if addr, ok := s.leaderAddress(); ok && addr != s.advertise {
 				w.Header().Set(LeaderHeader, addr)

@@ -71,6 +71,11 @@ type Server struct {
 	drainMu   sync.RWMutex
 	draining  bool
 	proposing sync.WaitGroup
+	// closing is draining for the HTTP edge, which must not take drainMu
+	// on every request; lastRequest is when the last request arrived
+	// (unix ns), so that Close can wait for clients to have moved on.
+	closing     atomic.Bool
+	lastRequest atomic.Int64
 
 	// ready is set once this node is the promoted leader or knows one;
 	// leading only while it is the promoted leader, whose reads are
@@ -216,6 +221,8 @@ func (s *Server) Close() error {
 const drainTimeout = 3 * time.Second
 
 func (s *Server) drain() {
+	defer s.waitForQuiet()
+	s.closing.Store(true)
 	s.drainMu.Lock()
 	s.draining = true
 	s.drainMu.Unlock()
@@ -241,6 +248,26 @@ func (s *Server) drain() {
 	}
 	_, to := s.node.Leader()
 	s.log.Info("handed leadership over before closing", "to", to)
+}
+
+// quietPeriod is how long no request must have arrived before a closing
+// node stops serving, and quietMax bounds that wait. Keep-alive
+// connections are the reason: a client may send a request on an idle
+// connection just as the server closes it, and could not tell whether
+// it was read. While closing, every response carries Connection: close
+// and names the leader, so clients leave this node after one answer;
+// once none has come for a moment, no request is left in flight on the
+// connections Shutdown closes.
+const quietPeriod, quietMax = 150 * time.Millisecond, 1500 * time.Millisecond
+
+func (s *Server) waitForQuiet() {
+	deadline := time.Now().Add(quietMax)
+	for time.Now().Before(deadline) {
+		if time.Since(time.Unix(0, s.lastRequest.Load())) >= quietPeriod {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // indexHTML is the web page: who holds what, sessions, and live lease

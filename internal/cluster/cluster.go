@@ -341,6 +341,27 @@ func (c *Cluster) Stop(n *Node) error {
 	return err
 }
 
+// Shutdown stops n the way SIGTERM stops tenure serve: still connected,
+// it finishes the calls under way and, if it leads, hands leadership to
+// another voter before closing. Restart brings it back.
+func (c *Cluster) Shutdown(n *Node) error {
+	c.mu.Lock()
+	srv, tr := n.srv, n.trans
+	c.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	n.http.CloseIdleConnections()
+	err := srv.Close()
+	c.mu.Lock()
+	n.srv, n.trans, n.reg = nil, nil, nil
+	c.wireLocked()
+	c.mu.Unlock()
+	tr.DisconnectAll()
+	tr.Close()
+	return err
+}
+
 // Restart starts a stopped node again on its data directory and API
 // address, as the same raft node, in the group it was in. It returns once
 // the server is open, not once it has caught up or been elected.
