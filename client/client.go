@@ -28,8 +28,8 @@ type Client struct {
 	mu        sync.Mutex // guards endpoints, current, closed and conns
 	endpoints []*endpoint
 	current   int
-	closed  bool
-	conns   map[net.Conn]struct{} // open connections, closed by Close
+	closed    bool
+	conns     map[net.Conn]struct{} // open connections, closed by Close
 }
 
 type endpoint struct {
