@@ -221,7 +221,11 @@ func (s *Server) Close() error {
 const drainTimeout = 3 * time.Second
 
 func (s *Server) drain() {
-	defer s.waitForQuiet()
+	// Alone, there is nowhere for clients to go: the wait would only
+	// delay the stop.
+	if members, err := s.node.Members(); err == nil && len(members) > 1 {
+		defer s.waitForQuiet()
+	}
 	s.closing.Store(true)
 	s.drainMu.Lock()
 	s.draining = true
