@@ -420,9 +420,10 @@ func (s *Server) tryPromote(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("new epoch: %w", err)
 	}
-	// Followers forward to the address the leader advertised.
+	// Followers forward to the address the leader advertised. Serving
+	// does not wait on it: the membership loop tries again.
 	if err := s.register(ctx, s.node.ID(), s.advertise); err != nil {
-		return fmt.Errorf("advertise the API address: %w", err)
+		s.log.Warn("API address not advertised yet; followers cannot forward until it is", "err", err)
 	}
 	return s.node.ReadLocal(func(m *statemachine.Machine) error {
 		if m.Epoch() != res.Epoch {
