@@ -88,3 +88,41 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestStaleReadsAnswerFromTheNodeCalled: --stale reads the called node's
+// own state, so a follower cut off from the others still answers, with
+// what it last had; without it the answer is the leader's, or none.
+func TestStaleReadsAnswerFromTheNodeCalled(t *testing.T) {
+	c := cluster.New(t, 3)
+	lead := leader(t, c)
+	if _, _, code := runMain("--endpoints", lead.Addr(), "kv", "set", "k", "old"); code != 0 {
+		t.Fatalf("kv set: exit %d", code)
+	}
+	var cut *cluster.Node
+	for _, n := range c.Nodes() {
+		if n != lead {
+			cut = n
+		}
+	}
+	waitFor(t, 10*time.Second, cut.ID()+" to have k", func() bool {
+		stdout, _, code := runMain("--endpoints", cut.Addr(), "kv", "get", "--stale", "k")
+		return code == 0 && stdout == "old\n"
+	})
+	c.Disconnect(cut)
+	if _, _, code := runMain("--endpoints", leader(t, c).Addr(), "kv", "set", "k", "new"); code != 0 {
+		t.Fatalf("kv set on the majority: exit %d", code)
+	}
+	for _, args := range [][]string{{"kv", "get", "--stale", "k"}, {"kv", "range", "--stale", "k"}, {"get", "leases", "--stale"}} {
+		stdout, stderr, code := runMain(append([]string{"--endpoints", cut.Addr()}, args...)...)
+		if code != 0 || (args[0] == "kv" && !strings.Contains(stdout, "old\n")) {
+			t.Errorf("%v on the cut-off %s: got = exit %d, stdout %q, stderr %q, expected: exit 0 and its own old value", args, cut, code, stdout, stderr)
+		}
+	}
+	stdout, _, code := runMain("--endpoints", cut.Addr(), "--timeout", "2s", "kv", "get", "k")
+	if code == 2 {
+		t.Fatalf("linearizable kv get: usage error")
+	}
+	if code == 0 && stdout != "new\n" {
+		t.Errorf("linearizable kv get on the cut-off %s: got = %q, expected: new, or no answer", cut, stdout)
+	}
+}

@@ -21,6 +21,7 @@ func NewGetCommand(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	var selector string
+	var stale bool
 	leases := &cobra.Command{
 		Use:     "leases [NAME]",
 		Aliases: []string{"lease"},
@@ -36,7 +37,7 @@ documents with Tenure's status (fencing token, holders, waiters).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				if len(args) == 1 {
-					l, err := c.Lease(ctx, g.namespace, args[0])
+					l, err := c.Lease(ctx, g.namespace, args[0], readOptions(stale)...)
 					if err != nil {
 						return unreachable(err)
 					}
@@ -45,7 +46,7 @@ documents with Tenure's status (fencing token, holders, waiters).`,
 					}
 					return printLeases(cmd.OutOrStdout(), []client.Lease{l}, g.output, false, time.Now())
 				}
-				list, err := c.Leases(ctx, listOptions(g, selector))
+				list, err := c.Leases(ctx, listOptions(g, selector), readOptions(stale)...)
 				if err != nil {
 					return unreachable(err)
 				}
@@ -56,6 +57,7 @@ documents with Tenure's status (fencing token, holders, waiters).`,
 	addOutputFlags(leases, g, "table, wide, json or yaml")
 	addAllNamespacesFlag(leases, g)
 	leases.Flags().StringVarP(&selector, "selector", "l", "", "label selector, e.g. app=web,tier!=db")
+	addStaleFlag(leases, &stale)
 
 	sessions := &cobra.Command{
 		Use:     "sessions",
@@ -66,7 +68,7 @@ documents with Tenure's status (fencing token, holders, waiters).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
-				list, err := c.Sessions(ctx, selector)
+				list, err := c.Sessions(ctx, selector, readOptions(stale)...)
 				if err != nil {
 					return unreachable(err)
 				}
@@ -76,6 +78,7 @@ documents with Tenure's status (fencing token, holders, waiters).`,
 	}
 	addOutputFlags(sessions, g, "table, json or yaml")
 	sessions.Flags().StringVarP(&selector, "selector", "l", "", "label selector")
+	addStaleFlag(sessions, &stale)
 	cmd.AddCommand(leases, sessions)
 	return cmd
 }

@@ -83,14 +83,15 @@ to stderr and exits 1.`,
 }
 
 func kvGet(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var stale bool
+	cmd := &cobra.Command{
 		Use:     "get KEY",
 		Short:   "Print a key's value (exit 1 if absent)",
 		Example: `  tenure kv get my-lock`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
-				kv, err := c.KV().Get(ctx, args[0])
+				kv, err := c.KV().Get(ctx, args[0], readOptions(stale)...)
 				if errors.Is(err, client.ErrNotFound) {
 					return unmet(fmt.Errorf("key not found (%s)", args[0]))
 				}
@@ -102,10 +103,25 @@ func kvGet(g *globals) *cobra.Command {
 			})
 		},
 	}
+	addStaleFlag(cmd, &stale)
+	return cmd
+}
+
+// addStaleFlag adds --stale to a command that reads.
+func addStaleFlag(cmd *cobra.Command, stale *bool) {
+	cmd.Flags().BoolVar(stale, "stale", false, "answer from the node called, which may trail the leader by a moment, instead of a linearizable read through the leader")
+}
+
+func readOptions(stale bool) []client.ReadOption {
+	if stale {
+		return []client.ReadOption{client.Stale()}
+	}
+	return nil
 }
 
 func kvRange(g *globals) *cobra.Command {
 	var limit int64
+	var stale bool
 	cmd := &cobra.Command{
 		Use:     "range PREFIX",
 		Short:   "Print every key with a prefix and its value, a line each",
@@ -113,7 +129,7 @@ func kvRange(g *globals) *cobra.Command {
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.withClient(cmd, func(ctx context.Context, c *client.Client) error {
-				kvs, _, _, err := c.KV().Range(ctx, args[0], limit)
+				kvs, _, _, err := c.KV().Range(ctx, args[0], limit, readOptions(stale)...)
 				if err != nil {
 					return unreachable(err)
 				}
@@ -125,6 +141,7 @@ func kvRange(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().Int64Var(&limit, "limit", 0, "at most this many keys (0: all)")
+	addStaleFlag(cmd, &stale)
 	return cmd
 }
 
