@@ -31,7 +31,9 @@ func NewDevCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run Tenure on this machine for development",
-		Args:  cobra.NoArgs,
+		Example: `  tenure dev cluster
+  tenure dev cluster --nodes 5`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return usage("dev needs a subcommand: cluster (see tenure dev --help)")
 		},

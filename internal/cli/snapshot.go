@@ -27,6 +27,8 @@ func NewSnapshotCommand(g *globals) *cobra.Command {
 holder, waiter and key, with the revision fencing tokens carry on from — to
 a file, from any node; and restore such a file into an empty data dir, as
 the start of a new one-node cluster.`,
+		Example: `  tenure snapshot save backup.snap
+  tenure snapshot restore backup.snap --data-dir ./restored`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return usage("snapshot needs a subcommand: save or restore (see tenure snapshot --help)")
