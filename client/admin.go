@@ -230,29 +230,3 @@ func (c *Client) WatchLeases(ctx context.Context, o ListOptions, from int64) <-c
 		},
 		func(err error) LeaseEvent { return LeaseEvent{Err: err} })
 }
-
-// Member is a server of the cluster, as the answering node sees it.
-type Member struct {
-	ID          string
-	PeerAddress string
-	Voter       bool
-	Leader      bool
-	Self        bool // the node that answered
-}
-
-// Members lists the cluster's servers as the endpoint in use sees them.
-func (c *Client) Members(ctx context.Context) ([]Member, error) {
-	var out []Member
-	err := c.do(ctx, "Members", idempotent, func(ctx context.Context, ep *endpoint) error {
-		resp, err := ep.cluster.Members(ctx, connect.NewRequest(&tenurev1.MembersRequest{}))
-		if err != nil {
-			return err
-		}
-		out = out[:0]
-		for _, m := range resp.Msg.GetMembers() {
-			out = append(out, Member{ID: m.GetId(), PeerAddress: m.GetPeerAddress(), Voter: m.GetVoter(), Leader: m.GetLeader(), Self: m.GetSelf()})
-		}
-		return nil
-	})
-	return out, err
-}

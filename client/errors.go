@@ -58,6 +58,9 @@ var (
 	// is nearly full: then writes that add state are refused, while
 	// reads, releases, closes and deletes still work.
 	ErrResourceExhausted = errors.New("resource exhausted")
+	// ErrChecksumMismatch is returned by Snapshot when the copy received
+	// does not match the SHA-256 the leader sent with it.
+	ErrChecksumMismatch = errors.New("checksum mismatch")
 )
 
 // errorNames maps every api.Reason the server sends to the sentinel a

@@ -239,8 +239,19 @@ func (h *clusterService) TransferLeadership(ctx context.Context, req *connect.Re
 		}
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
 	}
-	_, leader := h.s.node.Leader()
-	return connect.NewResponse(&tenurev1.TransferLeadershipResponse{LeaderId: leader}), nil
+	// The transfer is done when this node has stepped down, which can be
+	// before the new leader's first heartbeat has named it here: wait for
+	// that, so the answer names the new leader, never "".
+	for {
+		if _, leader := h.s.node.Leader(); leader != "" && leader != h.s.node.ID() {
+			return connect.NewResponse(&tenurev1.TransferLeadershipResponse{LeaderId: leader}), nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, toConnect(fmt.Errorf("leadership was handed over, but the new leader is not known yet: %w", ctx.Err()))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // snapshotChunk is the size of the pieces a snapshot is streamed in.

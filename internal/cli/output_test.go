@@ -2,11 +2,11 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -356,26 +356,83 @@ func TestPrintKeyEvent(t *testing.T) {
 
 func TestPrintMembers(t *testing.T) {
 	members := []client.Member{
-		{ID: "node1", PeerAddress: "10.0.0.5:7481", Voter: true, Leader: true, Self: true},
-		{ID: "node2", PeerAddress: "10.0.0.6:7481", Voter: true},
-		{ID: "node3", PeerAddress: "10.0.0.7:7481"},
+		{ID: "node1", APIAddress: "10.0.0.5:7480", PeerAddress: "10.0.0.5:7481", Voter: true, Leader: true,
+			MemberStatus: client.MemberStatus{Role: "leader", LeaderID: "node1", Term: 4, CommitIndex: 120, AppliedIndex: 120, LastLogIndex: 120, Ready: true}},
+		{ID: "node2", APIAddress: "10.0.0.6:7480", PeerAddress: "10.0.0.6:7481", Voter: true, Self: true,
+			MemberStatus: client.MemberStatus{Role: "follower", LeaderID: "node1", Term: 4, CommitIndex: 120, AppliedIndex: 118, LastLogIndex: 120, LastContact: 42 * time.Millisecond, Ready: true}},
+		{ID: "node3", APIAddress: "10.0.0.7:7480", PeerAddress: "10.0.0.7:7481", Voter: true, Err: "unreachable: connection refused"},
+		{ID: "node4", PeerAddress: "10.0.0.8:7481", Err: "has not advertised an API address yet"},
+	}
+	tests := []struct {
+		format, want string
+	}{
+		{"", "" +
+			"ID      API-ADDRESS     PEER-ADDRESS    ROLE                  VOTER\n" +
+			"node1   10.0.0.5:7480   10.0.0.5:7481   leader                yes\n" +
+			"node2   10.0.0.6:7480   10.0.0.6:7481   follower (answered)   yes\n" +
+			"node3   10.0.0.7:7480   10.0.0.7:7481   unreachable           yes\n" +
+			"node4   <none>          10.0.0.8:7481   unreachable           no\n"},
+		{"wide", "" +
+			"ID      API-ADDRESS     PEER-ADDRESS    ROLE                  VOTER   TERM        COMMIT      APPLIED     LAST-CONTACT\n" +
+			"node1   10.0.0.5:7480   10.0.0.5:7481   leader                yes     4           120         120         <none>\n" +
+			"node2   10.0.0.6:7480   10.0.0.6:7481   follower (answered)   yes     4           120         118         42ms ago\n" +
+			"node3   10.0.0.7:7480   10.0.0.7:7481   unreachable           yes     <unknown>   <unknown>   <unknown>   <unknown>\n" +
+			"node4   <none>          10.0.0.8:7481   unreachable           no      <unknown>   <unknown>   <unknown>   <unknown>\n"},
+	}
+	for _, tt := range tests {
+		var buf bytes.Buffer
+		if err := printMembers(&buf, members, tt.format); err != nil {
+			t.Fatal(err)
+		}
+		if got := buf.String(); got != tt.want {
+			t.Errorf("-o %q: got =\n%s\nexpected:\n%s", tt.format, got, tt.want)
+		}
+	}
+}
+
+// A leader that the answering node cannot reach is still marked as the
+// leader it believes in.
+func TestMemberRoleMarksAnUnreachableLeader(t *testing.T) {
+	if got := memberRole(client.Member{Leader: true, Err: "unreachable"}); got != "leader, unreachable" {
+		t.Errorf("got = %q, expected: %q", got, "leader, unreachable")
+	}
+}
+
+func TestPrintMembersJSONHasEveryField(t *testing.T) {
+	members := []client.Member{
+		{ID: "node1", APIAddress: "10.0.0.5:7480", PeerAddress: "10.0.0.5:7481", Voter: true, Leader: true, Self: true,
+			MemberStatus: client.MemberStatus{Role: "leader", LeaderID: "node1", LeaderAPIAddress: "10.0.0.5:7480", Term: 4, CommitIndex: 120, AppliedIndex: 119, LastLogIndex: 121, Revision: 77, Ready: true}},
+		{ID: "node3", APIAddress: "10.0.0.7:7480", PeerAddress: "10.0.0.7:7481", Voter: true, Err: "unreachable: connection refused"},
 	}
 	var buf bytes.Buffer
-	if err := printMembers(&buf, members, ""); err != nil {
+	if err := printMembers(&buf, members, "json"); err != nil {
 		t.Fatal(err)
 	}
-	want := "ID      PEER-ADDRESS    ROLE                SUFFRAGE\n" +
-		"node1   10.0.0.5:7481   leader (answered)   voter\n" +
-		"node2   10.0.0.6:7481   follower            voter\n" +
-		"node3   10.0.0.7:7481   follower            nonvoter\n"
-	if got := buf.String(); got != want {
-		t.Fatalf("got =\n%s\nexpected:\n%s", got, want)
+	var doc struct {
+		Items []map[string]any `json:"items"`
 	}
-	buf.Reset()
-	if err := printMembers(&buf, members[:1], "json"); err != nil {
-		t.Fatal(err)
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatalf("json: %v\n%s", err, buf.String())
 	}
-	if !strings.Contains(buf.String(), `"peerAddress": "10.0.0.5:7481"`) {
-		t.Fatalf("json got = %s, expected: the peer address", buf.String())
+	if len(doc.Items) != 2 {
+		t.Fatalf("items got = %d, expected: 2\n%s", len(doc.Items), buf.String())
+	}
+	want := map[string]any{
+		"id": "node1", "apiAddress": "10.0.0.5:7480", "peerAddress": "10.0.0.5:7481", "voter": true, "leader": true, "self": true,
+	}
+	for k, v := range want {
+		if doc.Items[0][k] != v {
+			t.Errorf("node1 %s got = %v, expected: %v", k, doc.Items[0][k], v)
+		}
+	}
+	status, _ := doc.Items[0]["status"].(map[string]any)
+	for k, v := range map[string]any{"role": "leader", "leaderID": "node1", "leaderAPIAddress": "10.0.0.5:7480", "term": 4.0,
+		"commitIndex": 120.0, "appliedIndex": 119.0, "lastLogIndex": 121.0, "lastContact": "0s", "revision": 77.0, "ready": true} {
+		if status[k] != v {
+			t.Errorf("node1 status.%s got = %v, expected: %v", k, status[k], v)
+		}
+	}
+	if _, ok := doc.Items[1]["status"]; ok || doc.Items[1]["error"] != "unreachable: connection refused" {
+		t.Errorf("node3 got = %v, expected: no status, and the error", doc.Items[1])
 	}
 }

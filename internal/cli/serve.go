@@ -126,13 +126,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
-	nodeID := o.nodeID
-	if nodeID == "" {
-		nodeID = o.peerListen
-		if o.peerAdvertise != "" {
-			nodeID = o.peerAdvertise
-		}
-	}
+	nodeID := serveNodeID(o.nodeID, o.peerListen, o.peerAdvertise)
 	if o.bootstrapExpect < 0 {
 		return usage("--bootstrap-expect %d: must be at least 1", o.bootstrapExpect)
 	}
