@@ -118,7 +118,7 @@ func (h *clusterService) Join(ctx context.Context, req *connect.Request[tenurev1
 	if r.GetId() == "" {
 		return nil, toConnect(invalid("id is required"))
 	}
-	if err := checkHostPort("peer_address", r.GetPeerAddress()); err != nil {
+	if err := checkPeerAddress("peer_address", r.GetPeerAddress()); err != nil {
 		return nil, toConnect(err)
 	}
 	if err := checkHostPort("api_address", r.GetApiAddress()); err != nil {
@@ -299,6 +299,16 @@ func checkHostPort(field, addr string) error {
 	}
 	if p, err := strconv.Atoi(port); err != nil || p <= 0 || p > 65535 {
 		return invalid("%s %q: the port must be a number from 1 to 65535", field, addr)
+	}
+	return nil
+}
+
+// checkPeerAddress checks a raft address: host:port for raft's TCP
+// transport, but any name for a transport given in raftnode.Config (the
+// in-process test cluster's are "n0", "n1", ...), so only its presence.
+func checkPeerAddress(field, addr string) error {
+	if addr == "" {
+		return invalid("%s is required", field)
 	}
 	return nil
 }

@@ -70,7 +70,7 @@ func (h *clusterService) Introduce(ctx context.Context, req *connect.Request[ten
 	if n.GetId() == "" {
 		return nil, toConnect(invalid("node.id is required"))
 	}
-	if err := checkHostPort("node.peer_address", n.GetPeerAddress()); err != nil {
+	if err := checkPeerAddress("node.peer_address", n.GetPeerAddress()); err != nil {
 		return nil, toConnect(err)
 	}
 	if err := checkHostPort("node.api_address", n.GetApiAddress()); err != nil {

@@ -117,3 +117,20 @@ func TestAHealedMinorityRejoins(t *testing.T) {
 	}
 	caughtUp(t, lead, cut)
 }
+
+// TestEveryMemberAdvertisesItsAPIAddress: followers register their API
+// address through the leader, so any node lists every member's, and asks
+// each for its own status.
+func TestEveryMemberAdvertisesItsAPIAddress(t *testing.T) {
+	c := cluster.New(t, 3)
+	for _, n := range c.Nodes() {
+		waitFor(t, waitCtx(t), n.ID()+" to list every member's status", func() bool {
+			for _, m := range members(t, n).GetMembers() {
+				if m.GetApiAddress() != c.Node(int(m.GetId()[1]-'0')).Addr() || m.GetStatus().GetId() != m.GetId() {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}
