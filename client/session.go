@@ -239,9 +239,15 @@ func (s *Session) heartbeat() {
 			return
 		default:
 		}
+		acked := s.validity.deadline()
 		err := s.stream()
 		if err == nil {
 			continue // stopped or lost: the select above says which
+		}
+		if s.validity.deadline().After(acked) {
+			// The stream was answered before it failed: this failure
+			// (a new leader, a restart) starts its own backoff.
+			pause = s.c.opts.backoff
 		}
 		wait := time.NewTimer(pause)
 		validity := time.NewTimer(time.Until(s.ValidUntil()))
@@ -254,7 +260,9 @@ func (s *Session) heartbeat() {
 		}
 		wait.Stop()
 		validity.Stop()
-		pause = min(pause*2, s.opts.interval)
+		// Capped like every other retry: a TTL/3 pause after a failover
+		// could outlast what is left of the validity window.
+		pause = min(pause*2, s.opts.interval, s.c.opts.maxBackoff)
 	}
 }
 
