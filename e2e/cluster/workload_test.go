@@ -59,6 +59,7 @@ type resource struct {
 	writes    []write
 	grants    []grant
 	lockErrs  int
+	opErrs    int // failed puts and unlocks
 	sessLosts int
 	samples   map[string]int // error texts seen, to explain failures
 }
@@ -90,6 +91,13 @@ func newResource() *resource {
 		entered: map[string][]entry{},
 		samples: map[string]int{},
 	}
+}
+
+func (r *resource) opFailed(what string, err error) {
+	r.mu.Lock()
+	r.opErrs++
+	r.mu.Unlock()
+	r.sample(what, err)
 }
 
 // sample counts an error by its text, for the log.
@@ -279,11 +287,15 @@ func (l *lockers) run(ctx context.Context, cl *client.Client, id int, lease stri
 			if _, err := cl.KV().Put(pctx, key, fmt.Sprint(id)); err == nil {
 				l.acked.Store(key, fmt.Sprint(id))
 				l.puts.Add(1)
+			} else if ctx.Err() == nil {
+				l.res.opFailed("put", err)
 			}
 			cancel()
 		}
 		uctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_ = m.Unlock(uctx)
+		if err := m.Unlock(uctx); err != nil && ctx.Err() == nil {
+			l.res.opFailed("unlock", err)
+		}
 		cancel()
 	}
 }
