@@ -27,7 +27,7 @@ func TestLeaderKillUnderLoadKeepsLocksExclusiveAndAcknowledgedWritesDurable(t *t
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	l := startLockers(loadCtx, t, c, 64, 8, 10*time.Second)
-	r := startRecorders(loadCtx, t, c, 8, 4, 6)
+	r := startRecorders(loadCtx, t, c, 8, 4, 4)
 	l.waitProgress(ctx, t, 64)
 
 	began := time.Now()

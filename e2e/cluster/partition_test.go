@@ -154,5 +154,5 @@ func TestStaleReadsFromACutOffFollowerFailTheLinearizabilityCheck(t *testing.T) 
 func rawClients(t *testing.T, url string) raw {
 	hc := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(hc.CloseIdleConnections)
-	return raw{tenurev1connect.NewSessionServiceClient(hc, url), tenurev1connect.NewLeaseServiceClient(hc, url)}
+	return raw{tenurev1connect.NewSessionServiceClient(hc, url), tenurev1connect.NewLeaseServiceClient(hc, url), nil}
 }

@@ -383,7 +383,7 @@ func startRecorders(ctx context.Context, t *testing.T, c *proccluster.Cluster, k
 	var nodes []raw
 	for _, n := range c.Nodes {
 		url := "http://" + n.API
-		nodes = append(nodes, raw{tenurev1connect.NewSessionServiceClient(hc, url), tenurev1connect.NewLeaseServiceClient(hc, url)})
+		nodes = append(nodes, raw{tenurev1connect.NewSessionServiceClient(hc, url), tenurev1connect.NewLeaseServiceClient(hc, url), n.Running})
 	}
 	for i := range leaseWorkers {
 		lease := fmt.Sprintf("lin-%d", i%2)
@@ -395,6 +395,22 @@ func startRecorders(ctx context.Context, t *testing.T, c *proccluster.Cluster, k
 type raw struct {
 	sessions tenurev1connect.SessionServiceClient
 	leases   tenurev1connect.LeaseServiceClient
+	// up, when set, says whether the node runs: its proxy accepts
+	// connections even when it does not, and resets them, which would
+	// make every call to a dead node one of unknown outcome and the
+	// history needlessly hard to check.
+	up func() bool
+}
+
+// pick returns a random node that runs.
+func pick(nodes []raw) raw {
+	for range 10 {
+		n := nodes[rand.N(len(nodes))]
+		if n.up == nil || n.up() {
+			return n
+		}
+	}
+	return nodes[rand.N(len(nodes))]
 }
 
 func (r *recorders) runKV(ctx context.Context, cl *client.Client, id int, key string) {
@@ -459,7 +475,7 @@ func (r *recorders) runLease(ctx context.Context, nodes []raw, id int, lease str
 	}()
 	var token int64 // the last token this worker was granted
 	for ctx.Err() == nil {
-		n := nodes[rand.N(len(nodes))]
+		n := pick(nodes)
 		done := r.lease.Call(id, linearizability.LeaseInput{Op: linearizability.Acquire, Lease: lease, Session: sess})
 		resp, err := callRaw(ctx, func(ctx context.Context) (*connect.Response[tenurev1.AcquireResponse], error) {
 			return n.leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{SessionId: sess, Name: lease, Capacity: 1}))
@@ -484,7 +500,7 @@ func (r *recorders) runLease(ctx context.Context, nodes []raw, id int, lease str
 		}
 		if granted {
 			pause(ctx, time.Duration(rand.N(5))*time.Millisecond)
-			n := nodes[rand.N(len(nodes))]
+			n := pick(nodes)
 			done := r.lease.Call(id, linearizability.LeaseInput{Op: linearizability.Release, Lease: lease, Token: token})
 			_, err := callRaw(ctx, func(ctx context.Context) (*connect.Response[tenurev1.ReleaseResponse], error) {
 				return n.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{Name: lease, Token: token}))
@@ -500,12 +516,12 @@ func (r *recorders) runLease(ctx context.Context, nodes []raw, id int, lease str
 				done(linearizability.LeaseOutput{Unknown: true})
 			}
 		}
-		pause(ctx, time.Duration(rand.N(10))*time.Millisecond)
+		pause(ctx, time.Duration(5+rand.N(20))*time.Millisecond)
 	}
 }
 
 func (r *recorders) validate(ctx context.Context, nodes []raw, id int, lease string, token int64) {
-	n := nodes[rand.N(len(nodes))]
+	n := pick(nodes)
 	done := r.lease.Call(id, linearizability.LeaseInput{Op: linearizability.Validate, Lease: lease, Token: token})
 	resp, err := callRaw(ctx, func(ctx context.Context) (*connect.Response[tenurev1.ValidateResponse], error) {
 		return n.leases.Validate(ctx, connect.NewRequest(&tenurev1.ValidateRequest{Name: lease, Token: token}))
