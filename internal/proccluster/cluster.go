@@ -431,11 +431,26 @@ func (c *Cluster) Heal() {
 	c.mu.Unlock()
 }
 
+// enforce closes the connections the partition forbids, attributing
+// the unattributed ones from one scan of /proc.
 func (c *Cluster) enforce() {
+	owners := c.owners()
 	for _, n := range c.Nodes {
-		n.apiProxy.enforce()
-		n.peerProxy.enforce()
+		n.apiProxy.enforce(owners)
+		n.peerProxy.enforce(owners)
 	}
+}
+
+// partitioned reports whether any node is cut off.
+func (c *Cluster) partitioned() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, g := range c.groups {
+		if g != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // allowed reports whether a connection from (a node index, or external)
@@ -443,7 +458,17 @@ func (c *Cluster) enforce() {
 func (c *Cluster) allowed(from, to int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if from == external {
+	switch from {
+	case unknown:
+		// Links are attributed before anything is cut off; until then
+		// everything may pass.
+		for _, g := range c.groups {
+			if g != 0 {
+				return false
+			}
+		}
+		return true
+	case external:
 		return c.groups[to] == 0
 	}
 	return c.groups[from] == c.groups[to]
@@ -453,25 +478,30 @@ func (c *Cluster) allowed(from, to int) bool {
 // connection from 127.0.0.1:remotePort to a proxy on proxyPort, or
 // external.
 func (c *Cluster) dialer(remotePort, proxyPort int) int {
-	if !canIdentify {
-		return external
-	}
+	return c.owners()(remotePort, proxyPort)
+}
+
+// owners scans /proc once and returns a lookup of the node (or external)
+// that opened a connection from 127.0.0.1:remotePort to proxyPort.
+func (c *Cluster) owners() func(remotePort, proxyPort int) int {
 	var pids []int
+	index := map[int]int{}
 	for _, n := range c.Nodes {
 		if pid := n.PID(); pid != 0 {
 			pids = append(pids, pid)
+			index[pid] = n.Index
 		}
 	}
-	pid, err := socketOwner(remotePort, proxyPort, pids)
-	if err != nil || pid == 0 {
+	sockets, err := socketOwners(pids)
+	return func(remotePort, proxyPort int) int {
+		if err != nil {
+			return external
+		}
+		if pid, ok := sockets[[2]int{remotePort, proxyPort}]; ok {
+			return index[pid]
+		}
 		return external
 	}
-	for _, n := range c.Nodes {
-		if n.PID() == pid {
-			return n.Index
-		}
-	}
-	return external
 }
 
 func contains(s []int, v int) bool {

@@ -12,15 +12,10 @@ import (
 // canIdentify reports whether socketOwner works on this system.
 const canIdentify = true
 
-// socketOwner returns the PID among pids whose process holds the
-// 127.0.0.1 TCP socket with local port localPort connected to remotePort
-// (the other end of a connection a proxy accepted), or 0 when none does.
-func socketOwner(localPort, remotePort int, pids []int) (int, error) {
-	inode, err := socketInode(localPort, remotePort)
-	if err != nil || inode == 0 {
-		return 0, err
-	}
-	want := "socket:[" + strconv.FormatUint(inode, 10) + "]"
+// socketOwners maps the 127.0.0.1 TCP sockets held by the processes
+// pids to their owner: (local port, remote port) → PID.
+func socketOwners(pids []int) (map[[2]int]int, error) {
+	byInode := map[string]int{} // "socket:[inode]" → pid
 	for _, pid := range pids {
 		dir := "/proc/" + strconv.Itoa(pid) + "/fd"
 		entries, err := os.ReadDir(dir)
@@ -28,32 +23,43 @@ func socketOwner(localPort, remotePort int, pids []int) (int, error) {
 			continue // the process is gone
 		}
 		for _, e := range entries {
-			if link, err := os.Readlink(dir + "/" + e.Name()); err == nil && link == want {
-				return pid, nil
+			if link, err := os.Readlink(dir + "/" + e.Name()); err == nil && strings.HasPrefix(link, "socket:[") {
+				byInode[link] = pid
 			}
 		}
 	}
-	return 0, nil
-}
-
-// socketInode finds the inode of the IPv4 socket 127.0.0.1:localPort →
-// 127.0.0.1:remotePort in /proc/net/tcp; 0 when there is none.
-func socketInode(localPort, remotePort int) (uint64, error) {
 	data, err := os.ReadFile("/proc/net/tcp")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	local := fmt.Sprintf("0100007F:%04X", localPort)
-	remote := fmt.Sprintf("0100007F:%04X", remotePort)
+	out := map[[2]int]int{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Scan() // header
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
 		// sl local rem st tx:rx tr:when retrnsmt uid timeout inode ...
-		if len(f) < 10 || f[1] != local || f[2] != remote {
+		f := strings.Fields(sc.Text())
+		if len(f) < 10 {
 			continue
 		}
-		return strconv.ParseUint(f[9], 10, 64)
+		pid, ok := byInode["socket:["+f[9]+"]"]
+		if !ok {
+			continue
+		}
+		local, lerr := loopbackPort(f[1])
+		remote, rerr := loopbackPort(f[2])
+		if lerr == nil && rerr == nil {
+			out[[2]int{local, remote}] = pid
+		}
 	}
-	return 0, sc.Err()
+	return out, sc.Err()
+}
+
+// loopbackPort parses /proc/net/tcp's "0100007F:1F90" (127.0.0.1:8080).
+func loopbackPort(s string) (int, error) {
+	host, port, ok := strings.Cut(s, ":")
+	if !ok || host != "0100007F" {
+		return 0, fmt.Errorf("not a 127.0.0.1 address: %s", s)
+	}
+	p, err := strconv.ParseUint(port, 16, 16)
+	return int(p), err
 }

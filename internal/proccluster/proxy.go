@@ -11,6 +11,9 @@ import (
 // test's own clients.
 const external = -1
 
+// unknown is the "node" of a connection not attributed yet.
+const unknown = -2
+
 // proxy forwards TCP connections to one node's port (API or raft) while
 // the cluster's partition groups allow the dialer to reach that node.
 type proxy struct {
@@ -28,7 +31,9 @@ type proxy struct {
 
 // link is one forwarded connection: the dialer's side and the node's.
 type link struct {
-	from      int // node index of the dialer, or external
+	// from is the node index of the dialer, external, or unknown until
+	// a partition makes it matter.
+	from      int
 	down, up  net.Conn
 	closeOnce sync.Once
 }
@@ -61,7 +66,12 @@ func (p *proxy) accept() {
 }
 
 func (p *proxy) serve(conn net.Conn) {
-	from := p.c.dialer(conn.RemoteAddr().(*net.TCPAddr).Port, p.port)
+	// Finding the dialer costs a scan of /proc: only while a partition
+	// is in force; Isolate finds the dialers of the links it finds.
+	from := unknown
+	if p.c.partitioned() {
+		from = p.c.dialer(conn.RemoteAddr().(*net.TCPAddr).Port, p.port)
+	}
 	l := &link{from: from, down: conn}
 	if !p.track(l) {
 		return
@@ -98,6 +108,10 @@ func (p *proxy) serve(conn net.Conn) {
 func (p *proxy) track(l *link) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if l.from == unknown && p.c.partitioned() {
+		// Cut off since serve looked: attribute it after all.
+		l.from = p.c.dialer(l.down.RemoteAddr().(*net.TCPAddr).Port, p.port)
+	}
 	if p.closed || !p.c.allowed(l.from, p.to) {
 		l.close()
 		return false
@@ -112,11 +126,15 @@ func (p *proxy) untrack(l *link) {
 	p.mu.Unlock()
 }
 
-// enforce closes every link the current partition forbids.
-func (p *proxy) enforce() {
+// enforce closes every link the current partition forbids, first
+// finding the dialers of those not attributed yet through owners.
+func (p *proxy) enforce(owners func(remotePort, proxyPort int) int) {
 	p.mu.Lock()
 	var cut []*link
 	for l := range p.links {
+		if l.from == unknown {
+			l.from = owners(l.down.RemoteAddr().(*net.TCPAddr).Port, p.port)
+		}
 		if !p.c.allowed(l.from, p.to) {
 			cut = append(cut, l)
 		}
