@@ -233,6 +233,12 @@ func transient(err error) bool {
 	switch connect.CodeOf(err) {
 	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeInternal, connect.CodeAborted:
 		return true
+	case connect.CodeCanceled:
+		// connect-go (v1.21) labels a connection reset or broken pipe
+		// "canceled" on the client too, as if the caller had given up;
+		// callers check their own context before asking. A cancel the
+		// server sent, or the context's, is not a lost connection.
+		return !connect.IsWireError(err) && !errors.Is(err, context.Canceled)
 	}
 	return false
 }

@@ -262,7 +262,9 @@ func (s *Session) heartbeat() {
 		}
 		wait.Stop()
 		validity.Stop()
-		pause = min(pause*2, s.opts.interval)
+		// Capped like every other retry: a TTL/3 pause after a failover
+		// could outlast what is left of the validity window.
+		pause = min(pause*2, s.opts.interval, s.c.opts.maxBackoff)
 	}
 }
 

@@ -1,0 +1,532 @@
+package proccluster
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.uber.org/goleak"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/testnet"
+)
+
+// binDir holds the tenure binary, built at most once per test binary run
+// by Binary and removed by Main.
+var (
+	binOnce  sync.Once
+	binDir   string
+	binPath  string
+	binError error
+)
+
+// Main runs the tests, removes the built binary and fails the run when
+// goroutines outlive the tests. Call it from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goroutines outlived the tests: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// Binary builds cmd/tenure on first use and returns its path. It is not
+// built with -race: the nodes are the system under test, not the test.
+func Binary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		binDir, binError = os.MkdirTemp("", "tenure-proccluster-bin-")
+		if binError != nil {
+			return
+		}
+		path := filepath.Join(binDir, "tenure")
+		out, err := exec.Command("go", "build", "-o", path, "github.com/tenurehq/tenure/cmd/tenure").CombinedOutput()
+		if err != nil {
+			binError = fmt.Errorf("go build ./cmd/tenure: %v\n%s", err, out)
+			return
+		}
+		binPath = path
+	})
+	if binError != nil {
+		t.Fatal(binError)
+	}
+	return binPath
+}
+
+// Cluster is N tenure processes behind proxies. Its methods are meant for
+// the test goroutine, except Endpoints, Node accessors and the partition
+// methods, which are safe for concurrent use.
+type Cluster struct {
+	t     testing.TB
+	bin   string
+	Nodes []*Node
+
+	mu     sync.Mutex // guards groups
+	groups []int      // partition group per node; clients are in group 0
+}
+
+// Node is one tenure process with fixed ports and data dir, so that a
+// restart runs the same node.
+type Node struct {
+	c     *Cluster
+	Index int
+	// API is the address clients and other nodes reach the node at (its
+	// proxy); Direct is its real listener, for the test's own probes.
+	API, Direct string
+	// Peer is the raft address other nodes dial (its proxy), also the
+	// node's raft ID.
+	Peer                string
+	peerListen          string
+	dataDir, logPath    string
+	apiProxy, peerProxy *proxy
+	args                []string
+	starts              int
+
+	mu     sync.Mutex // guards cmd, exited and pid
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once cmd.Wait has returned
+	pid    int
+}
+
+// Start runs n nodes that form one cluster (--bootstrap-expect n, each
+// joining the others), with extra added to every node's command line,
+// and returns once every node is ready and one leads. Cleanup kills them
+// and prints the tail of each node's log if the test failed.
+func Start(t testing.TB, n int, extra ...string) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, bin: Binary(t), groups: make([]int, n)}
+	dir := t.TempDir()
+	var lns []net.Listener
+	for i := range n {
+		node := &Node{
+			c:          c,
+			Index:      i,
+			Direct:     testnet.Free(t),
+			peerListen: testnet.Free(t),
+			dataDir:    filepath.Join(dir, fmt.Sprintf("node%d", i)),
+			logPath:    filepath.Join(dir, fmt.Sprintf("node%d.log", i)),
+		}
+		apiLn, peerLn := testnet.Listen(t), testnet.Listen(t)
+		node.API, node.Peer = apiLn.Addr().String(), peerLn.Addr().String()
+		lns = append(lns, apiLn, peerLn)
+		c.Nodes = append(c.Nodes, node)
+	}
+	// Proxies start once c.Nodes is complete: they read it.
+	for i, node := range c.Nodes {
+		node.apiProxy = newProxy(c, i, lns[2*i], node.Direct)
+		node.peerProxy = newProxy(c, i, lns[2*i+1], node.peerListen)
+	}
+	for _, node := range c.Nodes {
+		var join []string
+		for _, other := range c.Nodes {
+			if other != node {
+				join = append(join, other.API)
+			}
+		}
+		node.args = append([]string{"serve",
+			"--listen", node.Direct, "--advertise", node.API,
+			"--peer-listen", node.peerListen, "--peer-advertise", node.Peer,
+			"--data-dir", node.dataDir,
+			"--bootstrap-expect", fmt.Sprint(n), "--join", strings.Join(join, ","),
+		}, extra...)
+	}
+	t.Cleanup(func() {
+		for _, node := range c.Nodes {
+			node.Kill()
+		}
+		for _, node := range c.Nodes {
+			node.apiProxy.close()
+			node.peerProxy.close()
+		}
+		if t.Failed() {
+			for _, node := range c.Nodes {
+				t.Logf("node %d log (last lines of %s):\n%s", node.Index, node.logPath, tail(node.logPath, 60))
+			}
+		}
+	})
+	for _, node := range c.Nodes {
+		node.launch()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, node := range c.Nodes {
+		node.WaitReady(ctx)
+	}
+	c.WaitLeader(ctx)
+	return c
+}
+
+// Endpoints are the nodes' API (proxy) addresses, rotated to start at
+// node first, so that clients given different rotations start on
+// different nodes.
+func (c *Cluster) Endpoints(first int) []string {
+	var out []string
+	for i := range c.Nodes {
+		out = append(out, c.Nodes[(first+i)%len(c.Nodes)].API)
+	}
+	return out
+}
+
+// --- processes ---
+
+func (n *Node) launch() {
+	t := n.c.t
+	t.Helper()
+	n.starts++
+	f, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "=== start %d at %s: %s %s\n", n.starts, time.Now().Format(time.StampMilli), n.c.bin, strings.Join(n.args, " "))
+	cmd := exec.Command(n.c.bin, n.args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	setDeathSignal(cmd)
+	err = cmd.Start()
+	f.Close() // the child has its own descriptor
+	if err != nil {
+		t.Fatalf("start node %d: %v", n.Index, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	n.mu.Lock()
+	n.cmd, n.exited, n.pid = cmd, exited, cmd.Process.Pid
+	n.mu.Unlock()
+}
+
+// Restart starts the node again with the same command line and data dir
+// and returns once it is ready (it knows a leader, or leads and has
+// caught up). The node must have been stopped or killed.
+func (n *Node) Restart(ctx context.Context) {
+	n.c.t.Helper()
+	if n.Running() {
+		n.c.t.Fatalf("restart node %d: it is still running", n.Index)
+	}
+	n.launch()
+	n.WaitReady(ctx)
+}
+
+// Running reports whether the node's process is alive (maybe stopped).
+func (n *Node) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return false
+	}
+	select {
+	case <-n.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// PID is the node's process ID, 0 when it does not run.
+func (n *Node) PID() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return 0
+	}
+	return n.pid
+}
+
+// Kill sends SIGKILL (after SIGCONT, should it be paused) and waits for
+// the process to be gone. Safe to call when nothing runs.
+func (n *Node) Kill() {
+	n.mu.Lock()
+	cmd, exited := n.cmd, n.exited
+	n.cmd = nil
+	n.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// Stop sends SIGTERM and waits for the node to exit by itself: a clean
+// shutdown, which hands leadership over first. It fails the test when the
+// node needs more than timeout.
+func (n *Node) Stop(timeout time.Duration) {
+	t := n.c.t
+	t.Helper()
+	n.mu.Lock()
+	cmd, exited := n.cmd, n.exited
+	n.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(timeout):
+		t.Errorf("node %d did not exit within %v of SIGTERM; killing it", n.Index, timeout)
+	}
+	n.Kill()
+	if st := cmd.ProcessState; st != nil && !st.Success() {
+		t.Errorf("node %d exit after SIGTERM: got = %v, expected: exit status 0", n.Index, st)
+	}
+}
+
+// Pause stops the process with SIGSTOP: alive, holding its connections,
+// answering nothing. Resume continues it.
+func (n *Node) Pause()  { n.signal(syscall.SIGSTOP) }
+func (n *Node) Resume() { n.signal(syscall.SIGCONT) }
+
+func (n *Node) signal(sig syscall.Signal) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil {
+		if err := n.cmd.Process.Signal(sig); err != nil {
+			n.c.t.Errorf("signal %v to node %d: %v", sig, n.Index, err)
+		}
+	}
+}
+
+// WaitReady polls the node's /readyz until it answers 200.
+func (n *Node) WaitReady(ctx context.Context) {
+	t := n.c.t
+	t.Helper()
+	hc := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+	begin := time.Now()
+	n.mu.Lock()
+	exited := n.exited
+	n.mu.Unlock()
+	for {
+		resp, err := hc.Get("http://" + n.Direct + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("node %d start %d: exited before ready", n.Index, n.starts)
+		case <-ctx.Done():
+			t.Fatalf("node %d start %d: not ready after %v", n.Index, n.starts, time.Since(begin).Round(time.Millisecond))
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+// Status asks the node itself (directly, past the proxies) for its raft
+// status.
+func (n *Node) Status(ctx context.Context) (*tenurev1.StatusResponse, error) {
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	cl := tenurev1connect.NewClusterServiceClient(hc, "http://"+n.Direct)
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := cl.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+// Leader returns the index of the node that says it leads and is ready,
+// among the running ones not in except, or -1.
+func (c *Cluster) Leader(ctx context.Context, except ...int) int {
+	for _, n := range c.Nodes {
+		if !n.Running() || contains(except, n.Index) {
+			continue
+		}
+		if st, err := n.Status(ctx); err == nil && st.GetRole() == "leader" && st.GetReady() {
+			return n.Index
+		}
+	}
+	return -1
+}
+
+// WaitLeader polls until a node other than those in except leads and is
+// ready, and returns its index.
+func (c *Cluster) WaitLeader(ctx context.Context, except ...int) int {
+	c.t.Helper()
+	begin := time.Now()
+	for {
+		if i := c.Leader(ctx, except...); i >= 0 {
+			return i
+		}
+		select {
+		case <-ctx.Done():
+			c.t.Fatalf("no leader (other than %v) after %v", except, time.Since(begin).Round(time.Millisecond))
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+// WaitCaughtUp polls until every running node has applied the leader's
+// revision as of the call (stale reads on each then see every write
+// acknowledged before it).
+func (c *Cluster) WaitCaughtUp(ctx context.Context) {
+	c.t.Helper()
+	leader := c.WaitLeader(ctx)
+	st, err := c.Nodes[leader].Status(ctx)
+	if err != nil {
+		c.t.Fatalf("status of leader %d: %v", leader, err)
+	}
+	want := st.GetRevision()
+	for _, n := range c.Nodes {
+		if !n.Running() {
+			continue
+		}
+		for {
+			st, err := n.Status(ctx)
+			if err == nil && st.GetRevision() >= want {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				c.t.Fatalf("node %d never caught up to revision %d: last status %v, err %v", n.Index, want, st, err)
+			case <-time.After(25 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// --- partitions ---
+
+// Isolate cuts node i off from every other node and from clients: its
+// proxies refuse and close connections from anyone, and other nodes'
+// proxies those its process opened. The test is skipped where a proxy
+// cannot tell which process dialed it.
+func (c *Cluster) Isolate(i int) {
+	c.t.Helper()
+	if !canIdentify {
+		c.t.Skip("partitions need Linux's /proc to tell which node dialed a proxy")
+	}
+	c.mu.Lock()
+	c.groups[i] = i + 1
+	c.mu.Unlock()
+	c.enforce()
+}
+
+// Heal puts every node back in one partition with the clients.
+func (c *Cluster) Heal() {
+	c.mu.Lock()
+	for i := range c.groups {
+		c.groups[i] = 0
+	}
+	c.mu.Unlock()
+}
+
+// enforce closes the connections the partition forbids, attributing
+// the unattributed ones from one scan of /proc.
+func (c *Cluster) enforce() {
+	owners := c.owners()
+	for _, n := range c.Nodes {
+		n.apiProxy.enforce(owners)
+		n.peerProxy.enforce(owners)
+	}
+}
+
+// partitioned reports whether any node is cut off.
+func (c *Cluster) partitioned() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, g := range c.groups {
+		if g != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// allowed reports whether a connection from (a node index, or external)
+// to node to may be forwarded.
+func (c *Cluster) allowed(from, to int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch from {
+	case unknown:
+		// Links are attributed before anything is cut off; until then
+		// everything may pass.
+		for _, g := range c.groups {
+			if g != 0 {
+				return false
+			}
+		}
+		return true
+	case external:
+		return c.groups[to] == 0
+	}
+	return c.groups[from] == c.groups[to]
+}
+
+// dialer returns the index of the node whose process opened the
+// connection from 127.0.0.1:remotePort to a proxy on proxyPort, or
+// external.
+func (c *Cluster) dialer(remotePort, proxyPort int) int {
+	return c.owners()(remotePort, proxyPort)
+}
+
+// owners scans /proc once and returns a lookup of the node (or external)
+// that opened a connection from 127.0.0.1:remotePort to proxyPort.
+func (c *Cluster) owners() func(remotePort, proxyPort int) int {
+	var pids []int
+	index := map[int]int{}
+	for _, n := range c.Nodes {
+		if pid := n.PID(); pid != 0 {
+			pids = append(pids, pid)
+			index[pid] = n.Index
+		}
+	}
+	sockets, err := socketOwners(pids)
+	return func(remotePort, proxyPort int) int {
+		if err != nil {
+			return external
+		}
+		if pid, ok := sockets[[2]int{remotePort, proxyPort}]; ok {
+			return index[pid]
+		}
+		return external
+	}
+}
+
+func contains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func tail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}

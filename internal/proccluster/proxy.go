@@ -1,0 +1,160 @@
+package proccluster
+
+import (
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// external is the "node" of connections no node's process opened: the
+// test's own clients.
+const external = -1
+
+// unknown is the "node" of a connection not attributed yet.
+const unknown = -2
+
+// proxy forwards TCP connections to one node's port (API or raft) while
+// the cluster's partition groups allow the dialer to reach that node.
+type proxy struct {
+	c      *Cluster
+	to     int // the node it fronts
+	ln     net.Listener
+	target string
+	port   int // the proxy's own port, the remote port of its dialers' sockets
+
+	mu     sync.Mutex // guards links and closed
+	links  map[*link]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// link is one forwarded connection: the dialer's side and the node's.
+type link struct {
+	// from is the node index of the dialer, external, or unknown until
+	// a partition makes it matter.
+	from      int
+	down, up  net.Conn
+	closeOnce sync.Once
+}
+
+func (l *link) close() {
+	l.closeOnce.Do(func() {
+		l.down.Close()
+		if l.up != nil {
+			l.up.Close()
+		}
+	})
+}
+
+func newProxy(c *Cluster, to int, ln net.Listener, target string) *proxy {
+	p := &proxy{c: c, to: to, ln: ln, target: target, port: ln.Addr().(*net.TCPAddr).Port, links: map[*link]struct{}{}}
+	p.wg.Go(p.accept)
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) accept() {
+	for {
+		conn, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.wg.Go(func() { p.serve(conn) })
+	}
+}
+
+func (p *proxy) serve(conn net.Conn) {
+	// Finding the dialer costs a scan of /proc: only while a partition
+	// is in force; Isolate finds the dialers of the links it finds.
+	from := unknown
+	if p.c.partitioned() {
+		from = p.c.dialer(conn.RemoteAddr().(*net.TCPAddr).Port, p.port)
+	}
+	l := &link{from: from, down: conn}
+	if !p.track(l) {
+		return
+	}
+	defer p.untrack(l)
+	up, err := net.DialTimeout("tcp", p.target, time.Second)
+	if err != nil {
+		l.close() // the node is down: the dialer sees a refused call
+		return
+	}
+	p.mu.Lock()
+	l.up = up
+	closed := p.closed || !p.c.allowed(l.from, p.to)
+	p.mu.Unlock()
+	if closed {
+		// Cut while dialing: the cut closed only down.
+		l.close()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(up, conn)
+		l.close()
+	}()
+	_, _ = io.Copy(conn, up)
+	l.close()
+	<-done
+}
+
+// track registers l unless the proxy is closed or the partition forbids
+// it, in which case it closes l: the dialer sees its connection reset, as
+// on a network that drops it.
+func (p *proxy) track(l *link) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l.from == unknown && p.c.partitioned() {
+		// Cut off since serve looked: attribute it after all.
+		l.from = p.c.dialer(l.down.RemoteAddr().(*net.TCPAddr).Port, p.port)
+	}
+	if p.closed || !p.c.allowed(l.from, p.to) {
+		l.close()
+		return false
+	}
+	p.links[l] = struct{}{}
+	return true
+}
+
+func (p *proxy) untrack(l *link) {
+	p.mu.Lock()
+	delete(p.links, l)
+	p.mu.Unlock()
+}
+
+// enforce closes every link the current partition forbids, first
+// finding the dialers of those not attributed yet through owners.
+func (p *proxy) enforce(owners func(remotePort, proxyPort int) int) {
+	p.mu.Lock()
+	var cut []*link
+	for l := range p.links {
+		if l.from == unknown {
+			l.from = owners(l.down.RemoteAddr().(*net.TCPAddr).Port, p.port)
+		}
+		if !p.c.allowed(l.from, p.to) {
+			cut = append(cut, l)
+		}
+	}
+	p.mu.Unlock()
+	for _, l := range cut {
+		l.close()
+	}
+}
+
+// close stops the proxy and waits for its goroutines.
+func (p *proxy) close() {
+	p.mu.Lock()
+	p.closed = true
+	links := p.links
+	p.links = map[*link]struct{}{}
+	p.mu.Unlock()
+	p.ln.Close()
+	for l := range links {
+		l.close()
+	}
+	p.wg.Wait()
+}
