@@ -267,7 +267,14 @@ func (c *Client) endpoint() (*endpoint, error) {
 const distrustFailed = time.Second
 
 // failover moves off ep unless another caller already did.
+//
+// A call that was cancelled says nothing about the endpoint: callers
+// whose own context ended must not fail over (every unlock would move
+// the client off the leader when its grant monitor's watch stops).
 func (c *Client) failover(ep *endpoint, err error) {
+	if errors.Is(err, context.Canceled) {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ep.failedAt = time.Now().UnixNano()

@@ -164,7 +164,9 @@ func followLeader(ctx context.Context, c *Client, lease LeaseName, cur Leader, e
 	}
 	st, err := ep.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchLeasesRequest{Namespace: lease.Namespace, Name: lease.Name, StartRevision: cur.Revision + 1}))
 	if err != nil {
-		c.failover(ep, err)
+		if ctx.Err() == nil {
+			c.failover(ep, err)
+		}
 		return sleep(ctx, c.opts.backoff)
 	}
 	defer st.Close()

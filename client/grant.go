@@ -294,7 +294,9 @@ func (h *holder) watchFrom(ctx context.Context, from, token int64) (ended error,
 	}
 	st, err := ep.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchLeasesRequest{Namespace: h.lease.Namespace, Name: h.lease.Name, StartRevision: from}))
 	if err != nil {
-		h.s.c.failover(ep, err)
+		if ctx.Err() == nil {
+			h.s.c.failover(ep, err)
+		}
 		return nil, from, wrap("Watch", err)
 	}
 	defer st.Close()
@@ -317,7 +319,7 @@ func (h *holder) watchFrom(ctx context.Context, from, token int64) (ended error,
 		}
 	}
 	err = wrap("Watch", st.Err())
-	if err != nil && !errors.Is(err, ErrLagged) {
+	if err != nil && !errors.Is(err, ErrLagged) && ctx.Err() == nil {
 		h.s.c.failover(ep, err)
 	}
 	return nil, from, err

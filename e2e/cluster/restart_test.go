@@ -2,8 +2,6 @@ package cluster_test
 
 import (
 	"context"
-	"os"
-	"strings"
 	"testing"
 	"time"
 )
@@ -41,27 +39,8 @@ func TestRollingRestartCostsClientsNoErrorsAndNoSessions(t *testing.T) {
 	for msg, n := range l.res.samples {
 		t.Logf("%5d × %s", n, msg)
 	}
-	// KNOWN BUG, not fixed yet: a write sent on a pooled HTTP/1.1
-	// connection to a node that is shutting down (by a client, or by a
-	// follower forwarding to the leader) can have the connection closed
-	// under it: http.Server.Shutdown closes idle connections, and
-	// net/http does not retry a POST, so the client gets "outcome
-	// unknown". Such errors are reported, and fail the test only with
-	// TENURE_FAULT_STRICT=1 until the product is fixed (see
-	// docs/operations.md, "Fault tests"). Every other error fails it.
-	known := 0
-	for msg, n := range l.res.samples {
-		if strings.Contains(msg, "outcome unknown") {
-			known += n
-		}
-	}
-	if known > 0 && os.Getenv("TENURE_FAULT_STRICT") == "" {
-		t.Logf("KNOWN BUG: %d writes to a node shutting down ended with an unknown outcome", known)
-	} else {
-		known = 0
-	}
-	if l.res.lockErrs != 0 || l.res.opErrs-known != 0 {
-		t.Errorf("failed calls: got = %d locks and %d puts or unlocks, expected: 0", l.res.lockErrs, l.res.opErrs-known)
+	if l.res.lockErrs != 0 || l.res.opErrs != 0 {
+		t.Errorf("failed calls: got = %d locks and %d puts or unlocks, expected: 0", l.res.lockErrs, l.res.opErrs)
 	}
 	if l.res.sessLosts != 0 {
 		t.Errorf("lost sessions: got = %d, expected: 0", l.res.sessLosts)

@@ -29,7 +29,14 @@ import (
 	"github.com/tenurehq/tenure/internal/proccluster"
 )
 
-var quiet = slog.New(slog.DiscardHandler)
+// quiet discards the clients' logs; TENURE_CLIENT_LOG=1 shows them, at debug
+// level, when a fault test needs explaining.
+var quiet = func() *slog.Logger {
+	if os.Getenv("TENURE_CLIENT_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}()
 
 var digits = regexp.MustCompile(`[0-9]+`)
 

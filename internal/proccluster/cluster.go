@@ -196,6 +196,10 @@ func (n *Node) launch() {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(f, "=== start %d at %s: %s %s\n", n.starts, time.Now().Format(time.StampMilli), n.c.bin, strings.Join(n.args, " "))
+	if err := n.apiProxy.listen(); err != nil {
+		f.Close()
+		t.Fatalf("node %d: listen for clients again: %v", n.Index, err)
+	}
 	cmd := exec.Command(n.c.bin, n.args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	setDeathSignal(cmd)
@@ -263,6 +267,7 @@ func (n *Node) Kill() {
 	}
 	_ = cmd.Process.Kill()
 	<-exited
+	n.apiProxy.refuse()
 }
 
 // Stop sends SIGTERM and waits for the node to exit by itself: a clean

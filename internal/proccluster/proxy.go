@@ -23,10 +23,15 @@ type proxy struct {
 	target string
 	port   int // the proxy's own port, the remote port of its dialers' sockets
 
-	mu     sync.Mutex // guards links and closed
+	mu     sync.Mutex // guards links, closed, ln and listening
 	links  map[*link]struct{}
 	closed bool
-	wg     sync.WaitGroup
+	// listening is false while the node is down (refuse): a proxy that
+	// accepted and then found no node behind it would turn a refused
+	// connection, which a client knows carried nothing, into one cut
+	// after the request went out, whose outcome it cannot know.
+	listening bool
+	wg        sync.WaitGroup
 }
 
 // link is one forwarded connection: the dialer's side and the node's.
@@ -48,16 +53,42 @@ func (l *link) close() {
 }
 
 func newProxy(c *Cluster, to int, ln net.Listener, target string) *proxy {
-	p := &proxy{c: c, to: to, ln: ln, target: target, port: ln.Addr().(*net.TCPAddr).Port, links: map[*link]struct{}{}}
-	p.wg.Go(p.accept)
+	p := &proxy{c: c, to: to, ln: ln, target: target, port: ln.Addr().(*net.TCPAddr).Port, links: map[*link]struct{}{}, listening: true}
+	p.wg.Go(func() { p.accept(ln) })
 	return p
+}
+
+// refuse stops listening, so that dialers are refused as by a node that
+// is down; listen starts again on the same address.
+func (p *proxy) refuse() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.listening {
+		p.listening = false
+		p.ln.Close()
+	}
+}
+
+func (p *proxy) listen() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.listening || p.closed {
+		return nil
+	}
+	ln, err := net.Listen("tcp", p.ln.Addr().String())
+	if err != nil {
+		return err
+	}
+	p.ln, p.listening = ln, true
+	p.wg.Go(func() { p.accept(ln) })
+	return nil
 }
 
 func (p *proxy) addr() string { return p.ln.Addr().String() }
 
-func (p *proxy) accept() {
+func (p *proxy) accept(ln net.Listener) {
 	for {
-		conn, err := p.ln.Accept()
+		conn, err := ln.Accept()
 		if err != nil {
 			return
 		}
@@ -151,8 +182,8 @@ func (p *proxy) close() {
 	p.closed = true
 	links := p.links
 	p.links = map[*link]struct{}{}
-	p.mu.Unlock()
 	p.ln.Close()
+	p.mu.Unlock()
 	for l := range links {
 		l.close()
 	}
