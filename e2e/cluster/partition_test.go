@@ -18,8 +18,8 @@ import (
 	"github.com/tenurehq/tenure/internal/proccluster"
 )
 
-// electionTimeout is raft's default, which `tenure serve` keeps.
-const electionTimeout = time.Second
+// electionTimeout is `tenure serve`'s default --election-timeout.
+const electionTimeout = 500 * time.Millisecond
 
 // TestLeaderCutOffStepsDownAndRejoinsAsFollower isolates the leader from
 // both followers and from clients, while lockers work through every

@@ -21,6 +21,7 @@ type serveOptions struct {
 	join                                                    []string
 	bootstrapExpect                                         int
 	snapshotThreshold                                       uint64
+	heartbeatTimeout, electionTimeout, leaderLeaseTimeout   time.Duration
 	snapshotInterval                                        time.Duration
 	forceNewCluster                                         bool
 	repairLog                                               bool
@@ -90,6 +91,13 @@ voter first if it leads.`,
 	f.Var(&o.minFreeSpace, "min-free-space", "free disk space to keep: below it writes that add state are refused until space is freed (default twice --wal-segment-size; 0 turns it off)")
 	f.BoolVar(&o.repairLog, "repair-log", false, "start on a log whose checksums fail by cutting the damaged entries off, losing acknowledged writes unless a snapshot covers them (see docs/operations.md)")
 	f.Uint64Var(&o.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
+	// Half hashicorp/raft's defaults (1s, 1s, 500ms): a leader's death is
+	// noticed in 0.5-1s, so a failover, election and promotion included,
+	// takes about a second (docs/benchmarks.md), well inside the 2s
+	// minimum TTL. 20ms made leadership flap on two loaded cores.
+	f.DurationVar(&o.heartbeatTimeout, "heartbeat-timeout", 500*time.Millisecond, "raft: how long a follower waits to hear from the leader before it stands for election")
+	f.DurationVar(&o.electionTimeout, "election-timeout", 500*time.Millisecond, "raft: how long a candidate waits for votes before it tries again; a new leader adds it to every session's deadline")
+	f.DurationVar(&o.leaderLeaseTimeout, "leader-lease-timeout", 250*time.Millisecond, "raft: how long a leader keeps leading without hearing from a quorum (at most --heartbeat-timeout)")
 	f.DurationVar(&o.snapshotInterval, "snapshot-interval", 2*time.Minute, "how often to check whether a snapshot is due")
 	l := &o.limits
 	f.IntVar(&l.MaxNameBytes, "max-name-bytes", l.MaxNameBytes, "longest key, lease name or identity")
@@ -127,6 +135,20 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
 	nodeID := serveNodeID(o.nodeID, o.peerListen, o.peerAdvertise)
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--heartbeat-timeout", o.heartbeatTimeout}, {"--election-timeout", o.electionTimeout}, {"--leader-lease-timeout", o.leaderLeaseTimeout}} {
+		if d.v < 10*time.Millisecond {
+			return usage("%s %v: must be at least 10ms", d.flag, d.v)
+		}
+	}
+	if o.leaderLeaseTimeout > o.heartbeatTimeout {
+		return usage("--leader-lease-timeout %v must not exceed --heartbeat-timeout %v", o.leaderLeaseTimeout, o.heartbeatTimeout)
+	}
+	if o.electionTimeout < o.heartbeatTimeout {
+		return usage("--election-timeout %v must be at least --heartbeat-timeout %v", o.electionTimeout, o.heartbeatTimeout)
+	}
 	if o.bootstrapExpect < 0 {
 		return usage("--bootstrap-expect %d: must be at least 1", o.bootstrapExpect)
 	}
@@ -176,6 +198,10 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 
 			SnapshotThreshold: o.snapshotThreshold,
 			SnapshotInterval:  o.snapshotInterval,
+
+			HeartbeatTimeout:   o.heartbeatTimeout,
+			ElectionTimeout:    o.electionTimeout,
+			LeaderLeaseTimeout: o.leaderLeaseTimeout,
 		},
 	})
 	if err != nil {
