@@ -22,12 +22,19 @@ func TestDocumentedCommandsParse(t *testing.T) {
 		// sample sessions; other blocks hold synopses and output.
 		var block string
 		inBlock := false
-		for i, line := range strings.Split(string(b), "\n") {
+		lines := strings.Split(string(b), "\n")
+		for i := 0; i < len(lines); i++ {
+			line := lines[i]
 			if strings.HasPrefix(line, "```") {
 				inBlock, block = !inBlock, strings.TrimPrefix(line, "```")
 				continue
 			}
 			line = strings.TrimSpace(line)
+			// A command continued over lines with \ is one command.
+			for inBlock && strings.HasSuffix(line, "\\") && i+1 < len(lines) {
+				i++
+				line = strings.TrimSuffix(line, "\\") + " " + strings.TrimSpace(lines[i])
+			}
 			if !inBlock || (block != "sh" && !strings.HasPrefix(line, "$ ")) {
 				continue
 			}
