@@ -200,6 +200,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.mu.Unlock()
 	// Store, not advance: the state now is exactly the snapshot's.
 	f.applied.Store(idx)
+	f.metrics.restores.Inc()
 	f.metrics.applied.Set(float64(idx))
 	f.wake()
 	return nil

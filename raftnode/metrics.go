@@ -22,6 +22,7 @@ type metrics struct {
 	isLeader   prometheus.Gauge
 	diskFree   prometheus.Gauge
 	diskFull   prometheus.Gauge
+	restores   prometheus.Counter
 
 	reg        prometheus.Registerer
 	registered []prometheus.Collector
@@ -67,12 +68,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tenure_raft_disk_full",
 			Help: "1 while client writes are refused because the data directory's file system is below the free-space reserve or a write failed for lack of space, else 0.",
 		}),
+		restores: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tenure_raft_snapshot_restores_total",
+			Help: "State replaced by a snapshot: at start from this node's own, or sent by the leader to a node too far behind for the log.",
+		}),
 		reg: reg,
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.propose, m.applyBatch, m.batchSize, m.storeLogs, m.applied, m.isLeader, m.diskFree, m.diskFull} {
+	for _, c := range []prometheus.Collector{m.propose, m.applyBatch, m.batchSize, m.storeLogs, m.applied, m.isLeader, m.diskFree, m.diskFull, m.restores} {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			return nil, err

@@ -95,6 +95,11 @@ type Config struct {
 	LeaderLeaseTimeout time.Duration
 	SnapshotThreshold  uint64        // entries between snapshots; zero = raft's 8192
 	SnapshotInterval   time.Duration // how often to check the threshold; zero = raft's 120s
+	// CatchUpEntries is how many log entries a snapshot leaves behind it,
+	// for followers that trail by less to catch up from the log; one
+	// further behind (a node down for long, a new one) is sent the
+	// snapshot instead. Zero = raft's 10240.
+	CatchUpEntries uint64
 
 	Logger     *slog.Logger          // default slog.Default()
 	Registerer prometheus.Registerer // may be nil: metrics are then not exported
@@ -313,6 +318,9 @@ func raftConfig(cfg Config, log *slog.Logger) (*raft.Config, error) {
 	}
 	if cfg.SnapshotInterval > 0 {
 		rc.SnapshotInterval = cfg.SnapshotInterval
+	}
+	if cfg.CatchUpEntries > 0 {
+		rc.TrailingLogs = cfg.CatchUpEntries
 	}
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("raftnode: %w", err)

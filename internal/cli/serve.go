@@ -20,7 +20,7 @@ type serveOptions struct {
 	advertise, peerAdvertise                                string
 	join                                                    []string
 	bootstrapExpect                                         int
-	snapshotThreshold                                       uint64
+	snapshotThreshold, catchUpEntries                       uint64
 	heartbeatTimeout, electionTimeout, leaderLeaseTimeout   time.Duration
 	snapshotInterval                                        time.Duration
 	forceNewCluster                                         bool
@@ -99,6 +99,7 @@ voter first if it leads.`,
 	f.DurationVar(&o.electionTimeout, "election-timeout", 500*time.Millisecond, "raft: how long a candidate waits for votes before it tries again; a new leader adds it to every session's deadline")
 	f.DurationVar(&o.leaderLeaseTimeout, "leader-lease-timeout", 250*time.Millisecond, "raft: how long a leader keeps leading without hearing from a quorum (at most --heartbeat-timeout)")
 	f.DurationVar(&o.snapshotInterval, "snapshot-interval", 2*time.Minute, "how often to check whether a snapshot is due")
+	f.Uint64Var(&o.catchUpEntries, "catch-up-entries", 10240, "log entries kept behind each snapshot for a lagging node to catch up from; a node further behind is sent the snapshot")
 	l := &o.limits
 	f.IntVar(&l.MaxNameBytes, "max-name-bytes", l.MaxNameBytes, "longest key, lease name or identity")
 	f.IntVar(&l.MaxValueBytes, "max-value-bytes", l.MaxValueBytes, "largest key or lease value")
@@ -198,6 +199,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 
 			SnapshotThreshold: o.snapshotThreshold,
 			SnapshotInterval:  o.snapshotInterval,
+			CatchUpEntries:    o.catchUpEntries,
 
 			HeartbeatTimeout:   o.heartbeatTimeout,
 			ElectionTimeout:    o.electionTimeout,

@@ -383,6 +383,9 @@ func (n *Node) ID() string { return n.id }
 // restarts.
 func (n *Node) Addr() string { return n.addr }
 
+// DataDir is the node's data directory, which outlives its restarts.
+func (n *Node) DataDir() string { return n.dir }
+
 // URL is "http://" + Addr.
 func (n *Node) URL() string { return "http://" + n.addr }
 

@@ -1,13 +1,19 @@
 package cluster_test
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/cluster"
+	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/server"
 )
 
@@ -133,4 +139,78 @@ func TestEveryMemberAdvertisesItsAPIAddress(t *testing.T) {
 			return true
 		})
 	}
+}
+
+// TestANodeDownForLongCatchesUpFromASnapshot: while a follower is down,
+// the leader snapshots and drops the log behind it, so the follower can
+// only catch up by being sent the snapshot; it does, with every write.
+func TestANodeDownForLongCatchesUpFromASnapshot(t *testing.T) {
+	c := cluster.New(t, 3, cluster.WithRaft(func(rc *raftnode.Config) {
+		rc.SnapshotThreshold, rc.SnapshotInterval, rc.CatchUpEntries = 50, 20*time.Millisecond, 5
+	}))
+	lead := leader(t, c)
+	var down *cluster.Node
+	for _, n := range c.Nodes() {
+		if n != lead {
+			down = n
+		}
+	}
+	caughtUp(t, lead, down)
+	before := newestSnapshot(t, down)
+	if n := counter(t, down, "tenure_raft_snapshot_restores_total", nil); n != 0 {
+		t.Fatalf("snapshot restores on %s before: got = %v, expected: 0", down, n)
+	}
+	if err := c.Stop(down); err != nil {
+		t.Fatal(err)
+	}
+	// Enough to fill several of the log's 1MiB segments: raft-wal serves
+	// entries from its open segment even after they are truncated, so
+	// only sealed segments behind the snapshot are really gone.
+	const writes = 200
+	value := strings.Repeat("v", 12<<10)
+	kv := dial(t, c.Nodes()...).KV()
+	for i := range writes {
+		if _, err := kv.Put(waitCtx(t), fmt.Sprintf("k%03d", i), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The leader has snapshotted past everything the follower has, and
+	// kept only a few entries behind that.
+	waitFor(t, waitCtx(t), "the leader to snapshot past the stopped follower", func() bool {
+		return newestSnapshot(t, leader(t, c)) > before+writes/2
+	})
+	if err := c.Restart(down); err != nil {
+		t.Fatal(err)
+	}
+	caughtUp(t, leader(t, c), down)
+	// Its own newest snapshot is older than what it now holds: the state
+	// came in a snapshot from the leader.
+	if n := counter(t, down, "tenure_raft_snapshot_restores_total", nil); n < 1 {
+		t.Errorf("snapshot restores on %s after catching up: got = %v, expected: the leader's", down, n)
+	}
+	got, err := down.API().KV.Range(waitCtx(t), connect.NewRequest(&tenurev1.RangeRequest{Prefix: "k", Stale: true}))
+	if err != nil || len(got.Msg.GetKvs()) != writes {
+		t.Errorf("keys on %s after catching up: got = %d, %v, expected: all %d", down, len(got.Msg.GetKvs()), err, writes)
+	}
+}
+
+// newestSnapshot is the raft index of the newest snapshot in n's data
+// dir (hashicorp/raft names them term-index-time), 0 if none.
+func newestSnapshot(t *testing.T, n *cluster.Node) uint64 {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(n.DataDir(), "raft", "snapshots"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var newest uint64
+	for _, e := range entries {
+		parts := strings.Split(e.Name(), "-")
+		if len(parts) != 3 || strings.HasSuffix(e.Name(), ".tmp") {
+			continue
+		}
+		if idx, err := strconv.ParseUint(parts[1], 10, 64); err == nil {
+			newest = max(newest, idx)
+		}
+	}
+	return newest
 }
