@@ -200,14 +200,18 @@ func wrap(op string, err error) error {
 }
 
 // notSent reports whether err proves the request never reached a server
-// that could apply it: the connection could not be made, or the server
-// refused it as not the leader before proposing anything.
+// that could apply it: the connection could not be made or broke while
+// the request was written, or the server refused it as not the leader
+// before proposing anything.
 func notSent(err error) bool {
 	if reasonOf(err).NotSent() {
 		return true
 	}
+	// A request whose connection failed as it was being written never
+	// reached the server whole, and a server cannot act on part of one:
+	// a pooled connection to a node that just died fails so.
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	return errors.As(err, &op) && (op.Op == "dial" || op.Op == "write")
 }
 
 // answered reports whether err is an unexpected failure the server
