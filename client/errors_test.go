@@ -3,6 +3,9 @@ package client
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"syscall"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -56,5 +59,24 @@ func TestEveryServerReasonMapsToASentinel(t *testing.T) {
 	}
 	if len(want) != len(api.Reasons) {
 		t.Fatalf("the table names %d reasons, api.Reasons %d", len(want), len(api.Reasons))
+	}
+}
+
+// TestARequestCutWhileBeingWrittenWasNotSent: only failures that prove
+// the server never had the whole request let a once call be repeated.
+func TestARequestCutWhileBeingWrittenWasNotSent(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"refused dial", connect.NewError(connect.CodeUnavailable, &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}), true},
+		{"broken pipe writing the request", connect.NewError(connect.CodeUnavailable, &net.OpError{Op: "write", Err: syscall.EPIPE}), true},
+		{"reset reading the answer", connect.NewError(connect.CodeUnavailable, &net.OpError{Op: "read", Err: syscall.ECONNRESET}), false},
+		{"EOF instead of an answer", connect.NewError(connect.CodeUnavailable, io.ErrUnexpectedEOF), false},
+	} {
+		if got := notSent(tt.err); got != tt.want {
+			t.Errorf("notSent(%s) = %v, expected: %v", tt.name, got, tt.want)
+		}
 	}
 }
