@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -18,58 +17,18 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"go.uber.org/goleak"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/proccluster"
 	"github.com/tenurehq/tenure/internal/testnet"
 )
 
-// binDir holds the tenure binary, built at most once per test binary run
-// by tenureBinary and removed by TestMain.
-var (
-	binDir   string
-	binOnce  sync.Once
-	binPath  string
-	binError error
-)
+func TestMain(m *testing.M) { proccluster.Main(m) }
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "tenure-e2e-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	code := m.Run()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goroutines outlived the tests: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// tenureBinary builds cmd/tenure on first use and returns its path.
-func tenureBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		path := filepath.Join(binDir, "tenure")
-		out, err := exec.Command("go", "build", "-o", path, "github.com/tenurehq/tenure/cmd/tenure").CombinedOutput()
-		if err != nil {
-			binError = fmt.Errorf("go build ./cmd/tenure: %v\n%s", err, out)
-			return
-		}
-		binPath = path
-	})
-	if binError != nil {
-		t.Fatal(binError)
-	}
-	return binPath
-}
+// tenureBinary is cmd/tenure, built once for the test binary's run.
+func tenureBinary(t *testing.T) string { return proccluster.Binary(t) }
 
 const (
 	crashRounds  = 5
@@ -163,7 +122,7 @@ func newServerProc(t *testing.T, bin string) *serverProc {
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
-			t.Logf("server log (last lines of %s):\n%s", p.logPath, tail(p.logPath, 40))
+			t.Logf("server log (last lines of %s):\n%s", p.logPath, proccluster.Tail(p.logPath, 40))
 		}
 	})
 	return p
@@ -245,24 +204,6 @@ func (p *serverProc) kill() {
 		p.api.close()
 		p.api = nil
 	}
-}
-
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return strings.Join(lines, "\n")
 }
 
 // apiClients speak cleartext HTTP/2 to one server process.

@@ -12,12 +12,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/internal/proccluster"
 )
 
 // The operator's cluster commands, end to end: real `tenure serve`
@@ -65,7 +65,7 @@ func newClusterNodes(t *testing.T, bin string, n int) []*clusterNode {
 		}
 		if t.Failed() {
 			for _, node := range nodes {
-				t.Logf("%s log (last lines):\n%s", node.id, tail(node.logPath, 25))
+				t.Logf("%s log (last lines):\n%s", node.id, proccluster.Tail(node.logPath, 25))
 			}
 		}
 	})
@@ -586,13 +586,13 @@ func TestDevClusterServesThroughANodeLossAndRestarts(t *testing.T) {
 
 type devRun struct {
 	cmd            *exec.Cmd
-	stdout, stderr *opsBuffer
+	stdout, stderr *syncBuffer
 	exited         chan struct{}
 }
 
 func startDev(t *testing.T, bin string, args ...string) *devRun {
 	t.Helper()
-	d := &devRun{stdout: &opsBuffer{}, stderr: &opsBuffer{}, exited: make(chan struct{})}
+	d := &devRun{stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	d.cmd = exec.Command(bin, args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.stdout, d.stderr
 	setDeathSignal(d.cmd)
@@ -657,25 +657,6 @@ func (d *devRun) wait(t *testing.T, timeout time.Duration) int {
 		t.Fatalf("dev cluster still running %v after the signal", timeout)
 		return -1
 	}
-}
-
-// opsBuffer is a bytes.Buffer safe to write from a child's copier while
-// the test reads it.
-type opsBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *opsBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *opsBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // within polls cond until it holds, failing the test after limit.

@@ -16,6 +16,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/internal/proccluster"
 )
 
 // TestRestoreOntoNewAddresses copies a stopped node's data dir, as an
@@ -85,7 +86,7 @@ func TestRestoreOntoNewAddresses(t *testing.T) {
 	// The restore: one start with --force-new-cluster.
 	restored.startWith(ctx, "--force-new-cluster")
 	checkRestored(t, ctx, restored, put.Msg.Revision, grant.Msg.Token)
-	if log := tail(restored.logPath, 40); !strings.Contains(log, "FORCE NEW CLUSTER") {
+	if log := proccluster.Tail(restored.logPath, 40); !strings.Contains(log, "FORCE NEW CLUSTER") {
 		t.Errorf("server log has no force-new-cluster warning:\n%s", log)
 	}
 	after, err := call(ctx, func(ctx context.Context) (*connect.Response[tenurev1.PutResponse], error) {

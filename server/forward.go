@@ -258,7 +258,7 @@ func (s *Server) forward(ctx context.Context, req connect.AnyRequest, call forwa
 			return nil, toConnect(ctx.Err())
 		case <-time.After(pause):
 		}
-		pause = min(2*pause, 200*time.Millisecond)
+		pause = min(2*pause, 50*time.Millisecond)
 	}
 }
 

@@ -158,7 +158,7 @@ func Start(t testing.TB, n int, extra ...string) *Cluster {
 		}
 		if t.Failed() {
 			for _, node := range c.Nodes {
-				t.Logf("node %d log (last lines of %s):\n%s", node.Index, node.logPath, tail(node.logPath, 60))
+				t.Logf("node %d log (last lines of %s):\n%s", node.Index, node.logPath, Tail(node.logPath, 60))
 			}
 		}
 	})
@@ -518,7 +518,9 @@ func contains(s []int, v int) bool {
 	return false
 }
 
-func tail(path string, n int) string {
+// Tail is the last n lines of the file at path, or why it cannot be read:
+// for showing a node's log when a test fails.
+func Tail(path string, n int) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return err.Error()
