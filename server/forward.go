@@ -195,7 +195,7 @@ func (f forwarder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if !ok {
 			return res, err
 		}
-		return f.s.forward(ctx, req, call, err)
+		return f.s.forward(ctx, req, call, next, err)
 	}
 }
 
@@ -217,44 +217,57 @@ func reasonOf(err error) api.Reason {
 
 // forward makes req's call on the leader. It waits for a leader while
 // none is known and retries while the call provably did not reach one
-// (refused connection, "not leader"), up to forwardWait; then it gives
-// the caller refused, this node's own answer, which the client retries.
-// A call that reached the leader and failed in flight is answered with
-// what is known: the leader's error, or Unavailable with the outcome in
-// doubt (leadership-lost), never a guess that it did not happen.
-func (s *Server) forward(ctx context.Context, req connect.AnyRequest, call forwardFunc, refused error) (connect.AnyResponse, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, forwardWait, errNoLeaderInTime)
-	defer cancel()
+// (refused connection, "not leader"), for up to forwardWait without a
+// leader's answer; then it gives the caller refused, this node's own
+// answer, which the client retries. If this node is elected meanwhile it
+// answers the call itself with local, the handler that refused it at
+// first. A call that reached the leader and failed in flight is answered
+// with what is known: the leader's error, or Unavailable with the outcome
+// in doubt (leadership-lost), never a guess that it did not happen. Only
+// the search for a leader is bounded here: the call itself, a parked
+// Acquire say, has the caller's context.
+func (s *Server) forward(ctx context.Context, req connect.AnyRequest, call forwardFunc, local connect.UnaryFunc, refused error) (connect.AnyResponse, error) {
+	deadline := time.Now().Add(forwardWait)
 	pause := 10 * time.Millisecond
 	for {
-		addr, err := s.leaderAPI(ctx)
-		if err != nil {
-			if context.Cause(ctx) == errNoLeaderInTime {
-				return nil, refused
-			}
-			return nil, toConnect(err)
+		wait, cancel := context.WithDeadline(ctx, deadline)
+		addr, err := s.leaderAPI(wait)
+		cancel()
+		switch {
+		case errors.Is(err, errThisNodeLeads):
+			// Elected here meanwhile: the first try proposed nothing.
+			return local(ctx, req)
+		case err != nil && ctx.Err() == nil:
+			return nil, refused // no leader in time
+		case err != nil:
+			return nil, toConnect(ctx.Err())
 		}
 		res, err := call(ctx, s.peers.to(addr), req, s.node.ID())
 		switch {
 		case err == nil:
 			s.metrics.forwarded.Inc()
 			return res, nil
-		case reasonOf(err).NotSent() || dialFailed(err):
-			// The leader moved on, or is not reachable: nothing was done.
+		case reasonOf(err).NotSent():
+			// A leader answered that it no longer leads (a parked call
+			// whose leader stepped down ends so): nothing was done, and
+			// the next leader gets its own time to appear.
+			deadline = time.Now().Add(forwardWait)
+		case dialFailed(err):
+			// The leader is not reachable: nothing was done.
 		case connect.IsWireError(err):
 			return nil, answerOf(err) // the leader's own answer
-		case ctx.Err() != nil && context.Cause(ctx) != errNoLeaderInTime:
+		case ctx.Err() != nil:
 			return nil, toConnect(ctx.Err())
 		default:
 			out := connect.NewError(connect.CodeUnavailable, fmt.Errorf("forwarding to the leader at %s failed after the call was sent; it may or may not have been applied: %w", addr, err))
 			out.Meta().Set(api.ErrorHeader, string(api.ReasonLeadershipLost))
 			return nil, out
 		}
+		if time.Now().After(deadline) {
+			return nil, refused
+		}
 		select {
 		case <-ctx.Done():
-			if context.Cause(ctx) == errNoLeaderInTime {
-				return nil, refused
-			}
 			return nil, toConnect(ctx.Err())
 		case <-time.After(pause):
 		}
@@ -262,7 +275,9 @@ func (s *Server) forward(ctx context.Context, req connect.AnyRequest, call forwa
 	}
 }
 
-var errNoLeaderInTime = errors.New("no leader known in time to forward the call")
+// errThisNodeLeads is leaderAPI's answer once this node is the promoted
+// leader: there is nobody to forward to.
+var errThisNodeLeads = errors.New("this node leads now")
 
 func dialFailed(err error) bool {
 	var op *net.OpError
@@ -270,11 +285,15 @@ func dialFailed(err error) bool {
 }
 
 // leaderAPI waits until another node is known to lead and has advertised
-// its API address, and returns that address. While this node itself is
-// elected but not yet promoted it waits too: the call is better answered
-// here in a moment than refused.
+// its API address, and returns that address, or errThisNodeLeads once
+// this node is the promoted leader. While it is elected but not yet
+// promoted it waits too: the call is better answered here in a moment
+// than refused.
 func (s *Server) leaderAPI(ctx context.Context) (string, error) {
 	for {
+		if s.leading.Load() {
+			return "", errThisNodeLeads
+		}
 		if addr, ok := s.leaderAddress(); ok && addr != s.advertise {
 			return addr, nil
 		}

@@ -275,3 +275,42 @@ func TestARollingRestartCostsClientsNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestAnAcquireParkedThroughAFollowerWaitsAsLongAsItsCaller: forwarding
+// bounds only the search for a leader, not the call: a curl user's wait
+// parked through a follower lasts until the grant.
+func TestAnAcquireParkedThroughAFollowerWaitsAsLongAsItsCaller(t *testing.T) {
+	c := cluster.New(t, 3)
+	lead := leader(t, c)
+	followers, err := c.Followers(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := openSession(t, lead, time.Minute)
+	waiter := openSession(t, lead, time.Minute)
+	token := acquire(t, lead, holder, "job")
+	keep(t, holder, time.Second, c.Nodes()...)
+	keep(t, waiter, time.Second, c.Nodes()...)
+	done := make(chan *tenurev1.AcquireResponse, 1)
+	go func() {
+		resp, err := followers[0].API().Leases.Acquire(context.Background(), connect.NewRequest(&tenurev1.AcquireRequest{SessionId: waiter, Name: "job", Wait: true}))
+		if err != nil {
+			t.Errorf("waiting acquire through %s: %v", followers[0], err)
+			done <- nil
+			return
+		}
+		done <- resp.Msg
+	}()
+	time.Sleep(4 * time.Second) // longer than a forward may look for a leader
+	select {
+	case r := <-done:
+		t.Fatalf("the waiting acquire returned %v while the lock was held, expected: still waiting", r)
+	default:
+	}
+	if _, err := lead.API().Leases.Release(waitCtx(t), connect.NewRequest(&tenurev1.ReleaseRequest{Name: "job", Token: token})); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r == nil || !r.GetAcquired() || r.GetToken() <= token {
+		t.Errorf("the waiting acquire after the release: got = %v, expected: granted with a token above %d", r, token)
+	}
+}
