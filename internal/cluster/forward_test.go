@@ -314,3 +314,40 @@ func TestAnAcquireParkedThroughAFollowerWaitsAsLongAsItsCaller(t *testing.T) {
 		t.Errorf("the waiting acquire after the release: got = %v, expected: granted with a token above %d", r, token)
 	}
 }
+
+// TestAFollowerServesWatchesFromItsOwnState: a watch on a follower sees
+// every event of writes made on the leader, in revision order, without
+// gaps (rule 8), since every replica applies the same events at the same
+// revisions.
+func TestAFollowerServesWatchesFromItsOwnState(t *testing.T) {
+	c := cluster.New(t, 3)
+	lead := leader(t, c)
+	followers, err := c.Followers(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := followers[0].API().KV.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Key: "w/", Prefix: true, StartRevision: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const writes = 20
+	for i := range writes {
+		if _, err := lead.API().KV.Put(waitCtx(t), connect.NewRequest(&tenurev1.PutRequest{Key: fmt.Sprintf("w/%02d", i), Value: "v"})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var last int64
+	for i := range writes {
+		if !st.Receive() {
+			t.Fatalf("watch on %s ended after %d events: %v", followers[0], i, st.Err())
+		}
+		ev := st.Msg()
+		if want := fmt.Sprintf("w/%02d", i); ev.GetKv().GetKey() != want || ev.GetRevision() <= last {
+			t.Fatalf("event %d on %s: got = %s at revision %d, expected: %s after revision %d", i, followers[0], ev.GetKv().GetKey(), ev.GetRevision(), want, last)
+		}
+		last = ev.GetRevision()
+	}
+}
