@@ -326,28 +326,32 @@ func TestAFollowerServesWatchesFromItsOwnState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := followers[0].API().KV.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Key: "w/", Prefix: true, StartRevision: 1}))
+	first, err := lead.API().KV.Put(waitCtx(t), connect.NewRequest(&tenurev1.PutRequest{Key: "w/start", Value: "v"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	caughtUp(t, lead, followers[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	events := dial(t, followers[0]).KV().Watch(ctx, "w/", client.WithPrefix(), client.WithRevision(first.Msg.GetRevision()+1))
 	const writes = 20
+	go func() {
+		for i := range writes {
+			if _, err := lead.API().KV.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: fmt.Sprintf("w/%02d", i), Value: "v"})); err != nil {
+				t.Errorf("put %d: %v", i, err)
+				return
+			}
+		}
+	}()
+	last := first.Msg.GetRevision()
 	for i := range writes {
-		if _, err := lead.API().KV.Put(waitCtx(t), connect.NewRequest(&tenurev1.PutRequest{Key: fmt.Sprintf("w/%02d", i), Value: "v"})); err != nil {
-			t.Fatal(err)
+		ev, ok := <-events
+		if !ok || ev.Err != nil {
+			t.Fatalf("watch on %s ended after %d events: %v", followers[0], i, ev.Err)
 		}
-	}
-	var last int64
-	for i := range writes {
-		if !st.Receive() {
-			t.Fatalf("watch on %s ended after %d events: %v", followers[0], i, st.Err())
+		if want := fmt.Sprintf("w/%02d", i); ev.KV.Key != want || ev.Revision != last+1 {
+			t.Fatalf("event %d on %s: got = %s at revision %d, expected: %s at revision %d", i, followers[0], ev.KV.Key, ev.Revision, want, last+1)
 		}
-		ev := st.Msg()
-		if want := fmt.Sprintf("w/%02d", i); ev.GetKv().GetKey() != want || ev.GetRevision() <= last {
-			t.Fatalf("event %d on %s: got = %s at revision %d, expected: %s after revision %d", i, followers[0], ev.GetKv().GetKey(), ev.GetRevision(), want, last)
-		}
-		last = ev.GetRevision()
+		last = ev.Revision
 	}
 }
