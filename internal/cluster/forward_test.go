@@ -15,6 +15,7 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/client"
 	"github.com/tenurehq/tenure/internal/cluster"
+	"github.com/tenurehq/tenure/raftnode"
 )
 
 // dial returns a Go client of the given nodes, closed when the test ends.
@@ -205,7 +206,13 @@ func TestAParkedAcquireKeepsItsPlaceAcrossFailover(t *testing.T) {
 // session and fails no call: a node that stops hands leadership over and
 // finishes what it started, and clients retry what it refused.
 func TestARollingRestartCostsClientsNothing(t *testing.T) {
-	c := cluster.New(t, 3)
+	// tenure serve's raft timeouts, not the harness's shorter ones: the
+	// test is about planned restarts, and an election forced by a starved
+	// CPU (the whole suite shares two cores) would, honestly, leave a
+	// write in doubt.
+	c := cluster.New(t, 3, cluster.WithRaft(func(rc *raftnode.Config) {
+		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
+	}))
 	cl := dial(t, c.Nodes()...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
