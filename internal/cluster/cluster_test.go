@@ -21,11 +21,7 @@ import (
 // servers, one leader, and every node's configuration listing all three.
 func TestEveryNodeSeesTheSameThreeVoters(t *testing.T) {
 	c := cluster.New(t, 3)
-	lead := leader(t, c)
-	followers, err := c.Followers(waitCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lead, followers := leaderAndFollowers(t, c)
 	if len(followers) != 2 {
 		t.Fatalf("followers = %v, expected: the two nodes but %s", followers, lead)
 	}
@@ -73,11 +69,7 @@ func TestEveryNodeSeesTheSameThreeVoters(t *testing.T) {
 // data and addresses, and it follows the writes made while it was down.
 func TestARestartedNodeRejoinsAndCatchesUp(t *testing.T) {
 	c := cluster.New(t, 3)
-	lead := leader(t, c)
-	followers, err := c.Followers(waitCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lead, followers := leaderAndFollowers(t, c)
 	down := followers[0]
 	if err := c.Stop(down); err != nil {
 		t.Fatal(err)
@@ -106,11 +98,7 @@ func TestARestartedNodeRejoinsAndCatchesUp(t *testing.T) {
 // takes writes.
 func TestAHealedMinorityRejoins(t *testing.T) {
 	c := cluster.New(t, 3)
-	lead := leader(t, c)
-	followers, err := c.Followers(waitCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lead, followers := leaderAndFollowers(t, c)
 	cut := followers[0]
 	c.Disconnect(cut)
 	if _, err := lead.API().KV.Put(waitCtx(t), connect.NewRequest(&tenurev1.PutRequest{Key: "while-cut", Value: "1"})); err != nil {

@@ -38,11 +38,7 @@ func dial(t testing.TB, nodes ...*cluster.Node) *client.Client {
 // follower is read through the other at once.
 func TestAFollowerAnswersAsTheLeaderWould(t *testing.T) {
 	c := cluster.New(t, 3)
-	lead := leader(t, c)
-	followers, err := c.Followers(waitCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lead, followers := leaderAndFollowers(t, c)
 	a, b := followers[0], followers[1]
 	for i := range 20 {
 		value := fmt.Sprint(i)
@@ -62,7 +58,7 @@ func TestAFollowerAnswersAsTheLeaderWould(t *testing.T) {
 		t.Errorf("validate through %s: got = invalid, expected: token %d valid", b, token)
 	}
 	// Domain errors come back as the leader gave them.
-	_, err = b.API().Leases.Release(waitCtx(t), connect.NewRequest(&tenurev1.ReleaseRequest{Name: "job", Token: token + 100}))
+	_, err := b.API().Leases.Release(waitCtx(t), connect.NewRequest(&tenurev1.ReleaseRequest{Name: "job", Token: token + 100}))
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Errorf("release with a wrong token through %s: got = %v, expected: failed precondition (not holder)", b, err)
 	}
@@ -79,11 +75,7 @@ func TestAFollowerAnswersAsTheLeaderWould(t *testing.T) {
 // but never answers a linearizable one with it.
 func TestAStaleReadIsAnsweredLocallyAndALinearizableOneNeverIs(t *testing.T) {
 	c := cluster.New(t, 3)
-	lead := leader(t, c)
-	followers, err := c.Followers(waitCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lead, followers := leaderAndFollowers(t, c)
 	cut := followers[0]
 	if _, err := lead.API().KV.Put(waitCtx(t), connect.NewRequest(&tenurev1.PutRequest{Key: "k", Value: "old"})); err != nil {
 		t.Fatal(err)
@@ -109,11 +101,7 @@ func TestAStaleReadIsAnsweredLocallyAndALinearizableOneNeverIs(t *testing.T) {
 // leader from the first answer and calls it directly from then on.
 func TestTheGoClientFollowsTheLeader(t *testing.T) {
 	c := cluster.New(t, 3)
-	lead := leader(t, c)
-	followers, err := c.Followers(waitCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lead, followers := leaderAndFollowers(t, c)
 	f := followers[0]
 	cl := dial(t, f)
 	for i := range 10 {
@@ -288,11 +276,7 @@ func TestARollingRestartCostsClientsNothing(t *testing.T) {
 // parked through a follower lasts until the grant.
 func TestAnAcquireParkedThroughAFollowerWaitsAsLongAsItsCaller(t *testing.T) {
 	c := cluster.New(t, 3)
-	lead := leader(t, c)
-	followers, err := c.Followers(waitCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lead, followers := leaderAndFollowers(t, c)
 	holder := openSession(t, lead, time.Minute)
 	waiter := openSession(t, lead, time.Minute)
 	token := acquire(t, lead, holder, "job")
@@ -328,11 +312,7 @@ func TestAnAcquireParkedThroughAFollowerWaitsAsLongAsItsCaller(t *testing.T) {
 // revisions.
 func TestAFollowerServesWatchesFromItsOwnState(t *testing.T) {
 	c := cluster.New(t, 3)
-	lead := leader(t, c)
-	followers, err := c.Followers(waitCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lead, followers := leaderAndFollowers(t, c)
 	first, err := lead.API().KV.Put(waitCtx(t), connect.NewRequest(&tenurev1.PutRequest{Key: "w/start", Value: "v"}))
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,17 @@ func leader(t testing.TB, c *cluster.Cluster) *cluster.Node {
 	return n
 }
 
+// leaderAndFollowers waits for a promoted leader and returns it and the
+// other running nodes.
+func leaderAndFollowers(t testing.TB, c *cluster.Cluster) (*cluster.Node, []*cluster.Node) {
+	t.Helper()
+	followers, err := c.Followers(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leader(t, c), followers
+}
+
 func openSession(t testing.TB, n *cluster.Node, ttl time.Duration) int64 {
 	t.Helper()
 	resp, err := n.API().Sessions.Open(waitCtx(t), connect.NewRequest(&tenurev1.OpenSessionRequest{Ttl: durationpb.New(ttl)}))
