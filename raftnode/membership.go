@@ -25,12 +25,6 @@ type Status struct {
 	// LastContact is when this follower last heard from a leader; zero on
 	// the leader and on a node that never heard from one.
 	LastContact time.Time
-	// Formed is whether the node belongs to a cluster: its configuration
-	// lists at least one server.
-	Formed bool
-	// Voter is whether the latest configuration lists this node as a
-	// voter.
-	Voter bool
 }
 
 // Status reports this node's view of itself.
@@ -49,14 +43,6 @@ func (n *Node) Status() Status {
 	}
 	if st.Role != "leader" {
 		st.LastContact = n.raft.LastContact()
-	}
-	if members, err := n.Members(); err == nil {
-		for _, m := range members {
-			st.Formed = true
-			if m.ID == n.id {
-				st.Voter = m.Voter
-			}
-		}
 	}
 	return st
 }
