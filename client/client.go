@@ -33,6 +33,7 @@ type Client struct {
 }
 
 type endpoint struct {
+	c   *Client
 	url string
 	// failedAt is when a call last failed over from this endpoint (unix
 	// ns), guarded by Client.mu: a node's word that this is the leader is
@@ -43,6 +44,10 @@ type endpoint struct {
 	leases   tenurev1connect.LeaseServiceClient
 	kv       tenurev1connect.KVServiceClient
 	cluster  tenurev1connect.ClusterServiceClient
+
+	pipeMu sync.Mutex // guards pipe and noPipe; held while connecting
+	pipe   *pipe
+	noPipe bool // the server has no pipeline: unary calls only
 }
 
 type options struct {
@@ -143,7 +148,15 @@ func (c *Client) Close() error {
 	c.closed = true
 	conns := c.conns
 	c.conns = nil
+	endpoints := c.endpoints
 	c.mu.Unlock()
+	for _, ep := range endpoints {
+		ep.pipeMu.Lock()
+		if ep.pipe != nil {
+			ep.pipe.close()
+		}
+		ep.pipeMu.Unlock()
+	}
 	// Closing only idle connections would leave one whose last stream
 	// was still ending open for good, with its read loop.
 	c.transport.http1.CloseIdleConnections()
@@ -187,13 +200,11 @@ func (tc *trackedConn) Close() error {
 }
 
 func (c *Client) newEndpoint(url string) *endpoint {
-	return &endpoint{
-		url:      url,
-		sessions: tenurev1connect.NewSessionServiceClient(c.http, url),
-		leases:   tenurev1connect.NewLeaseServiceClient(c.http, url),
-		kv:       tenurev1connect.NewKVServiceClient(c.http, url),
-		cluster:  tenurev1connect.NewClusterServiceClient(c.http, url),
-	}
+	ep := &endpoint{c: c, url: url, cluster: tenurev1connect.NewClusterServiceClient(c.http, url)}
+	ep.sessions = pipedSessions{tenurev1connect.NewSessionServiceClient(c.http, url), ep}
+	ep.leases = pipedLeases{tenurev1connect.NewLeaseServiceClient(c.http, url), ep}
+	ep.kv = pipedKV{tenurev1connect.NewKVServiceClient(c.http, url), ep}
+	return ep
 }
 
 // leaderHeader is set by a node that does not lead on every response,

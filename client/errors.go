@@ -204,7 +204,7 @@ func wrap(op string, err error) error {
 // the request was written, or the server refused it as not the leader
 // before proposing anything.
 func notSent(err error) bool {
-	if reasonOf(err).NotSent() {
+	if reasonOf(err).NotSent() || errors.Is(err, errNotSent) {
 		return true
 	}
 	// A request whose connection failed as it was being written never

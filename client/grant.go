@@ -292,6 +292,19 @@ func (h *holder) watchFrom(ctx context.Context, from, token int64) (ended error,
 	if err != nil {
 		return nil, from, err
 	}
+	// On the pipeline, a grant watch is one request answered when the
+	// grant ends: no stream, no connection of its own.
+	ev, err := ep.watchGrant(ctx, &tenurev1.WatchGrantRequest{Namespace: h.lease.Namespace, Name: h.lease.Name, Token: token, StartRevision: from})
+	switch {
+	case err == nil:
+		return grantEnded(h.lease, token, ev), ev.GetRevision() + 1, nil
+	case !errors.Is(err, errUseUnary):
+		err = wrap("Watch", err)
+		if !errors.Is(err, ErrLagged) && ctx.Err() == nil {
+			h.s.c.failover(ep, err)
+		}
+		return nil, from, err
+	}
 	st, err := ep.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchLeasesRequest{Namespace: h.lease.Namespace, Name: h.lease.Name, StartRevision: from}))
 	if err != nil {
 		if ctx.Err() == nil {
@@ -303,19 +316,8 @@ func (h *holder) watchFrom(ctx context.Context, from, token int64) (ended error,
 	for st.Receive() {
 		ev := st.Msg()
 		from = ev.GetRevision() + 1
-		if ev.GetToken() != token {
-			continue
-		}
-		switch ev.GetType() {
-		case tenurev1.LeaseEventType_LEASE_EVENT_TYPE_RELEASED,
-			tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED,
-			tenurev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED:
-			reason := ev.GetReason()
-			kind := ErrNotHolder
-			if ev.GetType() == tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED {
-				kind = ErrSessionExpired
-			}
-			return &Error{Op: "Lock", Kind: kind, Cause: fmt.Errorf("grant %d of %s ended: %s", token, h.lease, reason)}, from, nil
+		if ended := grantEnded(h.lease, token, ev); ended != nil {
+			return ended, from, nil
 		}
 	}
 	err = wrap("Watch", st.Err())
@@ -323,6 +325,24 @@ func (h *holder) watchFrom(ctx context.Context, from, token int64) (ended error,
 		h.s.c.failover(ep, err)
 	}
 	return nil, from, err
+}
+
+// grantEnded is the error a holder's grant ends with, if ev ends it.
+func grantEnded(lease LeaseName, token int64, ev *tenurev1.LeaseEvent) error {
+	if ev.GetToken() != token {
+		return nil
+	}
+	switch ev.GetType() {
+	case tenurev1.LeaseEventType_LEASE_EVENT_TYPE_RELEASED,
+		tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED,
+		tenurev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED:
+		kind := ErrNotHolder
+		if ev.GetType() == tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED {
+			kind = ErrSessionExpired
+		}
+		return &Error{Op: "Lock", Kind: kind, Cause: fmt.Errorf("grant %d of %s ended: %s", token, lease, ev.GetReason())}
+	}
+	return nil
 }
 
 func (h *holder) validate(ctx context.Context, token int64) (bool, error) {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"io"
 	"net/http"
 )
@@ -87,3 +88,25 @@ func (b *flushingBody) Read(p []byte) (int, error) {
 }
 
 func (b *flushingBody) Close() error { return b.body.Close() }
+
+// batchFlushes wraps a stream whose answers are sent by one goroutine in
+// batches (Pipeline's sendQueue): connect's flush after each message is
+// held back until the sender calls flushPending at the end of a batch.
+// The writer reaches the handler through its context.
+func batchFlushes(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, ok := w.(http.Flusher)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		bw := &batchingWriter{coalescingWriter{ResponseWriter: w, flusher: f}}
+		next.ServeHTTP(bw, r.WithContext(context.WithValue(r.Context(), batchingKey{}, bw)))
+	})
+}
+
+type batchingKey struct{}
+
+// batchingWriter is a coalescingWriter flushed by the sending goroutine
+// rather than by reads: writes, Flush and flushPending all happen on it.
+type batchingWriter struct{ coalescingWriter }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tenurehq/tenure/api/framing"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/lessor"
 	"github.com/tenurehq/tenure/raftnode"
@@ -60,6 +61,7 @@ type Server struct {
 	http    *http.Server
 	metrics *metrics
 	peers   *peers
+	pipes   pipeConns
 	// advertise is the API address this node is known by.
 	advertise string
 	discovery discovery
@@ -200,6 +202,9 @@ func (s *Server) Advertise() string { return s.advertise }
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.drain()
+		// Pipelines answer what they have read, then tell their clients
+		// where they stopped reading, so nothing sent is left in doubt.
+		s.pipes.closeAll(time.Second)
 		close(s.stopC)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -298,6 +303,8 @@ func (s *Server) routes() http.Handler {
 	sessionPath, sessionHandler := tenurev1connect.NewSessionServiceHandler(&sessionService{s}, opts...)
 	mux.Handle(sessionPath, sessionHandler)
 	mux.Handle(tenurev1connect.SessionServiceKeepAliveProcedure, coalesceFlushes(sessionHandler))
+	mux.Handle(tenurev1connect.SessionServicePipelineProcedure, batchFlushes(sessionHandler))
+	mux.HandleFunc("POST "+framing.Path, s.servePipelineUpgrade)
 	mux.Handle(tenurev1connect.NewLeaseServiceHandler(&leaseService{s}, opts...))
 	mux.Handle(tenurev1connect.NewKVServiceHandler(&kvService{s}, opts...))
 	mux.Handle(tenurev1connect.NewClusterServiceHandler(&clusterService{s}, opts...))

@@ -21,6 +21,7 @@ package tenurev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	anypb "google.golang.org/protobuf/types/known/anypb"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -154,6 +155,823 @@ func (WatchEventType) EnumDescriptor() ([]byte, []int) {
 	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{1}
 }
 
+// PipelineRequest is one operation on a pipeline. On the Go client's
+// upgraded connection ("Upgrade: tenure-pipeline" on POST /pipeline) each
+// message is sent as its length in bytes (an unsigned varint) followed by
+// the message.
+type PipelineRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id tags the answer. The client chooses it; it must not be reused while
+	// a request with it is in flight on the same stream.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*PipelineRequest_Acquire
+	//	*PipelineRequest_Release
+	//	*PipelineRequest_SetValue
+	//	*PipelineRequest_Validate
+	//	*PipelineRequest_Get
+	//	*PipelineRequest_Put
+	//	*PipelineRequest_Delete
+	//	*PipelineRequest_CompareAndSwap
+	//	*PipelineRequest_Refresh
+	//	*PipelineRequest_WatchGrant
+	//	*PipelineRequest_Cancel
+	//	*PipelineRequest_Ping
+	Op            isPipelineRequest_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipelineRequest) Reset() {
+	*x = PipelineRequest{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipelineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipelineRequest) ProtoMessage() {}
+
+func (x *PipelineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipelineRequest.ProtoReflect.Descriptor instead.
+func (*PipelineRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PipelineRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PipelineRequest) GetOp() isPipelineRequest_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetAcquire() *AcquireRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetSetValue() *SetValueRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_SetValue); ok {
+			return x.SetValue
+		}
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetValidate() *ValidateRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_Validate); ok {
+			return x.Validate
+		}
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetGet() *GetRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_Get); ok {
+			return x.Get
+		}
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetPut() *PutRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetDelete() *DeleteRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetCompareAndSwap() *CompareAndSwapRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_CompareAndSwap); ok {
+			return x.CompareAndSwap
+		}
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetRefresh() *KeepAliveRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_Refresh); ok {
+			return x.Refresh
+		}
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetWatchGrant() *WatchGrantRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_WatchGrant); ok {
+			return x.WatchGrant
+		}
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetCancel() uint64 {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return 0
+}
+
+func (x *PipelineRequest) GetPing() *Ping {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_Ping); ok {
+			return x.Ping
+		}
+	}
+	return nil
+}
+
+type isPipelineRequest_Op interface {
+	isPipelineRequest_Op()
+}
+
+type PipelineRequest_Acquire struct {
+	Acquire *AcquireRequest `protobuf:"bytes,2,opt,name=acquire,proto3,oneof"`
+}
+
+type PipelineRequest_Release struct {
+	Release *ReleaseRequest `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
+}
+
+type PipelineRequest_SetValue struct {
+	SetValue *SetValueRequest `protobuf:"bytes,4,opt,name=set_value,json=setValue,proto3,oneof"`
+}
+
+type PipelineRequest_Validate struct {
+	Validate *ValidateRequest `protobuf:"bytes,5,opt,name=validate,proto3,oneof"`
+}
+
+type PipelineRequest_Get struct {
+	Get *GetRequest `protobuf:"bytes,6,opt,name=get,proto3,oneof"`
+}
+
+type PipelineRequest_Put struct {
+	Put *PutRequest `protobuf:"bytes,7,opt,name=put,proto3,oneof"`
+}
+
+type PipelineRequest_Delete struct {
+	Delete *DeleteRequest `protobuf:"bytes,8,opt,name=delete,proto3,oneof"`
+}
+
+type PipelineRequest_CompareAndSwap struct {
+	CompareAndSwap *CompareAndSwapRequest `protobuf:"bytes,9,opt,name=compare_and_swap,json=compareAndSwap,proto3,oneof"`
+}
+
+type PipelineRequest_Refresh struct {
+	Refresh *KeepAliveRequest `protobuf:"bytes,10,opt,name=refresh,proto3,oneof"`
+}
+
+type PipelineRequest_WatchGrant struct {
+	WatchGrant *WatchGrantRequest `protobuf:"bytes,11,opt,name=watch_grant,json=watchGrant,proto3,oneof"`
+}
+
+type PipelineRequest_Cancel struct {
+	// cancel ends the request in flight with this ID, as a cancelled
+	// context ends a unary call: a parked Acquire gives up its place, a
+	// watch ends. It is not answered itself; the cancelled request is,
+	// unless it completed first.
+	Cancel uint64 `protobuf:"varint,12,opt,name=cancel,proto3,oneof"`
+}
+
+type PipelineRequest_Ping struct {
+	// ping asks for a pong with the same id: a client with requests in
+	// flight and nothing heard for a while learns whether the connection
+	// still works.
+	Ping *Ping `protobuf:"bytes,13,opt,name=ping,proto3,oneof"`
+}
+
+func (*PipelineRequest_Acquire) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_Release) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_SetValue) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_Validate) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_Get) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_Put) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_Delete) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_CompareAndSwap) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_Refresh) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_WatchGrant) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_Cancel) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_Ping) isPipelineRequest_Op() {}
+
+type Ping struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Ping) Reset() {
+	*x = Ping{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Ping) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Ping) ProtoMessage() {}
+
+func (x *Ping) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Ping.ProtoReflect.Descriptor instead.
+func (*Ping) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{1}
+}
+
+// GoAway is the server's last message on a pipeline it closes (the node
+// is shutting down): it read no request after last_id and will not, so
+// those were not taken and are safe to send elsewhere. Requests up to
+// last_id are answered before it.
+type GoAway struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LastId        uint64                 `protobuf:"varint,1,opt,name=last_id,json=lastId,proto3" json:"last_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GoAway) Reset() {
+	*x = GoAway{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GoAway) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GoAway) ProtoMessage() {}
+
+func (x *GoAway) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GoAway.ProtoReflect.Descriptor instead.
+func (*GoAway) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GoAway) GetLastId() uint64 {
+	if x != nil {
+		return x.LastId
+	}
+	return 0
+}
+
+// PipelineResponse answers the request with the same id.
+type PipelineResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*PipelineResponse_Acquire
+	//	*PipelineResponse_Release
+	//	*PipelineResponse_SetValue
+	//	*PipelineResponse_Validate
+	//	*PipelineResponse_Get
+	//	*PipelineResponse_Put
+	//	*PipelineResponse_Delete
+	//	*PipelineResponse_CompareAndSwap
+	//	*PipelineResponse_Refresh
+	//	*PipelineResponse_WatchGrant
+	//	*PipelineResponse_Pong
+	//	*PipelineResponse_Error
+	//	*PipelineResponse_GoAway
+	Result        isPipelineResponse_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipelineResponse) Reset() {
+	*x = PipelineResponse{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipelineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipelineResponse) ProtoMessage() {}
+
+func (x *PipelineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipelineResponse.ProtoReflect.Descriptor instead.
+func (*PipelineResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PipelineResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PipelineResponse) GetResult() isPipelineResponse_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetAcquire() *AcquireResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetRelease() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetSetValue() *SetValueResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_SetValue); ok {
+			return x.SetValue
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetValidate() *ValidateResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Validate); ok {
+			return x.Validate
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetGet() *GetResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Get); ok {
+			return x.Get
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetPut() *PutResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetDelete() *DeleteResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetCompareAndSwap() *CompareAndSwapResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_CompareAndSwap); ok {
+			return x.CompareAndSwap
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetRefresh() *KeepAliveResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Refresh); ok {
+			return x.Refresh
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetWatchGrant() *WatchGrantResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_WatchGrant); ok {
+			return x.WatchGrant
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetPong() *Ping {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Pong); ok {
+			return x.Pong
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetError() *PipelineError {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetGoAway() *GoAway {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_GoAway); ok {
+			return x.GoAway
+		}
+	}
+	return nil
+}
+
+type isPipelineResponse_Result interface {
+	isPipelineResponse_Result()
+}
+
+type PipelineResponse_Acquire struct {
+	Acquire *AcquireResponse `protobuf:"bytes,2,opt,name=acquire,proto3,oneof"`
+}
+
+type PipelineResponse_Release struct {
+	Release *ReleaseResponse `protobuf:"bytes,3,opt,name=release,proto3,oneof"`
+}
+
+type PipelineResponse_SetValue struct {
+	SetValue *SetValueResponse `protobuf:"bytes,4,opt,name=set_value,json=setValue,proto3,oneof"`
+}
+
+type PipelineResponse_Validate struct {
+	Validate *ValidateResponse `protobuf:"bytes,5,opt,name=validate,proto3,oneof"`
+}
+
+type PipelineResponse_Get struct {
+	Get *GetResponse `protobuf:"bytes,6,opt,name=get,proto3,oneof"`
+}
+
+type PipelineResponse_Put struct {
+	Put *PutResponse `protobuf:"bytes,7,opt,name=put,proto3,oneof"`
+}
+
+type PipelineResponse_Delete struct {
+	Delete *DeleteResponse `protobuf:"bytes,8,opt,name=delete,proto3,oneof"`
+}
+
+type PipelineResponse_CompareAndSwap struct {
+	CompareAndSwap *CompareAndSwapResponse `protobuf:"bytes,9,opt,name=compare_and_swap,json=compareAndSwap,proto3,oneof"`
+}
+
+type PipelineResponse_Refresh struct {
+	Refresh *KeepAliveResponse `protobuf:"bytes,10,opt,name=refresh,proto3,oneof"`
+}
+
+type PipelineResponse_WatchGrant struct {
+	WatchGrant *WatchGrantResponse `protobuf:"bytes,11,opt,name=watch_grant,json=watchGrant,proto3,oneof"`
+}
+
+type PipelineResponse_Pong struct {
+	Pong *Ping `protobuf:"bytes,13,opt,name=pong,proto3,oneof"`
+}
+
+type PipelineResponse_Error struct {
+	Error *PipelineError `protobuf:"bytes,15,opt,name=error,proto3,oneof"`
+}
+
+type PipelineResponse_GoAway struct {
+	GoAway *GoAway `protobuf:"bytes,16,opt,name=go_away,json=goAway,proto3,oneof"`
+}
+
+func (*PipelineResponse_Acquire) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_Release) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_SetValue) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_Validate) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_Get) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_Put) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_Delete) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_CompareAndSwap) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_Refresh) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_WatchGrant) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_Pong) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_Error) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_GoAway) isPipelineResponse_Result() {}
+
+// PipelineError is what a unary call would have failed with.
+type PipelineError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// code is the gRPC/connect status code number.
+	Code    int32  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// reason is the Tenure-Error header's value: "not-leader", "not-holder"...
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// leader is the leader's API address on a not-leader error, when known.
+	Leader string `protobuf:"bytes,4,opt,name=leader,proto3" json:"leader,omitempty"`
+	// details are the error's details, as a unary call's error carries them
+	// (a failed compare-and-swap's current key).
+	Details       []*anypb.Any `protobuf:"bytes,5,rep,name=details,proto3" json:"details,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipelineError) Reset() {
+	*x = PipelineError{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipelineError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipelineError) ProtoMessage() {}
+
+func (x *PipelineError) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipelineError.ProtoReflect.Descriptor instead.
+func (*PipelineError) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PipelineError) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *PipelineError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PipelineError) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PipelineError) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *PipelineError) GetDetails() []*anypb.Any {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
+// WatchGrantRequest waits for the end of one grant: it is answered when the
+// grant with this token is released, revoked or expires. A holder keeps one
+// in flight for as long as it holds the lease, so that it learns of a
+// revoke at once; it cancels it when it releases.
+type WatchGrantRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Token     int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// start_revision is where to look from, as in WatchLeasesRequest: the
+	// revision after the token to see everything since the grant, or 0 for
+	// events from now on (after a watch fell behind and Validate said the
+	// grant stands).
+	StartRevision int64 `protobuf:"varint,4,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchGrantRequest) Reset() {
+	*x = WatchGrantRequest{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchGrantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchGrantRequest) ProtoMessage() {}
+
+func (x *WatchGrantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchGrantRequest.ProtoReflect.Descriptor instead.
+func (*WatchGrantRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *WatchGrantRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *WatchGrantRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *WatchGrantRequest) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *WatchGrantRequest) GetStartRevision() int64 {
+	if x != nil {
+		return x.StartRevision
+	}
+	return 0
+}
+
+type WatchGrantResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// event is the release, revoke or expiry that ended the grant.
+	Event         *LeaseEvent `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchGrantResponse) Reset() {
+	*x = WatchGrantResponse{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchGrantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchGrantResponse) ProtoMessage() {}
+
+func (x *WatchGrantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchGrantResponse.ProtoReflect.Descriptor instead.
+func (*WatchGrantResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WatchGrantResponse) GetEvent() *LeaseEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
 type Session struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -174,7 +992,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[0]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -186,7 +1004,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[0]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -199,7 +1017,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{0}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Session) GetId() int64 {
@@ -280,7 +1098,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[1]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -292,7 +1110,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[1]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -305,7 +1123,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{1}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *OpenSessionRequest) GetIdentity() string {
@@ -338,7 +1156,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[2]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -350,7 +1168,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[2]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -363,7 +1181,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{2}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *OpenSessionResponse) GetSession() *Session {
@@ -382,7 +1200,7 @@ type KeepAliveRequest struct {
 
 func (x *KeepAliveRequest) Reset() {
 	*x = KeepAliveRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[3]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -394,7 +1212,7 @@ func (x *KeepAliveRequest) String() string {
 func (*KeepAliveRequest) ProtoMessage() {}
 
 func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[3]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -407,7 +1225,7 @@ func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
 func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{3}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KeepAliveRequest) GetSessionId() int64 {
@@ -430,7 +1248,7 @@ type KeepAliveResponse struct {
 
 func (x *KeepAliveResponse) Reset() {
 	*x = KeepAliveResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[4]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -442,7 +1260,7 @@ func (x *KeepAliveResponse) String() string {
 func (*KeepAliveResponse) ProtoMessage() {}
 
 func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[4]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -455,7 +1273,7 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{4}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KeepAliveResponse) GetSessionId() int64 {
@@ -488,7 +1306,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[5]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -500,7 +1318,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[5]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -513,7 +1331,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{5}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CloseSessionRequest) GetSessionId() int64 {
@@ -532,7 +1350,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[6]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -544,7 +1362,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[6]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -557,7 +1375,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{6}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CloseSessionResponse) GetRevision() int64 {
@@ -580,7 +1398,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[7]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +1410,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[7]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +1423,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{7}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetSessionRequest) GetSessionId() int64 {
@@ -631,7 +1449,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[8]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +1461,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[8]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +1474,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{8}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -680,7 +1498,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[9]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +1510,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[9]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +1523,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{9}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListSessionsRequest) GetLabelSelector() string {
@@ -732,7 +1550,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[10]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -744,7 +1562,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[10]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -757,7 +1575,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{10}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -790,7 +1608,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[11]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +1620,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[11]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +1633,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{11}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Grant) GetSessionId() int64 {
@@ -879,7 +1697,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[12]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +1709,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[12]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1722,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{12}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Waiter) GetSessionId() int64 {
@@ -966,7 +1784,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[13]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1796,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[13]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1809,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{13}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Lease) GetNamespace() string {
@@ -1141,7 +1959,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[14]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1971,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[14]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1984,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{14}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AcquireRequest) GetSessionId() int64 {
@@ -1251,7 +2069,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[15]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +2081,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[15]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +2094,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{15}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AcquireResponse) GetAcquired() bool {
@@ -1311,7 +2129,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[16]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +2141,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[16]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +2154,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{16}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReleaseRequest) GetNamespace() string {
@@ -1369,7 +2187,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[17]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +2199,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[17]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +2212,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{17}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReleaseResponse) GetRevision() int64 {
@@ -1416,7 +2234,7 @@ type SetValueRequest struct {
 
 func (x *SetValueRequest) Reset() {
 	*x = SetValueRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[18]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +2246,7 @@ func (x *SetValueRequest) String() string {
 func (*SetValueRequest) ProtoMessage() {}
 
 func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[18]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +2259,7 @@ func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueRequest.ProtoReflect.Descriptor instead.
 func (*SetValueRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{18}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetValueRequest) GetNamespace() string {
@@ -1481,7 +2299,7 @@ type SetValueResponse struct {
 
 func (x *SetValueResponse) Reset() {
 	*x = SetValueResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[19]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +2311,7 @@ func (x *SetValueResponse) String() string {
 func (*SetValueResponse) ProtoMessage() {}
 
 func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[19]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +2324,7 @@ func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueResponse.ProtoReflect.Descriptor instead.
 func (*SetValueResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{19}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetValueResponse) GetRevision() int64 {
@@ -1529,7 +2347,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[20]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +2359,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[20]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +2372,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{20}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RevokeRequest) GetNamespace() string {
@@ -1596,7 +2414,7 @@ type RevokeResponse struct {
 
 func (x *RevokeResponse) Reset() {
 	*x = RevokeResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[21]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +2426,7 @@ func (x *RevokeResponse) String() string {
 func (*RevokeResponse) ProtoMessage() {}
 
 func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[21]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +2439,7 @@ func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
 func (*RevokeResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{21}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RevokeResponse) GetRevision() int64 {
@@ -1652,7 +2470,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[22]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +2482,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[22]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +2495,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{22}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetLeaseRequest) GetNamespace() string {
@@ -1713,7 +2531,7 @@ type GetLeaseResponse struct {
 
 func (x *GetLeaseResponse) Reset() {
 	*x = GetLeaseResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[23]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +2543,7 @@ func (x *GetLeaseResponse) String() string {
 func (*GetLeaseResponse) ProtoMessage() {}
 
 func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[23]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +2556,7 @@ func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseResponse.ProtoReflect.Descriptor instead.
 func (*GetLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{23}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetLeaseResponse) GetLease() *Lease {
@@ -1770,7 +2588,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[24]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +2600,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[24]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +2613,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{24}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListLeasesRequest) GetNamespace() string {
@@ -1836,7 +2654,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[25]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +2666,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[25]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +2679,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{25}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*Lease {
@@ -1889,7 +2707,7 @@ type ValidateRequest struct {
 
 func (x *ValidateRequest) Reset() {
 	*x = ValidateRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[26]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2719,7 @@ func (x *ValidateRequest) String() string {
 func (*ValidateRequest) ProtoMessage() {}
 
 func (x *ValidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[26]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2732,7 @@ func (x *ValidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateRequest.ProtoReflect.Descriptor instead.
 func (*ValidateRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{26}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ValidateRequest) GetNamespace() string {
@@ -1953,7 +2771,7 @@ type ValidateResponse struct {
 
 func (x *ValidateResponse) Reset() {
 	*x = ValidateResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[27]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2783,7 @@ func (x *ValidateResponse) String() string {
 func (*ValidateResponse) ProtoMessage() {}
 
 func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[27]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2796,7 @@ func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
 func (*ValidateResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{27}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ValidateResponse) GetValid() bool {
@@ -2030,7 +2848,7 @@ type WatchLeasesRequest struct {
 
 func (x *WatchLeasesRequest) Reset() {
 	*x = WatchLeasesRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[28]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2860,7 @@ func (x *WatchLeasesRequest) String() string {
 func (*WatchLeasesRequest) ProtoMessage() {}
 
 func (x *WatchLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[28]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2873,7 @@ func (x *WatchLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLeasesRequest.ProtoReflect.Descriptor instead.
 func (*WatchLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{28}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchLeasesRequest) GetNamespace() string {
@@ -2105,7 +2923,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[29]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2935,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[29]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2948,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{29}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LeaseEvent) GetRevision() int64 {
@@ -2220,7 +3038,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[30]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +3050,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[30]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +3063,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{30}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *KeyValue) GetKey() string {
@@ -2310,7 +3128,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[31]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +3140,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[31]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +3153,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{31}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetRequest) GetKey() string {
@@ -2362,7 +3180,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[32]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2374,7 +3192,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[32]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2387,7 +3205,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{32}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetResponse) GetKv() *KeyValue {
@@ -2419,7 +3237,7 @@ type RangeRequest struct {
 
 func (x *RangeRequest) Reset() {
 	*x = RangeRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[33]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2431,7 +3249,7 @@ func (x *RangeRequest) String() string {
 func (*RangeRequest) ProtoMessage() {}
 
 func (x *RangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[33]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2444,7 +3262,7 @@ func (x *RangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeRequest.ProtoReflect.Descriptor instead.
 func (*RangeRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{33}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RangeRequest) GetPrefix() string {
@@ -2480,7 +3298,7 @@ type RangeResponse struct {
 
 func (x *RangeResponse) Reset() {
 	*x = RangeResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[34]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2492,7 +3310,7 @@ func (x *RangeResponse) String() string {
 func (*RangeResponse) ProtoMessage() {}
 
 func (x *RangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[34]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2505,7 +3323,7 @@ func (x *RangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeResponse.ProtoReflect.Descriptor instead.
 func (*RangeResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{34}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RangeResponse) GetKvs() []*KeyValue {
@@ -2545,7 +3363,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[35]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2557,7 +3375,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[35]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2570,7 +3388,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{35}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PutRequest) GetKey() string {
@@ -2611,7 +3429,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[36]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2623,7 +3441,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[36]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2636,7 +3454,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{36}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PutResponse) GetRevision() int64 {
@@ -2664,7 +3482,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[37]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +3494,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[37]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +3507,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{37}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeleteRequest) GetKey() string {
@@ -2716,7 +3534,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[38]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +3546,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[38]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +3559,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{38}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeleteResponse) GetDeleted() int64 {
@@ -2772,7 +3590,7 @@ type Compare struct {
 
 func (x *Compare) Reset() {
 	*x = Compare{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[39]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +3602,7 @@ func (x *Compare) String() string {
 func (*Compare) ProtoMessage() {}
 
 func (x *Compare) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[39]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +3615,7 @@ func (x *Compare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compare.ProtoReflect.Descriptor instead.
 func (*Compare) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{39}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Compare) GetTarget() isCompare_Target {
@@ -2876,7 +3694,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[40]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2888,7 +3706,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[40]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2901,7 +3719,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{40}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CompareAndSwapRequest) GetKey() string {
@@ -2956,7 +3774,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[41]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3786,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[41]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3799,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{41}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CompareAndSwapResponse) GetRevision() int64 {
@@ -3011,7 +3829,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[42]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3841,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[42]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3854,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{42}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WatchRequest) GetKey() string {
@@ -3072,7 +3890,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[43]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3084,7 +3902,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[43]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3097,7 +3915,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{43}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WatchEvent) GetRevision() int64 {
@@ -3136,7 +3954,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[44]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +3966,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[44]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +3979,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{44}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{51}
 }
 
 type Member struct {
@@ -3186,7 +4004,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[45]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3198,7 +4016,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[45]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3211,7 +4029,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{45}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Member) GetId() string {
@@ -3282,7 +4100,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[46]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3294,7 +4112,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[46]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3307,7 +4125,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{46}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -3339,7 +4157,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[47]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3351,7 +4169,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[47]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3364,7 +4182,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{47}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{54}
 }
 
 type StatusResponse struct {
@@ -3393,7 +4211,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[48]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3405,7 +4223,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[48]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3418,7 +4236,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{48}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *StatusResponse) GetId() string {
@@ -3524,7 +4342,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[49]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3536,7 +4354,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[49]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3549,7 +4367,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{49}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -3592,7 +4410,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[50]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3604,7 +4422,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[50]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3617,7 +4435,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{50}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *JoinResponse) GetCommitIndex() uint64 {
@@ -3643,7 +4461,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[51]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3655,7 +4473,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[51]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3668,7 +4486,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{51}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -3686,7 +4504,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[52]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3698,7 +4516,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[52]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3711,7 +4529,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{52}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{59}
 }
 
 type TransferLeadershipRequest struct {
@@ -3724,7 +4542,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[53]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3736,7 +4554,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[53]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3749,7 +4567,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{53}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -3769,7 +4587,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[54]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3781,7 +4599,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[54]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3794,7 +4612,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{54}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -3815,7 +4633,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[55]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3827,7 +4645,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[55]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3840,7 +4658,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{55}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *NodeInfo) GetId() string {
@@ -3876,7 +4694,7 @@ type IntroduceRequest struct {
 
 func (x *IntroduceRequest) Reset() {
 	*x = IntroduceRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[56]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3888,7 +4706,7 @@ func (x *IntroduceRequest) String() string {
 func (*IntroduceRequest) ProtoMessage() {}
 
 func (x *IntroduceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[56]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3901,7 +4719,7 @@ func (x *IntroduceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntroduceRequest.ProtoReflect.Descriptor instead.
 func (*IntroduceRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{56}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *IntroduceRequest) GetNode() *NodeInfo {
@@ -3932,7 +4750,7 @@ type IntroduceResponse struct {
 
 func (x *IntroduceResponse) Reset() {
 	*x = IntroduceResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[57]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3944,7 +4762,7 @@ func (x *IntroduceResponse) String() string {
 func (*IntroduceResponse) ProtoMessage() {}
 
 func (x *IntroduceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[57]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3957,7 +4775,7 @@ func (x *IntroduceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntroduceResponse.ProtoReflect.Descriptor instead.
 func (*IntroduceResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{57}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *IntroduceResponse) GetNode() *NodeInfo {
@@ -3989,7 +4807,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[58]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4001,7 +4819,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[58]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4014,7 +4832,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{58}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{65}
 }
 
 // The stream's chunks concatenated are the snapshot file; the last chunk
@@ -4031,7 +4849,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[59]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4043,7 +4861,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[59]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4056,7 +4874,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{59}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -4084,7 +4902,58 @@ var File_tenure_v1_tenure_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\n" +
-	"\x16tenure/v1/tenure.proto\x12\ttenure.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x97\x03\n" +
+	"\x16tenure/v1/tenure.proto\x12\ttenure.v1\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9d\x05\n" +
+	"\x0fPipelineRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x125\n" +
+	"\aacquire\x18\x02 \x01(\v2\x19.tenure.v1.AcquireRequestH\x00R\aacquire\x125\n" +
+	"\arelease\x18\x03 \x01(\v2\x19.tenure.v1.ReleaseRequestH\x00R\arelease\x129\n" +
+	"\tset_value\x18\x04 \x01(\v2\x1a.tenure.v1.SetValueRequestH\x00R\bsetValue\x128\n" +
+	"\bvalidate\x18\x05 \x01(\v2\x1a.tenure.v1.ValidateRequestH\x00R\bvalidate\x12)\n" +
+	"\x03get\x18\x06 \x01(\v2\x15.tenure.v1.GetRequestH\x00R\x03get\x12)\n" +
+	"\x03put\x18\a \x01(\v2\x15.tenure.v1.PutRequestH\x00R\x03put\x122\n" +
+	"\x06delete\x18\b \x01(\v2\x18.tenure.v1.DeleteRequestH\x00R\x06delete\x12L\n" +
+	"\x10compare_and_swap\x18\t \x01(\v2 .tenure.v1.CompareAndSwapRequestH\x00R\x0ecompareAndSwap\x127\n" +
+	"\arefresh\x18\n" +
+	" \x01(\v2\x1b.tenure.v1.KeepAliveRequestH\x00R\arefresh\x12?\n" +
+	"\vwatch_grant\x18\v \x01(\v2\x1c.tenure.v1.WatchGrantRequestH\x00R\n" +
+	"watchGrant\x12\x18\n" +
+	"\x06cancel\x18\f \x01(\x04H\x00R\x06cancel\x12%\n" +
+	"\x04ping\x18\r \x01(\v2\x0f.tenure.v1.PingH\x00R\x04pingB\x04\n" +
+	"\x02op\"\x06\n" +
+	"\x04Ping\"!\n" +
+	"\x06GoAway\x12\x17\n" +
+	"\alast_id\x18\x01 \x01(\x04R\x06lastId\"\xf2\x05\n" +
+	"\x10PipelineResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
+	"\aacquire\x18\x02 \x01(\v2\x1a.tenure.v1.AcquireResponseH\x00R\aacquire\x126\n" +
+	"\arelease\x18\x03 \x01(\v2\x1a.tenure.v1.ReleaseResponseH\x00R\arelease\x12:\n" +
+	"\tset_value\x18\x04 \x01(\v2\x1b.tenure.v1.SetValueResponseH\x00R\bsetValue\x129\n" +
+	"\bvalidate\x18\x05 \x01(\v2\x1b.tenure.v1.ValidateResponseH\x00R\bvalidate\x12*\n" +
+	"\x03get\x18\x06 \x01(\v2\x16.tenure.v1.GetResponseH\x00R\x03get\x12*\n" +
+	"\x03put\x18\a \x01(\v2\x16.tenure.v1.PutResponseH\x00R\x03put\x123\n" +
+	"\x06delete\x18\b \x01(\v2\x19.tenure.v1.DeleteResponseH\x00R\x06delete\x12M\n" +
+	"\x10compare_and_swap\x18\t \x01(\v2!.tenure.v1.CompareAndSwapResponseH\x00R\x0ecompareAndSwap\x128\n" +
+	"\arefresh\x18\n" +
+	" \x01(\v2\x1c.tenure.v1.KeepAliveResponseH\x00R\arefresh\x12@\n" +
+	"\vwatch_grant\x18\v \x01(\v2\x1d.tenure.v1.WatchGrantResponseH\x00R\n" +
+	"watchGrant\x12%\n" +
+	"\x04pong\x18\r \x01(\v2\x0f.tenure.v1.PingH\x00R\x04pong\x120\n" +
+	"\x05error\x18\x0f \x01(\v2\x18.tenure.v1.PipelineErrorH\x00R\x05error\x12,\n" +
+	"\ago_away\x18\x10 \x01(\v2\x11.tenure.v1.GoAwayH\x00R\x06goAwayB\b\n" +
+	"\x06result\"\x9d\x01\n" +
+	"\rPipelineError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06leader\x18\x04 \x01(\tR\x06leader\x12.\n" +
+	"\adetails\x18\x05 \x03(\v2\x14.google.protobuf.AnyR\adetails\"\x82\x01\n" +
+	"\x11WatchGrantRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x03R\x05token\x12%\n" +
+	"\x0estart_revision\x18\x04 \x01(\x03R\rstartRevision\"A\n" +
+	"\x12WatchGrantResponse\x12+\n" +
+	"\x05event\x18\x01 \x01(\v2\x15.tenure.v1.LeaseEventR\x05event\"\x97\x03\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x1a\n" +
 	"\bidentity\x18\x02 \x01(\tR\bidentity\x12+\n" +
@@ -4403,14 +5272,15 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14WATCH_EVENT_TYPE_PUT\x10\x01\x12\x1b\n" +
 	"\x17WATCH_EVENT_TYPE_DELETE\x10\x02\x12\x1b\n" +
-	"\x17WATCH_EVENT_TYPE_EXPIRE\x10\x032\xc0\x03\n" +
+	"\x17WATCH_EVENT_TYPE_EXPIRE\x10\x032\x89\x04\n" +
 	"\x0eSessionService\x12E\n" +
 	"\x04Open\x12\x1d.tenure.v1.OpenSessionRequest\x1a\x1e.tenure.v1.OpenSessionResponse\x12J\n" +
 	"\tKeepAlive\x12\x1b.tenure.v1.KeepAliveRequest\x1a\x1c.tenure.v1.KeepAliveResponse(\x010\x01\x12D\n" +
 	"\aRefresh\x12\x1b.tenure.v1.KeepAliveRequest\x1a\x1c.tenure.v1.KeepAliveResponse\x12H\n" +
 	"\x05Close\x12\x1e.tenure.v1.CloseSessionRequest\x1a\x1f.tenure.v1.CloseSessionResponse\x12B\n" +
 	"\x03Get\x12\x1c.tenure.v1.GetSessionRequest\x1a\x1d.tenure.v1.GetSessionResponse\x12G\n" +
-	"\x04List\x12\x1e.tenure.v1.ListSessionsRequest\x1a\x1f.tenure.v1.ListSessionsResponse2\xa1\x04\n" +
+	"\x04List\x12\x1e.tenure.v1.ListSessionsRequest\x1a\x1f.tenure.v1.ListSessionsResponse\x12G\n" +
+	"\bPipeline\x12\x1a.tenure.v1.PipelineRequest\x1a\x1b.tenure.v1.PipelineResponse(\x010\x012\xa1\x04\n" +
 	"\fLeaseService\x12@\n" +
 	"\aAcquire\x12\x19.tenure.v1.AcquireRequest\x1a\x1a.tenure.v1.AcquireResponse\x12@\n" +
 	"\aRelease\x12\x19.tenure.v1.ReleaseRequest\x1a\x1a.tenure.v1.ReleaseResponse\x12C\n" +
@@ -4449,183 +5319,219 @@ func file_tenure_v1_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tenure_v1_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_tenure_v1_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_tenure_v1_tenure_proto_goTypes = []any{
 	(LeaseEventType)(0),                // 0: tenure.v1.LeaseEventType
 	(WatchEventType)(0),                // 1: tenure.v1.WatchEventType
-	(*Session)(nil),                    // 2: tenure.v1.Session
-	(*OpenSessionRequest)(nil),         // 3: tenure.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),        // 4: tenure.v1.OpenSessionResponse
-	(*KeepAliveRequest)(nil),           // 5: tenure.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),          // 6: tenure.v1.KeepAliveResponse
-	(*CloseSessionRequest)(nil),        // 7: tenure.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),       // 8: tenure.v1.CloseSessionResponse
-	(*GetSessionRequest)(nil),          // 9: tenure.v1.GetSessionRequest
-	(*GetSessionResponse)(nil),         // 10: tenure.v1.GetSessionResponse
-	(*ListSessionsRequest)(nil),        // 11: tenure.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),       // 12: tenure.v1.ListSessionsResponse
-	(*Grant)(nil),                      // 13: tenure.v1.Grant
-	(*Waiter)(nil),                     // 14: tenure.v1.Waiter
-	(*Lease)(nil),                      // 15: tenure.v1.Lease
-	(*AcquireRequest)(nil),             // 16: tenure.v1.AcquireRequest
-	(*AcquireResponse)(nil),            // 17: tenure.v1.AcquireResponse
-	(*ReleaseRequest)(nil),             // 18: tenure.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),            // 19: tenure.v1.ReleaseResponse
-	(*SetValueRequest)(nil),            // 20: tenure.v1.SetValueRequest
-	(*SetValueResponse)(nil),           // 21: tenure.v1.SetValueResponse
-	(*RevokeRequest)(nil),              // 22: tenure.v1.RevokeRequest
-	(*RevokeResponse)(nil),             // 23: tenure.v1.RevokeResponse
-	(*GetLeaseRequest)(nil),            // 24: tenure.v1.GetLeaseRequest
-	(*GetLeaseResponse)(nil),           // 25: tenure.v1.GetLeaseResponse
-	(*ListLeasesRequest)(nil),          // 26: tenure.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),         // 27: tenure.v1.ListLeasesResponse
-	(*ValidateRequest)(nil),            // 28: tenure.v1.ValidateRequest
-	(*ValidateResponse)(nil),           // 29: tenure.v1.ValidateResponse
-	(*WatchLeasesRequest)(nil),         // 30: tenure.v1.WatchLeasesRequest
-	(*LeaseEvent)(nil),                 // 31: tenure.v1.LeaseEvent
-	(*KeyValue)(nil),                   // 32: tenure.v1.KeyValue
-	(*GetRequest)(nil),                 // 33: tenure.v1.GetRequest
-	(*GetResponse)(nil),                // 34: tenure.v1.GetResponse
-	(*RangeRequest)(nil),               // 35: tenure.v1.RangeRequest
-	(*RangeResponse)(nil),              // 36: tenure.v1.RangeResponse
-	(*PutRequest)(nil),                 // 37: tenure.v1.PutRequest
-	(*PutResponse)(nil),                // 38: tenure.v1.PutResponse
-	(*DeleteRequest)(nil),              // 39: tenure.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 40: tenure.v1.DeleteResponse
-	(*Compare)(nil),                    // 41: tenure.v1.Compare
-	(*CompareAndSwapRequest)(nil),      // 42: tenure.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 43: tenure.v1.CompareAndSwapResponse
-	(*WatchRequest)(nil),               // 44: tenure.v1.WatchRequest
-	(*WatchEvent)(nil),                 // 45: tenure.v1.WatchEvent
-	(*MembersRequest)(nil),             // 46: tenure.v1.MembersRequest
-	(*Member)(nil),                     // 47: tenure.v1.Member
-	(*MembersResponse)(nil),            // 48: tenure.v1.MembersResponse
-	(*StatusRequest)(nil),              // 49: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),             // 50: tenure.v1.StatusResponse
-	(*JoinRequest)(nil),                // 51: tenure.v1.JoinRequest
-	(*JoinResponse)(nil),               // 52: tenure.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),        // 53: tenure.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),       // 54: tenure.v1.RemoveMemberResponse
-	(*TransferLeadershipRequest)(nil),  // 55: tenure.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 56: tenure.v1.TransferLeadershipResponse
-	(*NodeInfo)(nil),                   // 57: tenure.v1.NodeInfo
-	(*IntroduceRequest)(nil),           // 58: tenure.v1.IntroduceRequest
-	(*IntroduceResponse)(nil),          // 59: tenure.v1.IntroduceResponse
-	(*SnapshotRequest)(nil),            // 60: tenure.v1.SnapshotRequest
-	(*SnapshotChunk)(nil),              // 61: tenure.v1.SnapshotChunk
-	nil,                                // 62: tenure.v1.Session.LabelsEntry
-	nil,                                // 63: tenure.v1.OpenSessionRequest.LabelsEntry
-	nil,                                // 64: tenure.v1.Lease.LabelsEntry
-	nil,                                // 65: tenure.v1.AcquireRequest.LabelsEntry
-	(*durationpb.Duration)(nil),        // 66: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 67: google.protobuf.Timestamp
+	(*PipelineRequest)(nil),            // 2: tenure.v1.PipelineRequest
+	(*Ping)(nil),                       // 3: tenure.v1.Ping
+	(*GoAway)(nil),                     // 4: tenure.v1.GoAway
+	(*PipelineResponse)(nil),           // 5: tenure.v1.PipelineResponse
+	(*PipelineError)(nil),              // 6: tenure.v1.PipelineError
+	(*WatchGrantRequest)(nil),          // 7: tenure.v1.WatchGrantRequest
+	(*WatchGrantResponse)(nil),         // 8: tenure.v1.WatchGrantResponse
+	(*Session)(nil),                    // 9: tenure.v1.Session
+	(*OpenSessionRequest)(nil),         // 10: tenure.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),        // 11: tenure.v1.OpenSessionResponse
+	(*KeepAliveRequest)(nil),           // 12: tenure.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),          // 13: tenure.v1.KeepAliveResponse
+	(*CloseSessionRequest)(nil),        // 14: tenure.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),       // 15: tenure.v1.CloseSessionResponse
+	(*GetSessionRequest)(nil),          // 16: tenure.v1.GetSessionRequest
+	(*GetSessionResponse)(nil),         // 17: tenure.v1.GetSessionResponse
+	(*ListSessionsRequest)(nil),        // 18: tenure.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),       // 19: tenure.v1.ListSessionsResponse
+	(*Grant)(nil),                      // 20: tenure.v1.Grant
+	(*Waiter)(nil),                     // 21: tenure.v1.Waiter
+	(*Lease)(nil),                      // 22: tenure.v1.Lease
+	(*AcquireRequest)(nil),             // 23: tenure.v1.AcquireRequest
+	(*AcquireResponse)(nil),            // 24: tenure.v1.AcquireResponse
+	(*ReleaseRequest)(nil),             // 25: tenure.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),            // 26: tenure.v1.ReleaseResponse
+	(*SetValueRequest)(nil),            // 27: tenure.v1.SetValueRequest
+	(*SetValueResponse)(nil),           // 28: tenure.v1.SetValueResponse
+	(*RevokeRequest)(nil),              // 29: tenure.v1.RevokeRequest
+	(*RevokeResponse)(nil),             // 30: tenure.v1.RevokeResponse
+	(*GetLeaseRequest)(nil),            // 31: tenure.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),           // 32: tenure.v1.GetLeaseResponse
+	(*ListLeasesRequest)(nil),          // 33: tenure.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),         // 34: tenure.v1.ListLeasesResponse
+	(*ValidateRequest)(nil),            // 35: tenure.v1.ValidateRequest
+	(*ValidateResponse)(nil),           // 36: tenure.v1.ValidateResponse
+	(*WatchLeasesRequest)(nil),         // 37: tenure.v1.WatchLeasesRequest
+	(*LeaseEvent)(nil),                 // 38: tenure.v1.LeaseEvent
+	(*KeyValue)(nil),                   // 39: tenure.v1.KeyValue
+	(*GetRequest)(nil),                 // 40: tenure.v1.GetRequest
+	(*GetResponse)(nil),                // 41: tenure.v1.GetResponse
+	(*RangeRequest)(nil),               // 42: tenure.v1.RangeRequest
+	(*RangeResponse)(nil),              // 43: tenure.v1.RangeResponse
+	(*PutRequest)(nil),                 // 44: tenure.v1.PutRequest
+	(*PutResponse)(nil),                // 45: tenure.v1.PutResponse
+	(*DeleteRequest)(nil),              // 46: tenure.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 47: tenure.v1.DeleteResponse
+	(*Compare)(nil),                    // 48: tenure.v1.Compare
+	(*CompareAndSwapRequest)(nil),      // 49: tenure.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 50: tenure.v1.CompareAndSwapResponse
+	(*WatchRequest)(nil),               // 51: tenure.v1.WatchRequest
+	(*WatchEvent)(nil),                 // 52: tenure.v1.WatchEvent
+	(*MembersRequest)(nil),             // 53: tenure.v1.MembersRequest
+	(*Member)(nil),                     // 54: tenure.v1.Member
+	(*MembersResponse)(nil),            // 55: tenure.v1.MembersResponse
+	(*StatusRequest)(nil),              // 56: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),             // 57: tenure.v1.StatusResponse
+	(*JoinRequest)(nil),                // 58: tenure.v1.JoinRequest
+	(*JoinResponse)(nil),               // 59: tenure.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),        // 60: tenure.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),       // 61: tenure.v1.RemoveMemberResponse
+	(*TransferLeadershipRequest)(nil),  // 62: tenure.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 63: tenure.v1.TransferLeadershipResponse
+	(*NodeInfo)(nil),                   // 64: tenure.v1.NodeInfo
+	(*IntroduceRequest)(nil),           // 65: tenure.v1.IntroduceRequest
+	(*IntroduceResponse)(nil),          // 66: tenure.v1.IntroduceResponse
+	(*SnapshotRequest)(nil),            // 67: tenure.v1.SnapshotRequest
+	(*SnapshotChunk)(nil),              // 68: tenure.v1.SnapshotChunk
+	nil,                                // 69: tenure.v1.Session.LabelsEntry
+	nil,                                // 70: tenure.v1.OpenSessionRequest.LabelsEntry
+	nil,                                // 71: tenure.v1.Lease.LabelsEntry
+	nil,                                // 72: tenure.v1.AcquireRequest.LabelsEntry
+	(*anypb.Any)(nil),                  // 73: google.protobuf.Any
+	(*durationpb.Duration)(nil),        // 74: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 75: google.protobuf.Timestamp
 }
 var file_tenure_v1_tenure_proto_depIdxs = []int32{
-	66, // 0: tenure.v1.Session.ttl:type_name -> google.protobuf.Duration
-	62, // 1: tenure.v1.Session.labels:type_name -> tenure.v1.Session.LabelsEntry
-	67, // 2: tenure.v1.Session.open_time:type_name -> google.protobuf.Timestamp
-	67, // 3: tenure.v1.Session.last_heartbeat:type_name -> google.protobuf.Timestamp
-	66, // 4: tenure.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	63, // 5: tenure.v1.OpenSessionRequest.labels:type_name -> tenure.v1.OpenSessionRequest.LabelsEntry
-	2,  // 6: tenure.v1.OpenSessionResponse.session:type_name -> tenure.v1.Session
-	66, // 7: tenure.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	2,  // 8: tenure.v1.GetSessionResponse.session:type_name -> tenure.v1.Session
-	2,  // 9: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.Session
-	67, // 10: tenure.v1.Grant.acquire_time:type_name -> google.protobuf.Timestamp
-	67, // 11: tenure.v1.Grant.renew_time:type_name -> google.protobuf.Timestamp
-	67, // 12: tenure.v1.Waiter.since:type_name -> google.protobuf.Timestamp
-	66, // 13: tenure.v1.Lease.lease_duration:type_name -> google.protobuf.Duration
-	67, // 14: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	67, // 15: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
-	64, // 16: tenure.v1.Lease.labels:type_name -> tenure.v1.Lease.LabelsEntry
-	13, // 17: tenure.v1.Lease.holders:type_name -> tenure.v1.Grant
-	14, // 18: tenure.v1.Lease.waiters:type_name -> tenure.v1.Waiter
-	66, // 19: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
-	66, // 20: tenure.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
-	65, // 21: tenure.v1.AcquireRequest.labels:type_name -> tenure.v1.AcquireRequest.LabelsEntry
-	66, // 22: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	15, // 23: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	15, // 24: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
-	15, // 25: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
-	0,  // 26: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.LeaseEventType
-	67, // 27: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
-	66, // 28: tenure.v1.KeyValue.ttl:type_name -> google.protobuf.Duration
-	32, // 29: tenure.v1.GetResponse.kv:type_name -> tenure.v1.KeyValue
-	32, // 30: tenure.v1.RangeResponse.kvs:type_name -> tenure.v1.KeyValue
-	66, // 31: tenure.v1.PutRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 32: tenure.v1.PutResponse.prev_kv:type_name -> tenure.v1.KeyValue
-	41, // 33: tenure.v1.CompareAndSwapRequest.compare:type_name -> tenure.v1.Compare
-	66, // 34: tenure.v1.CompareAndSwapRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 35: tenure.v1.CompareAndSwapResponse.kv:type_name -> tenure.v1.KeyValue
-	1,  // 36: tenure.v1.WatchEvent.type:type_name -> tenure.v1.WatchEventType
-	32, // 37: tenure.v1.WatchEvent.kv:type_name -> tenure.v1.KeyValue
-	32, // 38: tenure.v1.WatchEvent.prev_kv:type_name -> tenure.v1.KeyValue
-	50, // 39: tenure.v1.Member.status:type_name -> tenure.v1.StatusResponse
-	47, // 40: tenure.v1.MembersResponse.members:type_name -> tenure.v1.Member
-	66, // 41: tenure.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
-	47, // 42: tenure.v1.JoinResponse.members:type_name -> tenure.v1.Member
-	57, // 43: tenure.v1.IntroduceRequest.node:type_name -> tenure.v1.NodeInfo
-	57, // 44: tenure.v1.IntroduceResponse.node:type_name -> tenure.v1.NodeInfo
-	57, // 45: tenure.v1.IntroduceResponse.known:type_name -> tenure.v1.NodeInfo
-	3,  // 46: tenure.v1.SessionService.Open:input_type -> tenure.v1.OpenSessionRequest
-	5,  // 47: tenure.v1.SessionService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	5,  // 48: tenure.v1.SessionService.Refresh:input_type -> tenure.v1.KeepAliveRequest
-	7,  // 49: tenure.v1.SessionService.Close:input_type -> tenure.v1.CloseSessionRequest
-	9,  // 50: tenure.v1.SessionService.Get:input_type -> tenure.v1.GetSessionRequest
-	11, // 51: tenure.v1.SessionService.List:input_type -> tenure.v1.ListSessionsRequest
-	16, // 52: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	18, // 53: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	20, // 54: tenure.v1.LeaseService.SetValue:input_type -> tenure.v1.SetValueRequest
-	22, // 55: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
-	24, // 56: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetLeaseRequest
-	26, // 57: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListLeasesRequest
-	28, // 58: tenure.v1.LeaseService.Validate:input_type -> tenure.v1.ValidateRequest
-	30, // 59: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchLeasesRequest
-	33, // 60: tenure.v1.KVService.Get:input_type -> tenure.v1.GetRequest
-	35, // 61: tenure.v1.KVService.Range:input_type -> tenure.v1.RangeRequest
-	37, // 62: tenure.v1.KVService.Put:input_type -> tenure.v1.PutRequest
-	39, // 63: tenure.v1.KVService.Delete:input_type -> tenure.v1.DeleteRequest
-	42, // 64: tenure.v1.KVService.CompareAndSwap:input_type -> tenure.v1.CompareAndSwapRequest
-	44, // 65: tenure.v1.KVService.Watch:input_type -> tenure.v1.WatchRequest
-	46, // 66: tenure.v1.ClusterService.Members:input_type -> tenure.v1.MembersRequest
-	49, // 67: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
-	51, // 68: tenure.v1.ClusterService.Join:input_type -> tenure.v1.JoinRequest
-	53, // 69: tenure.v1.ClusterService.RemoveMember:input_type -> tenure.v1.RemoveMemberRequest
-	55, // 70: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
-	58, // 71: tenure.v1.ClusterService.Introduce:input_type -> tenure.v1.IntroduceRequest
-	60, // 72: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
-	4,  // 73: tenure.v1.SessionService.Open:output_type -> tenure.v1.OpenSessionResponse
-	6,  // 74: tenure.v1.SessionService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	6,  // 75: tenure.v1.SessionService.Refresh:output_type -> tenure.v1.KeepAliveResponse
-	8,  // 76: tenure.v1.SessionService.Close:output_type -> tenure.v1.CloseSessionResponse
-	10, // 77: tenure.v1.SessionService.Get:output_type -> tenure.v1.GetSessionResponse
-	12, // 78: tenure.v1.SessionService.List:output_type -> tenure.v1.ListSessionsResponse
-	17, // 79: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	19, // 80: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	21, // 81: tenure.v1.LeaseService.SetValue:output_type -> tenure.v1.SetValueResponse
-	23, // 82: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
-	25, // 83: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetLeaseResponse
-	27, // 84: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListLeasesResponse
-	29, // 85: tenure.v1.LeaseService.Validate:output_type -> tenure.v1.ValidateResponse
-	31, // 86: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.LeaseEvent
-	34, // 87: tenure.v1.KVService.Get:output_type -> tenure.v1.GetResponse
-	36, // 88: tenure.v1.KVService.Range:output_type -> tenure.v1.RangeResponse
-	38, // 89: tenure.v1.KVService.Put:output_type -> tenure.v1.PutResponse
-	40, // 90: tenure.v1.KVService.Delete:output_type -> tenure.v1.DeleteResponse
-	43, // 91: tenure.v1.KVService.CompareAndSwap:output_type -> tenure.v1.CompareAndSwapResponse
-	45, // 92: tenure.v1.KVService.Watch:output_type -> tenure.v1.WatchEvent
-	48, // 93: tenure.v1.ClusterService.Members:output_type -> tenure.v1.MembersResponse
-	50, // 94: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
-	52, // 95: tenure.v1.ClusterService.Join:output_type -> tenure.v1.JoinResponse
-	54, // 96: tenure.v1.ClusterService.RemoveMember:output_type -> tenure.v1.RemoveMemberResponse
-	56, // 97: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
-	59, // 98: tenure.v1.ClusterService.Introduce:output_type -> tenure.v1.IntroduceResponse
-	61, // 99: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotChunk
-	73, // [73:100] is the sub-list for method output_type
-	46, // [46:73] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	23,  // 0: tenure.v1.PipelineRequest.acquire:type_name -> tenure.v1.AcquireRequest
+	25,  // 1: tenure.v1.PipelineRequest.release:type_name -> tenure.v1.ReleaseRequest
+	27,  // 2: tenure.v1.PipelineRequest.set_value:type_name -> tenure.v1.SetValueRequest
+	35,  // 3: tenure.v1.PipelineRequest.validate:type_name -> tenure.v1.ValidateRequest
+	40,  // 4: tenure.v1.PipelineRequest.get:type_name -> tenure.v1.GetRequest
+	44,  // 5: tenure.v1.PipelineRequest.put:type_name -> tenure.v1.PutRequest
+	46,  // 6: tenure.v1.PipelineRequest.delete:type_name -> tenure.v1.DeleteRequest
+	49,  // 7: tenure.v1.PipelineRequest.compare_and_swap:type_name -> tenure.v1.CompareAndSwapRequest
+	12,  // 8: tenure.v1.PipelineRequest.refresh:type_name -> tenure.v1.KeepAliveRequest
+	7,   // 9: tenure.v1.PipelineRequest.watch_grant:type_name -> tenure.v1.WatchGrantRequest
+	3,   // 10: tenure.v1.PipelineRequest.ping:type_name -> tenure.v1.Ping
+	24,  // 11: tenure.v1.PipelineResponse.acquire:type_name -> tenure.v1.AcquireResponse
+	26,  // 12: tenure.v1.PipelineResponse.release:type_name -> tenure.v1.ReleaseResponse
+	28,  // 13: tenure.v1.PipelineResponse.set_value:type_name -> tenure.v1.SetValueResponse
+	36,  // 14: tenure.v1.PipelineResponse.validate:type_name -> tenure.v1.ValidateResponse
+	41,  // 15: tenure.v1.PipelineResponse.get:type_name -> tenure.v1.GetResponse
+	45,  // 16: tenure.v1.PipelineResponse.put:type_name -> tenure.v1.PutResponse
+	47,  // 17: tenure.v1.PipelineResponse.delete:type_name -> tenure.v1.DeleteResponse
+	50,  // 18: tenure.v1.PipelineResponse.compare_and_swap:type_name -> tenure.v1.CompareAndSwapResponse
+	13,  // 19: tenure.v1.PipelineResponse.refresh:type_name -> tenure.v1.KeepAliveResponse
+	8,   // 20: tenure.v1.PipelineResponse.watch_grant:type_name -> tenure.v1.WatchGrantResponse
+	3,   // 21: tenure.v1.PipelineResponse.pong:type_name -> tenure.v1.Ping
+	6,   // 22: tenure.v1.PipelineResponse.error:type_name -> tenure.v1.PipelineError
+	4,   // 23: tenure.v1.PipelineResponse.go_away:type_name -> tenure.v1.GoAway
+	73,  // 24: tenure.v1.PipelineError.details:type_name -> google.protobuf.Any
+	38,  // 25: tenure.v1.WatchGrantResponse.event:type_name -> tenure.v1.LeaseEvent
+	74,  // 26: tenure.v1.Session.ttl:type_name -> google.protobuf.Duration
+	69,  // 27: tenure.v1.Session.labels:type_name -> tenure.v1.Session.LabelsEntry
+	75,  // 28: tenure.v1.Session.open_time:type_name -> google.protobuf.Timestamp
+	75,  // 29: tenure.v1.Session.last_heartbeat:type_name -> google.protobuf.Timestamp
+	74,  // 30: tenure.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	70,  // 31: tenure.v1.OpenSessionRequest.labels:type_name -> tenure.v1.OpenSessionRequest.LabelsEntry
+	9,   // 32: tenure.v1.OpenSessionResponse.session:type_name -> tenure.v1.Session
+	74,  // 33: tenure.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	9,   // 34: tenure.v1.GetSessionResponse.session:type_name -> tenure.v1.Session
+	9,   // 35: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.Session
+	75,  // 36: tenure.v1.Grant.acquire_time:type_name -> google.protobuf.Timestamp
+	75,  // 37: tenure.v1.Grant.renew_time:type_name -> google.protobuf.Timestamp
+	75,  // 38: tenure.v1.Waiter.since:type_name -> google.protobuf.Timestamp
+	74,  // 39: tenure.v1.Lease.lease_duration:type_name -> google.protobuf.Duration
+	75,  // 40: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	75,  // 41: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
+	71,  // 42: tenure.v1.Lease.labels:type_name -> tenure.v1.Lease.LabelsEntry
+	20,  // 43: tenure.v1.Lease.holders:type_name -> tenure.v1.Grant
+	21,  // 44: tenure.v1.Lease.waiters:type_name -> tenure.v1.Waiter
+	74,  // 45: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
+	74,  // 46: tenure.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
+	72,  // 47: tenure.v1.AcquireRequest.labels:type_name -> tenure.v1.AcquireRequest.LabelsEntry
+	74,  // 48: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	22,  // 49: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
+	22,  // 50: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
+	22,  // 51: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
+	0,   // 52: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.LeaseEventType
+	75,  // 53: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
+	74,  // 54: tenure.v1.KeyValue.ttl:type_name -> google.protobuf.Duration
+	39,  // 55: tenure.v1.GetResponse.kv:type_name -> tenure.v1.KeyValue
+	39,  // 56: tenure.v1.RangeResponse.kvs:type_name -> tenure.v1.KeyValue
+	74,  // 57: tenure.v1.PutRequest.ttl:type_name -> google.protobuf.Duration
+	39,  // 58: tenure.v1.PutResponse.prev_kv:type_name -> tenure.v1.KeyValue
+	48,  // 59: tenure.v1.CompareAndSwapRequest.compare:type_name -> tenure.v1.Compare
+	74,  // 60: tenure.v1.CompareAndSwapRequest.ttl:type_name -> google.protobuf.Duration
+	39,  // 61: tenure.v1.CompareAndSwapResponse.kv:type_name -> tenure.v1.KeyValue
+	1,   // 62: tenure.v1.WatchEvent.type:type_name -> tenure.v1.WatchEventType
+	39,  // 63: tenure.v1.WatchEvent.kv:type_name -> tenure.v1.KeyValue
+	39,  // 64: tenure.v1.WatchEvent.prev_kv:type_name -> tenure.v1.KeyValue
+	57,  // 65: tenure.v1.Member.status:type_name -> tenure.v1.StatusResponse
+	54,  // 66: tenure.v1.MembersResponse.members:type_name -> tenure.v1.Member
+	74,  // 67: tenure.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	54,  // 68: tenure.v1.JoinResponse.members:type_name -> tenure.v1.Member
+	64,  // 69: tenure.v1.IntroduceRequest.node:type_name -> tenure.v1.NodeInfo
+	64,  // 70: tenure.v1.IntroduceResponse.node:type_name -> tenure.v1.NodeInfo
+	64,  // 71: tenure.v1.IntroduceResponse.known:type_name -> tenure.v1.NodeInfo
+	10,  // 72: tenure.v1.SessionService.Open:input_type -> tenure.v1.OpenSessionRequest
+	12,  // 73: tenure.v1.SessionService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	12,  // 74: tenure.v1.SessionService.Refresh:input_type -> tenure.v1.KeepAliveRequest
+	14,  // 75: tenure.v1.SessionService.Close:input_type -> tenure.v1.CloseSessionRequest
+	16,  // 76: tenure.v1.SessionService.Get:input_type -> tenure.v1.GetSessionRequest
+	18,  // 77: tenure.v1.SessionService.List:input_type -> tenure.v1.ListSessionsRequest
+	2,   // 78: tenure.v1.SessionService.Pipeline:input_type -> tenure.v1.PipelineRequest
+	23,  // 79: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	25,  // 80: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	27,  // 81: tenure.v1.LeaseService.SetValue:input_type -> tenure.v1.SetValueRequest
+	29,  // 82: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
+	31,  // 83: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetLeaseRequest
+	33,  // 84: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListLeasesRequest
+	35,  // 85: tenure.v1.LeaseService.Validate:input_type -> tenure.v1.ValidateRequest
+	37,  // 86: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchLeasesRequest
+	40,  // 87: tenure.v1.KVService.Get:input_type -> tenure.v1.GetRequest
+	42,  // 88: tenure.v1.KVService.Range:input_type -> tenure.v1.RangeRequest
+	44,  // 89: tenure.v1.KVService.Put:input_type -> tenure.v1.PutRequest
+	46,  // 90: tenure.v1.KVService.Delete:input_type -> tenure.v1.DeleteRequest
+	49,  // 91: tenure.v1.KVService.CompareAndSwap:input_type -> tenure.v1.CompareAndSwapRequest
+	51,  // 92: tenure.v1.KVService.Watch:input_type -> tenure.v1.WatchRequest
+	53,  // 93: tenure.v1.ClusterService.Members:input_type -> tenure.v1.MembersRequest
+	56,  // 94: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
+	58,  // 95: tenure.v1.ClusterService.Join:input_type -> tenure.v1.JoinRequest
+	60,  // 96: tenure.v1.ClusterService.RemoveMember:input_type -> tenure.v1.RemoveMemberRequest
+	62,  // 97: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
+	65,  // 98: tenure.v1.ClusterService.Introduce:input_type -> tenure.v1.IntroduceRequest
+	67,  // 99: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
+	11,  // 100: tenure.v1.SessionService.Open:output_type -> tenure.v1.OpenSessionResponse
+	13,  // 101: tenure.v1.SessionService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	13,  // 102: tenure.v1.SessionService.Refresh:output_type -> tenure.v1.KeepAliveResponse
+	15,  // 103: tenure.v1.SessionService.Close:output_type -> tenure.v1.CloseSessionResponse
+	17,  // 104: tenure.v1.SessionService.Get:output_type -> tenure.v1.GetSessionResponse
+	19,  // 105: tenure.v1.SessionService.List:output_type -> tenure.v1.ListSessionsResponse
+	5,   // 106: tenure.v1.SessionService.Pipeline:output_type -> tenure.v1.PipelineResponse
+	24,  // 107: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	26,  // 108: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	28,  // 109: tenure.v1.LeaseService.SetValue:output_type -> tenure.v1.SetValueResponse
+	30,  // 110: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
+	32,  // 111: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetLeaseResponse
+	34,  // 112: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListLeasesResponse
+	36,  // 113: tenure.v1.LeaseService.Validate:output_type -> tenure.v1.ValidateResponse
+	38,  // 114: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.LeaseEvent
+	41,  // 115: tenure.v1.KVService.Get:output_type -> tenure.v1.GetResponse
+	43,  // 116: tenure.v1.KVService.Range:output_type -> tenure.v1.RangeResponse
+	45,  // 117: tenure.v1.KVService.Put:output_type -> tenure.v1.PutResponse
+	47,  // 118: tenure.v1.KVService.Delete:output_type -> tenure.v1.DeleteResponse
+	50,  // 119: tenure.v1.KVService.CompareAndSwap:output_type -> tenure.v1.CompareAndSwapResponse
+	52,  // 120: tenure.v1.KVService.Watch:output_type -> tenure.v1.WatchEvent
+	55,  // 121: tenure.v1.ClusterService.Members:output_type -> tenure.v1.MembersResponse
+	57,  // 122: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
+	59,  // 123: tenure.v1.ClusterService.Join:output_type -> tenure.v1.JoinResponse
+	61,  // 124: tenure.v1.ClusterService.RemoveMember:output_type -> tenure.v1.RemoveMemberResponse
+	63,  // 125: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
+	66,  // 126: tenure.v1.ClusterService.Introduce:output_type -> tenure.v1.IntroduceResponse
+	68,  // 127: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotChunk
+	100, // [100:128] is the sub-list for method output_type
+	72,  // [72:100] is the sub-list for method input_type
+	72,  // [72:72] is the sub-list for extension type_name
+	72,  // [72:72] is the sub-list for extension extendee
+	0,   // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_tenure_proto_init() }
@@ -4633,7 +5539,36 @@ func file_tenure_v1_tenure_proto_init() {
 	if File_tenure_v1_tenure_proto != nil {
 		return
 	}
-	file_tenure_v1_tenure_proto_msgTypes[39].OneofWrappers = []any{
+	file_tenure_v1_tenure_proto_msgTypes[0].OneofWrappers = []any{
+		(*PipelineRequest_Acquire)(nil),
+		(*PipelineRequest_Release)(nil),
+		(*PipelineRequest_SetValue)(nil),
+		(*PipelineRequest_Validate)(nil),
+		(*PipelineRequest_Get)(nil),
+		(*PipelineRequest_Put)(nil),
+		(*PipelineRequest_Delete)(nil),
+		(*PipelineRequest_CompareAndSwap)(nil),
+		(*PipelineRequest_Refresh)(nil),
+		(*PipelineRequest_WatchGrant)(nil),
+		(*PipelineRequest_Cancel)(nil),
+		(*PipelineRequest_Ping)(nil),
+	}
+	file_tenure_v1_tenure_proto_msgTypes[3].OneofWrappers = []any{
+		(*PipelineResponse_Acquire)(nil),
+		(*PipelineResponse_Release)(nil),
+		(*PipelineResponse_SetValue)(nil),
+		(*PipelineResponse_Validate)(nil),
+		(*PipelineResponse_Get)(nil),
+		(*PipelineResponse_Put)(nil),
+		(*PipelineResponse_Delete)(nil),
+		(*PipelineResponse_CompareAndSwap)(nil),
+		(*PipelineResponse_Refresh)(nil),
+		(*PipelineResponse_WatchGrant)(nil),
+		(*PipelineResponse_Pong)(nil),
+		(*PipelineResponse_Error)(nil),
+		(*PipelineResponse_GoAway)(nil),
+	}
+	file_tenure_v1_tenure_proto_msgTypes[46].OneofWrappers = []any{
 		(*Compare_Absent)(nil),
 		(*Compare_Value)(nil),
 		(*Compare_ModRevision)(nil),
@@ -4644,7 +5579,7 @@ func file_tenure_v1_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_tenure_proto_rawDesc), len(file_tenure_v1_tenure_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   64,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

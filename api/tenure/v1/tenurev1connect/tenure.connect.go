@@ -64,6 +64,8 @@ const (
 	SessionServiceGetProcedure = "/tenure.v1.SessionService/Get"
 	// SessionServiceListProcedure is the fully-qualified name of the SessionService's List RPC.
 	SessionServiceListProcedure = "/tenure.v1.SessionService/List"
+	// SessionServicePipelineProcedure is the fully-qualified name of the SessionService's Pipeline RPC.
+	SessionServicePipelineProcedure = "/tenure.v1.SessionService/Pipeline"
 	// LeaseServiceAcquireProcedure is the fully-qualified name of the LeaseService's Acquire RPC.
 	LeaseServiceAcquireProcedure = "/tenure.v1.LeaseService/Acquire"
 	// LeaseServiceReleaseProcedure is the fully-qualified name of the LeaseService's Release RPC.
@@ -125,6 +127,14 @@ type SessionServiceClient interface {
 	Close(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error)
 	Get(context.Context, *connect.Request[v1.GetSessionRequest]) (*connect.Response[v1.GetSessionResponse], error)
 	List(context.Context, *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error)
+	// Pipeline carries a client's operations on one long-lived stream: each
+	// request is tagged with an ID and answered as soon as it completes, in
+	// any order, so one connection keeps many operations in flight and a
+	// parked Acquire holds up nothing behind it. Only the leader serves it
+	// (a follower ends it with "not leader", naming the leader). The Go
+	// client sends the same messages, length-prefixed, over an upgraded
+	// HTTP/1.1 connection (see PipelineRequest); gRPC clients use this.
+	Pipeline(context.Context) *connect.BidiStreamForClient[v1.PipelineRequest, v1.PipelineResponse]
 }
 
 // NewSessionServiceClient constructs a client for the tenure.v1.SessionService service. By default,
@@ -174,6 +184,12 @@ func NewSessionServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sessionServiceMethods.ByName("List")),
 			connect.WithClientOptions(opts...),
 		),
+		pipeline: connect.NewClient[v1.PipelineRequest, v1.PipelineResponse](
+			httpClient,
+			baseURL+SessionServicePipelineProcedure,
+			connect.WithSchema(sessionServiceMethods.ByName("Pipeline")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -185,6 +201,7 @@ type sessionServiceClient struct {
 	close     *connect.Client[v1.CloseSessionRequest, v1.CloseSessionResponse]
 	get       *connect.Client[v1.GetSessionRequest, v1.GetSessionResponse]
 	list      *connect.Client[v1.ListSessionsRequest, v1.ListSessionsResponse]
+	pipeline  *connect.Client[v1.PipelineRequest, v1.PipelineResponse]
 }
 
 // Open calls tenure.v1.SessionService.Open.
@@ -217,6 +234,11 @@ func (c *sessionServiceClient) List(ctx context.Context, req *connect.Request[v1
 	return c.list.CallUnary(ctx, req)
 }
 
+// Pipeline calls tenure.v1.SessionService.Pipeline.
+func (c *sessionServiceClient) Pipeline(ctx context.Context) *connect.BidiStreamForClient[v1.PipelineRequest, v1.PipelineResponse] {
+	return c.pipeline.CallBidiStream(ctx)
+}
+
 // SessionServiceHandler is an implementation of the tenure.v1.SessionService service.
 type SessionServiceHandler interface {
 	// Open starts a session with a TTL (default 10s, 2s..24h).
@@ -230,6 +252,14 @@ type SessionServiceHandler interface {
 	Close(context.Context, *connect.Request[v1.CloseSessionRequest]) (*connect.Response[v1.CloseSessionResponse], error)
 	Get(context.Context, *connect.Request[v1.GetSessionRequest]) (*connect.Response[v1.GetSessionResponse], error)
 	List(context.Context, *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error)
+	// Pipeline carries a client's operations on one long-lived stream: each
+	// request is tagged with an ID and answered as soon as it completes, in
+	// any order, so one connection keeps many operations in flight and a
+	// parked Acquire holds up nothing behind it. Only the leader serves it
+	// (a follower ends it with "not leader", naming the leader). The Go
+	// client sends the same messages, length-prefixed, over an upgraded
+	// HTTP/1.1 connection (see PipelineRequest); gRPC clients use this.
+	Pipeline(context.Context, *connect.BidiStream[v1.PipelineRequest, v1.PipelineResponse]) error
 }
 
 // NewSessionServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -275,6 +305,12 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sessionServiceMethods.ByName("List")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sessionServicePipelineHandler := connect.NewBidiStreamHandler(
+		SessionServicePipelineProcedure,
+		svc.Pipeline,
+		connect.WithSchema(sessionServiceMethods.ByName("Pipeline")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tenure.v1.SessionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SessionServiceOpenProcedure:
@@ -289,6 +325,8 @@ func NewSessionServiceHandler(svc SessionServiceHandler, opts ...connect.Handler
 			sessionServiceGetHandler.ServeHTTP(w, r)
 		case SessionServiceListProcedure:
 			sessionServiceListHandler.ServeHTTP(w, r)
+		case SessionServicePipelineProcedure:
+			sessionServicePipelineHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -320,6 +358,10 @@ func (UnimplementedSessionServiceHandler) Get(context.Context, *connect.Request[
 
 func (UnimplementedSessionServiceHandler) List(context.Context, *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.SessionService.List is not implemented"))
+}
+
+func (UnimplementedSessionServiceHandler) Pipeline(context.Context, *connect.BidiStream[v1.PipelineRequest, v1.PipelineResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.SessionService.Pipeline is not implemented"))
 }
 
 // LeaseServiceClient is a client for the tenure.v1.LeaseService service.

@@ -1,0 +1,517 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/tenurehq/tenure/api"
+	"github.com/tenurehq/tenure/api/framing"
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/raftnode"
+	"github.com/tenurehq/tenure/statemachine"
+)
+
+// Pipelines: a client's operations as tagged messages on one long-lived
+// stream, answered out of order as each completes. A unary call pays a
+// whole HTTP request and response, a few system calls and goroutine
+// wake-ups on each side; on a pipeline, operations that arrive together
+// are read with one system call, run concurrently (each on its own
+// goroutine, so a parked Acquire holds up nothing), reach raft together
+// (one fsync for all), and their answers leave in as few writes as the
+// timing allows. Each operation runs the same handler as its unary
+// method, so it is validated, answered and counted in metrics alike.
+//
+// Two transports carry the same messages: the Go client's upgraded
+// HTTP/1.1 connection (framing), and SessionService.Pipeline, a
+// bidirectional gRPC/Connect stream for other clients. Only the promoted
+// leader serves either: a follower would have to forward every message.
+
+// maxPipelined bounds the operations in flight on one pipeline. Past it
+// the server stops reading, so TCP pushes back on the client.
+const maxPipelined = 4096
+
+// pipeline runs one stream's operations. send must be safe for
+// concurrent use.
+type pipeline struct {
+	s     *Server
+	send  func(*tenurev1.PipelineResponse)
+	slots chan struct{}
+	wg    sync.WaitGroup
+
+	mu  sync.Mutex
+	ops map[uint64]context.CancelFunc // in flight, by request ID
+}
+
+func (s *Server) newPipeline(send func(*tenurev1.PipelineResponse)) *pipeline {
+	return &pipeline{s: s, send: send, slots: make(chan struct{}, maxPipelined), ops: map[uint64]context.CancelFunc{}}
+}
+
+// handle starts one request. It is called in stream order by the one
+// goroutine that reads the stream, and blocks while maxPipelined
+// operations are in flight, or until ctx ends.
+func (p *pipeline) handle(ctx context.Context, req *tenurev1.PipelineRequest) {
+	id := req.GetId()
+	switch op := req.GetOp().(type) {
+	case *tenurev1.PipelineRequest_Cancel:
+		p.mu.Lock()
+		cancel := p.ops[op.Cancel]
+		p.mu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+		return
+	case *tenurev1.PipelineRequest_Ping:
+		p.send(&tenurev1.PipelineResponse{Id: id, Result: &tenurev1.PipelineResponse_Pong{Pong: &tenurev1.Ping{}}})
+		return
+	case nil:
+		p.send(pipelineError(id, toConnect(invalid("pipeline request %d has no operation", id))))
+		return
+	}
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	opCtx, cancel := context.WithCancel(ctx)
+	p.mu.Lock()
+	if _, dup := p.ops[id]; dup {
+		p.mu.Unlock()
+		cancel()
+		<-p.slots
+		p.send(pipelineError(id, toConnect(invalid("pipeline request ID %d is already in flight", id))))
+		return
+	}
+	p.ops[id] = cancel
+	p.mu.Unlock()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		resp := p.s.runPipelined(opCtx, req)
+		p.mu.Lock()
+		delete(p.ops, id)
+		p.mu.Unlock()
+		cancel()
+		<-p.slots
+		p.send(resp)
+	}()
+}
+
+// cancelAll ends every operation in flight; wait then waits for their
+// answers to have been sent.
+func (p *pipeline) cancelAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, cancel := range p.ops {
+		cancel()
+	}
+}
+
+func (p *pipeline) wait() { p.wg.Wait() }
+
+// runPipelined runs one operation through its unary handler and wraps
+// the answer, timing and counting it under the unary method's name.
+func (s *Server) runPipelined(ctx context.Context, req *tenurev1.PipelineRequest) *tenurev1.PipelineResponse {
+	start := time.Now()
+	procedure, res, err := s.dispatch(ctx, req.GetOp())
+	if err != nil && errors.Is(context.Cause(ctx), errStopping) {
+		err = toConnect(errStopping)
+	}
+	(&metricsInterceptor{s.metrics}).observe(procedure, start, err)
+	if err != nil {
+		return pipelineError(req.GetId(), err)
+	}
+	res.Id = req.GetId()
+	return res
+}
+
+func (s *Server) dispatch(ctx context.Context, op any) (string, *tenurev1.PipelineResponse, error) {
+	leases, kv, sessions := &leaseService{s}, &kvService{s}, &sessionService{s}
+	switch op := op.(type) {
+	case *tenurev1.PipelineRequest_Acquire:
+		r, err := leases.Acquire(ctx, connect.NewRequest(op.Acquire))
+		return tenurev1connect.LeaseServiceAcquireProcedure, result(r, func(o *tenurev1.PipelineResponse) { o.Result = &tenurev1.PipelineResponse_Acquire{Acquire: r.Msg} }), err
+	case *tenurev1.PipelineRequest_Release:
+		r, err := leases.Release(ctx, connect.NewRequest(op.Release))
+		return tenurev1connect.LeaseServiceReleaseProcedure, result(r, func(o *tenurev1.PipelineResponse) { o.Result = &tenurev1.PipelineResponse_Release{Release: r.Msg} }), err
+	case *tenurev1.PipelineRequest_SetValue:
+		r, err := leases.SetValue(ctx, connect.NewRequest(op.SetValue))
+		return tenurev1connect.LeaseServiceSetValueProcedure, result(r, func(o *tenurev1.PipelineResponse) { o.Result = &tenurev1.PipelineResponse_SetValue{SetValue: r.Msg} }), err
+	case *tenurev1.PipelineRequest_Validate:
+		r, err := leases.Validate(ctx, connect.NewRequest(op.Validate))
+		return tenurev1connect.LeaseServiceValidateProcedure, result(r, func(o *tenurev1.PipelineResponse) { o.Result = &tenurev1.PipelineResponse_Validate{Validate: r.Msg} }), err
+	case *tenurev1.PipelineRequest_Get:
+		r, err := kv.Get(ctx, connect.NewRequest(op.Get))
+		return tenurev1connect.KVServiceGetProcedure, result(r, func(o *tenurev1.PipelineResponse) { o.Result = &tenurev1.PipelineResponse_Get{Get: r.Msg} }), err
+	case *tenurev1.PipelineRequest_Put:
+		r, err := kv.Put(ctx, connect.NewRequest(op.Put))
+		return tenurev1connect.KVServicePutProcedure, result(r, func(o *tenurev1.PipelineResponse) { o.Result = &tenurev1.PipelineResponse_Put{Put: r.Msg} }), err
+	case *tenurev1.PipelineRequest_Delete:
+		r, err := kv.Delete(ctx, connect.NewRequest(op.Delete))
+		return tenurev1connect.KVServiceDeleteProcedure, result(r, func(o *tenurev1.PipelineResponse) { o.Result = &tenurev1.PipelineResponse_Delete{Delete: r.Msg} }), err
+	case *tenurev1.PipelineRequest_CompareAndSwap:
+		r, err := kv.CompareAndSwap(ctx, connect.NewRequest(op.CompareAndSwap))
+		return tenurev1connect.KVServiceCompareAndSwapProcedure, result(r, func(o *tenurev1.PipelineResponse) {
+			o.Result = &tenurev1.PipelineResponse_CompareAndSwap{CompareAndSwap: r.Msg}
+		}), err
+	case *tenurev1.PipelineRequest_Refresh:
+		r, err := sessions.Refresh(ctx, connect.NewRequest(op.Refresh))
+		return tenurev1connect.SessionServiceRefreshProcedure, result(r, func(o *tenurev1.PipelineResponse) { o.Result = &tenurev1.PipelineResponse_Refresh{Refresh: r.Msg} }), err
+	case *tenurev1.PipelineRequest_WatchGrant:
+		ev, err := leases.watchGrant(ctx, op.WatchGrant)
+		if err != nil {
+			return watchGrantProcedure, nil, err
+		}
+		return watchGrantProcedure, &tenurev1.PipelineResponse{Result: &tenurev1.PipelineResponse_WatchGrant{
+			WatchGrant: &tenurev1.WatchGrantResponse{Event: ev},
+		}}, nil
+	}
+	return "", nil, toConnect(invalid("unknown pipeline operation %T", op))
+}
+
+// watchGrantProcedure names WatchGrant in metrics, beside the methods.
+const watchGrantProcedure = "/tenure.v1.LeaseService/WatchGrant"
+
+// result wraps a handler's answer, when there is one: set puts r.Msg in
+// the response's oneof.
+func result[M any](r *connect.Response[M], set func(*tenurev1.PipelineResponse)) *tenurev1.PipelineResponse {
+	if r == nil {
+		return nil
+	}
+	out := &tenurev1.PipelineResponse{}
+	set(out)
+	return out
+}
+
+// pipelineError carries err as a unary call would: code, message, the
+// Tenure-Error reason, and on "not leader" the leader's API address.
+func pipelineError(id uint64, err error) *tenurev1.PipelineResponse {
+	err = toConnect(err)
+	out := &tenurev1.PipelineError{Code: int32(connect.CodeOf(err)), Message: err.Error(), Reason: string(reasonOf(err))}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		out.Message = ce.Message()
+		for _, d := range ce.Details() {
+			out.Details = append(out.Details, &anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type(), Value: d.Bytes()})
+		}
+	}
+	var nl *notLeaderError
+	if errors.As(err, &nl) {
+		out.Leader = nl.addr
+	}
+	return &tenurev1.PipelineResponse{Id: id, Result: &tenurev1.PipelineResponse_Error{Error: out}}
+}
+
+// errGrantWatchEnded is the unexported stop signal of watchGrant's pump.
+var errGrantWatchEnded = errors.New("grant ended")
+
+// watchGrant waits until the grant with req's token ends, and returns
+// the event that ended it.
+func (h *leaseService) watchGrant(ctx context.Context, req *tenurev1.WatchGrantRequest) (*tenurev1.LeaseEvent, error) {
+	if req.GetToken() <= 0 {
+		return nil, toConnect(invalid("token must be a positive fencing token, got %d", req.GetToken()))
+	}
+	spec, err := h.s.cfg.Limits.leaseWatch(false, req.GetNamespace(), req.GetName(), req.GetStartRevision())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	var ended *tenurev1.LeaseEvent
+	err = h.s.streamEvents(ctx, spec, func(e *statemachine.Event) error {
+		if e.Token != req.GetToken() {
+			return nil
+		}
+		ev := leaseEventProto(e)
+		switch ev.GetType() {
+		case tenurev1.LeaseEventType_LEASE_EVENT_TYPE_RELEASED,
+			tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED,
+			tenurev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED:
+			ended = ev
+			return errGrantWatchEnded
+		}
+		return nil
+	})
+	switch {
+	case ended != nil:
+		return ended, nil
+	case err != nil:
+		return nil, err
+	case ctx.Err() != nil:
+		return nil, toConnect(ctx.Err())
+	}
+	return nil, toConnect(errStopping)
+}
+
+// errStopping is why a pipeline or a grant watch ends when the server
+// stops.
+var errStopping = fmt.Errorf("%w: the server is stopping", raftnode.ErrClosed)
+
+// Pipeline serves the bidirectional gRPC/Connect form. Answers are sent
+// by one goroutine that flushes only when it has sent all it has, so
+// operations that complete together share a write.
+func (h *sessionService) Pipeline(ctx context.Context, stream *connect.BidiStream[tenurev1.PipelineRequest, tenurev1.PipelineResponse]) error {
+	if !h.s.leading.Load() {
+		return toConnect(h.s.notLeader())
+	}
+	q := newSendQueue()
+	p := h.s.newPipeline(q.push)
+	sendErr := make(chan error, 1)
+	flush, _ := ctx.Value(batchingKey{}).(*batchingWriter)
+	go func() { sendErr <- q.run(stream.Send, flush) }()
+	var err error
+	for {
+		var req *tenurev1.PipelineRequest
+		if req, err = stream.Receive(); err != nil {
+			break
+		}
+		p.handle(ctx, req)
+	}
+	if errors.Is(err, io.EOF) {
+		err = nil // the client is done sending; answer what it sent
+	} else {
+		p.cancelAll()
+	}
+	p.wait()
+	q.close()
+	if serr := <-sendErr; err == nil {
+		err = serr
+	}
+	return err
+}
+
+// sendQueue hands answers from the operations' goroutines to the one
+// goroutine that may send on a Connect stream.
+type sendQueue struct {
+	mu     sync.Mutex
+	queue  []*tenurev1.PipelineResponse
+	closed bool
+	ready  chan struct{} // signalled when queue or closed changes
+}
+
+func newSendQueue() *sendQueue { return &sendQueue{ready: make(chan struct{}, 1)} }
+
+func (q *sendQueue) push(r *tenurev1.PipelineResponse) {
+	q.mu.Lock()
+	q.queue = append(q.queue, r)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (q *sendQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// run sends until close, flushing after each batch. Connect flushes
+// after every Send; w (from batchFlushes, nil without it) holds those
+// flushes back until run has sent all it has.
+func (q *sendQueue) run(send func(*tenurev1.PipelineResponse) error, w *batchingWriter) error {
+	var batch []*tenurev1.PipelineResponse
+	for {
+		<-q.ready
+		q.mu.Lock()
+		batch, q.queue = q.queue, batch[:0]
+		closed := q.closed
+		q.mu.Unlock()
+		for _, r := range batch {
+			if err := send(r); err != nil {
+				return err
+			}
+		}
+		if w != nil {
+			w.flushPending()
+		}
+		if closed && len(batch) == 0 {
+			return nil
+		}
+		if closed {
+			// Drain what arrived with the close.
+			select {
+			case q.ready <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// servePipelineUpgrade serves the Go client's upgraded connection.
+func (s *Server) servePipelineUpgrade(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Upgrade") != framing.Protocol {
+		http.Error(w, fmt.Sprintf("pipeline: send Upgrade: %s", framing.Protocol), http.StatusUpgradeRequired)
+		return
+	}
+	if !s.leading.Load() || s.closing.Load() {
+		var err error = s.notLeader()
+		if s.closing.Load() {
+			err = errStopping
+		}
+		ce := toConnect(err).(*connect.Error)
+		w.Header().Set(api.ErrorHeader, ce.Meta().Get(api.ErrorHeader))
+		http.Error(w, ce.Message(), http.StatusServiceUnavailable)
+		return
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		http.Error(w, "pipeline: cannot take over the connection: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	_ = conn.SetDeadline(time.Time{})
+	if _, err := io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: "+framing.Protocol+"\r\n\r\n"); err != nil {
+		conn.Close()
+		return
+	}
+	pc := &pipeConn{s: s, conn: conn, r: framing.NewReader(brw.Reader, s.cfg.Limits.MaxRequestBytes), w: framing.NewWriter(conn)}
+	if !s.pipes.add(pc) {
+		conn.Close()
+		return
+	}
+	defer s.pipes.remove(pc)
+	pc.serve()
+}
+
+// pipeConn is one upgraded connection.
+type pipeConn struct {
+	s    *Server
+	conn net.Conn
+	r    *framing.Reader
+	w    *framing.Writer
+	// stopping is set by Close before it stops the reader, so that the
+	// reader answers with GoAway rather than treating it as a failure.
+	stopping chan struct{}
+	stopOnce sync.Once
+}
+
+func (pc *pipeConn) send(resp *tenurev1.PipelineResponse) {
+	if _, err := pc.w.Append(resp); err != nil {
+		return
+	}
+	_ = pc.w.Flush()
+}
+
+func (pc *pipeConn) serve() {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	p := pc.s.newPipeline(pc.send)
+	var last uint64
+	var err error
+	for {
+		var frame []byte
+		if frame, err = pc.r.Next(); err != nil {
+			break
+		}
+		req := &tenurev1.PipelineRequest{}
+		if err = proto.Unmarshal(frame, req); err != nil {
+			err = fmt.Errorf("decode pipeline request: %w", err)
+			break
+		}
+		last = req.GetId()
+		p.handle(ctx, req)
+	}
+	select {
+	case <-pc.stopping:
+		// Closing: answer what was read, then say where reading stopped.
+		// Proposals in flight have finished (drain waited for them);
+		// what is left waits for events a closing node will not see.
+		cancel(errStopping)
+		p.wait()
+		pc.send(&tenurev1.PipelineResponse{Result: &tenurev1.PipelineResponse_GoAway{GoAway: &tenurev1.GoAway{LastId: last}}})
+	default:
+		if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			pc.s.log.Debug("pipeline connection ended", "remote", pc.conn.RemoteAddr().String(), "err", err)
+			if errors.Is(err, framing.ErrTooLarge) || errors.Is(err, proto.Error) {
+				pc.send(pipelineError(0, toConnect(invalid("%v", err))))
+			}
+		}
+		p.cancelAll()
+		p.wait()
+	}
+	pc.w.Fail(errPipeClosed)
+	pc.conn.Close()
+}
+
+var errPipeClosed = errors.New("pipeline closed")
+
+// stop makes the reader stop where it is; serve then answers what it
+// read and closes.
+func (pc *pipeConn) stop() {
+	pc.stopOnce.Do(func() {
+		close(pc.stopping)
+		_ = pc.conn.SetReadDeadline(time.Now())
+	})
+}
+
+// pipeConns tracks upgraded connections, which http.Server.Shutdown
+// does not see once hijacked.
+type pipeConns struct {
+	mu     sync.Mutex
+	conns  map[*pipeConn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func (p *pipeConns) add(pc *pipeConn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	if p.conns == nil {
+		p.conns = map[*pipeConn]struct{}{}
+	}
+	pc.stopping = make(chan struct{})
+	p.conns[pc] = struct{}{}
+	p.wg.Add(1)
+	return true
+}
+
+func (p *pipeConns) remove(pc *pipeConn) {
+	p.mu.Lock()
+	delete(p.conns, pc)
+	p.mu.Unlock()
+	p.wg.Done()
+}
+
+// closeAll stops every pipeline and waits, up to timeout, for each to
+// answer what it read and say GoAway.
+func (p *pipeConns) closeAll(timeout time.Duration) {
+	p.mu.Lock()
+	p.closed = true
+	conns := make([]*pipeConn, 0, len(p.conns))
+	for pc := range p.conns {
+		conns = append(conns, pc)
+	}
+	p.mu.Unlock()
+	for _, pc := range conns {
+		pc.stop()
+	}
+	done := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		for _, pc := range conns {
+			pc.conn.Close()
+		}
+		<-done
+	}
+}
