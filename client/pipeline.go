@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -195,6 +196,12 @@ func (c *Client) dialPipe(ctx context.Context, ep *endpoint) (*pipe, error) {
 	req.Header.Set("Upgrade", framing.Protocol)
 	resp, err := c.http.Do(req)
 	if err != nil {
+		// As connect does for unary calls: the URL adds nothing to
+		// "dial tcp ...: connection refused".
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, connect.NewError(connect.CodeUnavailable, err)
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
