@@ -209,8 +209,10 @@ func (c *Client) dialPipe(ctx context.Context, ep *endpoint) (*pipe, error) {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		reason := api.Reason(resp.Header.Get(api.ErrorHeader))
 		switch {
-		case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed:
-			// A server from before pipelines.
+		case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed ||
+			resp.StatusCode == http.StatusUpgradeRequired || resp.StatusCode < 400:
+			// A server from before pipelines, or a proxy in between that
+			// does not pass upgrades on: unary calls work through both.
 			ep.noPipe = true
 			return nil, errUseUnary
 		case reason == api.ReasonNotLeader:
