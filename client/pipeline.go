@@ -350,7 +350,11 @@ func (p *pipe) call(ctx context.Context, req *tenurev1.PipelineRequest) (*tenure
 	}
 }
 
-// send writes a request that expects no answer (cancel), best effort.
+// send writes a request that expects no answer (cancel, ping), best
+// effort, and without making the caller wait for a write: the flush
+// runs on its own goroutine, and usually finds the frame already gone
+// with the caller's next request (an Unlock's release follows the
+// cancel of the grant's watch).
 func (p *pipe) send(req *tenurev1.PipelineRequest) {
 	p.mu.Lock()
 	if p.err != nil {
@@ -359,12 +363,17 @@ func (p *pipe) send(req *tenurev1.PipelineRequest) {
 	}
 	_, err := p.w.Append(req)
 	p.mu.Unlock()
-	if err == nil {
-		err = p.w.Flush()
+	if err != nil {
+		if !errors.Is(err, framing.ErrEncode) {
+			p.fail(err)
+		}
+		return
 	}
-	if err != nil && !errors.Is(err, framing.ErrEncode) {
-		p.fail(err)
-	}
+	go func() {
+		if err := p.w.Flush(); err != nil {
+			p.fail(err)
+		}
+	}()
 }
 
 // answerError is the error a unary call would have returned for the

@@ -50,11 +50,18 @@ type pipeline struct {
 	wg    sync.WaitGroup
 
 	mu  sync.Mutex
-	ops map[uint64]context.CancelFunc // in flight, by request ID
+	ops map[uint64]*pipelinedOp // in flight, by request ID
+}
+
+type pipelinedOp struct {
+	cancel context.CancelFunc
+	// byClient is set when a Cancel frame ended the operation: its
+	// caller has gone, so it is not answered.
+	byClient bool
 }
 
 func (s *Server) newPipeline(send func(*tenurev1.PipelineResponse)) *pipeline {
-	return &pipeline{s: s, send: send, slots: make(chan struct{}, maxPipelined), ops: map[uint64]context.CancelFunc{}}
+	return &pipeline{s: s, send: send, slots: make(chan struct{}, maxPipelined), ops: map[uint64]*pipelinedOp{}}
 }
 
 // handle starts one request. It is called in stream order by the one
@@ -65,11 +72,11 @@ func (p *pipeline) handle(ctx context.Context, req *tenurev1.PipelineRequest) {
 	switch op := req.GetOp().(type) {
 	case *tenurev1.PipelineRequest_Cancel:
 		p.mu.Lock()
-		cancel := p.ops[op.Cancel]
-		p.mu.Unlock()
-		if cancel != nil {
-			cancel()
+		if o := p.ops[op.Cancel]; o != nil {
+			o.byClient = true
+			o.cancel()
 		}
+		p.mu.Unlock()
 		return
 	case *tenurev1.PipelineRequest_Ping:
 		p.send(&tenurev1.PipelineResponse{Id: id, Result: &tenurev1.PipelineResponse_Pong{Pong: &tenurev1.Ping{}}})
@@ -92,7 +99,8 @@ func (p *pipeline) handle(ctx context.Context, req *tenurev1.PipelineRequest) {
 		p.send(pipelineError(id, toConnect(invalid("pipeline request ID %d is already in flight", id))))
 		return
 	}
-	p.ops[id] = cancel
+	o := &pipelinedOp{cancel: cancel}
+	p.ops[id] = o
 	p.mu.Unlock()
 	p.wg.Add(1)
 	go func() {
@@ -100,10 +108,13 @@ func (p *pipeline) handle(ctx context.Context, req *tenurev1.PipelineRequest) {
 		resp := p.s.runPipelined(opCtx, req)
 		p.mu.Lock()
 		delete(p.ops, id)
+		answer := !o.byClient
 		p.mu.Unlock()
 		cancel()
 		<-p.slots
-		p.send(resp)
+		if answer {
+			p.send(resp)
+		}
 	}()
 }
 
@@ -112,8 +123,8 @@ func (p *pipeline) handle(ctx context.Context, req *tenurev1.PipelineRequest) {
 func (p *pipeline) cancelAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, cancel := range p.ops {
-		cancel()
+	for _, o := range p.ops {
+		o.cancel()
 	}
 }
 

@@ -382,8 +382,8 @@ type PipelineRequest_WatchGrant struct {
 type PipelineRequest_Cancel struct {
 	// cancel ends the request in flight with this ID, as a cancelled
 	// context ends a unary call: a parked Acquire gives up its place, a
-	// watch ends. It is not answered itself; the cancelled request is,
-	// unless it completed first.
+	// watch ends. Neither it nor the request it ends is answered (an
+	// answer already on its way may still arrive).
 	Cancel uint64 `protobuf:"varint,12,opt,name=cancel,proto3,oneof"`
 }
 
