@@ -469,7 +469,9 @@ func (p *pipe) fail(cause error) {
 	p.mu.Unlock()
 	p.w.Fail(cause)
 	p.conn.Close()
-	written := p.w.Written()
+	// A write still under way has handed the kernel bytes it has not
+	// counted yet: wait for it (closing the connection ended it).
+	written := p.w.Settled()
 	for _, call := range calls {
 		var err error = connect.NewError(connect.CodeUnavailable, fmt.Errorf("pipeline: %w", cause))
 		if call.end > written {
