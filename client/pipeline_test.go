@@ -3,7 +3,9 @@ package client_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -437,5 +439,98 @@ func TestPipelineCloseWithCallInFlight(t *testing.T) {
 	}
 	if n := f.Upgrades(); n != 1 {
 		t.Errorf("got = %d upgrade requests, expected: 1 (nothing after Close)", n)
+	}
+}
+
+// A request whose frame the kernel took while a later, larger frame in
+// the same write was still going out left whole: when the connection
+// then breaks, it may have been applied, and a compare-and-swap must
+// not be sent again. Here the fake reads a large Put, then the CAS
+// batched behind it with another large Put, then stops reading and
+// half-closes, so that the client's write is still under way when its
+// read side ends. (Closing the connection ends that write; what the
+// client must not do is count its bytes before it has. Without that,
+// this test fails only when the scheduler lets the close win the race:
+// about one run in twenty here.)
+func TestPipelineWriteUnderWayCountsAsSent(t *testing.T) {
+	const big = 12 << 20 // well past the socket buffers on both sides
+	started, read, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	f := startFake(t, func(n int, c *fakeConn) {
+		if n > 0 {
+			for {
+				req := c.Next()
+				if req == nil {
+					return
+				}
+				c.Send(answer(req))
+			}
+		}
+		// A small receive buffer, so that the big frames stay in the
+		// client's write.
+		_ = c.conn.(*net.TCPConn).SetReadBuffer(64 << 10)
+		if _, err := c.br.Peek(1); err != nil {
+			t.Errorf("fake: %v", err)
+			return
+		}
+		close(started)
+		select {
+		case <-read:
+		case <-c.f.done:
+			return
+		}
+		for {
+			req := c.Next()
+			if req == nil {
+				t.Error("fake: the connection ended before the CAS")
+				return
+			}
+			if isCAS(req) {
+				break
+			}
+		}
+		_ = c.conn.(*net.TCPConn).CloseWrite()
+		select {
+		case <-done:
+		case <-c.f.done:
+		}
+	})
+	kv := newFakeClient(t, []string{f.Addr()}).KV()
+	ctx := testCtx(t)
+	value := strings.Repeat("x", big)
+	puts := make(chan error, 2)
+	go func() {
+		_, err := kv.Put(ctx, "first", value)
+		puts <- err
+	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first Put never arrived")
+	}
+	// The first Put's write is under way and cannot finish: the CAS and
+	// the second Put queue behind it, and go out in one write.
+	cas := make(chan error, 1)
+	time.Sleep(100 * time.Millisecond)
+	go func() {
+		_, err := kv.CompareAndSwap(ctx, "k", client.Absent(), "v")
+		cas <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	go func() {
+		_, err := kv.Put(ctx, "second", value)
+		puts <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	close(read)
+	err := <-cas
+	close(done)
+	if !errors.Is(err, client.ErrUnknownOutcome) {
+		t.Errorf("got = %v, expected: ErrUnknownOutcome (the server read the CAS)", err)
+	}
+	if n := f.Count(isCAS); n != 1 {
+		t.Errorf("got = CAS seen %d times, expected: 1", n)
+	}
+	for range 2 {
+		<-puts // either outcome: one was read whole, one was cut
 	}
 }
