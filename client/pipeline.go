@@ -267,7 +267,7 @@ type pipe struct {
 	calls  map[uint64]*pipeCall
 	err    error // why the pipe is no longer usable, once it is not
 
-	heard atomic.Int64  // when a frame last arrived (unix ns)
+	heard atomic.Int64  // when a frame last arrived, or the pipe last became busy (unix ns)
 	done  chan struct{} // closed when the read loop has ended
 }
 
@@ -311,6 +311,11 @@ func (p *pipe) call(ctx context.Context, req *tenurev1.PipelineRequest) (*tenure
 		return nil, notSentError(err)
 	}
 	call.end = end
+	if len(p.calls) == 0 {
+		// Silence counts only while an answer is awaited: an idle pipe's
+		// last frame may be minutes old, which proves nothing.
+		p.heard.Store(time.Now().UnixNano())
+	}
 	p.calls[id] = call
 	p.mu.Unlock()
 	if err := p.w.Flush(); err != nil {
