@@ -420,7 +420,8 @@ const pingEvery, pingTimeout = 5 * time.Second, 5 * time.Second
 // watchdog pings a silent pipe with calls in flight and breaks it when
 // no pong comes: a node cut off by a partition never says goodbye.
 func (p *pipe) watchdog() {
-	t := time.NewTicker(pingEvery / 2)
+	every, timeout := p.c.opts.pingEvery, p.c.opts.pingTimeout
+	t := time.NewTicker(every / 2)
 	defer t.Stop()
 	for {
 		select {
@@ -433,10 +434,10 @@ func (p *pipe) watchdog() {
 		p.mu.Unlock()
 		silent := time.Since(time.Unix(0, p.heard.Load()))
 		switch {
-		case silent > pingEvery+pingTimeout && busy:
+		case silent > every+timeout && busy:
 			p.fail(fmt.Errorf("pipeline: no answer to a ping for %v", silent.Round(time.Second)))
 			return
-		case silent > pingEvery && busy:
+		case silent > every && busy:
 			p.send(&tenurev1.PipelineRequest{Op: &tenurev1.PipelineRequest_Ping{Ping: &tenurev1.Ping{}}})
 		}
 	}
