@@ -172,10 +172,9 @@ type fakeConn struct {
 	w    *framing.Writer
 }
 
-// Next reads the next request frame, waiting up to 10s; nil when the
-// connection ended or nothing came.
+// Next reads the next request frame; nil when the connection ended (the
+// client closed it, or the test ended).
 func (c *fakeConn) Next() *tenurev1.PipelineRequest {
-	_ = c.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	frame, err := c.r.Next()
 	if err != nil {
 		return nil
@@ -224,7 +223,6 @@ func (c *fakeConn) Wait(d time.Duration) bool {
 // Hold reads (and records) whatever else the client sends until the
 // connection ends: the client closes it, or the test ends.
 func (c *fakeConn) Hold() {
-	_ = c.conn.SetReadDeadline(time.Time{})
 	for {
 		frame, err := c.r.Next()
 		if err != nil {

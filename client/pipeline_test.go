@@ -534,3 +534,143 @@ func TestPipelineWriteUnderWayCountsAsSent(t *testing.T) {
 		<-puts // either outcome: one was read whole, one was cut
 	}
 }
+
+// pong answers a ping.
+func pong(req *tenurev1.PipelineRequest) *tenurev1.PipelineResponse {
+	return &tenurev1.PipelineResponse{Id: req.GetId(), Result: &tenurev1.PipelineResponse_Pong{Pong: &tenurev1.Ping{}}}
+}
+
+// The watchdog, with its bounds shortened from 5s and 5s: a pipeline
+// with a call in flight that stays silent for `every` is pinged; pongs
+// keep it alive however long the answer takes; no pings go out while
+// nothing is in flight.
+func TestPipelineWatchdogPings(t *testing.T) {
+	const every, timeout = 200 * time.Millisecond, 200 * time.Millisecond
+	type seen struct {
+		ping  bool
+		after time.Duration // since the CAS arrived
+	}
+	frames := make(chan seen, 100)
+	f := startFake(t, func(n int, c *fakeConn) {
+		req := c.Expect("a compare-and-swap", isCAS)
+		if req == nil {
+			return
+		}
+		start := time.Now()
+		for pings := 0; pings < 3; {
+			ping := c.Expect("a ping", isPing)
+			if ping == nil {
+				return
+			}
+			frames <- seen{true, time.Since(start)}
+			c.Send(pong(ping))
+			pings++
+		}
+		c.Send(casAnswer(req, 3))
+		c.Hold()
+	})
+	kv := newFakeClient(t, []string{f.Addr()}, client.WithPipelinePings(every, timeout)).KV()
+	start := time.Now()
+	if _, err := kv.CompareAndSwap(testCtx(t), "k", client.Absent(), "v"); err != nil {
+		t.Fatalf("got = %v, expected: the CAS answered after three pongs", err)
+	}
+	if d := time.Since(start); d < every+timeout {
+		t.Errorf("got = answered after %v, expected: after the pings, past %v", d, every+timeout)
+	}
+	if first := <-frames; first.after < every-50*time.Millisecond {
+		t.Errorf("got = first ping %v after the call, expected: not before %v of silence", first.after, every)
+	}
+	if n := f.Pipes(); n != 1 {
+		t.Errorf("got = %d pipeline connections, expected: 1 (pongs keep it)", n)
+	}
+	// Idle now: no pings.
+	time.Sleep(3 * every)
+	if n := f.Count(isPing); n != 3 {
+		t.Errorf("got = %d pings, expected: 3 (none once idle)", n)
+	}
+}
+
+// With no pong, a busy pipeline is given up after every+timeout: a CAS
+// on it has an unknown outcome (the server read it), an idempotent Get
+// is sent again on a new connection.
+func TestPipelineWatchdogGivesUp(t *testing.T) {
+	const every, timeout = 200 * time.Millisecond, 200 * time.Millisecond
+	t.Run("CompareAndSwap", func(t *testing.T) {
+		f := startFake(t, func(n int, c *fakeConn) {
+			if c.Expect("a compare-and-swap", isCAS) != nil {
+				c.Hold() // read the pings, answer nothing
+			}
+		})
+		kv := newFakeClient(t, []string{f.Addr()}, client.WithPipelinePings(every, timeout)).KV()
+		start := time.Now()
+		_, err := kv.CompareAndSwap(testCtx(t), "k", client.Absent(), "v")
+		if !errors.Is(err, client.ErrUnknownOutcome) {
+			t.Fatalf("got = %v, expected: ErrUnknownOutcome", err)
+		}
+		if d := time.Since(start); d < every+timeout || d > 5*time.Second {
+			t.Errorf("got = gave up after %v, expected: after %v, well within 5s", d, every+timeout)
+		}
+		if n := f.Count(isPing); n < 1 {
+			t.Errorf("got = %d pings, expected: at least 1 before giving up", n)
+		}
+		if n, m := f.Count(isCAS), f.Upgrades(); n != 1 || m != 1 {
+			t.Errorf("got = CAS seen %d times over %d upgrades, expected: once, 1", n, m)
+		}
+	})
+	t.Run("Get", func(t *testing.T) {
+		f := startFake(t, func(n int, c *fakeConn) {
+			req := c.Expect("a get", isGet)
+			if req == nil {
+				return
+			}
+			if n > 0 {
+				c.Send(getAnswer(req, "second", 4))
+			}
+			c.Hold()
+		})
+		kv := newFakeClient(t, []string{f.Addr()}, client.WithPipelinePings(every, timeout)).KV()
+		got, err := kv.Get(testCtx(t), "k")
+		if err != nil || got.Value != "second" {
+			t.Fatalf("got = %+v, %v, expected: the second connection's answer", got, err)
+		}
+		if n, m := f.Count(isGet), f.Pipes(); n != 2 || m != 2 {
+			t.Errorf("got = Get seen %d times over %d connections, expected: 2, 2", n, m)
+		}
+	})
+}
+
+// A pipeline idle for longer than every+timeout is not given up the
+// moment a call arrives: silence counts from the call. (It used to count
+// from the last frame, so a call answered just after the watchdog's next
+// tick failed: a CAS with ErrUnknownOutcome.)
+func TestPipelineWatchdogAfterIdle(t *testing.T) {
+	const every, timeout = 300 * time.Millisecond, 300 * time.Millisecond
+	f := startFake(t, func(n int, c *fakeConn) {
+		req := c.Expect("a get", isGet)
+		if req == nil {
+			return
+		}
+		c.Send(getAnswer(req, "v", 1))
+		if req = c.Expect("a compare-and-swap", isCAS); req == nil {
+			return
+		}
+		// Longer than the watchdog's tick (every/2), shorter than every.
+		if !c.Wait(every * 4 / 5) {
+			return
+		}
+		c.Send(casAnswer(req, 2))
+		c.Hold()
+	})
+	kv := newFakeClient(t, []string{f.Addr()}, client.WithPipelinePings(every, timeout)).KV()
+	ctx := testCtx(t)
+	if _, err := kv.Get(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * (every + timeout))
+	if _, err := kv.CompareAndSwap(ctx, "k", client.Absent(), "v"); err != nil {
+		t.Fatalf("got = %v, expected: the CAS answered", err)
+	}
+	if n := f.Pipes(); n != 1 {
+		t.Errorf("got = %d pipeline connections, expected: 1", n)
+	}
+}
