@@ -148,13 +148,6 @@ func (f *fakeServer) Count(match func(*tenurev1.PipelineRequest) bool) int {
 	return n
 }
 
-// Frames lists the frames read, in order.
-func (f *fakeServer) Frames() []fakeFrame {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]fakeFrame(nil), f.frames...)
-}
-
 func isCAS(r *tenurev1.PipelineRequest) bool     { return r.GetCompareAndSwap() != nil }
 func isPut(r *tenurev1.PipelineRequest) bool     { return r.GetPut() != nil }
 func isGet(r *tenurev1.PipelineRequest) bool     { return r.GetGet() != nil }
