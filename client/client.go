@@ -57,6 +57,9 @@ type options struct {
 	backoff        time.Duration
 	maxBackoff     time.Duration
 	logger         *slog.Logger
+	// pingEvery and pingTimeout bound a silent pipeline (see the
+	// constants); tests shorten them.
+	pingEvery, pingTimeout time.Duration
 }
 
 // Option configures a Client.
@@ -95,6 +98,8 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 		backoff:        50 * time.Millisecond,
 		maxBackoff:     time.Second,
 		logger:         slog.Default(),
+		pingEvery:      pingEvery,
+		pingTimeout:    pingTimeout,
 	}
 	for _, opt := range opts {
 		opt(&o)

@@ -276,7 +276,7 @@ type pipe struct {
 	calls  map[uint64]*pipeCall
 	err    error // why the pipe is no longer usable, once it is not
 
-	heard atomic.Int64  // when a frame last arrived (unix ns)
+	heard atomic.Int64  // when a frame last arrived, or the pipe last became busy (unix ns)
 	done  chan struct{} // closed when the read loop has ended
 }
 
@@ -320,6 +320,11 @@ func (p *pipe) call(ctx context.Context, req *tenurev1.PipelineRequest) (*tenure
 		return nil, notSentError(err)
 	}
 	call.end = end
+	if len(p.calls) == 0 {
+		// Silence counts only while an answer is awaited: an idle pipe's
+		// last frame may be minutes old, which proves nothing.
+		p.heard.Store(time.Now().UnixNano())
+	}
 	p.calls[id] = call
 	p.mu.Unlock()
 	if err := p.w.Flush(); err != nil {
@@ -433,7 +438,8 @@ const pingEvery, pingTimeout = 5 * time.Second, 5 * time.Second
 // watchdog pings a silent pipe with calls in flight and breaks it when
 // no pong comes: a node cut off by a partition never says goodbye.
 func (p *pipe) watchdog() {
-	t := time.NewTicker(pingEvery / 2)
+	every, timeout := p.c.opts.pingEvery, p.c.opts.pingTimeout
+	t := time.NewTicker(every / 2)
 	defer t.Stop()
 	for {
 		select {
@@ -446,10 +452,10 @@ func (p *pipe) watchdog() {
 		p.mu.Unlock()
 		silent := time.Since(time.Unix(0, p.heard.Load()))
 		switch {
-		case silent > pingEvery+pingTimeout && busy:
+		case silent > every+timeout && busy:
 			p.fail(fmt.Errorf("pipeline: no answer to a ping for %v", silent.Round(time.Second)))
 			return
-		case silent > pingEvery && busy:
+		case silent > every && busy:
 			p.send(&tenurev1.PipelineRequest{Op: &tenurev1.PipelineRequest_Ping{Ping: &tenurev1.Ping{}}})
 		}
 	}
@@ -487,7 +493,9 @@ func (p *pipe) fail(cause error) {
 	p.mu.Unlock()
 	p.w.Fail(cause)
 	p.conn.Close()
-	written := p.w.Written()
+	// A write still under way has handed the kernel bytes it has not
+	// counted yet: wait for it (closing the connection ended it).
+	written := p.w.Settled()
 	for _, call := range calls {
 		var err error = connect.NewError(connect.CodeUnavailable, fmt.Errorf("pipeline: %w", cause))
 		if call.end > written {

@@ -106,10 +106,15 @@ type Writer struct {
 	queued  int64  // bytes ever appended
 	written int64  // bytes the underlying writer accepted
 	err     error
+	idle    sync.Cond // signalled when a write ends; L is &mu
 }
 
 // NewWriter writes frames to w.
-func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+func NewWriter(w io.Writer) *Writer {
+	fw := &Writer{w: w}
+	fw.idle.L = &fw.mu
+	return fw
+}
 
 // Append adds m as a frame and returns the stream offset its last byte
 // ends at: once Written passes it, the whole frame left this end.
@@ -152,6 +157,7 @@ func (w *Writer) Flush() error {
 		}
 	}
 	w.writing = false
+	w.idle.Broadcast()
 	return w.err
 }
 
@@ -161,6 +167,21 @@ func (w *Writer) Flush() error {
 func (w *Writer) Written() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.written
+}
+
+// Settled is Written once no write is under way: it waits for the one
+// under way, if any, to return. Written alone can lag behind what the
+// kernel took — the writing goroutine counts a write's bytes only after
+// the write returns — so a stream that broke must be settled before its
+// frames are sorted into sent and not sent. Call it after Fail and after
+// closing the underlying writer, which ends a write that would block.
+func (w *Writer) Settled() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.writing {
+		w.idle.Wait()
+	}
 	return w.written
 }
 
