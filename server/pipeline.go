@@ -432,7 +432,7 @@ func (pc *pipeConn) serve() {
 			err = fmt.Errorf("decode pipeline request: %w", err)
 			break
 		}
-		last = req.GetId()
+		last = max(last, req.GetId()) // cancels and pings carry no ID of their own
 		p.handle(ctx, req)
 	}
 	select {
