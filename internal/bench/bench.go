@@ -153,8 +153,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 					if results[i].Err != "" {
 						errs = append(errs, fmt.Errorf("round %d, workload %d %s, %s: %s", round, w.ID, results[i].Variant, sys, results[i].Err))
 					}
-					log.Info("bench: done", "round", round, "workload", w.ID, "variant", results[i].Variant, "system", sys,
-						"headline", headline(results[i]), "took", time.Duration(results[i].Seconds*float64(time.Second)).Round(100*time.Millisecond), "error", results[i].Err)
+					attrs := []any{"round", round, "workload", w.ID}
+					if results[i].Variant != "" {
+						attrs = append(attrs, "variant", results[i].Variant)
+					}
+					attrs = append(attrs, "system", sys, "took", time.Duration(results[i].Seconds*float64(time.Second)).Round(100*time.Millisecond))
+					if results[i].Err != "" {
+						log.Error("bench: failed", append(attrs, "err", results[i].Err)...)
+						continue
+					}
+					log.Info("bench: done", append(attrs, "headline", headline(results[i]))...)
 				}
 				rep.Results = append(rep.Results, results...)
 			}
