@@ -361,11 +361,14 @@ func openSessions(ctx context.Context, conns []conn, n int, ttl time.Duration, d
 // --- 5: clean resign ---
 
 // runResign has two campaigners, each with its own connection and
-// session. The leader resigns once the other is waiting (the server or
-// the store shows both, and 10ms more have passed so that its wait is
-// set up, which etcd's Campaign does in two steps after its key is
-// written); the figure is the time from just before Resign is called to
-// the moment the other's Campaign returns. Then they swap.
+// session. The leader resigns once the other is waiting: the server (or
+// the store) lists both, and 150ms more have passed. etcd's Campaign
+// writes its key, reads, then watches from the revision it read; etcd
+// puts a watch that starts at a past revision in a group it catches up
+// every 100ms, so a delete in the watch's first 100ms is delivered up to
+// 100ms late. A steadily waiting candidate, the case measured, has long
+// been caught up. The figure is the time from just before Resign is
+// called to the moment the other's Campaign returns. Then they swap.
 func runResign(ctx context.Context, e *env) ([]Result, error) {
 	var r Result
 	ms, closeAll, err := e.fleet(ctx, 2, sessionTTL)
@@ -389,7 +392,7 @@ func runResign(ctx context.Context, e *env) ([]Result, error) {
 		if err := waitCampaigners(ctx, ms[leader].c, "resign", 2); err != nil {
 			return nil, err
 		}
-		if !sleepUntil(ctx, time.Now().Add(10*time.Millisecond)) {
+		if !sleepUntil(ctx, time.Now().Add(150*time.Millisecond)) {
 			return nil, ctx.Err()
 		}
 		resigned := time.Now()
