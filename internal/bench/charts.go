@@ -30,12 +30,12 @@ var throughputBars = []struct {
 	label    string
 }{
 	{1, "", "pairs/s", "(1) one client\npairs/s"},
-	{2, "", "pairs/s", "(2) 64 goroutines\npairs/s"},
-	{3, "", "handoffs/s", "(3) 16 contenders\nhandoffs/s"},
-	{7, "", "CAS/s", "(7) CAS, 64\nCAS/s"},
-	{10, "1: one client", "pairs/s", "(10) 3 nodes:\none client"},
-	{10, "2: 64 goroutines, own locks", "pairs/s", "(10) 3 nodes:\n64 goroutines"},
-	{10, "3: 16 contenders, one lock", "handoffs/s", "(10) 3 nodes:\n16 contenders"},
+	{2, "", "pairs/s", "(2) 64 own locks\npairs/s"},
+	{3, "", "handoffs/s", "(3) contended\nhandoffs/s"},
+	{7, "", "CAS/s", "(7) 64 CAS\nCAS/s"},
+	{10, "1: one client", "pairs/s", "(10) 3 nodes\n(1) pairs/s"},
+	{10, "2: 64 goroutines, own locks", "pairs/s", "(10) 3 nodes\n(2) pairs/s"},
+	{10, "3: 16 contenders, one lock", "handoffs/s", "(10) 3 nodes\n(3) handoffs/s"},
 }
 
 // latencyCharts are the latency distributions drawn, one chart each.
@@ -122,7 +122,8 @@ func (r *Report) throughputChart() (*plot.Plot, bool) {
 	p.Title.Text = "Throughput, median of " + strconv.Itoa(r.Rounds) + " round(s): higher is better"
 	p.Y.Label.Text = "operations per second"
 	p.Y.Min = 0
-	width := vg.Points(14)
+	p.Y.Tick.Marker = wholeTicks{}
+	width := vg.Points(18)
 	for i, s := range r.Systems {
 		bars, err := plotter.NewBarChart(values[s], width)
 		if err != nil {
@@ -136,6 +137,16 @@ func (r *Report) throughputChart() (*plot.Plot, bool) {
 	}
 	p.Legend.Top = true
 	p.NominalX(labels...)
+	// Room at the sides for the outer labels, and above the bars for
+	// the legend.
+	p.X.Min, p.X.Max = -0.7, float64(len(labels))-0.3
+	top := 0.0
+	for _, vs := range values {
+		for _, v := range vs {
+			top = max(top, v)
+		}
+	}
+	p.Y.Max = top * 1.15
 	p.Add(plotter.NewGrid())
 	return p, true
 }
@@ -205,6 +216,7 @@ func (r *Report) scalingChart() (*plot.Plot, bool) {
 	p.Y.Label.Text = "Lock+Unlock pairs per second (median)"
 	p.X.Scale = plot.LogScale{}
 	p.Y.Min = 0
+	p.Y.Tick.Marker = wholeTicks{}
 	var ticks plot.ConstantTicks
 	drawn := false
 	for _, s := range r.Systems {
@@ -244,6 +256,20 @@ func (r *Report) scalingChart() (*plot.Plot, bool) {
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Add(plotter.NewGrid())
 	return p, true
+}
+
+// wholeTicks are gonum's default ticks labelled as whole numbers with
+// thousands separators: rates, not "5000.00".
+type wholeTicks struct{}
+
+func (wholeTicks) Ticks(min, max float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ticks {
+		if ticks[i].Label != "" {
+			ticks[i].Label = thousands(int64(ticks[i].Value))
+		}
+	}
+	return ticks
 }
 
 func systemLabel(s System) string {
