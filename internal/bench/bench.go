@@ -151,7 +151,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				for i := range results {
 					results[i].Round = round
 					if results[i].Err != "" {
-						errs = append(errs, fmt.Errorf("round %d, workload %d %s, %s: %s", round, w.ID, results[i].Variant, sys, results[i].Err))
+						variant := ""
+						if results[i].Variant != "" {
+							variant = " (" + results[i].Variant + ")"
+						}
+						errs = append(errs, fmt.Errorf("round %d, workload %d%s, %s: %s", round, w.ID, variant, sys, results[i].Err))
 					}
 					attrs := []any{"round", round, "workload", w.ID}
 					if results[i].Variant != "" {
