@@ -26,6 +26,7 @@ type benchOptions struct {
 	charts       string
 	etcd         string
 	jsonPath     string
+	markdown     string
 	tenureBinary string
 	quiet        bool
 }
@@ -84,6 +85,7 @@ an hour on two cores; --short takes under a minute, Tenure only.`,
 	f.StringVar(&o.charts, "charts", "", "write SVG charts into this directory")
 	f.StringVar(&o.etcd, "etcd", "", "the etcd binary (default: etcd on PATH)")
 	f.StringVar(&o.jsonPath, "json", "", "write every run's raw figures to this file as JSON")
+	f.StringVar(&o.markdown, "markdown", "", "write the figures as one Markdown table to this file (for docs/benchmarks.md)")
 	f.StringVar(&o.tenureBinary, "tenure-binary", "", "the tenure binary whose serve is measured (default: this one)")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no progress lines")
 	return cmd
@@ -162,6 +164,16 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("--json: %w", err))
+		}
+	}
+	if o.markdown != "" {
+		var b strings.Builder
+		err := rep.WriteMarkdown(&b)
+		if err == nil {
+			err = os.WriteFile(o.markdown, []byte(b.String()), 0o644)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--markdown: %w", err))
 		}
 	}
 	if o.charts != "" {
