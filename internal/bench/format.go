@@ -236,6 +236,13 @@ func workloadTitle(id int) string {
 func (r *Report) WriteText(w io.Writer) error {
 	withEtcd := slices.Contains(r.Systems, Etcd)
 	fmt.Fprintf(w, "%d round(s) of %s per run; median (min–max) over the rounds.\n", r.Rounds, r.Duration)
+	if !r.Short && r.Rounds > 1 {
+		for _, wl := range Workloads {
+			if wl.once && slices.Contains(r.Workloads, wl.ID) {
+				fmt.Fprintf(w, "(%d) runs in the first round only: its steps are its measurement, and they take minutes.\n", wl.ID)
+			}
+		}
+	}
 	if withEtcd {
 		fmt.Fprintln(w, "ratio: above 1 means Tenure does better; T/E = Tenure/etcd for rates, E/T = etcd/Tenure for latency, CPU and memory.")
 	}
