@@ -254,7 +254,7 @@ func runHeartbeats(ctx context.Context, e *env) ([]Result, error) {
 			// Not a failure of the run: a server too busy to open more
 			// sessions in time has found its capacity.
 			e.log.Info("bench: heartbeats: could not open the sessions", "system", e.sys, "target", target, "opened", len(sessions), "err", err)
-			r.add(fmt.Sprintf("sessions opened of %d", target), float64(len(sessions)), "", Neither)
+			r.add("sessions opened of "+thousands(int64(target)), float64(len(sessions)), "", Neither)
 			break
 		}
 		e.log.Info("bench: heartbeats: opened", "system", e.sys, "sessions", len(sessions), "took", time.Since(began).Round(time.Millisecond))
@@ -270,7 +270,7 @@ func runHeartbeats(ctx context.Context, e *env) ([]Result, error) {
 		expired := max(float64(countLost(sessions)), exp1-exp0)
 		e.log.Info("bench: heartbeats: held", "system", e.sys, "sessions", len(sessions), "expired", expired, "heartbeats/s", (beats1-beats0)/sz.heartbeatHold.Seconds())
 		if expired > 0 {
-			r.add(fmt.Sprintf("expirations at %d sessions", target), expired, "", Neither)
+			r.add("expirations at "+thousands(int64(target))+" sessions", expired, "", Neither)
 			break
 		}
 		kept = target
