@@ -149,7 +149,7 @@ after the grant was lost).`,
 	add("run", NewLockCommand(g), NewElectCommand(g))
 	add("inspect", NewGetCommand(g), NewValidateCommand(g), NewRevokeCommand(g), NewWatchCommand(g))
 	add("keys", NewKVCommand(g))
-	add("server", NewServeCommand(), NewMembersCommand(g), NewSnapshotCommand(g), NewDevCommand())
+	add("server", NewServeCommand(), NewMembersCommand(g), NewSnapshotCommand(g), NewDevCommand(), NewBenchCommand())
 	return root
 }
 

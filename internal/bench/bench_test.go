@@ -1,0 +1,151 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/internal/proccluster"
+)
+
+// headlines are the figures that must be above zero in every workload's
+// result for a short run to count as sane.
+var headlines = map[int][]string{
+	1:  {"pairs/s", "pair p50"},
+	2:  {"pairs/s"},
+	3:  {"handoffs/s", "handoff p50", "fewest acquisitions of a contender"},
+	4:  {"sessions kept alive", "heartbeats/s", "server RSS"},
+	5:  {"resign→next p50"},
+	6:  {"crash→next"},
+	7:  {"CAS/s"},
+	8:  {"RSS per 10,000 idle sessions", "RSS per 100,000 held locks"},
+	9:  {"pairs/s"},
+	10: {"pairs/s", "handoffs/s"},
+}
+
+// TestShortRunAgainstTenure runs every workload in short mode against
+// real tenure serve processes and checks that each produced sane
+// figures: throughput above zero, no session expired while the
+// heartbeat workload held them, and no leader after a crash elected
+// less than a TTL after the holder's last acknowledged heartbeat.
+func TestShortRunAgainstTenure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts about a dozen servers; skipped with -short")
+	}
+	rep := runShort(t, Config{})
+	seen := map[int]bool{}
+	for _, r := range rep.Results {
+		seen[r.Workload] = true
+		if r.System != Tenure || r.Round != 1 {
+			t.Errorf("workload %d: system %s round %d, expected: tenure round 1", r.Workload, r.System, r.Round)
+		}
+		if r.Err != "" {
+			t.Errorf("workload %d %s: %s", r.Workload, r.Variant, r.Err)
+			continue
+		}
+		for _, name := range headlines[r.Workload] {
+			f, ok := r.figure(name)
+			if !ok && r.Workload == 10 {
+				continue // variants 1 and 2 count pairs, 3 handoffs
+			}
+			if !ok || f.Value <= 0 {
+				t.Errorf("workload %d %s: %s got = %v (present %v), expected: above 0", r.Workload, r.Variant, name, f.Value, ok)
+			}
+		}
+		switch r.Workload {
+		case 4:
+			want := float64(sizesFor(true, time.Second).heartbeatSteps[0])
+			if f, _ := r.figure("sessions kept alive"); f.Value != want {
+				t.Errorf("heartbeats: sessions kept alive got = %v, expected: %v with no expiry (figures %v)", f.Value, want, r.Figures)
+			}
+		case 6:
+			ttl, _ := r.figure("TTL")
+			ack, _ := r.figure("last acknowledged heartbeat→next (≥ TTL)")
+			if ack.Value < ttl.Value {
+				t.Errorf("crash: next leader %v ms after the last acknowledged heartbeat, expected: at least the TTL, %v ms", ack.Value, ttl.Value)
+			}
+		}
+	}
+	for _, w := range Workloads {
+		if !seen[w.ID] {
+			t.Errorf("workload %d (%s): no result", w.ID, w.Name)
+		}
+	}
+	var b strings.Builder
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("short run, %.1fs:\n%s", rep.Seconds, b.String())
+}
+
+// TestShortRunAgainstEtcd runs the one-client and crash workloads against
+// etcd too, when etcd is installed (scripts/install-etcd.sh), to keep the
+// etcd side from rotting: its client, its servers' start and stop, and
+// the keep-alive tracking that the crash workload's safety check needs.
+func TestShortRunAgainstEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers; skipped with -short")
+	}
+	etcd, err := exec.LookPath("etcd")
+	if err != nil {
+		t.Skip("etcd is not installed (scripts/install-etcd.sh installs it)")
+	}
+	rep := runShort(t, Config{Against: []System{Etcd}, Workloads: []int{1, 6}, Servers: ServerSpec{EtcdBinary: etcd}})
+	got := map[System]int{}
+	for _, r := range rep.Results {
+		if r.Err != "" {
+			t.Errorf("workload %d, %s: %s", r.Workload, r.System, r.Err)
+			continue
+		}
+		got[r.System]++
+		name := "pairs/s"
+		if r.Workload == 6 {
+			name = "crash→next"
+		}
+		if f, ok := r.figure(name); !ok || f.Value <= 0 {
+			t.Errorf("workload %d, %s: %s got = %v, expected: above 0", r.Workload, r.System, name, f.Value)
+		}
+	}
+	if got[Tenure] != 2 || got[Etcd] != 2 {
+		t.Errorf("results per system got = %v, expected: 2 each", got)
+	}
+	var b strings.Builder
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s", b.String())
+}
+
+// runShort runs cfg in short mode, one round of a second per window, with
+// the tenure binary built for the test.
+func runShort(t *testing.T, cfg Config) *Report {
+	t.Helper()
+	cfg.Short, cfg.Rounds, cfg.Duration = true, 1, time.Second
+	cfg.Servers.TenureBinary = proccluster.Binary(t)
+	cfg.Servers.Dir = t.TempDir()
+	cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		cfg.Log = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if rep == nil {
+		t.FailNow()
+	}
+	return rep
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}

@@ -1,0 +1,58 @@
+// Package bench is the side-by-side benchmark behind `tenure bench`: the
+// workloads of issue 10, run against Tenure and against etcd on the same
+// machine in the same run, with the ratio of each figure.
+//
+// # Why it is shaped this way
+//
+// A comparison is only as honest as its weakest asymmetry, so the
+// harness removes the ones that are cheap to remove and names the rest.
+//
+// Each system is used through its own Go client the way its
+// documentation shows a user: Tenure's client package (Session, Mutex,
+// Election, KV) and etcd's clientv3 with its concurrency package
+// (Session, Mutex, Election, and a Txn comparing ModRevision for
+// compare-and-swap). A workload is written once against four small
+// interfaces (conn, session, locker, elector), one implementation per
+// system, so both are timed by the same code at the same points. What
+// the interfaces cannot hide is said where it matters: Tenure's Mutex
+// keeps a watch per grant, etcd's does not; Tenure's client opens an
+// HTTP/1.1 connection per concurrent call and a stream per session,
+// etcd's multiplexes everything on one HTTP/2 connection.
+//
+// Servers are real processes started by the harness, not in-process
+// servers: the figures then include what a deployment pays (system
+// calls, the loopback network, fsync on every acknowledged write, both
+// systems' defaults) and the server's CPU and memory can be read from
+// /proc apart from the clients'. Every run gets a fresh server in a
+// fresh directory, so that no workload inherits another's log, keys or
+// garbage. Within a round the systems alternate, and the order flips
+// each round: on a shared two-core machine load drifts over minutes,
+// and alternation spreads that drift over both systems instead of
+// charging it to whichever ran second. Each figure is reported as the
+// median over the rounds with its range; a wide range says the machine
+// was busy, not that one system is erratic.
+//
+// Throughput is counted in a window that opens after a warm-up (so that
+// connection set-up and the first allocation of everything are not
+// counted) and closes on the clock, not after a fixed number of
+// operations, so that a slow system is not given more time. An
+// operation counts when it ends inside the window. Server CPU per
+// operation is the server processes' user+system time across the same
+// window over the operations counted in it.
+//
+// Workloads that measure a safety property fail loudly instead of
+// producing a number: workload 6 reports an error if the next leader
+// is elected less than a TTL after the crashed holder's last
+// acknowledged heartbeat, the earliest moment the holder itself may
+// believe it still leads.
+//
+// # What the caller must do
+//
+// Run needs the tenure binary (its serve command is what is measured)
+// and, to compare, the etcd binary; it starts and stops the servers on
+// free 127.0.0.1 ports itself and stops them when ctx ends. Servers run
+// in their own process groups with a parent-death signal, so none
+// outlives the harness. Run is not safe to call concurrently with
+// itself on a machine that should give meaningful figures, since the
+// runs would share the CPUs.
+package bench

@@ -1,0 +1,323 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// goal is one of issue 10's targets: a ratio Tenure must reach against
+// etcd, or, when ratio is 0, an absolute bound on Tenure's own figure.
+type goal struct {
+	workload int
+	figure   string
+	ratio    float64
+	atMost   float64 // in the figure's unit
+}
+
+var goals = []goal{
+	{workload: 1, figure: "pairs/s", ratio: 4},
+	{workload: 2, figure: "pairs/s", ratio: 6},
+	{workload: 3, figure: "handoffs/s", ratio: 20},
+	{workload: 4, figure: "heartbeats/s", ratio: 6},
+	{workload: 5, figure: "resign→next p50", atMost: 0.5},
+	{workload: 7, figure: "CAS/s", ratio: 3},
+}
+
+func goalFor(workload int, variant, figure string) (goal, bool) {
+	if variant != "" {
+		return goal{}, false
+	}
+	for _, g := range goals {
+		if g.workload == workload && g.figure == figure {
+			return g, true
+		}
+	}
+	return goal{}, false
+}
+
+// row is one figure of one workload (variant) over the rounds, per
+// system.
+type row struct {
+	workload int
+	variant  string
+	figure   string
+	unit     string
+	better   Better
+	values   map[System][]float64
+	errs     map[System]int // runs that failed
+}
+
+// rows groups a report's results into rows, in the order the workloads,
+// variants and figures first appear.
+func (r *Report) rows() []*row {
+	var out []*row
+	find := func(w int, variant, fig string) *row {
+		for _, x := range out {
+			if x.workload == w && x.variant == variant && x.figure == fig {
+				return x
+			}
+		}
+		return nil
+	}
+	for _, res := range r.Results {
+		for _, f := range res.Figures {
+			x := find(res.Workload, res.Variant, f.Name)
+			if x == nil {
+				x = &row{workload: res.Workload, variant: res.Variant, figure: f.Name, unit: f.Unit, better: f.Better,
+					values: map[System][]float64{}, errs: map[System]int{}}
+				out = append(out, x)
+			}
+			x.values[res.System] = append(x.values[res.System], f.Value)
+		}
+	}
+	// Failed runs are marked on their workload's first row.
+	for _, res := range r.Results {
+		if res.Err == "" {
+			continue
+		}
+		for _, x := range out {
+			if x.workload == res.Workload {
+				x.errs[res.System]++
+				break
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *row) int { return a.workload - b.workload })
+	return out
+}
+
+// ratio is how many times better Tenure's median is than etcd's, in the
+// row's direction; ok is false when it cannot be taken.
+func (x *row) ratio() (v float64, ok bool) {
+	t, e := spreadOf(x.values[Tenure]), spreadOf(x.values[Etcd])
+	if t.N == 0 || e.N == 0 {
+		return 0, false
+	}
+	switch x.better {
+	case Higher:
+		if e.Median == 0 {
+			return 0, false
+		}
+		return t.Median / e.Median, true
+	case Lower:
+		if t.Median == 0 {
+			return 0, false
+		}
+		return e.Median / t.Median, true
+	}
+	return 0, false
+}
+
+// formatRatio writes a ratio with its direction: "T/E" for figures where
+// higher is better, "E/T" where lower is; above 1 always favours Tenure.
+func formatRatio(v float64, b Better) string {
+	dir := "T/E"
+	if b == Lower {
+		dir = "E/T"
+	}
+	prec := 2
+	if v >= 10 {
+		prec = 1
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64) + "× " + dir
+}
+
+// goalText says what the goal is and whether the medians meet it.
+func (x *row) goalText() string {
+	g, ok := goalFor(x.workload, x.variant, x.figure)
+	if !ok {
+		return ""
+	}
+	if g.ratio > 0 {
+		text := fmt.Sprintf("≥ %g×", g.ratio)
+		if v, ok := x.ratio(); ok {
+			return text + ": " + met(v >= g.ratio)
+		}
+		return text
+	}
+	text := "≤ " + formatValue(g.atMost, x.unit)
+	if t := spreadOf(x.values[Tenure]); t.N > 0 {
+		return text + ": " + met(t.Median <= g.atMost)
+	}
+	return text
+}
+
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "not met"
+}
+
+// cell is a system's median and range over the rounds.
+func (x *row) cell(s System) string {
+	sp := spreadOf(x.values[s])
+	var text string
+	switch {
+	case sp.N == 0 && x.errs[s] == 0:
+		return "–"
+	case sp.N == 0:
+		text = "failed"
+	case sp.N == 1 || sp.Min == sp.Max:
+		text = formatValue(sp.Median, x.unit)
+	default:
+		text = fmt.Sprintf("%s (%s–%s)", formatValue(sp.Median, x.unit), formatNumber(sp.Min, x.unit), formatNumber(sp.Max, x.unit))
+	}
+	if n := x.errs[s]; n > 0 && sp.N > 0 {
+		text += fmt.Sprintf(" [%d failed]", n)
+	}
+	return text
+}
+
+// formatValue is a number with its unit.
+func formatValue(v float64, unit string) string {
+	n := formatNumber(v, unit)
+	switch unit {
+	case "", "/s":
+		return n
+	}
+	return n + " " + unit
+}
+
+// formatNumber writes v to a sensible precision for its unit: rates and
+// counts as whole numbers with thousands separators, times and sizes to
+// three significant digits.
+func formatNumber(v float64, unit string) string {
+	switch unit {
+	case "", "/s":
+		if v != 0 && math.Abs(v) < 10 && unit == "/s" {
+			return strconv.FormatFloat(v, 'f', 1, 64)
+		}
+		return thousands(int64(math.Round(v)))
+	}
+	if v == 0 {
+		return "0"
+	}
+	if math.Abs(v) >= 1000 {
+		return thousands(int64(math.Round(v)))
+	}
+	digits := 3 - int(math.Floor(math.Log10(math.Abs(v)))) - 1
+	return strconv.FormatFloat(v, 'f', max(digits, 0), 64)
+}
+
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func workloadTitle(id int) string {
+	for _, w := range Workloads {
+		if w.ID == id {
+			return fmt.Sprintf("(%d) %s", w.ID, w.Title)
+		}
+	}
+	return fmt.Sprintf("(%d)", id)
+}
+
+// WriteText writes a table per workload: each figure's median over the
+// rounds with its range, per system, the ratio and the goal.
+func (r *Report) WriteText(w io.Writer) error {
+	withEtcd := slices.Contains(r.Systems, Etcd)
+	fmt.Fprintf(w, "%d round(s) of %s per run; median (min–max) over the rounds.\n", r.Rounds, r.Duration)
+	if !r.Short && r.Rounds > 1 {
+		for _, wl := range Workloads {
+			if wl.once && slices.Contains(r.Workloads, wl.ID) {
+				fmt.Fprintf(w, "(%d) runs in the first round only: its steps are its measurement, and they take minutes.\n", wl.ID)
+			}
+		}
+	}
+	if withEtcd {
+		fmt.Fprintln(w, "ratio: above 1 means Tenure does better; T/E = Tenure/etcd for rates, E/T = etcd/Tenure for latency, CPU and memory.")
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	last := ""
+	for _, x := range r.rows() {
+		title := workloadTitle(x.workload)
+		if x.variant != "" {
+			title += " — " + x.variant
+		}
+		if title != last {
+			// A line without cells: the columns line up across every
+			// workload's table, not only within one.
+			fmt.Fprintf(tw, "\n%s\n", title)
+			last = title
+			if withEtcd {
+				fmt.Fprintf(tw, "  \ttenure\tetcd\tratio\tgoal\n")
+			}
+		}
+		if withEtcd {
+			ratio := ""
+			if v, ok := x.ratio(); ok {
+				ratio = formatRatio(v, x.better)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", x.figure, x.cell(Tenure), x.cell(Etcd), ratio, x.goalText())
+		} else {
+			fmt.Fprintf(tw, "  %s\t%s\n", x.figure, x.cell(Tenure))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, res := range r.Results {
+		if res.Err != "" {
+			variant := ""
+			if res.Variant != "" {
+				variant = " (" + res.Variant + ")"
+			}
+			fmt.Fprintf(w, "FAILED: round %d, %s%s, %s: %s\n", res.Round, workloadTitle(res.Workload), variant, res.System, res.Err)
+		}
+	}
+	return nil
+}
+
+// WriteMarkdown writes the same figures as one Markdown table, for
+// docs/benchmarks.md.
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	withEtcd := slices.Contains(r.Systems, Etcd)
+	if withEtcd {
+		fmt.Fprintln(w, "| workload | figure | Tenure | etcd | ratio | goal |")
+		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- |")
+	} else {
+		fmt.Fprintln(w, "| workload | figure | Tenure | goal |")
+		fmt.Fprintln(w, "| --- | --- | --- | --- |")
+	}
+	last := ""
+	for _, x := range r.rows() {
+		title := workloadTitle(x.workload)
+		if x.variant != "" {
+			title += " — " + x.variant
+		}
+		shown := title
+		if title == last {
+			shown = ""
+		}
+		last = title
+		if withEtcd {
+			ratio := ""
+			if v, ok := x.ratio(); ok {
+				ratio = formatRatio(v, x.better)
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", shown, x.figure, x.cell(Tenure), x.cell(Etcd), ratio, x.goalText())
+		} else {
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", shown, x.figure, x.cell(Tenure), x.goalText())
+		}
+	}
+	return nil
+}

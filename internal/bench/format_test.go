@@ -1,0 +1,148 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestFormatNumber(t *testing.T) {
+	tests := []struct {
+		v    float64
+		unit string
+		want string
+	}{
+		{931.4, "/s", "931"},
+		{12999.6, "/s", "13,000"},
+		{1234567, "", "1,234,567"},
+		{2.26, "/s", "2.3"}, // a rate under 10 keeps a decimal
+		{0, "/s", "0"},
+		{0.7123, "ms", "0.712"},
+		{1.3245, "ms", "1.32"},
+		{70.61, "ms", "70.6"},
+		{801.4, "µs", "801"},
+		{1663.2, "ms", "1,663"},
+		{0, "ms", "0"},
+		{-3.5, "MiB", "-3.50"},
+	}
+	for _, tt := range tests {
+		if got := formatNumber(tt.v, tt.unit); got != tt.want {
+			t.Errorf("formatNumber(%v, %q) got = %q, expected: %q", tt.v, tt.unit, got, tt.want)
+		}
+	}
+}
+
+func TestFormatRatio(t *testing.T) {
+	tests := []struct {
+		v    float64
+		b    Better
+		want string
+	}{
+		{1.2449, Higher, "1.24× T/E"},
+		{0.5, Lower, "0.50× E/T"},
+		{27.34, Lower, "27.3× E/T"},
+	}
+	for _, tt := range tests {
+		if got := formatRatio(tt.v, tt.b); got != tt.want {
+			t.Errorf("formatRatio(%v, %q) got = %q, expected: %q", tt.v, tt.b, got, tt.want)
+		}
+	}
+}
+
+// sampleReport is two rounds of workloads 1 and 5 against both systems,
+// one etcd run failed.
+func sampleReport() *Report {
+	res := func(w int, s System, round int, figs ...Figure) Result {
+		return Result{Workload: w, System: s, Round: round, Figures: figs}
+	}
+	rate := func(v float64) Figure { return Figure{Name: "pairs/s", Value: v, Unit: "/s", Better: Higher} }
+	lat := func(v float64) Figure { return Figure{Name: "pair p50", Value: v, Unit: "ms", Better: Lower} }
+	resign := func(v float64) Figure { return Figure{Name: "resign→next p50", Value: v, Unit: "ms", Better: Lower} }
+	return &Report{
+		Rounds: 2, Duration: "5s", Systems: []System{Tenure, Etcd},
+		Results: []Result{
+			res(1, Tenure, 1, rate(800), lat(1.2)),
+			res(1, Etcd, 1, rate(200), lat(4.8)),
+			res(1, Etcd, 2, rate(100), lat(5.2)),
+			res(1, Tenure, 2, rate(1000), lat(1.0)),
+			res(5, Tenure, 1, resign(0.4)),
+			{Workload: 5, System: Etcd, Round: 1, Err: "etcd exited"},
+		},
+	}
+}
+
+func TestRowsRatiosAndGoals(t *testing.T) {
+	rows := sampleReport().rows()
+	if len(rows) != 3 {
+		t.Fatalf("rows got = %d, expected: 3", len(rows))
+	}
+	tests := []struct {
+		name           string
+		row            *row
+		tenure, etcd   string
+		ratio, goalTxt string
+	}{
+		{"a rate is Tenure over etcd, and the goal is judged on the medians", rows[0], "900 (800–1,000)", "150 (100–200)", "6.00× T/E", "≥ 4×: met"},
+		{"a latency is etcd over Tenure, so above 1 still favours Tenure", rows[1], "1.10 ms (1.00–1.20)", "5.00 ms (4.80–5.20)", "4.55× E/T", ""},
+		{"an absolute goal is judged on Tenure alone; a failed run is marked", rows[2], "0.400 ms", "failed", "", "≤ 0.500 ms: met"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ratio := ""
+			if v, ok := tt.row.ratio(); ok {
+				ratio = formatRatio(v, tt.row.better)
+			}
+			got := []string{tt.row.cell(Tenure), tt.row.cell(Etcd), ratio, tt.row.goalText()}
+			want := []string{tt.tenure, tt.etcd, tt.ratio, tt.goalTxt}
+			for i := range got {
+				if got[i] != want[i] {
+					t.Errorf("column %d got = %q, expected: %q", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestWriteText(t *testing.T) {
+	var b strings.Builder
+	if err := sampleReport().WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"(1) one client, Lock+Unlock pairs\n",
+		"  pairs/s   900 (800–1,000)",
+		"6.00× T/E  ≥ 4×: met",
+		"(5) clean resign → next leader\n",
+		"FAILED: round 1, (5) clean resign → next leader, etcd: etcd exited\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("WriteText lacks %q; got:\n%s", want, out)
+		}
+	}
+}
+
+func TestWriteMarkdown(t *testing.T) {
+	var b strings.Builder
+	if err := sampleReport().WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := `| workload | figure | Tenure | etcd | ratio | goal |
+| --- | --- | --- | --- | --- | --- |
+| (1) one client, Lock+Unlock pairs | pairs/s | 900 (800–1,000) | 150 (100–200) | 6.00× T/E | ≥ 4×: met |
+|  | pair p50 | 1.10 ms (1.00–1.20) | 5.00 ms (4.80–5.20) | 4.55× E/T |  |
+| (5) clean resign → next leader | resign→next p50 | 0.400 ms | failed |  | ≤ 0.500 ms: met |
+`
+	if got := b.String(); got != want {
+		t.Errorf("WriteMarkdown got =\n%s\nexpected:\n%s", got, want)
+	}
+}
+
+func TestParseWorkloads(t *testing.T) {
+	got, err := ParseWorkloads([]string{"3", "one-client", " 3 ", "cluster"})
+	if err != nil || len(got) != 3 || got[0] != 3 || got[1] != 1 || got[2] != 10 {
+		t.Errorf("ParseWorkloads got = %v, %v, expected: [3 1 10], nil", got, err)
+	}
+	if _, err := ParseWorkloads([]string{"11"}); err == nil || !strings.Contains(err.Error(), `unknown workload "11"`) {
+		t.Errorf("ParseWorkloads([11]) got = %v, expected: an unknown workload error", err)
+	}
+}

@@ -1,0 +1,183 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// proc is one server process the harness started. Stop ends it; every
+// proc is stopped by the Server that owns it.
+type proc struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	exited  chan struct{} // closed once cmd.Wait has returned
+	waitErr error         // set before exited is closed
+}
+
+// startProc runs bin with args, its output appended to logPath.
+func startProc(name, bin string, args []string, logPath string) (*proc, error) {
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("%s: open its log: %w", name, err)
+	}
+	defer log.Close() // the child has its own descriptor
+	fmt.Fprintf(log, "=== %s %s %s\n", time.Now().Format(time.RFC3339), bin, strings.Join(args, " "))
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	childAttr(cmd)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: start %s: %w", name, bin, err)
+	}
+	p := &proc{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// running reports whether the process has not exited.
+func (p *proc) running() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends SIGTERM to the process group and waits up to grace for the
+// process to exit, then kills the group. It returns once the process has
+// been reaped. Safe to call twice.
+func (p *proc) stop(grace time.Duration) {
+	if p.running() {
+		_ = signalGroup(p.pid(), syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(grace):
+		}
+	}
+	// Also after a clean exit: a grandchild may still hold the group.
+	_ = signalGroup(p.pid(), syscall.SIGKILL)
+	<-p.exited
+}
+
+// usage is a process's CPU time (user and system) and resident memory.
+type usage struct {
+	CPU time.Duration
+	RSS int64 // bytes
+}
+
+// clockTick is the kernel's USER_HZ, the unit of /proc/PID/stat's CPU
+// times: 100 on every Linux that Go supports.
+const clockTick = 100
+
+// readUsage reads pid's CPU time from /proc/PID/stat (utime + stime) and
+// its resident set from /proc/PID/status (VmRSS).
+func readUsage(pid int) (usage, error) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return usage{}, fmt.Errorf("read CPU time: %w", err)
+	}
+	cpu, err := parseStatCPU(stat)
+	if err != nil {
+		return usage{}, err
+	}
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return usage{}, fmt.Errorf("read memory: %w", err)
+	}
+	rss, err := parseStatusRSS(status)
+	if err != nil {
+		return usage{}, err
+	}
+	return usage{CPU: cpu, RSS: rss}, nil
+}
+
+// parseStatCPU returns utime + stime from the text of /proc/PID/stat.
+// The command name (field 2) is in parentheses and may hold spaces, so
+// the fields are counted from the last ')'.
+func parseStatCPU(stat []byte) (time.Duration, error) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("/proc/PID/stat: no ')' after the command name")
+	}
+	// After ')': state(3) ppid(4) ... utime(14) stime(15).
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/PID/stat: %d fields after the command name, want at least 13", len(f))
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/PID/stat: %w", err)
+	}
+	return time.Duration(utime+stime) * time.Second / clockTick, nil
+}
+
+// parseStatusRSS returns VmRSS in bytes from the text of /proc/PID/status.
+func parseStatusRSS(status []byte) (int64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("/proc/PID/status: VmRSS %q, want \"N kB\"", rest)
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/PID/status: VmRSS: %w", err)
+		}
+		return kb << 10, nil
+	}
+	return 0, errors.New("/proc/PID/status: no VmRSS line (the process has exited?)")
+}
+
+// waitFor polls ok every 20ms until it returns nil, the process exits,
+// or ctx ends, and returns ok's last error in the last two cases.
+func waitFor(ctx context.Context, procs []*proc, ok func(ctx context.Context) error) error {
+	for {
+		err := ok(ctx)
+		if err == nil {
+			return nil
+		}
+		for _, p := range procs {
+			if !p.running() {
+				return fmt.Errorf("%s exited (%v) before it was ready; its log is %s:\n%s", p.name, p.waitErr, p.logPath, tail(p.logPath, 20))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready: %w (last: %w)", ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// tail is the last n lines of the file at path, for an error message.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,282 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Server is a running system under test, one node or a cluster, that the
+// harness started as child processes on free 127.0.0.1 ports with its
+// data in a directory of its own. The caller must call Stop, which stops
+// every node and removes the data.
+type Server struct {
+	System    System
+	Endpoints []string // client addresses, host:port
+	procs     []*proc
+	dir       string
+	metrics   []string // each node's /metrics URL
+}
+
+// ServerSpec says how to start the servers.
+type ServerSpec struct {
+	TenureBinary string // runs "serve"
+	EtcdBinary   string
+	// Dir is where data directories and logs are made ("" = the system's
+	// temporary directory).
+	Dir string
+}
+
+// Start starts sys with nodes nodes (1 or 3) and returns once every node
+// answers its health check and, for a cluster, a leader is elected.
+func (sp ServerSpec) Start(ctx context.Context, sys System, nodes int) (*Server, error) {
+	var last error
+	// A port found free can be taken by someone else before the server
+	// binds it; a second try with other ports settles that.
+	for range 3 {
+		s, err := sp.start(ctx, sys, nodes)
+		if err == nil {
+			return s, nil
+		}
+		last = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, last
+}
+
+func (sp ServerSpec) start(ctx context.Context, sys System, nodes int) (*Server, error) {
+	dir, err := os.MkdirTemp(sp.Dir, "tenure-bench-"+string(sys)+"-")
+	if err != nil {
+		return nil, fmt.Errorf("make a data directory: %w", err)
+	}
+	s := &Server{System: sys, dir: dir}
+	ports, err := freePorts(2 * nodes)
+	if err != nil {
+		s.Stop()
+		return nil, err
+	}
+	api := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[2*i]) }
+	peer := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[2*i+1]) }
+	for i := range nodes {
+		s.Endpoints = append(s.Endpoints, api(i))
+		s.metrics = append(s.metrics, "http://"+api(i)+"/metrics")
+	}
+	for i := range nodes {
+		name := fmt.Sprintf("%s node %d", sys, i+1)
+		data := filepath.Join(dir, fmt.Sprintf("node%d", i+1))
+		logPath := filepath.Join(dir, fmt.Sprintf("node%d.log", i+1))
+		var bin string
+		var args []string
+		switch sys {
+		case Tenure:
+			bin = sp.TenureBinary
+			args = []string{"serve", "--listen", api(i), "--peer-listen", peer(i), "--data-dir", data, "--log-level", "warn"}
+			if nodes > 1 {
+				var others []string
+				for j := range nodes {
+					if j != i {
+						others = append(others, api(j))
+					}
+				}
+				args = append(args, "--bootstrap-expect", strconv.Itoa(nodes), "--join", strings.Join(others, ","))
+			}
+		case Etcd:
+			bin = sp.EtcdBinary
+			var cluster []string
+			for j := range nodes {
+				cluster = append(cluster, fmt.Sprintf("n%d=http://%s", j+1, peer(j)))
+			}
+			args = []string{
+				"--name", fmt.Sprintf("n%d", i+1), "--data-dir", data,
+				"--listen-client-urls", "http://" + api(i), "--advertise-client-urls", "http://" + api(i),
+				"--listen-peer-urls", "http://" + peer(i), "--initial-advertise-peer-urls", "http://" + peer(i),
+				"--initial-cluster", strings.Join(cluster, ","),
+				"--initial-cluster-state", "new", "--initial-cluster-token", filepath.Base(dir),
+				"--logger", "zap", "--log-level", "warn",
+			}
+		default:
+			s.Stop()
+			return nil, fmt.Errorf("unknown system %q", sys)
+		}
+		if bin == "" {
+			s.Stop()
+			return nil, fmt.Errorf("no %s binary given", sys)
+		}
+		p, err := startProc(name, bin, args, logPath)
+		if err != nil {
+			s.Stop()
+			return nil, err
+		}
+		s.procs = append(s.procs, p)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := waitFor(ctx, s.procs, s.ready); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("start %s: %w", sys, err)
+	}
+	return s, nil
+}
+
+// ready checks every node's health endpoint: Tenure's /readyz answers
+// 200 once the node knows a leader (or leads and has caught up); etcd's
+// /health says "true" once the node has a leader and can serve.
+func (s *Server) ready(ctx context.Context) error {
+	hc := http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	path := "/readyz"
+	if s.System == Etcd {
+		path = "/health"
+	}
+	for _, ep := range s.Endpoints {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ep+path, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || (s.System == Etcd && !strings.Contains(string(body), `"true"`)) {
+			return fmt.Errorf("%s%s: %s %s", ep, path, resp.Status, strings.TrimSpace(string(body)))
+		}
+	}
+	return nil
+}
+
+// Usage is the nodes' CPU time and resident memory, summed.
+func (s *Server) Usage() (usage, error) {
+	var total usage
+	for _, p := range s.procs {
+		u, err := readUsage(p.pid())
+		if err != nil {
+			return usage{}, fmt.Errorf("%s: %w", p.name, err)
+		}
+		total.CPU += u.CPU
+		total.RSS += u.RSS
+	}
+	return total, nil
+}
+
+// Metric sums the samples of the Prometheus metric name (any labels that
+// include every one in match, given as `key="value"`) over every node's
+// /metrics.
+func (s *Server) Metric(ctx context.Context, name string, match ...string) (float64, error) {
+	hc := http.Client{Timeout: 5 * time.Second}
+	var sum float64
+	for _, u := range s.metrics {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, fmt.Errorf("read metrics: %w", err)
+		}
+		v, err := sumMetric(resp.Body, name, match)
+		resp.Body.Close()
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", u, err)
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+// sumMetric adds up the samples of metric name in Prometheus' text format
+// whose labels contain every string in match.
+func sumMetric(r io.Reader, name string, match []string) (float64, error) {
+	var sum float64
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		labels := ""
+		if rest[0] == '{' {
+			end := strings.IndexByte(rest, '}')
+			if end < 0 {
+				continue
+			}
+			labels, rest = rest[:end+1], rest[end+1:]
+		}
+		all := true
+		for _, m := range match {
+			all = all && strings.Contains(labels, m)
+		}
+		if !all {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			return 0, fmt.Errorf("metric %s: %w", name, err)
+		}
+		sum += v
+	}
+	return sum, sc.Err()
+}
+
+// Running reports whether every node still runs: a node that died during
+// a workload makes its figures meaningless.
+func (s *Server) Running() error {
+	var errs []error
+	for _, p := range s.procs {
+		if !p.running() {
+			errs = append(errs, fmt.Errorf("%s exited (%v); its log:\n%s", p.name, p.waitErr, tail(p.logPath, 20)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Stop stops every node (SIGTERM, SIGKILL after 5s) and removes the data
+// directory. Safe to call twice.
+func (s *Server) Stop() {
+	for _, p := range s.procs {
+		p.stop(5 * time.Second)
+	}
+	s.procs = nil
+	if s.dir != "" {
+		_ = os.RemoveAll(s.dir)
+		s.dir = ""
+	}
+}
+
+// freePorts returns n distinct ports that were free on 127.0.0.1 a moment
+// ago. They are held open until all are found, so that none repeats.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port on 127.0.0.1: %w", err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}

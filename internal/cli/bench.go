@@ -1,0 +1,192 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/tenurehq/tenure/internal/bench"
+)
+
+type benchOptions struct {
+	against      string
+	duration     time.Duration
+	rounds       int
+	workloads    []string
+	short        bool
+	charts       string
+	etcd         string
+	jsonPath     string
+	markdown     string
+	tenureBinary string
+	quiet        bool
+}
+
+// NewBenchCommand builds `tenure bench`, the side-by-side benchmark of
+// issue 10: it starts the servers itself, so it needs no --endpoints.
+func NewBenchCommand() *cobra.Command {
+	o := benchOptions{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Benchmark Tenure, side by side with etcd, on servers it starts itself",
+		Long: `Run the benchmark workloads against Tenure and, with --against etcd, against
+etcd on the same machine in the same run, and print each figure's median and
+range over the rounds with the ratio.
+
+Every run starts a fresh server (tenure serve from this binary, or etcd from
+PATH or --etcd) as a child process on free 127.0.0.1 ports with its data in
+a temporary directory, and stops it afterwards. Within a round the two
+systems alternate, and the order flips every round, so that load that drifts
+on the machine favours neither. Both servers fsync every acknowledged write.
+Install etcd with scripts/install-etcd.sh (Debian's etcd-server).
+
+Workloads (names or numbers for --workloads):
+  1 one-client   one client, Lock+Unlock pairs
+  2 64-clients   64 goroutines on their own locks over 4 connections
+  3 contended    16 contenders on one lock: handoffs, latency, fairness
+  4 heartbeats   most sessions kept alive at TTL 10s with no expiry
+  5 resign       clean resign → next leader
+  6 crash        holder crash → next leader, TTL 5s
+  7 cas          compare-and-swap, 64 goroutines on their own keys
+  8 memory       server memory per 10,000 idle sessions, 100,000 held locks
+  9 scaling      workload 2 at 1, 4, 16, 64 and 256 goroutines
+  10 cluster     workloads 1-3 on 3-node clusters
+
+The full run (--against etcd, 5s windows, 3 rounds) takes about a quarter of
+an hour on two cores; --short takes under a minute, Tenure only.`,
+		Example: `  # The published comparison, charts included
+  tenure bench --against etcd --charts docs/benchmarks
+
+  # A quick look at two workloads
+  tenure bench --against etcd --workloads 1,contended --duration 2s --rounds 1
+
+  # Tenure alone, about a second per workload
+  tenure bench --short`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runBench(cmd, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.against, "against", "", `compare with this system: "etcd" (default: Tenure only)`)
+	f.DurationVar(&o.duration, "duration", 5*time.Second, "measured time of each throughput run (--short: 1s)")
+	f.IntVar(&o.rounds, "rounds", 3, "rounds: every workload runs this often against each system (--short: 1)")
+	f.StringSliceVar(&o.workloads, "workloads", nil, "workloads to run, by number or name (default all)")
+	f.BoolVar(&o.short, "short", false, "about a second per workload, one round, small sizes, Tenure only")
+	f.StringVar(&o.charts, "charts", "", "write SVG charts into this directory")
+	f.StringVar(&o.etcd, "etcd", "", "the etcd binary (default: etcd on PATH)")
+	f.StringVar(&o.jsonPath, "json", "", "write every run's raw figures to this file as JSON")
+	f.StringVar(&o.markdown, "markdown", "", "write the figures as one Markdown table to this file (for docs/benchmarks.md)")
+	f.StringVar(&o.tenureBinary, "tenure-binary", "", "the tenure binary whose serve is measured (default: this one)")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no progress lines")
+	return cmd
+}
+
+func runBench(cmd *cobra.Command, o benchOptions) error {
+	cfg := bench.Config{Duration: o.duration, Rounds: o.rounds, Short: o.short}
+	switch o.against {
+	case "":
+	case "etcd":
+		if o.short {
+			return usage("--short runs Tenure only; leave out --against, or use --duration 1s --rounds 1")
+		}
+		cfg.Against = []bench.System{bench.Etcd}
+	default:
+		return usage(`--against %q: only "etcd" is known`, o.against)
+	}
+	if o.short {
+		if !cmd.Flags().Changed("duration") {
+			cfg.Duration = time.Second
+		}
+		if !cmd.Flags().Changed("rounds") {
+			cfg.Rounds = 1
+		}
+	}
+	if cfg.Duration <= 0 {
+		return usage("--duration %v must be positive", o.duration)
+	}
+	if cfg.Rounds < 1 {
+		return usage("--rounds %d must be at least 1", o.rounds)
+	}
+	ids, err := bench.ParseWorkloads(o.workloads)
+	if err != nil {
+		return usage("--workloads: %v", err)
+	}
+	cfg.Workloads = ids
+	cfg.Servers.TenureBinary = o.tenureBinary
+	if cfg.Servers.TenureBinary == "" {
+		if cfg.Servers.TenureBinary, err = os.Executable(); err != nil {
+			return fmt.Errorf("find this binary to run tenure serve (give --tenure-binary): %w", err)
+		}
+	}
+	if cfg.Against != nil {
+		etcd := o.etcd
+		if etcd == "" {
+			etcd = "etcd"
+		}
+		if cfg.Servers.EtcdBinary, err = exec.LookPath(etcd); err != nil {
+			return usage("--against etcd needs the etcd binary (%v): install it with scripts/install-etcd.sh, or give --etcd", err)
+		}
+	}
+	logOut := cmd.ErrOrStderr()
+	if o.quiet {
+		logOut = io.Discard
+	}
+	cfg.Log = slog.New(slog.NewTextHandler(logOut, nil))
+
+	rep, runErr := bench.Run(cmd.Context(), cfg)
+	if rep == nil {
+		return runErr
+	}
+	words := []string{"tenure bench"}
+	cmd.Flags().Visit(func(f *pflag.Flag) { words = append(words, "--"+f.Name, f.Value.String()) })
+	rep.Command = strings.Join(words, " ")
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "\n%s\n", rep.Machine)
+	if err := rep.WriteText(out); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "took %v\n", time.Duration(rep.Seconds*float64(time.Second)).Round(time.Second))
+	var errs []error
+	if o.jsonPath != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(o.jsonPath, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--json: %w", err))
+		}
+	}
+	if o.markdown != "" {
+		var b strings.Builder
+		err := rep.WriteMarkdown(&b)
+		if err == nil {
+			err = os.WriteFile(o.markdown, []byte(b.String()), 0o644)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--markdown: %w", err))
+		}
+	}
+	if o.charts != "" {
+		files, err := rep.WriteCharts(o.charts)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--charts: %w", err))
+		}
+		for _, f := range files {
+			fmt.Fprintln(out, "wrote", f)
+		}
+	}
+	if runErr != nil {
+		return unmet(runErr)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,39 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+// Every case here fails before any server is started.
+func TestBenchUsageErrors(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		stderr string
+	}{
+		{"an unknown system to compare with",
+			[]string{"bench", "--against", "consul"}, `--against "consul": only "etcd" is known`},
+		{"--short is Tenure only",
+			[]string{"bench", "--short", "--against", "etcd"}, "--short runs Tenure only"},
+		{"an unknown workload",
+			[]string{"bench", "--workloads", "1,99"}, `unknown workload "99"`},
+		{"no rounds",
+			[]string{"bench", "--rounds", "0"}, "--rounds 0 must be at least 1"},
+		{"no time",
+			[]string{"bench", "--duration", "0s"}, "--duration 0s must be positive"},
+		{"an etcd binary that is not there",
+			[]string{"bench", "--against", "etcd", "--etcd", "/nonexistent/etcd"}, "install it with scripts/install-etcd.sh"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr, code := runMain(tt.args...)
+			if code != ExitUsage || !strings.Contains(stderr, tt.stderr) {
+				t.Errorf("tenure %q: got = exit %d, stderr %q, expected: exit %d, stderr containing %q", tt.args, code, stderr, ExitUsage, tt.stderr)
+			}
+			if stdout != "" {
+				t.Errorf("tenure %q: stdout got = %q, expected: nothing", tt.args, stdout)
+			}
+		})
+	}
+}
