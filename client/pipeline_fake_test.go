@@ -167,15 +167,28 @@ type fakeConn struct {
 
 // Next reads the next request frame; nil when the connection ended (the
 // client closed it, or the test ended).
+//
+// Heartbeats (Refresh) are answered as a server would and skipped: a
+// client's sessions send them on the pipeline whenever they please.
 func (c *fakeConn) Next() *tenurev1.PipelineRequest {
-	frame, err := c.r.Next()
-	if err != nil {
-		return nil
-	}
-	req := &tenurev1.PipelineRequest{}
-	if err := proto.Unmarshal(frame, req); err != nil {
-		c.f.t.Errorf("fake: decode frame: %v", err)
-		return nil
+	var req *tenurev1.PipelineRequest
+	for {
+		frame, err := c.r.Next()
+		if err != nil {
+			return nil
+		}
+		req = &tenurev1.PipelineRequest{}
+		if err := proto.Unmarshal(frame, req); err != nil {
+			c.f.t.Errorf("fake: decode frame: %v", err)
+			return nil
+		}
+		hb := req.GetRefresh()
+		if hb == nil {
+			break
+		}
+		c.Send(&tenurev1.PipelineResponse{Id: req.GetId(), Result: &tenurev1.PipelineResponse_Refresh{
+			Refresh: &tenurev1.KeepAliveResponse{SessionId: hb.GetSessionId(), Ttl: durationpb.New(time.Minute)},
+		}})
 	}
 	c.f.mu.Lock()
 	c.f.frames = append(c.f.frames, fakeFrame{conn: c.n, req: req})

@@ -289,6 +289,11 @@ func (s *Session) stream() (acked bool, err error) {
 			s.c.failover(ep, err)
 		}
 	}()
+	if p, perr := ep.pipeline(context.Background()); perr == nil {
+		return s.pipedHeartbeats(p)
+	} else if !errors.Is(perr, errUseUnary) {
+		return false, perr
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st := ep.sessions.KeepAlive(ctx)
 	type answer struct {
@@ -361,6 +366,53 @@ func (s *Session) stream() (acked bool, err error) {
 			s.validity.ack(sentAt)
 			acked = true
 			expiry.Reset(time.Until(s.ValidUntil()))
+		}
+	}
+}
+
+// pipedHeartbeats sends the heartbeats as Refresh requests on the
+// endpoint's pipeline, one at a time, until one fails (the error), or
+// the session is lost or stopped (nil). Every session of the client
+// shares the pipeline, so the server keeps no stream, and no goroutine,
+// per session, and heartbeats sent together share writes.
+func (s *Session) pipedHeartbeats(p *pipe) (acked bool, err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel)
+	defer stop()
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	tick := time.NewTicker(s.opts.interval)
+	defer tick.Stop()
+	req := &tenurev1.KeepAliveRequest{SessionId: s.id}
+	for {
+		sentAt := s.validity.now()
+		callCtx, callCancel := context.WithDeadline(ctx, s.ValidUntil())
+		_, err := p.call(callCtx, &tenurev1.PipelineRequest{Op: &tenurev1.PipelineRequest_Refresh{Refresh: req}})
+		callCancel()
+		switch {
+		case ctx.Err() != nil:
+			return acked, nil // stopped, or lost elsewhere
+		case err != nil && errors.Is(wrap("KeepAlive", err), ErrSessionExpired):
+			s.markLost(fmt.Errorf("%w: the server no longer has session %d", ErrSessionExpired, s.id))
+			return acked, nil
+		case err != nil && !s.Valid():
+			s.markLost(fmt.Errorf("%w: %w (last error: %v)", ErrSessionExpired, errValidityPassed, err))
+			return acked, nil
+		case err != nil:
+			return acked, err
+		}
+		s.validity.ack(sentAt)
+		acked = true
+		select {
+		case <-ctx.Done():
+			return acked, nil
+		case <-tick.C:
 		}
 	}
 }
