@@ -42,7 +42,14 @@ func TestEveryNodeSeesTheSameThreeVoters(t *testing.T) {
 	}
 	// A follower forwards what only the leader serves and hands back the
 	// leader's answer, naming the leader for clients that would rather
-	// go there themselves.
+	// go there themselves — once it has applied the entry in which the
+	// leader advertised its address, which may trail the configuration.
+	for _, f := range followers {
+		waitFor(t, waitCtx(t), f.ID()+" to know the leader's API address", func() bool {
+			st, err := f.API().Cluster.Status(waitCtx(t), connect.NewRequest(&tenurev1.StatusRequest{}))
+			return err == nil && st.Msg.GetLeaderApiAddress() == lead.Addr()
+		})
+	}
 	for i, f := range followers {
 		put, err := f.API().KV.Put(waitCtx(t), connect.NewRequest(&tenurev1.PutRequest{Key: "k", Value: f.ID()}))
 		if err != nil {
