@@ -781,3 +781,62 @@ func TestPipelineStreamOverH2C(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPipelineGoAwayWithEverySlotTaken: a connection with maxPipelined
+// grant watches in flight, whose reader waits for a free slot to start
+// the next request, still closes: the request waiting for a slot is
+// answered, then GoAway, and Close returns. (A reader blocked there does
+// not see the read deadline that stops it, and the watches end only when
+// told to.)
+func TestPipelineGoAwayWithEverySlotTaken(t *testing.T) {
+	ts := startServer(t, t.TempDir(), testLimits())
+	s := openSession(t, ts, "holder", 30*time.Second)
+	token := acquire(t, ts, s.Id, "job", false).Token
+	p := openPipe(t, ts)
+	watch := func(id uint64) *tenurev1.PipelineRequest {
+		return &tenurev1.PipelineRequest{Id: id, Op: &tenurev1.PipelineRequest_WatchGrant{WatchGrant: &tenurev1.WatchGrantRequest{Name: "job", Token: token}}}
+	}
+	for id := uint64(1); id < maxPipelined; id++ {
+		if err := p.appendOnly(watch(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The pong shows every watch but one was started: a ping needs no slot.
+	p.pingPong(maxPipelined)
+	// The last slot, then a request that waits for one.
+	p.write(watch(maxPipelined + 1))
+	const waiting = maxPipelined + 2
+	p.write(&tenurev1.PipelineRequest{Id: waiting, Op: &tenurev1.PipelineRequest_Get{Get: &tenurev1.GetRequest{Key: "k"}}})
+	// Nothing shows when the reader is stuck; give it time to get there.
+	time.Sleep(200 * time.Millisecond)
+
+	closed := make(chan error, 1)
+	go func() { closed <- ts.Close() }()
+	answered := map[uint64]bool{}
+	for len(answered) < maxPipelined+1 {
+		resp := p.read()
+		id := resp.GetId()
+		if resp.GetGoAway() != nil || answered[id] || id == 0 || id == maxPipelined || id > waiting {
+			t.Fatalf("got = %v after %d answers, expected: one answer to each watch and to request %d, before GoAway", resp, len(answered), waiting)
+		}
+		answered[id] = true
+		if id != waiting {
+			wantPipeError(t, resp, connect.CodeUnavailable, api.ReasonShuttingDown)
+		}
+	}
+	resp := p.read()
+	if resp.GetGoAway().GetLastId() != waiting {
+		t.Fatalf("after the answers: got = %v, expected: GoAway with last_id %d", resp, waiting)
+	}
+	if resp, err := p.readErr(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after GoAway: got = %v, %v, expected: the connection closed (io.EOF)", resp, err)
+	}
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("close: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close did not return")
+	}
+}
