@@ -88,6 +88,9 @@ func (p *pipeline) handle(ctx context.Context, req *tenurev1.PipelineRequest) {
 	select {
 	case p.slots <- struct{}{}:
 	case <-ctx.Done():
+		// Read but never started: answered all the same, so that a
+		// GoAway naming it leaves nothing in doubt.
+		p.send(pipelineError(id, context.Cause(ctx)))
 		return
 	}
 	opCtx, cancel := context.WithCancel(ctx)
@@ -389,6 +392,7 @@ func (s *Server) servePipelineUpgrade(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pc := &pipeConn{s: s, conn: conn, r: framing.NewReader(brw.Reader, s.cfg.Limits.MaxRequestBytes), w: framing.NewWriter(conn)}
+	pc.ctx, pc.cancel = context.WithCancelCause(context.Background())
 	if !s.pipes.add(pc) {
 		conn.Close()
 		return
@@ -403,6 +407,10 @@ type pipeConn struct {
 	conn net.Conn
 	r    *framing.Reader
 	w    *framing.Writer
+	// ctx is the operations' context; stop cancels it, as a reader
+	// waiting for a free slot would not see the read deadline.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
 	// stopping is set by Close before it stops the reader, so that the
 	// reader answers with GoAway rather than treating it as a failure.
 	stopping chan struct{}
@@ -417,7 +425,7 @@ func (pc *pipeConn) send(resp *tenurev1.PipelineResponse) {
 }
 
 func (pc *pipeConn) serve() {
-	ctx, cancel := context.WithCancelCause(context.Background())
+	ctx, cancel := pc.ctx, pc.cancel
 	defer cancel(nil)
 	p := pc.s.newPipeline(pc.send)
 	var last uint64
@@ -465,6 +473,7 @@ func (pc *pipeConn) stop() {
 	pc.stopOnce.Do(func() {
 		close(pc.stopping)
 		_ = pc.conn.SetReadDeadline(time.Now())
+		pc.cancel(errStopping)
 	})
 }
 

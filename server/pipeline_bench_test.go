@@ -132,7 +132,9 @@ func newPipeMux(send func(*tenurev1.PipelineRequest) error) *pipeMux {
 	return &pipeMux{send: send, waiting: map[uint64]chan *tenurev1.PipelineResponse{}}
 }
 
-func (m *pipeMux) call(req *tenurev1.PipelineRequest) (*tenurev1.PipelineResponse, error) {
+// call sends req and waits for its answer, or for ctx: a stream that
+// never answers (its transport may not notice ctx) must not hang a test.
+func (m *pipeMux) call(ctx context.Context, req *tenurev1.PipelineRequest) (*tenurev1.PipelineResponse, error) {
 	ch := make(chan *tenurev1.PipelineResponse, 1)
 	m.mu.Lock()
 	m.next++
@@ -146,7 +148,16 @@ func (m *pipeMux) call(req *tenurev1.PipelineRequest) (*tenurev1.PipelineRespons
 	if err != nil {
 		return nil, err
 	}
-	resp, ok := <-ch
+	var resp *tenurev1.PipelineResponse
+	var ok bool
+	select {
+	case resp, ok = <-ch:
+	case <-ctx.Done():
+		m.mu.Lock()
+		delete(m.waiting, req.Id)
+		m.mu.Unlock()
+		return nil, fmt.Errorf("no answer to request %d: %w", req.Id, ctx.Err())
+	}
 	if !ok {
 		return nil, fmt.Errorf("stream ended")
 	}
@@ -166,13 +177,13 @@ func (m *pipeMux) deliver(resp *tenurev1.PipelineResponse) {
 	}
 }
 
-func (m *pipeMux) acquire(_ context.Context, req *tenurev1.AcquireRequest) (*tenurev1.AcquireResponse, error) {
-	resp, err := m.call(&tenurev1.PipelineRequest{Op: &tenurev1.PipelineRequest_Acquire{Acquire: req}})
+func (m *pipeMux) acquire(ctx context.Context, req *tenurev1.AcquireRequest) (*tenurev1.AcquireResponse, error) {
+	resp, err := m.call(ctx, &tenurev1.PipelineRequest{Op: &tenurev1.PipelineRequest_Acquire{Acquire: req}})
 	return resp.GetAcquire(), err
 }
 
-func (m *pipeMux) release(_ context.Context, req *tenurev1.ReleaseRequest) error {
-	_, err := m.call(&tenurev1.PipelineRequest{Op: &tenurev1.PipelineRequest_Release{Release: req}})
+func (m *pipeMux) release(ctx context.Context, req *tenurev1.ReleaseRequest) error {
+	_, err := m.call(ctx, &tenurev1.PipelineRequest{Op: &tenurev1.PipelineRequest_Release{Release: req}})
 	return err
 }
 
