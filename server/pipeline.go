@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -37,9 +38,18 @@ import (
 // bidirectional gRPC/Connect stream for other clients. Only the promoted
 // leader serves either: a follower would have to forward every message.
 
-// maxPipelined bounds the operations in flight on one pipeline. Past it
-// the server stops reading, so TCP pushes back on the client.
+// maxPipelined bounds the operations in flight on one pipeline that
+// finish by themselves. Past it the server stops reading, so TCP pushes
+// back on the client.
+//
+// Waits — an Acquire parked in a queue, a holder's WatchGrant — cannot
+// be bounded so: they may end only when another request on the same
+// connection (a release) is read, and a reader that stopped for them
+// would deadlock its client. They take no slot; past maxParked on one
+// connection a new wait is refused with resource_exhausted instead.
 const maxPipelined = 4096
+
+var maxParked int64 = 1 << 16 // a variable for the tests
 
 // pipeline runs one stream's operations. send must be safe for
 // concurrent use.
@@ -48,6 +58,8 @@ type pipeline struct {
 	send  func(*tenurev1.PipelineResponse)
 	slots chan struct{}
 	wg    sync.WaitGroup
+	// parked counts waits in flight (see maxParked).
+	parked atomic.Int64
 
 	mu  sync.Mutex
 	ops map[uint64]*pipelinedOp // in flight, by request ID
@@ -85,20 +97,32 @@ func (p *pipeline) handle(ctx context.Context, req *tenurev1.PipelineRequest) {
 		p.send(pipelineError(id, toConnect(invalid("pipeline request %d has no operation", id))))
 		return
 	}
-	select {
-	case p.slots <- struct{}{}:
-	case <-ctx.Done():
-		// Read but never started: answered all the same, so that a
-		// GoAway naming it leaves nothing in doubt.
-		p.send(pipelineError(id, context.Cause(ctx)))
-		return
+	parks := waits(req)
+	release := func() { <-p.slots }
+	if parks {
+		if p.parked.Add(1) > maxParked {
+			p.parked.Add(-1)
+			p.send(pipelineError(id, connect.NewError(connect.CodeResourceExhausted,
+				fmt.Errorf("too many waits on one pipeline: the limit is %d parked acquires and grant watches in flight", maxParked))))
+			return
+		}
+		release = func() { p.parked.Add(-1) }
+	} else {
+		select {
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+			// Read but never started: answered all the same, so that a
+			// GoAway naming it leaves nothing in doubt.
+			p.send(pipelineError(id, context.Cause(ctx)))
+			return
+		}
 	}
 	opCtx, cancel := context.WithCancel(ctx)
 	p.mu.Lock()
 	if _, dup := p.ops[id]; dup {
 		p.mu.Unlock()
 		cancel()
-		<-p.slots
+		release()
 		p.send(pipelineError(id, toConnect(invalid("pipeline request ID %d is already in flight", id))))
 		return
 	}
@@ -114,11 +138,17 @@ func (p *pipeline) handle(ctx context.Context, req *tenurev1.PipelineRequest) {
 		answer := !o.byClient
 		p.mu.Unlock()
 		cancel()
-		<-p.slots
+		release()
 		if answer {
 			p.send(resp)
 		}
 	}()
+}
+
+// waits reports whether req may stay in flight until another request
+// is read: a waiting Acquire, or a grant watch.
+func waits(req *tenurev1.PipelineRequest) bool {
+	return req.GetAcquire().GetWait() || req.GetWatchGrant() != nil
 }
 
 // cancelAll ends every operation in flight; wait then waits for their

@@ -778,51 +778,53 @@ func TestPipelineStreamOverH2C(t *testing.T) {
 	}
 }
 
-// TestPipelineGoAwayWithEverySlotTaken: a connection with maxPipelined
-// grant watches in flight, whose reader waits for a free slot to start
-// the next request, still closes: the request waiting for a slot is
-// answered, then GoAway, and Close returns. (A reader blocked there does
-// not see the read deadline that stops it, and the watches end only when
-// told to.)
-func TestPipelineGoAwayWithEverySlotTaken(t *testing.T) {
+// TestPipelineWaitsDoNotStopTheReader: waits take no slot, so a
+// connection with more grant watches in flight than maxPipelined still
+// reads and answers what follows (a reader that stopped for them would
+// never read the release that ends them). Past maxParked a new wait is
+// refused, naming the limit. Close then answers every watch, says
+// GoAway naming the last request read, and returns.
+func TestPipelineWaitsDoNotStopTheReader(t *testing.T) {
+	defer func(old int64) { maxParked = old }(maxParked)
+	maxParked = maxPipelined + 2
 	ts := startServer(t, t.TempDir(), testLimits())
 	s := openSession(t, ts, "holder", 30*time.Second)
 	token := acquire(t, ts, s.Id, "job", false).Token
 	p := openPipe(t, ts)
 	watch := func(id uint64) *tenurev1.PipelineRequest {
-		return &tenurev1.PipelineRequest{Id: id, Op: &tenurev1.PipelineRequest_WatchGrant{WatchGrant: &tenurev1.WatchGrantRequest{Name: "job", Token: token}}}
+		return &tenurev1.PipelineRequest{Id: id, Op: &tenurev1.PipelineRequest_WatchGrant{WatchGrant: &tenurev1.WatchGrantRequest{Name: "job", Token: token, StartRevision: token + 1}}}
 	}
-	for id := uint64(1); id < maxPipelined; id++ {
+	const watches = maxPipelined + 2
+	for id := uint64(1); id <= watches; id++ {
 		if err := p.appendOnly(watch(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// The pong shows every watch but one was started: a ping needs no slot.
-	p.pingPong(maxPipelined)
-	// The last slot, then a request that waits for one.
-	p.write(watch(maxPipelined + 1))
-	const waiting = maxPipelined + 2
-	p.write(&tenurev1.PipelineRequest{Id: waiting, Op: &tenurev1.PipelineRequest_Get{Get: &tenurev1.GetRequest{Key: "k"}}})
-	// Nothing shows when the reader is stuck; give it time to get there.
-	time.Sleep(200 * time.Millisecond)
+	// One wait too many is refused at once.
+	p.write(watch(watches + 1))
+	wantPipeError(t, p.read(), connect.CodeResourceExhausted, "")
+	// A request behind them all is read and answered.
+	const get = watches + 2
+	p.write(&tenurev1.PipelineRequest{Id: get, Op: &tenurev1.PipelineRequest_Get{Get: &tenurev1.GetRequest{Key: "k"}}})
+	if resp := p.read(); resp.GetId() != get {
+		t.Fatalf("behind %d watches: got = %v, expected: the answer to request %d", watches, resp, get)
+	}
 
 	closed := make(chan error, 1)
 	go func() { closed <- ts.Close() }()
 	answered := map[uint64]bool{}
-	for len(answered) < maxPipelined+1 {
+	for len(answered) < watches {
 		resp := p.read()
 		id := resp.GetId()
-		if resp.GetGoAway() != nil || answered[id] || id == 0 || id == maxPipelined || id > waiting {
-			t.Fatalf("got = %v after %d answers, expected: one answer to each watch and to request %d, before GoAway", resp, len(answered), waiting)
+		if resp.GetGoAway() != nil || answered[id] || id == 0 || id > watches {
+			t.Fatalf("got = %v after %d answers, expected: one answer to each watch before GoAway", resp, len(answered))
 		}
 		answered[id] = true
-		if id != waiting {
-			wantPipeError(t, resp, connect.CodeUnavailable, api.ReasonShuttingDown)
-		}
+		wantPipeError(t, resp, connect.CodeUnavailable, api.ReasonShuttingDown)
 	}
 	resp := p.read()
-	if resp.GetGoAway().GetLastId() != waiting {
-		t.Fatalf("after the answers: got = %v, expected: GoAway with last_id %d", resp, waiting)
+	if resp.GetGoAway().GetLastId() != get {
+		t.Fatalf("after the answers: got = %v, expected: GoAway with last_id %d", resp, get)
 	}
 	if resp, err := p.readErr(); !errors.Is(err, io.EOF) {
 		t.Fatalf("after GoAway: got = %v, %v, expected: the connection closed (io.EOF)", resp, err)
