@@ -368,8 +368,12 @@ func (h *holder) release(ctx context.Context) error {
 		return &Error{Op: "Unlock", Kind: ErrNotHolder, Cause: fmt.Errorf("%s is not held by this session", h.lease)}
 	}
 	end(errReleased)
-	<-done
-	defer func() { <-h.gate }()
+	// The monitor stops by itself now that the grant has ended; the
+	// release need not wait for it, only the gate does.
+	defer func() {
+		<-done
+		<-h.gate
+	}()
 	if h.s.Err() != nil {
 		return nil // the session is gone, and with it the grant
 	}

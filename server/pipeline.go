@@ -551,17 +551,10 @@ func (p *pipeConns) closeAll(timeout time.Duration) {
 	for _, pc := range conns {
 		pc.stop()
 	}
-	done := make(chan struct{})
-	go func() {
-		p.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(timeout):
+	if !waitGroupFor(&p.wg, timeout) {
 		for _, pc := range conns {
 			pc.conn.Close()
 		}
-		<-done
+		p.wg.Wait()
 	}
 }

@@ -236,14 +236,7 @@ func (s *Server) drain() {
 	s.draining = true
 	s.drainMu.Unlock()
 	s.waiters.endWaits(raftnode.ErrClosed)
-	done := make(chan struct{})
-	go func() {
-		s.proposing.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(drainTimeout):
+	if !waitGroupFor(&s.proposing, drainTimeout) {
 		s.log.Warn("closing with proposals still in flight")
 	}
 	if !s.node.IsLeader() {
@@ -257,6 +250,21 @@ func (s *Server) drain() {
 	}
 	_, to := s.node.Leader()
 	s.log.Info("handed leadership over before closing", "to", to)
+}
+
+// waitGroupFor waits for wg up to timeout and reports whether it finished.
+func waitGroupFor(wg *sync.WaitGroup, timeout time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
 }
 
 // quietPeriod is how long no request must have arrived before a closing

@@ -50,7 +50,7 @@ func sizesFor(short bool, d time.Duration) sizes {
 	}
 	return sizes{
 		duration: d, warmup: min(time.Second, max(d/5, 200*time.Millisecond)),
-		heartbeatSteps: []int{10000, 50000, 100000}, heartbeatTTL: 10 * time.Second, heartbeatHold: 11 * time.Second, heartbeatConns: 8,
+		heartbeatSteps: []int{10000, 50000, 100000, 200000, 300000}, heartbeatTTL: 10 * time.Second, heartbeatHold: 11 * time.Second, heartbeatConns: 8,
 		heartbeatOpen: 45 * time.Second,
 		resignMax:     300,
 		crashTTL:      5 * time.Second, crashIterations: 1,
@@ -216,7 +216,8 @@ func (e *env) contended(ctx context.Context) (Result, error) {
 
 // --- 4: heartbeat capacity ---
 
-// runHeartbeats opens sessions in steps (1k, 10k, 50k, 100k), spread
+// runHeartbeats opens sessions in steps (1k; 10k, 50k, 100k, 200k,
+// 300k), spread
 // over a few connections, and holds each step for longer than the TTL
 // while the clients heartbeat as they do by default (every TTL/3, both
 // clients). A step passes when no session expired, on the client's
