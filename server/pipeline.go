@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -451,6 +452,10 @@ func (pc *pipeConn) send(resp *tenurev1.PipelineResponse) {
 	if _, err := pc.w.Append(resp); err != nil {
 		return
 	}
+	// Answers finish in bunches (one raft batch wakes many operations):
+	// letting the others run first puts theirs in the same write. 97 → 86
+	// µs of CPU per pair at 64 goroutines in BenchmarkTransports.
+	runtime.Gosched()
 	_ = pc.w.Flush()
 }
 
