@@ -50,9 +50,10 @@ func TestRunbook(t *testing.T) {
 
 	dir := t.TempDir()
 	rb := &runbookRun{dir: dir, vars: map[string]string{"BACKUP": filepath.Join(dir, "tenure.snap")}}
+	free := testnet.FreeN(t, 8)
 	for i := 1; i <= 4; i++ {
-		rb.vars[fmt.Sprintf("N%d", i)] = testnet.Free(t)
-		rb.vars[fmt.Sprintf("P%d", i)] = testnet.Free(t)
+		rb.vars[fmt.Sprintf("N%d", i)] = free[2*i-2]
+		rb.vars[fmt.Sprintf("P%d", i)] = free[2*i-1]
 		rb.vars[fmt.Sprintf("D%d", i)] = filepath.Join(dir, fmt.Sprintf("node%d", i))
 	}
 

@@ -246,6 +246,9 @@ func (s *Server) forward(ctx context.Context, req connect.AnyRequest, call forwa
 		switch {
 		case err == nil:
 			s.metrics.forwarded.Inc()
+			// Name the leader even when this node learnt its address only
+			// while the call waited, after the header was written.
+			res.Header().Set(LeaderHeader, addr)
 			return res, nil
 		case reasonOf(err).NotSent():
 			// A leader answered that it no longer leads (a parked call
@@ -255,7 +258,12 @@ func (s *Server) forward(ctx context.Context, req connect.AnyRequest, call forwa
 		case dialFailed(err):
 			// The leader is not reachable: nothing was done.
 		case connect.IsWireError(err):
-			return nil, answerOf(err) // the leader's own answer
+			out := answerOf(err) // the leader's own answer
+			var ce *connect.Error
+			if errors.As(out, &ce) {
+				ce.Meta().Set(LeaderHeader, addr)
+			}
+			return nil, out
 		case ctx.Err() != nil:
 			return nil, toConnect(ctx.Err())
 		default:

@@ -115,12 +115,13 @@ func Start(t testing.TB, n int, extra ...string) *Cluster {
 	c := &Cluster{t: t, bin: Binary(t), groups: make([]int, n)}
 	dir := t.TempDir()
 	var lns []net.Listener
+	free := testnet.FreeN(t, 2*n)
 	for i := range n {
 		node := &Node{
 			c:          c,
 			Index:      i,
-			Direct:     testnet.Free(t),
-			peerListen: testnet.Free(t),
+			Direct:     free[2*i],
+			peerListen: free[2*i+1],
 			dataDir:    filepath.Join(dir, fmt.Sprintf("node%d", i)),
 			logPath:    filepath.Join(dir, fmt.Sprintf("node%d.log", i)),
 		}

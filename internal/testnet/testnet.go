@@ -40,3 +40,17 @@ func Free(t testing.TB) string {
 	}
 	return addr
 }
+
+// FreeN is n distinct free addresses: each is held until all are found,
+// so that the kernel cannot hand the same port out twice (a cluster whose
+// two nodes were given one peer port failed to form).
+func FreeN(t testing.TB, n int) []string {
+	t.Helper()
+	addrs := make([]string, 0, n)
+	for range n {
+		ln := Listen(t)
+		defer ln.Close()
+		addrs = append(addrs, ln.Addr().String())
+	}
+	return addrs
+}
