@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/testnet"
+
 	"github.com/tenurehq/tenure/client"
 	"github.com/tenurehq/tenure/internal/proccluster"
 )
@@ -42,10 +44,11 @@ type clusterNode struct {
 func newClusterNodes(t *testing.T, bin string, n int) []*clusterNode {
 	dir := t.TempDir()
 	nodes := make([]*clusterNode, n)
+	free := testnet.FreeN(t, 2*n)
 	for i := range nodes {
 		nodes[i] = &clusterNode{
 			t: t, bin: bin, id: fmt.Sprintf("node%d", i+1),
-			api: freePort(t), peer: freePort(t),
+			api: free[2*i], peer: free[2*i+1],
 			dataDir: filepath.Join(dir, fmt.Sprintf("node%d", i+1)),
 			logPath: filepath.Join(dir, fmt.Sprintf("node%d.log", i+1)),
 		}
@@ -527,8 +530,9 @@ func TestDevClusterServesThroughANodeLossAndRestarts(t *testing.T) {
 	bin := tenureBinary(t)
 	dir := filepath.Join(t.TempDir(), "dev")
 	var apiPorts, peerPorts, apis []string
-	for range 3 {
-		api, peer := freePort(t), freePort(t)
+	free := testnet.FreeN(t, 6)
+	for i := range 3 {
+		api, peer := free[2*i], free[2*i+1]
 		apis = append(apis, api)
 		apiPorts = append(apiPorts, api[strings.LastIndex(api, ":")+1:])
 		peerPorts = append(peerPorts, peer[strings.LastIndex(peer, ":")+1:])

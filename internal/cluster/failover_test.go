@@ -26,10 +26,7 @@ func TestACutOffLeaderIsReplacedAndTheNewOneTakesWrites(t *testing.T) {
 	}
 
 	c.Disconnect(old)
-	next := leader(t, c)
-	if next == old {
-		t.Fatalf("leader after cutting %s off = %s, expected: another node", old, next)
-	}
+	next := leaderOtherThan(t, c, old)
 	got, err := next.API().KV.Get(waitCtx(t), connect.NewRequest(&tenurev1.GetRequest{Key: "before"}))
 	if err != nil || got.Msg.GetKv().GetValue() != "1" {
 		t.Fatalf("get on the new leader: got = %v, %v, expected: before=1", got, err)

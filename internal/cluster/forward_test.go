@@ -82,7 +82,7 @@ func TestAStaleReadIsAnsweredLocallyAndALinearizableOneNeverIs(t *testing.T) {
 	}
 	caughtUp(t, lead, cut)
 	c.Disconnect(cut)
-	next := leader(t, c)
+	next := leaderOtherThan(t, c, cut)
 	if _, err := next.API().KV.Put(waitCtx(t), connect.NewRequest(&tenurev1.PutRequest{Key: "k", Value: "new"})); err != nil {
 		t.Fatal(err)
 	}

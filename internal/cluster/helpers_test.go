@@ -35,6 +35,20 @@ func leader(t testing.TB, c *cluster.Cluster) *cluster.Node {
 	return n
 }
 
+// leaderOtherThan waits for a promoted leader that is not old: right
+// after old is cut off it may still answer a probe it was verifying.
+func leaderOtherThan(t testing.TB, c *cluster.Cluster, old *cluster.Node) *cluster.Node {
+	t.Helper()
+	ctx := waitCtx(t)
+	var next *cluster.Node
+	waitFor(t, ctx, "a leader other than "+old.ID(), func() bool {
+		n, err := c.Leader(ctx)
+		next = n
+		return err == nil && n != old
+	})
+	return next
+}
+
 // leaderAndFollowers waits for a promoted leader and returns it and the
 // other running nodes.
 func leaderAndFollowers(t testing.TB, c *cluster.Cluster) (*cluster.Node, []*cluster.Node) {
