@@ -597,21 +597,7 @@ func TestPipelineGoAwayOnClose(t *testing.T) {
 		answered[resp.GetId()] = true
 		wantPipeError(t, resp, connect.CodeUnavailable, api.ReasonShuttingDown)
 	}
-	resp := p.read()
-	if resp.GetGoAway() == nil || resp.GetGoAway().GetLastId() != 3 || resp.GetId() != 0 {
-		t.Fatalf("after the answers: got = %v, expected: GoAway with last_id 3", resp)
-	}
-	if resp, err := p.readErr(); !errors.Is(err, io.EOF) {
-		t.Fatalf("after GoAway: got = %v, %v, expected: nothing, the connection closed (io.EOF)", resp, err)
-	}
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatalf("close: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("Close did not return")
-	}
+	wantGoAwayThenClosed(t, p, 3, closed)
 }
 
 // requestsTotal scrapes /metrics for tenure_requests_total of one
@@ -822,12 +808,20 @@ func TestPipelineWaitsDoNotStopTheReader(t *testing.T) {
 		answered[id] = true
 		wantPipeError(t, resp, connect.CodeUnavailable, api.ReasonShuttingDown)
 	}
+	wantGoAwayThenClosed(t, p, get, closed)
+}
+
+// wantGoAwayThenClosed checks the end of a pipeline whose server is
+// closing: GoAway naming lastID, then nothing but the end of the
+// connection, and Close (whose result closed carries) returns.
+func wantGoAwayThenClosed(t *testing.T, p *pipeT, lastID uint64, closed <-chan error) {
+	t.Helper()
 	resp := p.read()
-	if resp.GetGoAway().GetLastId() != get {
-		t.Fatalf("after the answers: got = %v, expected: GoAway with last_id %d", resp, get)
+	if resp.GetGoAway() == nil || resp.GetGoAway().GetLastId() != lastID || resp.GetId() != 0 {
+		t.Fatalf("after the answers: got = %v, expected: GoAway with last_id %d", resp, lastID)
 	}
 	if resp, err := p.readErr(); !errors.Is(err, io.EOF) {
-		t.Fatalf("after GoAway: got = %v, %v, expected: the connection closed (io.EOF)", resp, err)
+		t.Fatalf("after GoAway: got = %v, %v, expected: nothing, the connection closed (io.EOF)", resp, err)
 	}
 	select {
 	case err := <-closed:
