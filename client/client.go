@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,6 +61,7 @@ type options struct {
 	// pingEvery and pingTimeout bound a silent pipeline (see the
 	// constants); tests shorten them.
 	pingEvery, pingTimeout time.Duration
+	tls                    *tls.Config
 }
 
 // Option configures a Client.
@@ -82,6 +84,11 @@ func WithRequestTimeout(d time.Duration) Option { return func(o *options) { o.re
 func WithRetry(attempts int, backoff time.Duration) Option {
 	return func(o *options) { o.maxAttempts, o.backoff = max(attempts, 1), backoff }
 }
+
+// WithTLS makes the client talk TLS with cfg (its RootCAs check the
+// servers; its Certificates, if any, are the client's certificate).
+// Endpoints given without a scheme become https://.
+func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
 
 // WithLogger sets where the client logs reconnects and losses (default
 // slog.Default()).
@@ -107,8 +114,13 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	if len(endpoints) == 0 {
 		return nil, &Error{Op: "New", Kind: ErrInvalidArgument, Cause: errors.New("no endpoints")}
 	}
-	var protocols http.Protocols
+	var protocols, http1 http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
+	protocols.SetHTTP2(true)
+	// Only HTTP/1.1 on the pooled transport, over TLS too: ALPN must not
+	// talk it into HTTP/2, which costs twice the CPU per call and cannot
+	// be upgraded to a pipeline.
+	http1.SetHTTP1(true)
 	dialer := &net.Dialer{Timeout: o.dialTimeout, KeepAlive: 15 * time.Second}
 	c := &Client{opts: o, conns: map[net.Conn]struct{}{}}
 	c.transport = splitTransport{
@@ -116,6 +128,8 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 		// on Go's HTTP/2 each call costs about twice the CPU (see
 		// docs/benchmarks.md). A blocked call holds its own connection.
 		http1: &http.Transport{
+			Protocols:           &http1,
+			TLSClientConfig:     o.tls,
 			DialContext:         c.dialer(dialer),
 			MaxIdleConnsPerHost: 256,
 			IdleConnTimeout:     90 * time.Second,
@@ -123,9 +137,10 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 		// Heartbeats need a bidirectional stream: cleartext HTTP/2,
 		// whose pings also find a dead connection.
 		http2: &http.Transport{
-			Protocols:   &protocols,
-			DialContext: c.dialer(dialer),
-			HTTP2:       &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 5 * time.Second},
+			Protocols:       &protocols,
+			TLSClientConfig: o.tls,
+			DialContext:     c.dialer(dialer),
+			HTTP2:           &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 5 * time.Second},
 		},
 	}
 	c.http = &http.Client{Transport: leaderFollower{c.transport, c}}
@@ -136,6 +151,9 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 		}
 		if !strings.Contains(url, "://") {
 			url = "http://" + url
+			if o.tls != nil {
+				url = "https://" + strings.TrimPrefix(url, "http://")
+			}
 		}
 		c.endpoints = append(c.endpoints, c.newEndpoint(strings.TrimSuffix(url, "/")))
 	}

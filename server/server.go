@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -42,9 +43,13 @@ type Config struct {
 	// voters once this node has met that many nodes (itself included)
 	// through Join, all started with the same BootstrapExpect.
 	BootstrapExpect int
-	Raft            raftnode.Config
-	Limits          Limits
-	Logger          *slog.Logger
+	// TLS, when set, serves the API over TLS only (HTTP/1.1 and HTTP/2
+	// by ALPN); its certificate and client CA come from the caller
+	// (internal/certs reloads them from files). Nil serves cleartext.
+	TLS    *tls.Config
+	Raft   raftnode.Config
+	Limits Limits
+	Logger *slog.Logger
 	// Registry receives every metric; nil makes a private one.
 	Registry *prometheus.Registry
 }
@@ -158,9 +163,13 @@ func Open(cfg Config) (*Server, error) {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
+	if cfg.TLS != nil {
+		protocols.SetHTTP2(true)
+	}
 	s.http = &http.Server{
 		Handler:           s.routes(),
 		Protocols:         &protocols,
+		TLSConfig:         cfg.TLS,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
@@ -175,7 +184,12 @@ func Open(cfg Config) (*Server, error) {
 	}()
 	go func() {
 		defer s.wg.Done()
-		if err := s.http.Serve(bufferedListener{cfg.Listener}); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := s.http.Serve
+		if cfg.TLS != nil {
+			// The certificate comes from TLSConfig, not from files here.
+			serve = func(ln net.Listener) error { return s.http.ServeTLS(ln, "", "") }
+		}
+		if err := serve(bufferedListener{cfg.Listener}); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.serveErr <- err
 		}
 	}()

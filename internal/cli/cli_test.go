@@ -271,7 +271,7 @@ func TestCommandsAreGrouped(t *testing.T) {
 	want := map[string]string{
 		"lock": "run", "elect": "run",
 		"get": "inspect", "validate": "inspect", "revoke": "inspect", "watch": "inspect",
-		"kv": "keys", "serve": "server", "members": "server", "snapshot": "server", "dev": "server", "bench": "server",
+		"kv": "keys", "serve": "server", "members": "server", "snapshot": "server", "dev": "server", "bench": "server", "certs": "server",
 	}
 	root := NewRootCommand()
 	for _, c := range root.Commands() {

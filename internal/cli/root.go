@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/certs"
+
 	"github.com/spf13/cobra"
 
 	"github.com/tenurehq/tenure/api"
@@ -89,6 +91,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // globals are the flags every command shares.
 type globals struct {
 	endpoints     string
+	cacert        string
+	cert, key     string
 	timeout       time.Duration
 	output        string
 	namespace     string
@@ -132,6 +136,9 @@ after the grant was lost).`,
 	}
 	pf.StringVar(&g.endpoints, "endpoints", defaultEndpoints, "comma-separated server endpoints (env TENURE_ENDPOINTS)")
 	pf.DurationVar(&g.timeout, "timeout", 5*time.Second, "timeout of each request that does not wait by design")
+	pf.StringVar(&g.cacert, "cacert", os.Getenv("TENURE_CACERT"), "talk TLS, checking servers against this PEM CA (env TENURE_CACERT)")
+	pf.StringVar(&g.cert, "cert", os.Getenv("TENURE_CERT"), "TLS client certificate, PEM (env TENURE_CERT)")
+	pf.StringVar(&g.key, "key", os.Getenv("TENURE_KEY"), "the PEM private key of --cert (env TENURE_KEY)")
 	pf.StringVarP(&g.namespace, "namespace", "n", client.DefaultNamespace, "lease namespace")
 
 	root.AddGroup(
@@ -149,7 +156,7 @@ after the grant was lost).`,
 	add("run", NewLockCommand(g), NewElectCommand(g))
 	add("inspect", NewGetCommand(g), NewValidateCommand(g), NewRevokeCommand(g), NewWatchCommand(g))
 	add("keys", NewKVCommand(g))
-	add("server", NewServeCommand(), NewMembersCommand(g), NewSnapshotCommand(g), NewDevCommand(), NewBenchCommand())
+	add("server", NewServeCommand(), NewMembersCommand(g), NewSnapshotCommand(g), NewDevCommand(), NewBenchCommand(), NewCertsCommand())
 	return root
 }
 
@@ -176,11 +183,19 @@ func (g *globals) connect(ctx context.Context) (*client.Client, error) {
 	if g.timeout < 0 {
 		return nil, usage("--timeout %v must not be negative", g.timeout)
 	}
-	return client.New(ctx, eps,
+	opts := []client.Option{
 		client.WithRequestTimeout(g.timeout),
 		client.WithRetry(3, 100*time.Millisecond),
 		client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-	)
+	}
+	if g.cacert != "" || g.cert != "" || g.key != "" {
+		cfg, err := certs.ClientConfig(g.cacert, g.cert, g.key)
+		if err != nil {
+			return nil, usage("%v", err)
+		}
+		opts = append(opts, client.WithTLS(cfg))
+	}
+	return client.New(ctx, eps, opts...)
 }
 
 // unreachable marks a failure to reach any endpoint with exit code 3.

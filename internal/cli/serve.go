@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/certs"
 
 	"github.com/spf13/cobra"
 
@@ -26,6 +29,7 @@ type serveOptions struct {
 	forceNewCluster                                         bool
 	repairLog                                               bool
 	walSegmentSize, minFreeSpace                            byteSize
+	certFile, keyFile, clientCAFile                         string
 	limits                                                  server.Limits
 }
 
@@ -85,6 +89,9 @@ voter first if it leads.`,
 	f.StringVar(&o.nodeID, "node-id", "", "this node's raft ID (default: derived from --peer-advertise or --peer-listen)")
 	f.StringVar(&o.logStore, "log-store", "wal", `raft log store: "wal" (raft-wal) or "boltdb" (raft-boltdb/v2)`)
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	f.StringVar(&o.certFile, "cert-file", "", "serve the API over TLS only, with this PEM certificate (re-read when it changes; see tenure certs init)")
+	f.StringVar(&o.keyFile, "key-file", "", "the PEM private key of --cert-file")
+	f.StringVar(&o.clientCAFile, "client-ca-file", "", "with --cert-file, require client certificates signed by this PEM CA")
 	f.BoolVar(&o.forceNewCluster, "force-new-cluster", false, "restore a copied data dir onto this node: rewrite its cluster configuration to this node alone at --peer-listen, keeping the data (never on a member of a live cluster; see docs/operations.md)")
 	o.walSegmentSize = 64 << 20
 	f.Var(&o.walSegmentSize, "wal-segment-size", "size of each raft-wal log segment, preallocated when created (e.g. 4MiB for a small disk)")
@@ -173,6 +180,10 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if cmd.Flags().Changed("min-free-space") && minFree == 0 {
 		minFree = -1 // asked for no reserve
 	}
+	tlsConfig, err := o.tls()
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return &exitError{code: ExitUnreachable, err: fmt.Errorf("--listen %s: %w", o.listen, err)}
@@ -182,6 +193,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		Advertise:       o.advertise,
 		Join:            o.join,
 		BootstrapExpect: o.bootstrapExpect,
+		TLS:             tlsConfig,
 		Limits:          o.limits,
 		Logger:          logger,
 		Raft: raftnode.Config{
@@ -223,6 +235,27 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	}
 	logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond))
 	return err
+}
+
+// tls is the API's TLS configuration from --cert-file, --key-file and
+// --client-ca-file, or nil for cleartext.
+func (o *serveOptions) tls() (*tls.Config, error) {
+	switch {
+	case o.certFile == "" && o.keyFile == "" && o.clientCAFile == "":
+		return nil, nil
+	case o.certFile == "" || o.keyFile == "":
+		return nil, usage("--cert-file and --key-file go together: give both")
+	case len(o.join) > 0 || o.bootstrapExpect > 1:
+		// Nodes forward calls to each other over the API; until they
+		// present certificates to each other (peer TLS), a TLS cluster
+		// would refuse its own members.
+		return nil, usage("--cert-file serves a single node for now: TLS between the nodes of a cluster (--join, --bootstrap-expect) is not built yet")
+	}
+	cfg, err := certs.ServerConfig(o.certFile, o.keyFile, o.clientCAFile)
+	if err != nil {
+		return nil, usage("%v", err)
+	}
+	return cfg, nil
 }
 
 // startError adds what the operator can do to the errors a node cannot
