@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +31,13 @@ type Config struct {
 	PeerAddr  string // TCP bind address of the raft transport, e.g. "127.0.0.1:7481"
 	Advertise string // address other nodes dial; default the bound PeerAddr
 	LogStore  string // store opened under DataDir: "wal" (default, hashicorp/raft-wal) or "boltdb" (raft-boltdb/v2)
+	// PeerTLS, when set, makes raft traffic TLS both ways: the node's
+	// listener presents its certificate and requires one from every node
+	// that connects, and the node presents it when it dials. Both sides
+	// verify against the config's ClientCAs (incoming) and RootCAs
+	// (outgoing), so a process without a certificate from the peer CA can
+	// neither send raft RPCs to the cluster nor receive them.
+	PeerTLS *tls.Config
 
 	// Transport, when set, carries raft's RPCs instead of a TCP transport
 	// bound on PeerAddr, which must then be empty, as must Advertise: the
@@ -168,6 +176,7 @@ type Node struct {
 	metrics  *metrics
 	log      *slog.Logger
 	election time.Duration
+	peerTLS  *tls.Config // nil: raft traffic is plain TCP
 
 	// closeTransport and closeStores close what open opened; they do
 	// nothing for a transport or stores the caller passed in.
@@ -400,6 +409,14 @@ func openTransport(cfg Config, log *slog.Logger) (transport, error) {
 			return transport{}, fmt.Errorf("raftnode: advertise address: %w", err)
 		}
 	}
+	if cfg.PeerTLS != nil {
+		stream, err := listenTLS(cfg.PeerAddr, advertise, cfg.PeerTLS)
+		if err != nil {
+			return transport{}, fmt.Errorf("raftnode: transport: %w", err)
+		}
+		t := raft.NewNetworkTransportWithLogger(stream, transportPool, transportTimeout, newHCLogger(log, "transport"))
+		return transport{raft: t, close: func() error { t.CloseStreams(); return t.Close() }}, nil
+	}
 	t, err := raft.NewTCPTransportWithLogger(cfg.PeerAddr, advertise, transportPool, transportTimeout, newHCLogger(log, "transport"))
 	if err != nil {
 		return transport{}, fmt.Errorf("raftnode: transport: %w", err)
@@ -503,6 +520,7 @@ func start(cfg Config, rc *raft.Config, newState func() state, st stores, trans 
 		metrics:        m,
 		log:            log,
 		election:       rc.ElectionTimeout,
+		peerTLS:        cfg.PeerTLS,
 		notifyCh:       notifyCh,
 		leaderCh:       make(chan bool, 1),
 		shutdownCh:     make(chan struct{}),

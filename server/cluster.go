@@ -155,6 +155,11 @@ func (s *Server) join(ctx context.Context, r *tenurev1.JoinRequest) error {
 			return invalid("peer address %s is already member %s's: remove %s first (tenure members remove %s)", m.Address, m.ID, m.ID, m.ID)
 		}
 	}
+	if self == nil || self.Address != r.GetPeerAddress() {
+		if err := s.node.CheckPeer(ctx, r.GetPeerAddress()); err != nil {
+			return connect.NewError(connect.CodePermissionDenied, err)
+		}
+	}
 	switch {
 	case self == nil:
 		// New nodes start without a vote: one that has not caught up

@@ -82,6 +82,11 @@ func (h *clusterService) Introduce(ctx context.Context, req *connect.Request[ten
 	}
 	out := &tenurev1.IntroduceResponse{Node: h.s.selfInfo(), Formed: h.s.node.Formed()}
 	if !out.Formed {
+		// A node is counted towards --bootstrap-expect only if raft
+		// traffic with it can work.
+		if err := h.s.node.CheckPeer(ctx, n.GetPeerAddress()); err != nil {
+			return nil, connect.NewError(connect.CodePermissionDenied, err)
+		}
 		h.s.discovery.add(n)
 	}
 	out.Known = h.s.discovery.list()

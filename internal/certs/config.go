@@ -57,6 +57,39 @@ func ServerConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 	return base, nil
 }
 
+// PeerConfig is a node's TLS configuration for raft traffic: its peer
+// certificate, presented both when it accepts a connection and when it
+// makes one (re-read when the files change, as ServerConfig's), and the
+// peer CA that every other node's certificate must come from, both
+// ways.
+func PeerConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
+	kp := &reloading[tls.Certificate]{files: []string{certFile, keyFile}, load: func() (*tls.Certificate, error) {
+		c, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load --peer-cert-file %s and --peer-key-file %s: %w", certFile, keyFile, err)
+		}
+		return &c, nil
+	}}
+	if _, err := kp.get(); err != nil {
+		return nil, err
+	}
+	pool, err := loadPool(caFile, "--peer-ca-file")
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return kp.get()
+		},
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return kp.get()
+		},
+		RootCAs:   pool,
+		ClientCAs: pool,
+	}, nil
+}
+
 // ClientConfig is a client's TLS configuration: servers checked against
 // caFile (the system's roots when empty), and with certFile and keyFile
 // a client certificate to present.

@@ -30,6 +30,7 @@ type serveOptions struct {
 	repairLog                                               bool
 	walSegmentSize, minFreeSpace                            byteSize
 	certFile, keyFile, clientCAFile                         string
+	peerCertFile, peerKeyFile, peerCAFile                   string
 	limits                                                  server.Limits
 }
 
@@ -92,6 +93,9 @@ voter first if it leads.`,
 	f.StringVar(&o.certFile, "cert-file", "", "serve the API over TLS only, with this PEM certificate (re-read when it changes; see tenure certs init)")
 	f.StringVar(&o.keyFile, "key-file", "", "the PEM private key of --cert-file")
 	f.StringVar(&o.clientCAFile, "client-ca-file", "", "with --cert-file, require client certificates signed by this PEM CA")
+	f.StringVar(&o.peerCertFile, "peer-cert-file", "", "make raft traffic between nodes TLS, presenting this PEM certificate (re-read when it changes)")
+	f.StringVar(&o.peerKeyFile, "peer-key-file", "", "the PEM private key of --peer-cert-file")
+	f.StringVar(&o.peerCAFile, "peer-ca-file", "", "the PEM CA every node's peer certificate must come from; a node without one can neither join nor exchange raft traffic")
 	f.BoolVar(&o.forceNewCluster, "force-new-cluster", false, "restore a copied data dir onto this node: rewrite its cluster configuration to this node alone at --peer-listen, keeping the data (never on a member of a live cluster; see docs/operations.md)")
 	o.walSegmentSize = 64 << 20
 	f.Var(&o.walSegmentSize, "wal-segment-size", "size of each raft-wal log segment, preallocated when created (e.g. 4MiB for a small disk)")
@@ -184,6 +188,10 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	peerTLS, err := o.peerTLS()
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return &exitError{code: ExitUnreachable, err: fmt.Errorf("--listen %s: %w", o.listen, err)}
@@ -202,6 +210,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 			PeerAddr:  o.peerListen,
 			Advertise: o.peerAdvertise,
 			LogStore:  o.logStore,
+			PeerTLS:   peerTLS,
 			Bootstrap: true,
 
 			ForceNewCluster: o.forceNewCluster,
@@ -247,11 +256,34 @@ func (o *serveOptions) tls() (*tls.Config, error) {
 		return nil, usage("--cert-file and --key-file go together: give both")
 	case len(o.join) > 0 || o.bootstrapExpect > 1:
 		// Nodes forward calls to each other over the API; until they
-		// present certificates to each other (peer TLS), a TLS cluster
-		// would refuse its own members.
-		return nil, usage("--cert-file serves a single node for now: TLS between the nodes of a cluster (--join, --bootstrap-expect) is not built yet")
+		// present certificates on it too, a cluster with a TLS API would
+		// refuse its own members. Raft traffic can be TLS already
+		// (--peer-cert-file).
+		return nil, usage("--cert-file serves a single node for now: nodes do not yet call each other's API over TLS (--join, --bootstrap-expect); raft traffic between them can be TLS with --peer-cert-file")
 	}
 	cfg, err := certs.ServerConfig(o.certFile, o.keyFile, o.clientCAFile)
+	if err != nil {
+		return nil, usage("%v", err)
+	}
+	return cfg, nil
+}
+
+// peerTLS is raft's TLS configuration from the --peer-* flags, or nil.
+func (o *serveOptions) peerTLS() (*tls.Config, error) {
+	given := 0
+	for _, f := range []string{o.peerCertFile, o.peerKeyFile, o.peerCAFile} {
+		if f != "" {
+			given++
+		}
+	}
+	switch given {
+	case 0:
+		return nil, nil
+	case 3:
+	default:
+		return nil, usage("--peer-cert-file, --peer-key-file and --peer-ca-file go together: give all three")
+	}
+	cfg, err := certs.PeerConfig(o.peerCertFile, o.peerKeyFile, o.peerCAFile)
 	if err != nil {
 		return nil, usage("%v", err)
 	}
