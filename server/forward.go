@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -50,7 +51,8 @@ const forwardWait = 3 * time.Second
 // address, over pooled HTTP/1.1 connections: on Go's HTTP/2 a unary call
 // costs about twice the CPU (docs/benchmarks.md).
 type peers struct {
-	http *http.Client
+	http   *http.Client
+	scheme string // "http://" or "https://"
 
 	mu      sync.Mutex
 	clients map[string]*peerClients
@@ -63,13 +65,24 @@ type peerClients struct {
 	cluster  tenurev1connect.ClusterServiceClient
 }
 
-func newPeers() *peers {
+// newPeers calls other nodes' APIs in cleartext, or over TLS with
+// tlsConfig (its certificate is presented to nodes that require client
+// certificates; its RootCAs check theirs).
+func newPeers(tlsConfig *tls.Config) *peers {
+	var http1 http.Protocols
+	http1.SetHTTP1(true)
 	t := &http.Transport{
+		Protocols:           &http1,
+		TLSClientConfig:     tlsConfig,
 		DialContext:         (&net.Dialer{Timeout: time.Second, KeepAlive: 15 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	return &peers{http: &http.Client{Transport: t}, clients: map[string]*peerClients{}}
+	scheme := "http://"
+	if tlsConfig != nil {
+		scheme = "https://"
+	}
+	return &peers{http: &http.Client{Transport: t}, scheme: scheme, clients: map[string]*peerClients{}}
 }
 
 // to returns the clients for the node serving at addr ("host:port").
@@ -79,7 +92,7 @@ func (p *peers) to(addr string) *peerClients {
 	if c, ok := p.clients[addr]; ok {
 		return c
 	}
-	url := "http://" + addr
+	url := p.scheme + addr
 	c := &peerClients{
 		sessions: tenurev1connect.NewSessionServiceClient(p.http, url),
 		leases:   tenurev1connect.NewLeaseServiceClient(p.http, url),

@@ -46,10 +46,15 @@ type Config struct {
 	// TLS, when set, serves the API over TLS only (HTTP/1.1 and HTTP/2
 	// by ALPN); its certificate and client CA come from the caller
 	// (internal/certs reloads them from files). Nil serves cleartext.
-	TLS    *tls.Config
-	Raft   raftnode.Config
-	Limits Limits
-	Logger *slog.Logger
+	TLS *tls.Config
+	// PeerAPITLS is how this node calls other nodes' APIs when they serve
+	// TLS (forwarding, joining, member status): its certificate is
+	// presented to them, its RootCAs check theirs. Needed when TLS is set
+	// on a node of a cluster.
+	PeerAPITLS *tls.Config
+	Raft       raftnode.Config
+	Limits     Limits
+	Logger     *slog.Logger
 	// Registry receives every metric; nil makes a private one.
 	Registry *prometheus.Registry
 }
@@ -120,6 +125,9 @@ func Open(cfg Config) (*Server, error) {
 	if cfg.BootstrapExpect > 1 && len(cfg.Join) == 0 {
 		return nil, fmt.Errorf("server: bootstrap-expect %d needs the other nodes' addresses to meet them (--join)", cfg.BootstrapExpect)
 	}
+	if cfg.TLS != nil && cfg.PeerAPITLS == nil && (len(cfg.Join) > 0 || cfg.BootstrapExpect > 1) {
+		return nil, errors.New("server: a node of a cluster that serves its API over TLS needs PeerAPITLS to call the other nodes' APIs")
+	}
 	if cfg.Advertise == "" {
 		cfg.Advertise = cfg.Listener.Addr().String()
 	}
@@ -130,7 +138,7 @@ func Open(cfg Config) (*Server, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		hub:       watch.NewHub(cfg.Limits.WatchHistory),
-		peers:     newPeers(),
+		peers:     newPeers(cfg.PeerAPITLS),
 		advertise: cfg.Advertise,
 		stopC:     make(chan struct{}),
 		serveErr:  make(chan error, 1),

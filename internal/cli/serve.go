@@ -202,6 +202,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		Join:            o.join,
 		BootstrapExpect: o.bootstrapExpect,
 		TLS:             tlsConfig,
+		PeerAPITLS:      peerAPITLS(tlsConfig, peerTLS),
 		Limits:          o.limits,
 		Logger:          logger,
 		Raft: raftnode.Config{
@@ -254,12 +255,11 @@ func (o *serveOptions) tls() (*tls.Config, error) {
 		return nil, nil
 	case o.certFile == "" || o.keyFile == "":
 		return nil, usage("--cert-file and --key-file go together: give both")
-	case len(o.join) > 0 || o.bootstrapExpect > 1:
-		// Nodes forward calls to each other over the API; until they
-		// present certificates on it too, a cluster with a TLS API would
-		// refuse its own members. Raft traffic can be TLS already
-		// (--peer-cert-file).
-		return nil, usage("--cert-file serves a single node for now: nodes do not yet call each other's API over TLS (--join, --bootstrap-expect); raft traffic between them can be TLS with --peer-cert-file")
+	case (len(o.join) > 0 || o.bootstrapExpect > 1) && o.peerCertFile == "":
+		// Nodes forward calls to each other over the API, presenting
+		// their peer certificates and checking the others' API
+		// certificates against the peer CA.
+		return nil, usage("--cert-file on a node of a cluster (--join, --bootstrap-expect) needs --peer-cert-file, --peer-key-file and --peer-ca-file: nodes call each other's API with their peer certificates")
 	}
 	cfg, err := certs.ServerConfig(o.certFile, o.keyFile, o.clientCAFile)
 	if err != nil {
@@ -288,6 +288,16 @@ func (o *serveOptions) peerTLS() (*tls.Config, error) {
 		return nil, usage("%v", err)
 	}
 	return cfg, nil
+}
+
+// peerAPITLS is how a node with a TLS API calls the other nodes' APIs:
+// with its peer certificate, checking theirs against the peer CA. Nil
+// when the API is cleartext.
+func peerAPITLS(api, peer *tls.Config) *tls.Config {
+	if api == nil || peer == nil {
+		return nil
+	}
+	return peer.Clone()
 }
 
 // startError adds what the operator can do to the errors a node cannot
