@@ -46,7 +46,10 @@ func TestTLSInThreeCommands(t *testing.T) {
 	if r := e.runAt(api, "--cert", "certs/client.pem", "kv", "get", "k"); r.code != 2 || !strings.Contains(r.stderr, "--key") {
 		t.Errorf("--cert without --key: got = %v, expected: exit 2 naming --key", r)
 	}
-	if r := e.run("serve", "--data-dir", "data2", "--cert-file", "certs/server.pem", "--key-file", "certs/server-key.pem", "--join", "127.0.0.1:1"); r.code != 2 || !strings.Contains(r.stderr, "single node") {
-		t.Errorf("TLS with --join: got = %v, expected: exit 2, TLS serves a single node for now", r)
+	if r := e.run("serve", "--data-dir", "data2", "--cert-file", "certs/server.pem", "--key-file", "certs/server-key.pem", "--join", "127.0.0.1:1"); r.code != 2 || !strings.Contains(r.stderr, "needs --peer-cert-file") {
+		t.Errorf("a TLS API with --join but no peer certificate: got = %v, expected: exit 2 naming --peer-cert-file", r)
+	}
+	if r := e.run("serve", "--data-dir", "data3", "--peer-cert-file", "certs/peer.pem"); r.code != 2 || !strings.Contains(r.stderr, "give all three") {
+		t.Errorf("--peer-cert-file alone: got = %v, expected: exit 2, the three peer flags go together", r)
 	}
 }
