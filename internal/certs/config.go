@@ -17,14 +17,8 @@ import (
 // second on a new connection, so that a renewed certificate is used
 // without a restart; a file that fails to load keeps the last good one.
 func ServerConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
-	kp := &reloading[tls.Certificate]{files: []string{certFile, keyFile}, load: func() (*tls.Certificate, error) {
-		c, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("load --cert-file %s and --key-file %s: %w", certFile, keyFile, err)
-		}
-		return &c, nil
-	}}
-	if _, err := kp.get(); err != nil {
+	kp, err := keyPair(certFile, keyFile, "--cert-file", "--key-file")
+	if err != nil {
 		return nil, err
 	}
 	base := &tls.Config{
@@ -63,14 +57,8 @@ func ServerConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 // peer CA that every other node's certificate must come from, both
 // ways.
 func PeerConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
-	kp := &reloading[tls.Certificate]{files: []string{certFile, keyFile}, load: func() (*tls.Certificate, error) {
-		c, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("load --peer-cert-file %s and --peer-key-file %s: %w", certFile, keyFile, err)
-		}
-		return &c, nil
-	}}
-	if _, err := kp.get(); err != nil {
+	kp, err := keyPair(certFile, keyFile, "--peer-cert-file", "--peer-key-file")
+	if err != nil {
 		return nil, err
 	}
 	pool, err := loadPool(caFile, "--peer-ca-file")
@@ -113,6 +101,22 @@ func ClientConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
 		c.Certificates = []tls.Certificate{kp}
 	}
 	return c, nil
+}
+
+// keyPair is a certificate and key loaded now, and again when their
+// files change; the flags name them in errors.
+func keyPair(certFile, keyFile, certFlag, keyFlag string) (*reloading[tls.Certificate], error) {
+	kp := &reloading[tls.Certificate]{files: []string{certFile, keyFile}, load: func() (*tls.Certificate, error) {
+		c, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load %s %s and %s %s: %w", certFlag, certFile, keyFlag, keyFile, err)
+		}
+		return &c, nil
+	}}
+	if _, err := kp.get(); err != nil {
+		return nil, err
+	}
+	return kp, nil
 }
 
 func loadPool(file, flag string) (*x509.CertPool, error) {
