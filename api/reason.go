@@ -58,6 +58,16 @@ const (
 	ReasonDeadlineExceeded Reason = "deadline-exceeded"
 	// ReasonCanceled: the call was cancelled.
 	ReasonCanceled Reason = "canceled"
+	// ReasonUnauthenticated: the call carried no credentials the server
+	// accepts (no token or certificate, an unknown or expired token, a
+	// certificate from another CA); nothing changed.
+	ReasonUnauthenticated Reason = "unauthenticated"
+	// ReasonPermissionDenied: the caller is known but the policy does not
+	// allow this call; nothing changed.
+	ReasonPermissionDenied Reason = "permission-denied"
+	// ReasonRateLimited: the caller is over its per-principal request
+	// rate; nothing changed, retry later.
+	ReasonRateLimited Reason = "rate-limited"
 )
 
 // Reasons lists every Reason, so that tests can check that the server
@@ -69,7 +79,8 @@ var Reasons = []Reason{
 	ReasonTooManySessions, ReasonDiskFull, ReasonNotLeader,
 	ReasonLeadershipLost, ReasonShuttingDown, ReasonWatchLagged,
 	ReasonCompacted, ReasonWaitCancelled, ReasonDeadlineExceeded,
-	ReasonCanceled,
+	ReasonCanceled, ReasonUnauthenticated, ReasonPermissionDenied,
+	ReasonRateLimited,
 }
 
 // NotSent reports whether a call that failed with r was refused before

@@ -62,6 +62,13 @@ type options struct {
 	// constants); tests shorten them.
 	pingEvery, pingTimeout time.Duration
 	tls                    *tls.Config
+	token                  string
+}
+
+// credentials reports whether the client authenticates: with a token or
+// a client certificate.
+func (o *options) credentials() bool {
+	return o.token != "" || o.tls != nil && (len(o.tls.Certificates) > 0 || o.tls.GetClientCertificate != nil)
 }
 
 // Option configures a Client.
@@ -89,6 +96,12 @@ func WithRetry(attempts int, backoff time.Duration) Option {
 // servers; its Certificates, if any, are the client's certificate).
 // Endpoints given without a scheme become https://.
 func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
+
+// WithToken authenticates every call with a bearer token (`tenure auth
+// token` makes one; the server's policy names its principal). Without
+// TLS the token crosses the network in the clear: use it with WithTLS
+// anywhere but loopback.
+func WithToken(token string) Option { return func(o *options) { o.token = token } }
 
 // WithLogger sets where the client logs reconnects and losses (default
 // slog.Default()).
@@ -143,7 +156,11 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 			HTTP2:           &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 5 * time.Second},
 		},
 	}
-	c.http = &http.Client{Transport: leaderFollower{c.transport, c}}
+	var rt http.RoundTripper = c.transport
+	if o.token != "" {
+		rt = bearer{rt, "Bearer " + o.token}
+	}
+	c.http = &http.Client{Transport: leaderFollower{rt, c}}
 	for _, e := range endpoints {
 		url := strings.TrimSpace(e)
 		if url == "" {
@@ -228,6 +245,19 @@ func (c *Client) newEndpoint(url string) *endpoint {
 	ep.leases = pipedLeases{tenurev1connect.NewLeaseServiceClient(c.http, url), ep}
 	ep.kv = pipedKV{tenurev1connect.NewKVServiceClient(c.http, url), ep}
 	return ep
+}
+
+// bearer adds the Authorization header to every request.
+type bearer struct {
+	next  http.RoundTripper
+	value string
+}
+
+func (b bearer) RoundTrip(req *http.Request) (*http.Response, error) {
+	// A RoundTripper must not change the caller's request.
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", b.value)
+	return b.next.RoundTrip(req)
 }
 
 // leaderHeader is set by a node that does not lead on every response,

@@ -61,6 +61,14 @@ var (
 	// ErrChecksumMismatch is returned by Snapshot when the copy received
 	// does not match the SHA-256 the leader sent with it.
 	ErrChecksumMismatch = errors.New("checksum mismatch")
+	// ErrUnauthenticated is returned when the server takes no
+	// credentials from this client: none given (see WithToken and
+	// WithTLS), an unknown or expired token, or a certificate from
+	// another CA.
+	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrPermissionDenied is returned when the server's policy does not
+	// allow the call to this client's principal: nothing changed.
+	ErrPermissionDenied = errors.New("permission denied")
 )
 
 // errorNames maps every api.Reason the server sends to the sentinel a
@@ -86,6 +94,9 @@ var errorNames = map[api.Reason]error{
 	api.ReasonCompacted:        ErrLagged,
 	api.ReasonDeadlineExceeded: context.DeadlineExceeded,
 	api.ReasonCanceled:         context.Canceled,
+	api.ReasonUnauthenticated:  ErrUnauthenticated,
+	api.ReasonPermissionDenied: ErrPermissionDenied,
+	api.ReasonRateLimited:      ErrResourceExhausted,
 }
 
 // reasonOf is the api.Reason the server named for err, or "".
@@ -194,6 +205,10 @@ func wrap(op string, err error) error {
 			return &Error{Op: op, Kind: ErrNotFound, Cause: err}
 		case connect.CodeResourceExhausted:
 			return &Error{Op: op, Kind: ErrResourceExhausted, Cause: err}
+		case connect.CodeUnauthenticated:
+			return &Error{Op: op, Kind: ErrUnauthenticated, Cause: err}
+		case connect.CodePermissionDenied:
+			return &Error{Op: op, Kind: ErrPermissionDenied, Cause: err}
 		}
 	}
 	return &Error{Op: op, Cause: err}

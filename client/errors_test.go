@@ -38,6 +38,9 @@ func TestEveryServerReasonMapsToASentinel(t *testing.T) {
 		api.ReasonCompacted:        ErrLagged,
 		api.ReasonDeadlineExceeded: context.DeadlineExceeded,
 		api.ReasonCanceled:         context.Canceled,
+		api.ReasonUnauthenticated:  ErrUnauthenticated,
+		api.ReasonPermissionDenied: ErrPermissionDenied,
+		api.ReasonRateLimited:      ErrResourceExhausted,
 	}
 	for _, r := range api.Reasons {
 		t.Run(string(r), func(t *testing.T) {

@@ -66,7 +66,10 @@ type SessionOption func(*sessionOptions)
 func WithTTL(d time.Duration) SessionOption { return func(o *sessionOptions) { o.ttl = d } }
 
 // WithIdentity sets the holder identity shown on leases (default
-// hostname_pid_random).
+// hostname_pid_random; with credentials, WithToken or a client
+// certificate, the server's default: the principal's name, since a
+// server with a policy only lets a principal use the identities it
+// allows, by default its name and "name/anything").
 func WithIdentity(id string) SessionOption { return func(o *sessionOptions) { o.identity = id } }
 
 // WithSessionLabels labels the session.
@@ -104,7 +107,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.identity == "" {
+	if o.identity == "" && !c.opts.credentials() {
 		o.identity = DefaultIdentity()
 	}
 	if o.ttl <= 0 {

@@ -32,9 +32,9 @@ func tlsServer(t *testing.T, clientCA bool) (addr, dir string) {
 	}
 	ca := ""
 	if clientCA {
-		ca = filepath.Join(dir, "ca.pem")
+		ca = filepath.Join(dir, "client-ca.pem")
 	}
-	cfg, err := certs.ServerConfig(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem"), ca)
+	cfg, err := certs.ServerConfig(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem"), ca, "")
 	if err != nil {
 		t.Fatal(err)
 	}

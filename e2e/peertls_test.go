@@ -100,7 +100,7 @@ func TestTLSEverywhereOnAThreeNodeCluster(t *testing.T) {
 	nodes := newClusterNodes(t, bin, 3)
 	for _, n := range nodes {
 		n.args = append(n.args,
-			"--cert-file", f("server.pem"), "--key-file", f("server-key.pem"), "--client-ca-file", f("ca.pem"),
+			"--cert-file", f("server.pem"), "--key-file", f("server-key.pem"), "--client-ca-file", f("client-ca.pem"),
 			"--peer-cert-file", f("peer.pem"), "--peer-key-file", f("peer-key.pem"), "--peer-ca-file", f("ca.pem"))
 		n.start()
 	}

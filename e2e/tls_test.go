@@ -24,7 +24,7 @@ func TestTLSInThreeCommands(t *testing.T) {
 	free := testnet.FreeN(t, 2)
 	api := free[0]
 	srv := e.start("serve", "--listen", api, "--peer-listen", free[1], "--data-dir", "data",
-		"--cert-file", "certs/server.pem", "--key-file", "certs/server-key.pem", "--client-ca-file", "certs/ca.pem")
+		"--cert-file", "certs/server.pem", "--key-file", "certs/server-key.pem", "--client-ca-file", "certs/client-ca.pem")
 	tlsFlags := []string{"--cacert", "certs/ca.pem", "--cert", "certs/client.pem", "--key", "certs/client-key.pem"}
 	var r result
 	waitFor(t, 20*time.Second, "the TLS server to take a put", func() bool {

@@ -52,6 +52,9 @@ var errorCodes = []struct {
 	{errWaitCancelled, connect.CodeAborted, api.ReasonWaitCancelled},
 	{watch.ErrCompacted, connect.CodeOutOfRange, api.ReasonCompacted},
 	{watch.ErrClosed, connect.CodeUnavailable, api.ReasonShuttingDown},
+	{errUnauthenticated, connect.CodeUnauthenticated, api.ReasonUnauthenticated},
+	{errPermissionDenied, connect.CodePermissionDenied, api.ReasonPermissionDenied},
+	{errRateLimited, connect.CodeResourceExhausted, api.ReasonRateLimited},
 	{context.DeadlineExceeded, connect.CodeDeadlineExceeded, api.ReasonDeadlineExceeded},
 	{context.Canceled, connect.CodeCanceled, api.ReasonCanceled},
 }
@@ -94,10 +97,14 @@ func errorMessage(err error) error {
 		}
 		return fmt.Errorf("not leader: the leader's peer address is %s", nl.Leader)
 	}
-	if errors.Is(err, errInvalid) {
-		msg := err.Error()
-		if p := errInvalid.Error() + ": "; len(msg) > len(p) && msg[:len(p)] == p {
-			return errors.New(msg[len(p):])
+	// The code says it already: "permission_denied: permission
+	// denied: ..." would say it twice.
+	for _, sentinel := range []error{errInvalid, errUnauthenticated, errPermissionDenied, errRateLimited} {
+		if errors.Is(err, sentinel) {
+			msg := err.Error()
+			if p := sentinel.Error() + ": "; len(msg) > len(p) && msg[:len(p)] == p {
+				return errors.New(msg[len(p):])
+			}
 		}
 	}
 	return err

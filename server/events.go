@@ -101,6 +101,7 @@ func (s *Server) pumpEvents(ctx context.Context, w *watch.Watcher, send func(*st
 		case <-ctx.Done():
 		}
 	}()
+	readable := s.readable(ctx)
 	for {
 		e, err := w.Next(ctx)
 		if err != nil {
@@ -108,6 +109,9 @@ func (s *Server) pumpEvents(ctx context.Context, w *watch.Watcher, send func(*st
 				return nil
 			}
 			return toConnect(err)
+		}
+		if readable != nil && !readable(&e) {
+			continue
 		}
 		if err := send(&e); err != nil {
 			return err

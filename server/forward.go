@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenurehq/tenure/api"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/statemachine"
 )
@@ -120,6 +121,10 @@ func forwarded[C, Req, Res any](client func(*peerClients) C, call func(C, contex
 		out := connect.NewRequest(msg)
 		copyForwardHeaders(out.Header(), req.Header())
 		out.Header().Set(ForwardedHeader, by)
+		// The leader believes this only from a node's certificate.
+		if c, ok := callerOf(ctx); ok && c.Principal != "" && c.Err == nil {
+			out.Header().Set(auth.ForwardedPrincipalHeader, c.Principal)
+		}
 		res, err := call(client(to), ctx, out)
 		if err != nil {
 			return nil, err

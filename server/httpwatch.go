@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tenurehq/tenure/api"
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -28,6 +30,9 @@ func (s *Server) watchLeasesHTTP(w http.ResponseWriter, r *http.Request) {
 	all, _ := strconv.ParseBool(q.Get("all_namespaces"))
 	start, err := queryRevision(q.Get("start_revision"))
 	if err == nil {
+		err = s.checkHTTP(r, &tenurev1.WatchLeasesRequest{Namespace: q.Get("namespace"), AllNamespaces: all, Name: q.Get("name")})
+	}
+	if err == nil {
 		var spec watchSpec
 		if spec, err = s.cfg.Limits.leaseWatch(all, q.Get("namespace"), q.Get("name"), start); err == nil {
 			s.watchHTTP(w, r, spec, func(e *statemachine.Event) proto.Message { return leaseEventProto(e) })
@@ -42,6 +47,9 @@ func (s *Server) watchKeysHTTP(w http.ResponseWriter, r *http.Request) {
 	prefix, _ := strconv.ParseBool(q.Get("prefix"))
 	start, err := queryRevision(q.Get("start_revision"))
 	if err == nil {
+		err = s.checkHTTP(r, &tenurev1.WatchRequest{Key: q.Get("key"), Prefix: prefix})
+	}
+	if err == nil {
 		var spec watchSpec
 		if spec, err = s.cfg.Limits.keyWatch(q.Get("key"), prefix, start); err == nil {
 			s.watchHTTP(w, r, spec, func(e *statemachine.Event) proto.Message { return keyEventProto(e) })
@@ -49,6 +57,38 @@ func (s *Server) watchKeysHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	httpError(w, toConnect(err))
+}
+
+// checkHTTP checks an NDJSON endpoint's request as its Connect twin's,
+// and audits a refusal.
+func (s *Server) checkHTTP(r *http.Request, msg any) error {
+	_, err := s.check(r.Context(), msg)
+	if err != nil {
+		s.record(r.Context(), r.URL.Path, msg, r.RemoteAddr, err)
+	}
+	return err
+}
+
+// metricsAccess guards /metrics as the policy says.
+func (s *Server) metricsAccess(next http.Handler) http.Handler {
+	if s.auth == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var err error
+		switch s.auth.authn.Policy.Policy().Metrics() {
+		case auth.MetricsOpen:
+		case auth.MetricsAdmin:
+			err = s.checkHTTP(r, &tenurev1.SnapshotRequest{})
+		default:
+			err = s.checkHTTP(r, &tenurev1.StatusRequest{})
+		}
+		if err != nil {
+			httpError(w, toConnect(err))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func queryRevision(v string) (int64, error) {
@@ -125,6 +165,10 @@ func httpStatus(c connect.Code) int {
 		return http.StatusConflict
 	case connect.CodeResourceExhausted:
 		return http.StatusTooManyRequests
+	case connect.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case connect.CodePermissionDenied:
+		return http.StatusForbidden
 	case connect.CodeUnavailable:
 		return http.StatusServiceUnavailable
 	case connect.CodeDeadlineExceeded:

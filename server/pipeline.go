@@ -181,6 +181,15 @@ func (s *Server) runPipelined(ctx context.Context, req *tenurev1.PipelineRequest
 }
 
 func (s *Server) dispatch(ctx context.Context, op any) (string, *tenurev1.PipelineResponse, error) {
+	if s.auth != nil {
+		if msg, procedure := pipelinedMessage(op); msg != nil {
+			if _, err := s.check(ctx, msg); err != nil {
+				err = toConnect(err)
+				s.record(ctx, procedure, msg, "", err)
+				return procedure, nil, err
+			}
+		}
+	}
 	leases, kv, sessions := &leaseService{s}, &kvService{s}, &sessionService{s}
 	switch op := op.(type) {
 	case *tenurev1.PipelineRequest_Acquire:
@@ -222,6 +231,34 @@ func (s *Server) dispatch(ctx context.Context, op any) (string, *tenurev1.Pipeli
 		}}, nil
 	}
 	return "", nil, toConnect(invalid("unknown pipeline operation %T", op))
+}
+
+// pipelinedMessage is the request inside a pipelined operation, and the
+// method it stands for.
+func pipelinedMessage(op any) (any, string) {
+	switch op := op.(type) {
+	case *tenurev1.PipelineRequest_Acquire:
+		return op.Acquire, tenurev1connect.LeaseServiceAcquireProcedure
+	case *tenurev1.PipelineRequest_Release:
+		return op.Release, tenurev1connect.LeaseServiceReleaseProcedure
+	case *tenurev1.PipelineRequest_SetValue:
+		return op.SetValue, tenurev1connect.LeaseServiceSetValueProcedure
+	case *tenurev1.PipelineRequest_Validate:
+		return op.Validate, tenurev1connect.LeaseServiceValidateProcedure
+	case *tenurev1.PipelineRequest_Get:
+		return op.Get, tenurev1connect.KVServiceGetProcedure
+	case *tenurev1.PipelineRequest_Put:
+		return op.Put, tenurev1connect.KVServicePutProcedure
+	case *tenurev1.PipelineRequest_Delete:
+		return op.Delete, tenurev1connect.KVServiceDeleteProcedure
+	case *tenurev1.PipelineRequest_CompareAndSwap:
+		return op.CompareAndSwap, tenurev1connect.KVServiceCompareAndSwapProcedure
+	case *tenurev1.PipelineRequest_Refresh:
+		return op.Refresh, tenurev1connect.SessionServiceRefreshProcedure
+	case *tenurev1.PipelineRequest_WatchGrant:
+		return op.WatchGrant, watchGrantProcedure
+	}
+	return nil, ""
 }
 
 // watchGrantProcedure names WatchGrant in metrics, beside the methods.
@@ -423,7 +460,12 @@ func (s *Server) servePipelineUpgrade(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pc := &pipeConn{s: s, conn: conn, r: framing.NewReader(brw.Reader, s.cfg.Limits.MaxRequestBytes), w: framing.NewWriter(conn)}
-	pc.ctx, pc.cancel = context.WithCancelCause(context.Background())
+	// The operations outlive the upgrade request, but not its caller.
+	base := context.Background()
+	if c, ok := callerOf(r.Context()); ok {
+		base = withCaller(base, c)
+	}
+	pc.ctx, pc.cancel = context.WithCancelCause(base)
 	if !s.pipes.add(pc) {
 		conn.Close()
 		return

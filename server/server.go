@@ -19,6 +19,7 @@ import (
 
 	"github.com/tenurehq/tenure/api/framing"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/lessor"
 	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/statemachine"
@@ -52,9 +53,15 @@ type Config struct {
 	// presented to them, its RootCAs check theirs. Needed when TLS is set
 	// on a node of a cluster.
 	PeerAPITLS *tls.Config
-	Raft       raftnode.Config
-	Limits     Limits
-	Logger     *slog.Logger
+	// Auth, when set, authenticates every request and checks it against
+	// its policy (package auth). Nil lets every caller do everything.
+	Auth *auth.Authenticator
+	// Audit receives the audit trail (admin actions, denials, policy
+	// reloads) when Auth is set; nil writes it to Logger.
+	Audit  *slog.Logger
+	Raft   raftnode.Config
+	Limits Limits
+	Logger *slog.Logger
 	// Registry receives every metric; nil makes a private one.
 	Registry *prometheus.Registry
 }
@@ -72,6 +79,7 @@ type Server struct {
 	metrics *metrics
 	peers   *peers
 	pipes   pipeConns
+	auth    *authState // nil without a policy
 	// advertise is the API address this node is known by.
 	advertise string
 	discovery discovery
@@ -142,6 +150,13 @@ func Open(cfg Config) (*Server, error) {
 		advertise: cfg.Advertise,
 		stopC:     make(chan struct{}),
 		serveErr:  make(chan error, 1),
+	}
+	if cfg.Auth != nil {
+		audit := cfg.Audit
+		if audit == nil {
+			audit = cfg.Logger.With("log", "audit")
+		}
+		s.auth = &authState{authn: cfg.Auth, audit: auth.NewAuditor(audit)}
 	}
 	s.metrics = newMetrics(cfg.Registry, s)
 	s.waiters = newWaiters(s.propose, s.metrics.waiting.Add, cfg.Logger)
@@ -323,7 +338,7 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(s.cfg.Limits.MaxRequestBytes),
-		connect.WithInterceptors(s.metrics.interceptor(), forwarder{s}),
+		connect.WithInterceptors(s.metrics.interceptor(), authInterceptor{s}, forwarder{s}),
 		// Most responses are tens of bytes; gzip would cost more CPU per
 		// message (a fresh compressor state) than the bytes it saves.
 		// Lists and values past this size are still compressed.
@@ -360,8 +375,8 @@ func (s *Server) routes() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
-	return s.leaderHeader(limitBodies(mux, s.cfg.Limits.MaxRequestBytes, s.cfg.Limits.RequestReadTimeout))
+	mux.Handle("GET /metrics", s.metricsAccess(promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{})))
+	return s.leaderHeader(limitBodies(s.authenticate(mux), s.cfg.Limits.MaxRequestBytes, s.cfg.Limits.RequestReadTimeout))
 }
 
 // observe receives every applied command's events, in log order, on the

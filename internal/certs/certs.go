@@ -1,7 +1,10 @@
 // Package certs writes throwaway certificates for trying TLS on one
 // machine (tenure certs init): a CA, and signed by it a server
-// certificate for the API, a peer certificate for raft traffic (server
-// and client use), and a client certificate. They name localhost,
+// certificate for the API and a peer certificate for raft traffic (server
+// and client use); and a client CA, and signed by it a client
+// certificate. Clients have a CA of their own because, with a policy, a
+// certificate from the peer CA speaks for the cluster's nodes. They name
+// localhost,
 // 127.0.0.1 and ::1 unless told other hosts. ECDSA P-256 and the
 // standard library only: nothing to install, nothing to trust beyond the
 // directory written.
@@ -14,6 +17,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -29,6 +33,7 @@ import (
 // Files are the names Init writes, in its directory.
 var Files = []string{
 	"ca.pem", "ca-key.pem",
+	"client-ca.pem", "client-ca-key.pem",
 	"server.pem", "server-key.pem",
 	"peer.pem", "peer-key.pem",
 	"client.pem", "client-key.pem",
@@ -84,6 +89,18 @@ func Init(dir string, o Options) error {
 	if err != nil {
 		return err
 	}
+	// Clients get a CA of their own: with a policy, a certificate from
+	// the peer CA speaks for the cluster's nodes, so no client may hold
+	// one (serve refuses a client CA that is also the peer CA).
+	clientCA, clientCAKey, err := issue(nil, nil, o, &x509.Certificate{
+		Subject:               pkix.Name{CommonName: "Tenure development client CA"},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}, dir, "client-ca")
+	if err != nil {
+		return err
+	}
 	var dns []string
 	var ips []net.IP
 	for _, h := range o.Hosts {
@@ -113,7 +130,11 @@ func Init(dir string, o Options) error {
 		if l.sans {
 			tmpl.DNSNames, tmpl.IPAddresses = dns, ips
 		}
-		if _, _, err := issue(ca, caKey, o, tmpl, dir, l.name); err != nil {
+		parent, parentKey := ca, caKey
+		if l.name == "client" {
+			parent, parentKey = clientCA, clientCAKey
+		}
+		if _, _, err := issue(parent, parentKey, o, tmpl, dir, l.name); err != nil {
 			return err
 		}
 	}
@@ -168,4 +189,43 @@ func write(path, typ string, der []byte, mode os.FileMode) error {
 		return err
 	}
 	return f.Close()
+}
+
+// Client signs, with the client CA Init wrote into dir, a client
+// certificate whose subject CN is cn (the principal it authenticates
+// as), written as dir/NAME.pem and dir/NAME-key.pem. o's Validity and Now
+// apply as in Init; its Hosts and ClientName do not.
+func Client(dir, name, cn string, o Options) error {
+	if cn == "" {
+		return errors.New("a client certificate needs a name (its subject CN)")
+	}
+	if o.Validity <= 0 {
+		o.Validity = 365 * 24 * time.Hour
+	}
+	if o.Now.IsZero() {
+		o.Now = time.Now()
+	}
+	for _, f := range []string{name + ".pem", name + "-key.pem"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			return fmt.Errorf("%s: %w; remove it or choose another name", filepath.Join(dir, f), ErrExists)
+		}
+	}
+	kp, err := tls.LoadX509KeyPair(filepath.Join(dir, "client-ca.pem"), filepath.Join(dir, "client-ca-key.pem"))
+	if err != nil {
+		return fmt.Errorf("load the client CA (tenure certs init writes it): %w", err)
+	}
+	ca, err := x509.ParseCertificate(kp.Certificate[0])
+	if err != nil {
+		return err
+	}
+	caKey, ok := kp.PrivateKey.(*ecdsa.PrivateKey)
+	if !ok {
+		return fmt.Errorf("the client CA's key is %T, not ECDSA", kp.PrivateKey)
+	}
+	_, _, err = issue(ca, caKey, o, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, dir, name)
+	return err
 }

@@ -40,6 +40,8 @@ func TestInitWritesAChainThatVerifies(t *testing.T) {
 	}
 	roots := x509.NewCertPool()
 	roots.AddCert(readCert(t, filepath.Join(dir, "ca.pem")))
+	clientRoots := x509.NewCertPool()
+	clientRoots.AddCert(readCert(t, filepath.Join(dir, "client-ca.pem")))
 	for _, leaf := range []struct {
 		file string
 		host string
@@ -54,7 +56,11 @@ func TestInitWritesAChainThatVerifies(t *testing.T) {
 		{"client.pem", "", x509.ExtKeyUsageClientAuth, true},
 		{"client.pem", "", x509.ExtKeyUsageServerAuth, false},
 	} {
-		_, err := readCert(t, filepath.Join(dir, leaf.file)).Verify(x509.VerifyOptions{Roots: roots, DNSName: leaf.host, KeyUsages: []x509.ExtKeyUsage{leaf.eku}})
+		pool := roots
+		if leaf.file == "client.pem" {
+			pool = clientRoots
+		}
+		_, err := readCert(t, filepath.Join(dir, leaf.file)).Verify(x509.VerifyOptions{Roots: pool, DNSName: leaf.host, KeyUsages: []x509.ExtKeyUsage{leaf.eku}})
 		if (err == nil) != leaf.ok {
 			t.Errorf("%s for %q as %v: got = %v, expected: ok %v", leaf.file, leaf.host, leaf.eku, err, leaf.ok)
 		}
@@ -62,7 +68,12 @@ func TestInitWritesAChainThatVerifies(t *testing.T) {
 	if cn := readCert(t, filepath.Join(dir, "client.pem")).Subject.CommonName; cn != "ops" {
 		t.Errorf("client CN: got = %q, expected: ops", cn)
 	}
-	for _, f := range []string{"ca-key.pem", "server-key.pem", "peer-key.pem", "client-key.pem"} {
+	// The client certificate is not the peer CA's: with a policy that
+	// would let it speak for the nodes.
+	if _, err := readCert(t, filepath.Join(dir, "client.pem")).Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
+		t.Error("client.pem verifies against ca.pem, the peer CA")
+	}
+	for _, f := range []string{"ca-key.pem", "client-ca-key.pem", "server-key.pem", "peer-key.pem", "client-key.pem"} {
 		fi, err := os.Stat(filepath.Join(dir, f))
 		if err != nil || fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s: got = %v, %v, expected: mode 0600", f, fi.Mode(), err)
@@ -101,7 +112,7 @@ func TestServerConfigReloadsACertificateThatChanged(t *testing.T) {
 		}
 	}
 	cp(a)
-	cfg, err := ServerConfig(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem"), "")
+	cfg, err := ServerConfig(filepath.Join(dir, "server.pem"), filepath.Join(dir, "server-key.pem"), "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

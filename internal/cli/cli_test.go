@@ -272,6 +272,7 @@ func TestCommandsAreGrouped(t *testing.T) {
 		"lock": "run", "elect": "run",
 		"get": "inspect", "validate": "inspect", "revoke": "inspect", "watch": "inspect",
 		"kv": "keys", "serve": "server", "members": "server", "snapshot": "server", "dev": "server", "bench": "server", "certs": "server",
+		"auth": "server",
 	}
 	root := NewRootCommand()
 	for _, c := range root.Commands() {

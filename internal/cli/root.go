@@ -93,6 +93,7 @@ type globals struct {
 	endpoints     string
 	cacert        string
 	cert, key     string
+	token         string
 	timeout       time.Duration
 	output        string
 	namespace     string
@@ -139,6 +140,7 @@ after the grant was lost).`,
 	pf.StringVar(&g.cacert, "cacert", os.Getenv("TENURE_CACERT"), "talk TLS, checking servers against this PEM CA (env TENURE_CACERT)")
 	pf.StringVar(&g.cert, "cert", os.Getenv("TENURE_CERT"), "TLS client certificate, PEM (env TENURE_CERT)")
 	pf.StringVar(&g.key, "key", os.Getenv("TENURE_KEY"), "the PEM private key of --cert (env TENURE_KEY)")
+	pf.StringVar(&g.token, "token", os.Getenv("TENURE_TOKEN"), "bearer token to authenticate with (env TENURE_TOKEN, which keeps it out of the process list)")
 	pf.StringVarP(&g.namespace, "namespace", "n", client.DefaultNamespace, "lease namespace")
 
 	root.AddGroup(
@@ -156,7 +158,7 @@ after the grant was lost).`,
 	add("run", NewLockCommand(g), NewElectCommand(g))
 	add("inspect", NewGetCommand(g), NewValidateCommand(g), NewRevokeCommand(g), NewWatchCommand(g))
 	add("keys", NewKVCommand(g))
-	add("server", NewServeCommand(), NewMembersCommand(g), NewSnapshotCommand(g), NewDevCommand(), NewBenchCommand(), NewCertsCommand())
+	add("server", NewServeCommand(), NewMembersCommand(g), NewSnapshotCommand(g), NewDevCommand(), NewBenchCommand(), NewCertsCommand(), NewAuthCommand())
 	return root
 }
 
@@ -194,6 +196,9 @@ func (g *globals) connect(ctx context.Context) (*client.Client, error) {
 			return nil, usage("%v", err)
 		}
 		opts = append(opts, client.WithTLS(cfg))
+	}
+	if g.token != "" {
+		opts = append(opts, client.WithToken(g.token))
 	}
 	return client.New(ctx, eps, opts...)
 }

@@ -1,18 +1,22 @@
 package cli
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
-	"github.com/tenurehq/tenure/internal/certs"
-
 	"github.com/spf13/cobra"
+
+	"github.com/tenurehq/tenure/auth"
+	"github.com/tenurehq/tenure/internal/certs"
 
 	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/server"
@@ -31,6 +35,8 @@ type serveOptions struct {
 	walSegmentSize, minFreeSpace                            byteSize
 	certFile, keyFile, clientCAFile                         string
 	peerCertFile, peerKeyFile, peerCAFile                   string
+	policyFile, auditLog                                    string
+	insecure                                                bool
 	limits                                                  server.Limits
 }
 
@@ -96,6 +102,9 @@ voter first if it leads.`,
 	f.StringVar(&o.peerCertFile, "peer-cert-file", "", "make raft traffic between nodes TLS, presenting this PEM certificate (re-read when it changes)")
 	f.StringVar(&o.peerKeyFile, "peer-key-file", "", "the PEM private key of --peer-cert-file")
 	f.StringVar(&o.peerCAFile, "peer-ca-file", "", "the PEM CA every node's peer certificate must come from; a node without one can neither join nor exchange raft traffic")
+	f.StringVar(&o.policyFile, "policy", "", "authenticate every caller (bearer token or client certificate) and check each call against this YAML policy, re-read when it changes and on SIGHUP (see docs/security.md)")
+	f.StringVar(&o.auditLog, "audit-log", "", "with --policy, append the audit trail (admin actions, denied calls, policy reloads) to this file as JSON lines (default: the log)")
+	f.BoolVar(&o.insecure, "insecure", false, "allow listening on a non-loopback address without TLS and a policy (anybody who can reach the port can do anything)")
 	f.BoolVar(&o.forceNewCluster, "force-new-cluster", false, "restore a copied data dir onto this node: rewrite its cluster configuration to this node alone at --peer-listen, keeping the data (never on a member of a live cluster; see docs/operations.md)")
 	o.walSegmentSize = 64 << 20
 	f.Var(&o.walSegmentSize, "wal-segment-size", "size of each raft-wal log segment, preallocated when created (e.g. 4MiB for a small disk)")
@@ -184,6 +193,12 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if cmd.Flags().Changed("min-free-space") && minFree == 0 {
 		minFree = -1 // asked for no reserve
 	}
+	if err := o.checkExposure(); err != nil {
+		return err
+	}
+	if o.insecure {
+		logger.Warn("--insecure: serving without the protection of TLS and a policy", "listen", o.listen, "peer_listen", o.peerListen)
+	}
 	tlsConfig, err := o.tls()
 	if err != nil {
 		return err
@@ -192,6 +207,11 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	authn, audit, closeAudit, err := o.auth(logger)
+	if err != nil {
+		return err
+	}
+	defer closeAudit()
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return &exitError{code: ExitUnreachable, err: fmt.Errorf("--listen %s: %w", o.listen, err)}
@@ -203,6 +223,8 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		BootstrapExpect: o.bootstrapExpect,
 		TLS:             tlsConfig,
 		PeerAPITLS:      peerAPITLS(tlsConfig, peerTLS),
+		Auth:            authn,
+		Audit:           audit,
 		Limits:          o.limits,
 		Logger:          logger,
 		Raft: raftnode.Config{
@@ -233,11 +255,32 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		return startError(err)
 	}
 	ctx := cmd.Context()
-	select {
-	case <-ctx.Done():
-		logger.Info("shutting down", "reason", "signal")
-	case err = <-srv.Err():
-		logger.Error("serving failed", "err", err)
+	if authn != nil {
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		go authn.Policy.Watch(watchCtx, time.Second)
+	}
+	// SIGHUP re-reads the certificates and the policy now, rather than
+	// at the next check of their files.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			logger.Info("shutting down", "reason", "signal")
+			break wait
+		case err = <-srv.Err():
+			logger.Error("serving failed", "err", err)
+			break wait
+		case <-hup:
+			logger.Info("SIGHUP: re-reading certificates and policy")
+			certs.Reread()
+			if authn != nil {
+				_ = authn.Policy.Reload() // its outcome is audited
+			}
+		}
 	}
 	start := time.Now()
 	if cerr := srv.Close(); cerr != nil && err == nil {
@@ -261,11 +304,108 @@ func (o *serveOptions) tls() (*tls.Config, error) {
 		// certificates against the peer CA.
 		return nil, usage("--cert-file on a node of a cluster (--join, --bootstrap-expect) needs --peer-cert-file, --peer-key-file and --peer-ca-file: nodes call each other's API with their peer certificates")
 	}
-	cfg, err := certs.ServerConfig(o.certFile, o.keyFile, o.clientCAFile)
+	var cfg *tls.Config
+	var err error
+	if o.policyFile != "" {
+		// Client certificates are checked by the policy's
+		// authenticator, which can tell a node from a client.
+		cfg, err = certs.AuthServerConfig(o.certFile, o.keyFile)
+	} else {
+		cfg, err = certs.ServerConfig(o.certFile, o.keyFile, o.clientCAFile, o.peerCAFile)
+	}
 	if err != nil {
 		return nil, usage("%v", err)
 	}
 	return cfg, nil
+}
+
+// checkExposure refuses to serve an address beyond this machine in the
+// clear to anybody, unless told to with --insecure.
+func (o *serveOptions) checkExposure() error {
+	if o.insecure {
+		return nil
+	}
+	if !loopback(o.listen) && (o.certFile == "" || o.policyFile == "") {
+		return usage("--listen %s is reachable from other machines, and without TLS (--cert-file, --key-file) and a policy (--policy) anybody who reaches it could take or revoke any lock; add them (docs/security.md), or pass --insecure to serve it unprotected anyway", o.listen)
+	}
+	if !loopback(o.peerListen) && o.peerCertFile == "" {
+		return usage("--peer-listen %s is reachable from other machines, and without peer TLS (--peer-cert-file, --peer-key-file, --peer-ca-file) anybody who reaches it could join the cluster or forge raft traffic; add them (docs/security.md), or pass --insecure to serve it unprotected anyway", o.peerListen)
+	}
+	return nil
+}
+
+// loopback reports whether addr ("host:port") listens on loopback only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// auth builds the authenticator from --policy and the CA flags, and the
+// audit log; nil without a policy.
+func (o *serveOptions) auth(logger *slog.Logger) (*auth.Authenticator, *slog.Logger, func(), error) {
+	noop := func() {}
+	if o.policyFile == "" {
+		if o.auditLog != "" {
+			return nil, nil, noop, usage("--audit-log needs --policy: without one there is nothing to audit")
+		}
+		return nil, nil, noop, nil
+	}
+	if o.clientCAFile != "" && o.certFile == "" {
+		return nil, nil, noop, usage("--client-ca-file needs --cert-file: client certificates come over TLS")
+	}
+	if (len(o.join) > 0 || o.bootstrapExpect > 1) && (o.certFile == "" || o.peerCertFile == "") {
+		return nil, nil, noop, usage("--policy on a node of a cluster (--join, --bootstrap-expect) needs --cert-file and the --peer-* flags: nodes prove to each other that they are nodes with their peer certificates")
+	}
+	if o.clientCAFile != "" && o.peerCAFile != "" {
+		same, err := certs.SameCA(o.clientCAFile, o.peerCAFile)
+		if err != nil {
+			return nil, nil, noop, usage("%v", err)
+		}
+		if same {
+			return nil, nil, noop, usage("--client-ca-file and --peer-ca-file share a CA: with a policy, a certificate from the peer CA speaks for the cluster's nodes, so clients need a CA of their own (tenure certs init writes client-ca.pem)")
+		}
+	}
+	audit, closeAudit := logger.With("log", "audit"), noop
+	if o.auditLog != "" {
+		f, err := os.OpenFile(o.auditLog, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+		if err != nil {
+			return nil, nil, noop, fmt.Errorf("--audit-log: %w", err)
+		}
+		audit, closeAudit = slog.New(slog.NewJSONHandler(f, nil)), func() { f.Close() }
+	}
+	auditor := auth.NewAuditor(audit)
+	src, err := auth.Load(o.policyFile, func(p *auth.Policy, err error) {
+		e := auth.Entry{Principal: "(operator)", Action: "policy.reload", Target: o.policyFile, Outcome: "allowed"}
+		if err != nil {
+			e.Outcome, e.Reason = "failed", err.Error()+"; the policy before it stays in force"
+		}
+		auditor.Record(context.Background(), e)
+	})
+	if err != nil {
+		closeAudit()
+		return nil, nil, noop, usage("--policy: %v", err)
+	}
+	a := &auth.Authenticator{Policy: src}
+	if o.clientCAFile != "" {
+		if a.ClientCAs, err = certs.Pool(o.clientCAFile, "--client-ca-file"); err != nil {
+			closeAudit()
+			return nil, nil, noop, usage("%v", err)
+		}
+	}
+	if o.peerCAFile != "" {
+		if a.PeerCAs, err = certs.Pool(o.peerCAFile, "--peer-ca-file"); err != nil {
+			closeAudit()
+			return nil, nil, noop, usage("%v", err)
+		}
+	}
+	return a, audit, closeAudit, nil
 }
 
 // peerTLS is raft's TLS configuration from the --peer-* flags, or nil.

@@ -1,0 +1,134 @@
+package auth
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// ForwardedPrincipalHeader carries, from the node that forwards a call to
+// the leader, the principal it authenticated. Only a node (a certificate
+// from the peer CA) is believed; from anybody else the header is dropped.
+const ForwardedPrincipalHeader = "Tenure-Forwarded-Principal"
+
+// How a caller was authenticated.
+const (
+	ByToken       = "token"
+	ByCertificate = "certificate"
+	ByPeer        = "peer"      // a node, for itself
+	ByForwarding  = "forwarded" // a node, for a principal it authenticated
+)
+
+// Caller is who made a request, or why that is not known.
+type Caller struct {
+	// Principal is the authenticated name; "" for a node acting for
+	// itself or an unauthenticated caller.
+	Principal string
+	// By is how it was authenticated (ByToken...).
+	By string
+	// Peer is set for a node of the cluster: trusted with everything
+	// when it acts for itself.
+	Peer bool
+	// Err is why the caller is not authenticated; nil when it is.
+	Err error
+}
+
+// Authenticator finds the caller of a request.
+type Authenticator struct {
+	Policy *Source
+	// ClientCAs return the pool client certificates must chain to; nil
+	// when client certificates are not accepted.
+	ClientCAs func() (*x509.CertPool, error)
+	// PeerCAs return the pool node certificates chain to; nil without
+	// peer TLS.
+	PeerCAs func() (*x509.CertPool, error)
+	// Now is the clock for certificate and token expiry (time.Now).
+	Now func() time.Time
+}
+
+func (a *Authenticator) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+// Authenticate reads r's credentials: a peer certificate (a node, maybe
+// forwarding for a principal), else a bearer token, else a client
+// certificate. It removes ForwardedPrincipalHeader from r, so that
+// nothing downstream can mistake a caller's claim for a node's word.
+func (a *Authenticator) Authenticate(r *http.Request) Caller {
+	forwardedFor := r.Header.Get(ForwardedPrincipalHeader)
+	r.Header.Del(ForwardedPrincipalHeader)
+	var chain []*x509.Certificate
+	if r.TLS != nil {
+		chain = r.TLS.PeerCertificates
+	}
+	if len(chain) > 0 && a.PeerCAs != nil && a.verify(chain, a.PeerCAs) == nil {
+		if forwardedFor != "" {
+			return Caller{Principal: forwardedFor, By: ByForwarding, Peer: true}
+		}
+		return Caller{By: ByPeer, Peer: true}
+	}
+	token, err := ParseBearer(r.Header.Get("Authorization"))
+	switch {
+	case err == nil:
+		principal, err := a.Policy.Policy().TokenPrincipal(token, a.now())
+		if err != nil {
+			return Caller{Err: err}
+		}
+		return Caller{Principal: principal, By: ByToken}
+	case !errors.Is(err, ErrNoCredentials):
+		return Caller{Err: err}
+	}
+	if len(chain) == 0 {
+		return Caller{Err: errors.New("no credentials: send a bearer token (Authorization: Bearer ...) or a client certificate")}
+	}
+	name := CertName(chain[0])
+	if a.ClientCAs == nil {
+		return Caller{Err: fmt.Errorf("client certificate %q: this server takes no client certificates (no --client-ca-file)", name)}
+	}
+	if err := a.verify(chain, a.ClientCAs); err != nil {
+		return Caller{Err: fmt.Errorf("client certificate %q: %w", name, err)}
+	}
+	if name == "" {
+		return Caller{Err: errors.New("client certificate names nobody: no subject CN and no SAN")}
+	}
+	return Caller{Principal: name, By: ByCertificate}
+}
+
+func (a *Authenticator) verify(chain []*x509.Certificate, pool func() (*x509.CertPool, error)) error {
+	roots, err := pool()
+	if err != nil {
+		return err
+	}
+	inter := x509.NewCertPool()
+	for _, c := range chain[1:] {
+		inter.AddCert(c)
+	}
+	_, err = chain[0].Verify(x509.VerifyOptions{
+		Roots:         roots,
+		Intermediates: inter,
+		CurrentTime:   a.now(),
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	return err
+}
+
+// CertName is the principal a certificate names: its subject CN, else its
+// first URI SAN (a SPIFFE ID), DNS SAN or email SAN.
+func CertName(c *x509.Certificate) string {
+	switch {
+	case c.Subject.CommonName != "":
+		return c.Subject.CommonName
+	case len(c.URIs) > 0:
+		return c.URIs[0].String()
+	case len(c.DNSNames) > 0:
+		return c.DNSNames[0]
+	case len(c.EmailAddresses) > 0:
+		return c.EmailAddresses[0]
+	}
+	return ""
+}

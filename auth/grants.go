@@ -1,0 +1,125 @@
+package auth
+
+import (
+	"slices"
+	"strings"
+)
+
+// Grants are what one principal may do under one policy.
+type Grants struct {
+	Principal string
+	Limits    Limits
+
+	known      bool
+	rules      []Rule
+	identities []string
+}
+
+// Known reports whether any policy entry names the principal. An unknown
+// principal (a certificate from the client CA that the policy does not
+// mention) may do nothing.
+func (g *Grants) Known() bool { return g.known }
+
+// allows reports whether rule r's verbs include v (read includes
+// validate).
+func (r Rule) allows(v Verb) bool {
+	return slices.Contains(r.Verbs, v) || v == Validate && slices.Contains(r.Verbs, Read)
+}
+
+// Namespace reports whether v is allowed on the lease namespace ns.
+func (g *Grants) Namespace(v Verb, ns string) bool {
+	for _, r := range g.rules {
+		if r.allows(v) && slices.ContainsFunc(r.Namespaces, func(p string) bool { return Match(p, ns) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// AnyNamespace reports whether v is allowed on at least one namespace:
+// enough to open a session, which belongs to no namespace.
+func (g *Grants) AnyNamespace(v Verb) bool {
+	for _, r := range g.rules {
+		if r.allows(v) && len(r.Namespaces) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// AllNamespaces reports whether v is allowed on every namespace.
+func (g *Grants) AllNamespaces(v Verb) bool {
+	for _, r := range g.rules {
+		if r.allows(v) && slices.Contains(r.Namespaces, "*") {
+			return true
+		}
+	}
+	return false
+}
+
+// ClusterAdmin is admin on every namespace: member changes, snapshots,
+// leadership transfer, any session.
+func (g *Grants) ClusterAdmin() bool { return g.AllNamespaces(Admin) }
+
+// Key reports whether v is allowed on key.
+func (g *Grants) Key(v Verb, key string) bool {
+	for _, r := range g.rules {
+		if r.allows(v) && slices.ContainsFunc(r.Keys, func(p string) bool { return strings.HasPrefix(key, keyPrefix(p)) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// KeyPrefix reports whether v is allowed on every key under prefix, as a
+// range, a prefix delete or a prefix watch needs: one rule must cover
+// the whole prefix.
+func (g *Grants) KeyPrefix(v Verb, prefix string) bool { return g.Key(v, prefix) }
+
+// AnyKey reports whether v is allowed on at least one key.
+func (g *Grants) AnyKey(v Verb) bool {
+	for _, r := range g.rules {
+		if r.allows(v) && len(r.Keys) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Identity reports whether the principal may act as holder identity id.
+func (g *Grants) Identity(id string) bool {
+	return slices.ContainsFunc(g.identities, func(p string) bool { return Match(p, id) })
+}
+
+// DefaultIdentity is the identity a session opened without one gets: the
+// principal's name.
+func (g *Grants) DefaultIdentity() string { return g.Principal }
+
+func keyPrefix(p string) string { return strings.TrimSuffix(p, "*") }
+
+// Match reports whether name matches pattern, where '*' stands for any
+// run of characters, even none, and everything else for itself.
+func Match(pattern, name string) bool {
+	first, rest, wild := strings.Cut(pattern, "*")
+	if !wild {
+		return pattern == name
+	}
+	if !strings.HasPrefix(name, first) {
+		return false
+	}
+	name = name[len(first):]
+	// Greedy from the left is enough for '*' alone: each literal run
+	// is taken at its first occurrence, the last one at the end.
+	parts := strings.Split(rest, "*")
+	for i, part := range parts {
+		if i == len(parts)-1 {
+			return strings.HasSuffix(name, part)
+		}
+		j := strings.Index(name, part)
+		if j < 0 {
+			return false
+		}
+		name = name[j+len(part):]
+	}
+	return true
+}

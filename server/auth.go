@@ -1,0 +1,497 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/tenurehq/tenure/api"
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/auth"
+	"github.com/tenurehq/tenure/statemachine"
+)
+
+// Authorization: with a policy (Config.Auth), every request is
+// authenticated at the HTTP edge, and every operation is checked against
+// the policy in force where it is decoded, by one function (check) for
+// unary calls, each message of a stream and each pipelined operation
+// alike, so that no path can skip it. A follower checks before it
+// forwards, and the leader checks again as the principal the follower
+// names (believed only from a node's peer certificate), against its own
+// state. Without a policy none of this runs.
+
+var (
+	errUnauthenticated  = errors.New("unauthenticated")
+	errPermissionDenied = errors.New("permission denied")
+	errRateLimited      = errors.New("rate limited")
+)
+
+type callerKey struct{}
+
+// callerOf is who made the request ctx belongs to.
+func callerOf(ctx context.Context) (auth.Caller, bool) {
+	c, ok := ctx.Value(callerKey{}).(auth.Caller)
+	return c, ok
+}
+
+func withCaller(ctx context.Context, c auth.Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// authState is the server's authorization machinery.
+type authState struct {
+	authn   *auth.Authenticator
+	audit   *auth.Auditor
+	limiter auth.RateLimiter
+	// opening serialises Opens per principal on this node (the leader,
+	// where they all end up), so that the per-principal session count
+	// is exact.
+	opening sync.Map // principal → *sync.Mutex
+}
+
+// authenticate attaches the caller to every request. Health checks and
+// the page itself (not its data) need no credentials.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	if s.auth == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := s.auth.authn.Authenticate(r)
+		next.ServeHTTP(w, r.WithContext(withCaller(r.Context(), c)))
+	})
+}
+
+// grants returns what the caller of ctx may do, nil for a node acting for
+// itself (everything), or the error that refuses it: unauthenticated,
+// unknown to the policy, or over its request rate.
+func (s *Server) grants(ctx context.Context) (*auth.Grants, error) {
+	c, ok := callerOf(ctx)
+	if !ok {
+		return nil, fmt.Errorf("%w: no caller on the request", errUnauthenticated)
+	}
+	if c.Err != nil {
+		return nil, fmt.Errorf("%w: %v", errUnauthenticated, c.Err)
+	}
+	if c.Peer && c.Principal == "" {
+		return nil, nil
+	}
+	g := s.auth.authn.Policy.Policy().For(c.Principal)
+	if !g.Known() {
+		return nil, fmt.Errorf("%w: principal %s is not in the policy", errPermissionDenied, c.Principal)
+	}
+	// A forwarded call was counted by the node that took it.
+	if c.By != auth.ByForwarding {
+		if err := s.auth.limiter.Allow(g, time.Now()); err != nil {
+			return nil, fmt.Errorf("%w: %v", errRateLimited, err)
+		}
+	}
+	return g, nil
+}
+
+func deny(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errPermissionDenied, fmt.Sprintf(format, args...))
+}
+
+// check decides whether the caller of ctx may make the request msg. It
+// may fill in a default (a session's identity) and returns, for an Open,
+// a function to call when the call is over.
+func (s *Server) check(ctx context.Context, msg any) (done func(), err error) {
+	if s.auth == nil {
+		return nil, nil
+	}
+	g, err := s.grants(ctx)
+	if err != nil || g == nil {
+		return nil, err
+	}
+	who := g.Principal
+	ns := func(n string) string { return api.NewLeaseName(n, "").Namespace }
+	namespace := func(v auth.Verb, n string) error {
+		if !g.Namespace(v, ns(n)) {
+			return deny("%s may not %s in namespace %s", who, v, ns(n))
+		}
+		return nil
+	}
+	key := func(v auth.Verb, k string, prefix bool) error {
+		if prefix && !g.KeyPrefix(v, k) {
+			return deny("%s may not %s every key under prefix %q", who, v, k)
+		}
+		if !prefix && !g.Key(v, k) {
+			return deny("%s may not %s key %q", who, v, k)
+		}
+		return nil
+	}
+	clusterAdmin := func(what string) error {
+		if !g.ClusterAdmin() {
+			return deny("%s may not %s: that takes admin on every namespace (\"*\")", who, what)
+		}
+		return nil
+	}
+	switch m := msg.(type) {
+	case *tenurev1.OpenSessionRequest:
+		if !g.AnyNamespace(auth.Lock) && !g.AnyKey(auth.Write) {
+			return nil, deny("%s may not open sessions: it has lock on no namespace and write on no key", who)
+		}
+		if m.Identity == "" {
+			m.Identity = g.DefaultIdentity()
+		}
+		if !g.Identity(m.Identity) {
+			return nil, deny("%s may not open a session as identity %q", who, m.Identity)
+		}
+		return s.sessionQuota(g)
+	case *tenurev1.KeepAliveRequest:
+		return nil, s.ownSession(g, m.GetSessionId(), "heartbeat for", false)
+	case *tenurev1.CloseSessionRequest:
+		return nil, s.ownSession(g, m.GetSessionId(), "close", true)
+	case *tenurev1.GetSessionRequest, *tenurev1.ListSessionsRequest:
+		return nil, nil // the answer is filtered
+	case *tenurev1.AcquireRequest:
+		if err := namespace(auth.Lock, m.Namespace); err != nil {
+			return nil, err
+		}
+		return nil, s.ownSession(g, m.GetSessionId(), "acquire for", false)
+	case *tenurev1.ReleaseRequest:
+		if err := namespace(auth.Lock, m.Namespace); err != nil {
+			return nil, err
+		}
+		return nil, s.ownGrant(g, ns(m.Namespace), m.Name, m.Token, "release", true)
+	case *tenurev1.SetValueRequest:
+		if err := namespace(auth.Lock, m.Namespace); err != nil {
+			return nil, err
+		}
+		return nil, s.ownGrant(g, ns(m.Namespace), m.Name, m.Token, "set the value of", false)
+	case *tenurev1.RevokeRequest:
+		return nil, namespace(auth.Admin, m.Namespace)
+	case *tenurev1.GetLeaseRequest:
+		return nil, namespace(auth.Read, m.Namespace)
+	case *tenurev1.ValidateRequest:
+		return nil, namespace(auth.Validate, m.Namespace)
+	case *tenurev1.ListLeasesRequest:
+		if m.AllNamespaces {
+			return nil, nil // the answer is filtered
+		}
+		return nil, namespace(auth.Read, m.Namespace)
+	case *tenurev1.WatchLeasesRequest:
+		if m.AllNamespaces {
+			return nil, nil // the events are filtered
+		}
+		return nil, namespace(auth.Read, m.Namespace)
+	case *tenurev1.WatchGrantRequest:
+		if g.Namespace(auth.Lock, ns(m.Namespace)) {
+			return nil, nil
+		}
+		return nil, namespace(auth.Read, m.Namespace)
+	case *tenurev1.GetRequest:
+		return nil, key(auth.Read, m.Key, false)
+	case *tenurev1.RangeRequest:
+		return nil, key(auth.Read, m.Prefix, true)
+	case *tenurev1.WatchRequest:
+		return nil, key(auth.Read, m.Key, m.Prefix)
+	case *tenurev1.PutRequest:
+		if err := key(auth.Write, m.Key, false); err != nil {
+			return nil, err
+		}
+		if m.SessionId != 0 {
+			return nil, s.ownSession(g, m.SessionId, "bind a key to", false)
+		}
+		return nil, nil
+	case *tenurev1.DeleteRequest:
+		return nil, key(auth.Write, m.Key, m.Prefix)
+	case *tenurev1.CompareAndSwapRequest:
+		return nil, key(auth.Write, m.Key, false)
+	case *tenurev1.MembersRequest, *tenurev1.StatusRequest:
+		return nil, nil // any principal the policy knows
+	case *tenurev1.JoinRequest, *tenurev1.IntroduceRequest:
+		return nil, clusterAdmin("change the cluster's members")
+	case *tenurev1.RemoveMemberRequest:
+		return nil, clusterAdmin("remove members")
+	case *tenurev1.TransferLeadershipRequest:
+		return nil, clusterAdmin("transfer leadership")
+	case *tenurev1.SnapshotRequest:
+		return nil, clusterAdmin("take snapshots")
+	case *tenurev1.PipelineRequest:
+		return nil, nil // each operation is checked when it runs
+	}
+	// A method added without a rule is refused, not let through.
+	return nil, deny("%T has no authorization rule", msg)
+}
+
+// ownSession refuses a session the principal may not act for: one whose
+// identity the policy does not give it. A cluster admin may break in
+// (close a session, release a grant: adminMay) but never act as its
+// holder (acquire, heartbeat, set a value). A session this node does not
+// know is let through: it may be newer than this node's state, and the
+// leader checks again; one nobody knows fails as not found.
+func (s *Server) ownSession(g *auth.Grants, id int64, what string, adminMay bool) error {
+	if adminMay && g.ClusterAdmin() {
+		return nil
+	}
+	var identity string
+	var found bool
+	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
+		var sess statemachine.Session
+		sess, found = m.Session(id)
+		identity = sess.Identity
+		return nil
+	})
+	if found && !g.Identity(identity) {
+		return deny("%s may not %s session %d of identity %q", g.Principal, what, id, identity)
+	}
+	return nil
+}
+
+// ownGrant refuses a grant held by a session the principal may not act
+// for.
+func (s *Server) ownGrant(g *auth.Grants, namespace, name string, token int64, what string, adminMay bool) error {
+	if adminMay && g.ClusterAdmin() {
+		return nil
+	}
+	var holder string
+	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
+		l, ok := m.Lease(statemachine.LeaseID{Namespace: namespace, Name: name})
+		if !ok {
+			return nil
+		}
+		for _, h := range l.Holders {
+			if h.Token == token {
+				holder = h.Holder
+			}
+		}
+		return nil
+	})
+	if holder != "" && !g.Identity(holder) {
+		return deny("%s may not %s the grant of %q (token %d)", g.Principal, what, holder, token)
+	}
+	return nil
+}
+
+// sessionQuota holds the principal's Open lock while the session count
+// is checked and the session opened.
+func (s *Server) sessionQuota(g *auth.Grants) (func(), error) {
+	if g.Limits.Sessions == 0 {
+		return nil, nil
+	}
+	mu, _ := s.auth.opening.LoadOrStore(g.Principal, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	unlock := mu.(*sync.Mutex).Unlock
+	n := 0
+	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
+		for _, sess := range m.Sessions() {
+			if g.Identity(sess.Identity) {
+				n++
+			}
+		}
+		return nil
+	})
+	if n >= g.Limits.Sessions {
+		unlock()
+		return nil, fmt.Errorf("%w: principal %s has %d sessions open, its limit (sessions in the policy)", statemachine.ErrTooManySessions, g.Principal, n)
+	}
+	return unlock, nil
+}
+
+// filter removes from a list what the caller may not read.
+func (s *Server) filter(ctx context.Context, res any) {
+	if s.auth == nil {
+		return
+	}
+	g, err := s.grants(ctx)
+	if err != nil || g == nil {
+		return
+	}
+	switch m := res.(type) {
+	case *tenurev1.ListLeasesResponse:
+		m.Leases = slices.DeleteFunc(m.Leases, func(l *tenurev1.Lease) bool { return !g.Namespace(auth.Read, l.GetNamespace()) })
+	case *tenurev1.ListSessionsResponse:
+		m.Sessions = slices.DeleteFunc(m.Sessions, func(sess *tenurev1.Session) bool { return !s.showSession(g, sess) })
+	case *tenurev1.GetSessionResponse:
+		if m.Session != nil && !s.showSession(g, m.Session) {
+			m.Session = &tenurev1.Session{Id: m.Session.Id}
+		}
+	}
+}
+
+// showSession reports whether g may see sess, and trims it to what g may
+// read: its own sessions whole; others' only where they hold or wait in
+// namespaces g reads, and only those leases.
+func (s *Server) showSession(g *auth.Grants, sess *tenurev1.Session) bool {
+	if g.Identity(sess.Identity) || g.AllNamespaces(auth.Read) {
+		return true
+	}
+	readable := func(l string) bool {
+		n, err := api.ParseLeaseName(l)
+		return err == nil && g.Namespace(auth.Read, n.Namespace)
+	}
+	sess.Leases = slices.DeleteFunc(sess.Leases, func(l string) bool { return !readable(l) })
+	sess.Waiting = slices.DeleteFunc(sess.Waiting, func(l string) bool { return !readable(l) })
+	return len(sess.Leases)+len(sess.Waiting) > 0
+}
+
+// readable returns the filter of events the caller of ctx may read under
+// the policy in force at each event, or nil to send everything.
+func (s *Server) readable(ctx context.Context) func(*statemachine.Event) bool {
+	if s.auth == nil {
+		return nil
+	}
+	c, _ := callerOf(ctx)
+	if c.Peer && c.Principal == "" {
+		return nil
+	}
+	return func(e *statemachine.Event) bool {
+		g := s.auth.authn.Policy.Policy().For(c.Principal)
+		if e.KV != nil {
+			return g.Key(auth.Read, e.KV.Key)
+		}
+		if e.Lease.Namespace != "" {
+			return g.Namespace(auth.Read, e.Lease.Namespace) || g.Namespace(auth.Lock, e.Lease.Namespace)
+		}
+		return g.AllNamespaces(auth.Read)
+	}
+}
+
+// audited are the administrative calls written to the audit log
+// whatever their outcome.
+var audited = map[string]bool{
+	tenurev1connect.LeaseServiceRevokeProcedure:               true,
+	tenurev1connect.ClusterServiceJoinProcedure:               true,
+	tenurev1connect.ClusterServiceRemoveMemberProcedure:       true,
+	tenurev1connect.ClusterServiceTransferLeadershipProcedure: true,
+	tenurev1connect.ClusterServiceSnapshotProcedure:           true,
+}
+
+// record writes one audit entry for the call of ctx.
+func (s *Server) record(ctx context.Context, action string, msg any, remote string, err error) {
+	if s.auth == nil {
+		return
+	}
+	c, _ := callerOf(ctx)
+	e := auth.Entry{Principal: c.Principal, Action: action, Target: target(msg), Outcome: "allowed", Remote: remote}
+	if c.Peer && c.Principal == "" {
+		e.Principal = "(node)"
+	}
+	switch {
+	case errors.Is(err, errUnauthenticated), errors.Is(err, errPermissionDenied), errors.Is(err, errRateLimited):
+		e.Outcome, e.Reason = "denied", err.Error()
+	case err != nil:
+		e.Outcome, e.Reason = "failed", err.Error()
+	}
+	s.auth.audit.Record(ctx, e)
+}
+
+// target names what a request acts on, for the audit log.
+func target(msg any) string {
+	switch m := msg.(type) {
+	case interface {
+		GetNamespace() string
+		GetName() string
+	}:
+		return api.NewLeaseName(m.GetNamespace(), m.GetName()).String()
+	case interface{ GetKey() string }:
+		return m.GetKey()
+	case interface{ GetPrefix() string }:
+		return m.GetPrefix()
+	case interface{ GetSessionId() int64 }:
+		return "session " + strconv.FormatInt(m.GetSessionId(), 10)
+	case interface{ GetId() string }:
+		return m.GetId()
+	case interface{ GetNodeId() string }:
+		return m.GetNodeId()
+	case *tenurev1.OpenSessionRequest:
+		return m.GetIdentity()
+	}
+	return ""
+}
+
+// authInterceptor checks unary calls and each message of a stream.
+type authInterceptor struct{ s *Server }
+
+func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	if a.s.auth == nil {
+		return next
+	}
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		procedure := req.Spec().Procedure
+		done, err := a.s.check(ctx, req.Any())
+		if err != nil {
+			err = toConnect(err)
+			a.s.record(ctx, procedure, req.Any(), req.Peer().Addr, err)
+			return nil, err
+		}
+		if done != nil {
+			defer done()
+		}
+		res, err := next(ctx, req)
+		if audited[procedure] {
+			a.s.record(ctx, procedure, req.Any(), req.Peer().Addr, err)
+		}
+		if err == nil {
+			a.s.filter(ctx, res.Any())
+		}
+		return res, err
+	}
+}
+
+func (a authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	if a.s.auth == nil {
+		return next
+	}
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if _, err := a.s.grants(ctx); err != nil {
+			err = toConnect(err)
+			a.s.record(ctx, conn.Spec().Procedure, nil, conn.Peer().Addr, err)
+			return err
+		}
+		return next(ctx, &checkedConn{StreamingHandlerConn: conn, s: a.s, ctx: ctx})
+	}
+}
+
+// checkedConn checks every message a stream receives: a watch's request,
+// each heartbeat (a session checked once per stream), a snapshot's.
+type checkedConn struct {
+	connect.StreamingHandlerConn
+	s        *Server
+	ctx      context.Context
+	sessions map[int64]bool
+}
+
+func (c *checkedConn) Receive(msg any) error {
+	if err := c.StreamingHandlerConn.Receive(msg); err != nil {
+		return err
+	}
+	if _, ok := msg.(*tenurev1.PipelineRequest); ok {
+		return nil // dispatch checks each operation
+	}
+	hb, heartbeat := msg.(*tenurev1.KeepAliveRequest)
+	if heartbeat && c.sessions[hb.GetSessionId()] {
+		// Still counted against the principal's rate.
+		_, err := c.s.grants(c.ctx)
+		return toConnect(err)
+	}
+	procedure := c.Spec().Procedure
+	if _, err := c.s.check(c.ctx, msg); err != nil {
+		err = toConnect(err)
+		c.s.record(c.ctx, procedure, msg, c.Peer().Addr, err)
+		return err
+	}
+	if heartbeat {
+		if c.sessions == nil {
+			c.sessions = map[int64]bool{}
+		}
+		c.sessions[hb.GetSessionId()] = true
+	}
+	if audited[procedure] {
+		c.s.record(c.ctx, procedure, msg, c.Peer().Addr, nil)
+	}
+	return nil
+}
