@@ -62,7 +62,11 @@ so the same command restarts it.
 
 Any node serves clients: calls that need the leader are forwarded to it.
 SIGINT or SIGTERM shut a node down cleanly, handing leadership to another
-voter first if it leads.`,
+voter first if it leads. SIGHUP re-reads the certificates and the policy.
+
+With no TLS and no policy, serve only listens on loopback: a --listen or
+--peer-listen beyond it is refused unless TLS and --policy protect it (peer
+TLS for --peer-listen), or --insecure says to serve unprotected anyway.`,
 		Example: `  # Start a node with the defaults
   tenure serve
 
@@ -77,9 +81,13 @@ voter first if it leads.`,
   # Add a fourth node to that cluster
   tenure serve --listen 127.0.0.1:7780 --peer-listen 127.0.0.1:7781 --data-dir d4 --join 127.0.0.1:7480
 
-  # Listen on all interfaces; tell the others where to reach this node
+  # Listen on all interfaces, with TLS both ways and a policy (beyond
+  # loopback serve requires them, or --insecure; see docs/security.md)
   tenure serve --listen 0.0.0.0:7480 --advertise 10.0.0.5:7480 \
-    --peer-listen 0.0.0.0:7481 --peer-advertise 10.0.0.5:7481 --data-dir /var/lib/tenure`,
+    --peer-listen 0.0.0.0:7481 --peer-advertise 10.0.0.5:7481 --data-dir /var/lib/tenure \
+    --cert-file server.pem --key-file server-key.pem --client-ca-file client-ca.pem \
+    --peer-cert-file peer.pem --peer-key-file peer-key.pem --peer-ca-file ca.pem \
+    --policy /etc/tenure/policy.yaml --audit-log /var/log/tenure/audit.log`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runServe(cmd, o)
