@@ -302,6 +302,13 @@ func TestFiveNodesSurviveTwoNodesDown(t *testing.T) {
 	}
 	began := time.Now()
 	rev, err := c.KV().Put(ctx, "after-the-loss", "written")
+	if errors.Is(err, client.ErrUnknownOutcome) {
+		// Sent on the dead leader's connection before the client saw
+		// it close, as can happen on a loaded machine: the put is
+		// idempotent, so the answer to the question asked here (does
+		// the cluster take writes?) is the second try's.
+		rev, err = c.KV().Put(ctx, "after-the-loss", "written")
+	}
 	if err != nil {
 		t.Fatalf("put with two of five nodes down: %v", err)
 	}
