@@ -158,6 +158,9 @@ func (s *Server) check(ctx context.Context, msg any) (done func(), err error) {
 		}
 		return nil, s.ownSession(g, m.GetSessionId(), "acquire for", false)
 	case *tenurev1.ReleaseRequest:
+		if g.ClusterAdmin() {
+			return nil, nil // breaking a lock, as Revoke does
+		}
 		if err := namespace(auth.Lock, m.Namespace); err != nil {
 			return nil, err
 		}
@@ -376,8 +379,12 @@ func (s *Server) record(ctx context.Context, action string, msg any, remote stri
 	if c.Peer && c.Principal == "" {
 		e.Principal = "(node)"
 	}
+	code := connect.CodeOf(err)
 	switch {
-	case errors.Is(err, errUnauthenticated), errors.Is(err, errPermissionDenied), errors.Is(err, errRateLimited):
+	case err == nil:
+	case errors.Is(err, errUnauthenticated), errors.Is(err, errPermissionDenied), errors.Is(err, errRateLimited),
+		code == connect.CodeUnauthenticated, code == connect.CodePermissionDenied,
+		reasonOf(err) == api.ReasonRateLimited:
 		e.Outcome, e.Reason = "denied", err.Error()
 	case err != nil:
 		e.Outcome, e.Reason = "failed", err.Error()

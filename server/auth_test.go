@@ -624,7 +624,7 @@ func TestEveryEndpointAnswersEachCallerExactlyAsThePolicySays(t *testing.T) {
 	// Every refusal is in the audit trail with its principal; no token
 	// is anywhere in the logs.
 	logs := as.logs.String()
-	for _, want := range []string{`principal=reader action=/tenure.v1.KVService/Put`, `outcome=denied`, `action=/tenure.v1.LeaseService/Revoke target=team-a/job-8-r outcome=allowed`} {
+	for _, want := range []string{`principal=reader action=/tenure.v1.KVService/Put target=team-a/k-5 outcome=denied`, `action=/tenure.v1.LeaseService/Revoke target=team-a/job-8-r outcome=allowed`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("audit log lacks %q", want)
 		}
@@ -852,8 +852,15 @@ func TestPolicyReloadAppliesAValidChangeAndKeepsTheOldOnABadFile(t *testing.T) {
 
 	// Noticed on disk, without being told.
 	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	go as.policy.Watch(watchCtx, 20*time.Millisecond)
+	watching := make(chan struct{})
+	defer func() {
+		stopWatch()
+		<-watching
+	}()
+	go func() {
+		defer close(watching)
+		as.policy.Watch(watchCtx, 20*time.Millisecond)
+	}()
 	writePolicy(t, file, as.tokens, testPolicy)
 	deadline := time.Now().Add(10 * time.Second)
 	for put() == nil {

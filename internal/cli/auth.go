@@ -28,8 +28,8 @@ func NewAuthCommand() *cobra.Command {
 		Short: "Make a random bearer token for PRINCIPAL, and print it and its hash for the policy",
 		Long: `Print a new random token (32 bytes from the system's CSPRNG) on the first
 line, for its holder only (TENURE_TOKEN=... or client.WithToken), and on the
-next lines the policy entry that stores its SHA-256. The server never sees
-or stores the token itself, only its hash.`,
+next lines the policy entry that stores its SHA-256. The policy file holds
+only the hash; the token itself is the holder's secret, sent with each call.`,
 		Example: `  tenure auth token scheduler
   # give the first line to the scheduler (TENURE_TOKEN), put the rest under
   # principals: in the policy file`,
@@ -37,7 +37,7 @@ or stores the token itself, only its hash.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			t := auth.NewToken()
 			fmt.Fprintln(cmd.OutOrStdout(), t)
-			fmt.Fprintf(cmd.OutOrStdout(), "# for the policy file:\n  - name: %s\n    tokens:\n      - sha256: %q\n", args[0], auth.HashToken(t))
+			fmt.Fprintf(cmd.OutOrStdout(), "# for the policy file, under principals (name the roles it gets):\n  - name: %s\n    roles: []\n    tokens:\n      - sha256: %q\n", args[0], auth.HashToken(t))
 			return nil
 		},
 	}
