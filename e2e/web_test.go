@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/client"
 	"github.com/tenurehq/tenure/internal/testserver"
 )
@@ -131,6 +133,188 @@ func TestWebPageShowsWhoHoldsWhatAndFollowsChanges(t *testing.T) {
 		if !strings.Contains(events, want) {
 			t.Errorf("events got = %q, expected: a line containing %q", events, want)
 		}
+	}
+}
+
+// webPolicy: team-a and team-b each lock in their own namespace;
+// viewer-a may only read team-a's.
+const webPolicy = `
+principals:
+  - name: team-a
+    roles: [team-a]
+    tokens: [{sha256: "%s"}]
+  - name: team-b
+    roles: [team-b]
+    tokens: [{sha256: "%s"}]
+  - name: viewer-a
+    roles: [viewer-a]
+    tokens: [{sha256: "%s"}]
+roles:
+  team-a:
+    - namespaces: [team-a]
+      verbs: [read, lock]
+  team-b:
+    - namespaces: [team-b]
+      verbs: [read, lock]
+  viewer-a:
+    - namespaces: [team-a]
+      verbs: [read]
+`
+
+// TestWebPageWithAuthShowsOnlyWhatTheTokenMayRead opens the page of a
+// server with a policy: without a token it says one is needed and shows
+// nothing; with viewer-a's token, pasted into the form, it shows team-a's
+// lease and not team-b's, follows team-a's changes through the watch, and
+// keeps the token in the tab's sessionStorage only. Forget empties the
+// page again, and the refused watch then retries once a second, not in a
+// hot loop.
+func TestWebPageWithAuthShowsOnlyWhatTheTokenMayRead(t *testing.T) {
+	browser := chromium(t)
+	teamA, teamB, viewerA := auth.NewToken(), auth.NewToken(), auth.NewToken()
+	addr := testserver.StartWithPolicy(t, testserver.Limits(),
+		fmt.Sprintf(webPolicy, auth.HashToken(teamA), auth.HashToken(teamB), auth.HashToken(viewerA)))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	session := func(token string, opts ...client.SessionOption) *client.Session {
+		t.Helper()
+		c, err := client.New(ctx, []string{addr}, client.WithToken(token))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		s, err := c.NewSession(ctx, append(opts, client.WithTTL(10*time.Second))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close(context.Background()) })
+		return s
+	}
+	a, b := session(teamA), session(teamB)
+	alpha := a.Mutex("alpha", client.WithNamespace("team-a"))
+	if err := alpha.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Mutex("beta", client.WithNamespace("team-b")).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	tab := newTab(t, ctx, browser)
+	eval := func(js string) string {
+		out, _ := chromedp.Run(tab, chromedp.Evaluate[string](js))
+		return out
+	}
+	status := func() string { return eval(`document.getElementById("status").textContent`) }
+	// Namespace, Name, Holder, Token, ...: one line per row.
+	leases := func() string {
+		return eval(`Array.from(document.querySelectorAll("#leases tbody tr")).map(r => r.innerText).join("\n")`)
+	}
+	row := func(namespace, name string) []string {
+		for _, line := range strings.Split(leases(), "\n") {
+			if f := strings.Split(line, "\t"); len(f) >= 4 && f[0] == namespace && f[1] == name {
+				return f
+			}
+		}
+		return nil
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("page never showed %s; status: %q, leases table: %q", what, status(), leases())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("that a token is needed", func() bool { return strings.Contains(status(), "this server needs a token") })
+	if got := leases(); got != "" {
+		t.Errorf("leases table without a token got = %q, expected: no rows", got)
+	}
+
+	if err := chromedp.Do(tab,
+		chromedp.SendKeys(chromedp.ID("token"), viewerA),
+		chromedp.Click(chromedp.ID("use-token")),
+	); err != nil {
+		t.Fatal(err)
+	}
+	alphaTok, _ := alpha.Token()
+	waitFor("team-a holding team-a/alpha", func() bool {
+		f := row("team-a", "alpha")
+		return f != nil && f[2] == "team-a" && f[3] == strconv.FormatInt(alphaTok.Token, 10)
+	})
+	if got := leases(); strings.Contains(got, "beta") || strings.Contains(got, "team-b") {
+		t.Errorf("leases table for viewer-a got = %q, expected: nothing of team-b", got)
+	}
+	if got := eval(`document.querySelector("#sessions tbody").innerText`); strings.Contains(got, "team-b") {
+		t.Errorf("sessions table for viewer-a got = %q, expected: no session of team-b", got)
+	}
+	for _, c := range []struct{ js, want string }{
+		{`sessionStorage.getItem("tenure-token") || ""`, viewerA},
+		{`JSON.stringify(Object.assign({}, localStorage))`, "{}"},
+		{`location.href`, "http://" + addr + "/"},
+		{`document.getElementById("token").value`, ""},
+	} {
+		if got := eval(c.js); got != c.want {
+			t.Errorf("%s got = %q, expected: %q", c.js, got, c.want)
+		}
+	}
+
+	// Hand alpha over within team-a, and let team-b change its own
+	// namespace: the page follows the first through the watch, and never
+	// hears of the second.
+	if err := b.Mutex("gamma", client.WithNamespace("team-b")).Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := alpha.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next := session(teamA, client.WithIdentity("team-a/worker-2")).Mutex("alpha", client.WithNamespace("team-a"))
+	if err := next.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nextTok, _ := next.Token()
+	waitFor("team-a/worker-2 holding team-a/alpha after the handover", func() bool {
+		f := row("team-a", "alpha")
+		return f != nil && f[2] == "team-a/worker-2" && f[3] == strconv.FormatInt(nextTok.Token, 10)
+	})
+	events := ""
+	waitFor("the handover in the events", func() bool {
+		events = eval(`document.getElementById("events").innerText`)
+		return strings.Contains(events, "released team-a/alpha holder=team-a") &&
+			strings.Contains(events, "acquired team-a/alpha holder=team-a/worker-2")
+	})
+	if strings.Contains(events, "team-b") {
+		t.Errorf("events for viewer-a got = %q, expected: nothing of team-b", events)
+	}
+
+	// Forget: the tab holds no token, and the page asks for one again.
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.ID("forget-token"))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("that a token is needed again", func() bool {
+		return strings.Contains(status(), "this server needs a token") && leases() == ""
+	})
+	if got := eval(`sessionStorage.getItem("tenure-token") || ""`); got != "" {
+		t.Errorf("sessionStorage after Forget got = %q, expected: no token", got)
+	}
+
+	// A refused watch tries again once a second, not in a hot loop: count
+	// the page's watch requests over 2.5 seconds of refusals.
+	watches, err := chromedp.Run(tab, chromedp.Evaluate[int](`
+		performance.setResourceTimingBufferSize(100000);
+		performance.clearResourceTimings();
+		new Promise(done => setTimeout(() => done(performance.getEntriesByType("resource")
+			.filter(e => e.name.includes("/v1/watch/leases")).length), 2500))`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if watches > 5 {
+		t.Errorf("watch requests in 2.5s of 401s got = %d, expected: about one a second", watches)
 	}
 }
 
