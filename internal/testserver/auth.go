@@ -1,13 +1,10 @@
 package testserver
 
 import (
-	"log/slog"
 	"net"
 	"testing"
-	"time"
 
 	"github.com/tenurehq/tenure/auth"
-	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/server"
 )
 
@@ -27,29 +24,12 @@ func StartWithPolicy(tb testing.TB, limits server.Limits, policyYAML string) str
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv, err := server.Open(server.Config{
-		Listener: ln,
-		Limits:   limits,
-		Logger:   slog.New(slog.DiscardHandler),
-		Auth:     &auth.Authenticator{Policy: auth.Static(policy)},
-		Raft: raftnode.Config{
-			DataDir:            dir,
-			PeerAddr:           "127.0.0.1:0",
-			Bootstrap:          true,
-			HeartbeatTimeout:   100 * time.Millisecond,
-			ElectionTimeout:    100 * time.Millisecond,
-			LeaderLeaseTimeout: 100 * time.Millisecond,
-		},
-	})
+	srv, err := open(ln, dir, "127.0.0.1:0", limits, &auth.Authenticator{Policy: auth.Static(policy)})
 	if err != nil {
-		ln.Close()
 		tb.Fatal(err)
 	}
 	// Registered after TempDir's cleanup, so it runs first: the node is
 	// closed before its directory goes.
 	tb.Cleanup(func() { srv.Close() })
-	if err := waitReady(srv.Addr()); err != nil {
-		tb.Fatal(err)
-	}
 	return srv.Addr()
 }

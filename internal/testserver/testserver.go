@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/internal/testnet"
 	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/server"
@@ -68,8 +69,8 @@ func Start(tb testing.TB, limits server.Limits) string {
 
 // open starts a server on ln with its raft data in dir, and returns once
 // it is ready. It closes ln when it fails.
-func open(ln net.Listener, dir, peer string, limits server.Limits) (*server.Server, error) {
-	srv, err := server.Open(server.Config{
+func open(ln net.Listener, dir, peer string, limits server.Limits, authn ...*auth.Authenticator) (*server.Server, error) {
+	cfg := server.Config{
 		Listener: ln,
 		Limits:   limits,
 		Logger:   slog.New(slog.DiscardHandler),
@@ -81,7 +82,11 @@ func open(ln net.Listener, dir, peer string, limits server.Limits) (*server.Serv
 			ElectionTimeout:    100 * time.Millisecond,
 			LeaderLeaseTimeout: 100 * time.Millisecond,
 		},
-	})
+	}
+	if len(authn) > 0 {
+		cfg.Auth = authn[0]
+	}
+	srv, err := server.Open(cfg)
 	if err != nil {
 		ln.Close()
 		return nil, err
