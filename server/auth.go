@@ -71,8 +71,10 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 
 // grants returns what the caller of ctx may do, nil for a node acting for
 // itself (everything), or the error that refuses it: unauthenticated,
-// unknown to the policy, or over its request rate.
-func (s *Server) grants(ctx context.Context) (*auth.Grants, error) {
+// unknown to the policy, or, when the request counts against its rate
+// (once per request or stream message, not again to filter its answer),
+// over that rate.
+func (s *Server) grants(ctx context.Context, counts bool) (*auth.Grants, error) {
 	c, ok := callerOf(ctx)
 	if !ok {
 		return nil, fmt.Errorf("%w: no caller on the request", errUnauthenticated)
@@ -88,7 +90,7 @@ func (s *Server) grants(ctx context.Context) (*auth.Grants, error) {
 		return nil, fmt.Errorf("%w: principal %s is not in the policy", errPermissionDenied, c.Principal)
 	}
 	// A forwarded call was counted by the node that took it.
-	if c.By != auth.ByForwarding {
+	if counts && c.By != auth.ByForwarding {
 		if err := s.auth.limiter.Allow(g, time.Now()); err != nil {
 			return nil, fmt.Errorf("%w: %v", errRateLimited, err)
 		}
@@ -107,7 +109,7 @@ func (s *Server) check(ctx context.Context, msg any) (done func(), err error) {
 	if s.auth == nil {
 		return nil, nil
 	}
-	g, err := s.grants(ctx)
+	g, err := s.grants(ctx, true)
 	if err != nil || g == nil {
 		return nil, err
 	}
@@ -305,7 +307,7 @@ func (s *Server) filter(ctx context.Context, res any) {
 	if s.auth == nil {
 		return
 	}
-	g, err := s.grants(ctx)
+	g, err := s.grants(ctx, false)
 	if err != nil || g == nil {
 		return
 	}
@@ -454,7 +456,7 @@ func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc)
 		return next
 	}
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if _, err := a.s.grants(ctx); err != nil {
+		if _, err := a.s.grants(ctx, false); err != nil {
 			err = toConnect(err)
 			a.s.record(ctx, conn.Spec().Procedure, nil, conn.Peer().Addr, err)
 			return err
@@ -482,7 +484,7 @@ func (c *checkedConn) Receive(msg any) error {
 	hb, heartbeat := msg.(*tenurev1.KeepAliveRequest)
 	if heartbeat && c.sessions[hb.GetSessionId()] {
 		// Still counted against the principal's rate.
-		_, err := c.s.grants(c.ctx)
+		_, err := c.s.grants(c.ctx, true)
 		return toConnect(err)
 	}
 	procedure := c.Spec().Procedure
