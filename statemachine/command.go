@@ -26,6 +26,11 @@ const (
 	KindEndLockDelays  Kind = 13
 	KindNewEpoch       Kind = 14
 	KindSetMember      Kind = 15
+	KindCollectLeases  Kind = 16
+	KindSetPreferred   Kind = 17
+	KindSetVersion     Kind = 18
+
+	lastKind = KindSetVersion
 )
 
 // Command is one state change proposed to the log.
@@ -52,6 +57,11 @@ type CloseSession struct {
 type ExpireSessions struct {
 	Epoch int64   `json:"epoch"`
 	IDs   []int64 `json:"ids"`
+	// Renewed is, beside each ID, when the leader last heard from the
+	// session (unix ns; 0 if it never did): the renew time the ended
+	// grants keep. Heartbeats stay out of the log; their last one is
+	// written once, here.
+	Renewed []int64 `json:"renewed,omitempty"`
 }
 
 // Acquire grants a lease to a session, or queues it when Wait is set.
@@ -67,6 +77,9 @@ type Acquire struct {
 	// Exclusive asks for the lease alone, whatever its capacity: the
 	// writer of a readers-writer lock whose readers use capacity N.
 	Exclusive bool `json:"exclusive,omitempty"`
+	// GCAfter (nanoseconds) is how long the record may stay idle before
+	// it is deleted; 0 keeps it forever. Set on every successful acquire.
+	GCAfter int64 `json:"gc_after,omitempty"`
 }
 
 // Release ends the grant named by Token.
@@ -162,6 +175,33 @@ type NewEpoch struct{}
 type SetMember struct {
 	ID         string `json:"id"`
 	APIAddress string `json:"api_address,omitempty"`
+	// Version is the highest cluster version the member's build runs
+	// (0, from builds before versions, means 1).
+	Version int `json:"version,omitempty"`
+}
+
+// SetVersion raises the cluster version: the leader proposes it once
+// every member has registered a build that runs it, so that no replica
+// applies a later command differently from another. It never lowers the
+// version, emits no event and leaves the revision alone.
+type SetVersion struct {
+	Version int `json:"version"`
+}
+
+// CollectLeases deletes leases that stayed idle for their GCAfter on the
+// leader, each only if it is still idle at the named revision. Ignored
+// unless Epoch is current.
+type CollectLeases struct {
+	Epoch  int64       `json:"epoch"`
+	Leases []IdleLease `json:"leases"`
+}
+
+// SetPreferred names the identity a lease prefers as holder, or clears it
+// with an empty Identity. A waiter with that identity is granted ahead of
+// the queue, and holders in its way are asked to step down.
+type SetPreferred struct {
+	Lease    LeaseID `json:"lease"`
+	Identity string  `json:"identity,omitempty"`
 }
 
 func (OpenSession) Kind() Kind    { return KindOpenSession }
@@ -179,6 +219,9 @@ func (ExpireKeys) Kind() Kind     { return KindExpireKeys }
 func (EndLockDelays) Kind() Kind  { return KindEndLockDelays }
 func (NewEpoch) Kind() Kind       { return KindNewEpoch }
 func (SetMember) Kind() Kind      { return KindSetMember }
+func (CollectLeases) Kind() Kind  { return KindCollectLeases }
+func (SetPreferred) Kind() Kind   { return KindSetPreferred }
+func (SetVersion) Kind() Kind     { return KindSetVersion }
 
 const headerLen = 1 + 8
 
@@ -233,6 +276,12 @@ func Decode(data []byte) (now int64, cmd Command, err error) {
 		cmd, err = decodeAs[NewEpoch](body)
 	case KindSetMember:
 		cmd, err = decodeAs[SetMember](body)
+	case KindCollectLeases:
+		cmd, err = decodeAs[CollectLeases](body)
+	case KindSetPreferred:
+		cmd, err = decodeAs[SetPreferred](body)
+	case KindSetVersion:
+		cmd, err = decodeAs[SetVersion](body)
 	default:
 		return 0, nil, fmt.Errorf("%w: kind %d", ErrUnknownCommand, data[0])
 	}

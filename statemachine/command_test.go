@@ -13,8 +13,8 @@ func sampleCommands() []Command {
 	return []Command{
 		OpenSession{Identity: "web-1", TTL: ttl, Labels: map[string]string{"zone": "a"}, MaxPerIdentity: 3},
 		CloseSession{SessionID: 7},
-		ExpireSessions{Epoch: 2, IDs: []int64{1, 5}},
-		Acquire{SessionID: 1, Lease: leaseA, Capacity: 2, Wait: true, Value: "addr", Labels: map[string]string{"app": "x"}, LockDelay: lockDelay, MaxWaiters: 4},
+		ExpireSessions{Epoch: 2, IDs: []int64{1, 5}, Renewed: []int64{1_700_000_000_000_000_000, 0}},
+		Acquire{SessionID: 1, Lease: leaseA, Capacity: 2, Wait: true, Value: "addr", Labels: map[string]string{"app": "x"}, LockDelay: lockDelay, MaxWaiters: 4, Exclusive: true, GCAfter: gcAfter},
 		Release{Lease: leaseA, Token: 9},
 		SetValue{Lease: leaseA, Token: 9, Value: "new"},
 		Revoke{Lease: leaseB, Token: 3, Reason: "operator"},
@@ -25,7 +25,10 @@ func sampleCommands() []Command {
 		ExpireKeys{Epoch: 1, Keys: []KeyTTL{{Key: "k", ModRevision: 3, TTL: keyTTL}}},
 		EndLockDelays{Epoch: 1, Delays: []LockDelay{{Lease: leaseA, Revision: 5, Delay: lockDelay}}},
 		NewEpoch{},
-		SetMember{ID: "n1", APIAddress: "10.0.0.1:7480"},
+		SetMember{ID: "n1", APIAddress: "10.0.0.1:7480", Version: 2},
+		CollectLeases{Epoch: 3, Leases: []IdleLease{{Lease: leaseA, Revision: 8, GCAfter: gcAfter, IdleSince: 1_700_000_000_000_000_000}}},
+		SetPreferred{Lease: leaseA, Identity: "web-2"},
+		SetVersion{Version: 2},
 	}
 }
 
@@ -47,7 +50,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			expect(t, "command", got, cmd)
 		}
 	}
-	for k := KindOpenSession; k <= KindSetMember; k++ {
+	for k := KindOpenSession; k <= lastKind; k++ {
 		if !kinds[k] {
 			t.Errorf("kind %d: got = no sample command, expected: one", k)
 		}
@@ -69,7 +72,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"an empty entry is refused", nil},
 		{"an entry shorter than its header is refused", []byte{byte(KindPut), 0, 0, 0}},
 		{"an entry of kind 0 is refused", with(0, `{}`)},
-		{"an entry of a kind after the last is refused", with(KindSetMember+1, `{}`)},
+		{"an entry of a kind after the last is refused", with(lastKind+1, `{}`)},
 		{"an entry of kind 255 is refused", with(255, `{}`)},
 		{"a header without a body is refused", header(KindPut)},
 		{"a body that is not JSON is refused", with(KindAcquire, `{"session_id":`)},

@@ -24,6 +24,7 @@ const (
 	ttl       = int64(10 * time.Second)
 	lockDelay = int64(5 * time.Second)
 	keyTTL    = int64(7 * time.Second)
+	gcAfter   = int64(time.Hour)
 	// cmdTime is the now of the command under test; setup step i runs at
 	// (i+1)*setupTick.
 	cmdTime   = int64(1_000_000)
@@ -39,7 +40,7 @@ var (
 var sentinels = []error{
 	ErrSessionNotFound, ErrLeaseNotFound, ErrKeyNotFound, ErrNotHolder,
 	ErrLocked, ErrCompareFailed, ErrCapacityMismatch, ErrTooManyWaiters,
-	ErrTooManySessions, ErrNotWaiting, ErrUnknownCommand,
+	ErrTooManySessions, ErrNotWaiting, ErrNotSupported, ErrUnknownCommand,
 }
 
 func open(identity string) OpenSession { return OpenSession{Identity: identity, TTL: ttl} }

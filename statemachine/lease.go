@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 func (m *Machine) acquire(c Acquire) Result {
@@ -52,12 +53,15 @@ func (m *Machine) acquire(c Acquire) Result {
 			l.Capacity = capacity
 		}
 		s.waiting[c.Lease] = struct{}{}
+		l.GCAfter = c.GCAfter
 		l.Waiters = append(l.Waiters, Waiter{SessionID: s.ID, Holder: s.Identity, Since: m.now, Value: c.Value, Exclusive: c.Exclusive})
 		l.ModRevision = m.emit(Event{Type: EventLeaseWaiting, Lease: c.Lease, SessionID: s.ID, Holder: s.Identity})
+		m.askStepDown(l)
 		return Result{Lease: cloneLease(l), Queued: true}
 	}
 	l.Capacity = capacity
 	l.LockDelay = c.LockDelay
+	l.GCAfter = c.GCAfter
 	if c.Labels != nil {
 		l.Labels = cloneLabels(c.Labels)
 	}
@@ -92,15 +96,95 @@ func (m *Machine) grant(l *Lease, s *sessionState, value string, exclusive, tran
 // grantWaiters fills free places from the head of the queue, in the same
 // command that freed them: no polling, and only the granted waiter wakes.
 // It stops at the first waiter that does not fit, so a waiting writer is
-// not overtaken by readers queued behind it.
+// not overtaken by readers queued behind it. A waiter with the lease's
+// preferred identity is the head, wherever it queued.
 func (m *Machine) grantWaiters(l *Lease) {
-	for len(l.Waiters) > 0 && l.DelayRevision == 0 && fits(l.Holders, l.Capacity, l.Waiters[0].Exclusive) {
-		w := l.Waiters[0]
-		l.Waiters = slices.Delete(l.Waiters, 0, 1)
+	for len(l.Waiters) > 0 && l.DelayRevision == 0 {
+		i := max(l.preferredWaiter(), 0)
+		w := l.Waiters[i]
+		if !fits(l.Holders, l.Capacity, w.Exclusive) {
+			return
+		}
+		l.Waiters = slices.Delete(l.Waiters, i, i+1)
 		s := m.sessions[w.SessionID]
 		delete(s.waiting, l.LeaseID)
 		m.grant(l, s, w.Value, w.Exclusive, true)
 	}
+}
+
+// preferredWaiter is the index of the first waiter with the preferred
+// identity, or -1.
+func (l *Lease) preferredWaiter() int {
+	if l.PreferredHolder == "" {
+		return -1
+	}
+	return slices.IndexFunc(l.Waiters, func(w Waiter) bool { return w.Holder == l.PreferredHolder })
+}
+
+// askStepDown asks the holders in the preferred waiter's way to step
+// down, once each: the oldest grants, as many as must go for it to fit.
+// Nothing is taken from them. A holder that has the preferred identity
+// itself (another session of it) is never asked.
+func (m *Machine) askStepDown(l *Lease) {
+	i := l.preferredWaiter()
+	if i < 0 || slices.ContainsFunc(l.Holders, func(g Grant) bool { return g.Holder == l.PreferredHolder }) {
+		return
+	}
+	in := len(l.Holders) // in the way
+	if !l.Waiters[i].Exclusive && !slices.ContainsFunc(l.Holders, func(g Grant) bool { return g.Exclusive }) {
+		in = len(l.Holders) - l.Capacity + 1
+	}
+	reason := "preferred holder " + l.PreferredHolder + " is waiting"
+	for j := range min(in, len(l.Holders)) {
+		g := &l.Holders[j]
+		if g.StepDown != "" {
+			continue
+		}
+		g.StepDown = reason
+		l.ModRevision = m.emit(Event{Type: EventLeaseStepDown, Lease: l.LeaseID, SessionID: g.SessionID, Holder: g.Holder, Token: g.Token, Reason: reason})
+	}
+}
+
+func (m *Machine) setPreferred(c SetPreferred) Result {
+	if !m.atLeast(2) {
+		return Result{Err: fmt.Errorf("%w: preferred holders need cluster version 2, the cluster runs %d: upgrade every member", ErrNotSupported, m.ClusterVersion())}
+	}
+	l, ok := m.leases[c.Lease]
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: %s", ErrLeaseNotFound, c.Lease)}
+	}
+	if l.PreferredHolder == c.Identity {
+		return Result{Lease: cloneLease(l)}
+	}
+	l.PreferredHolder = c.Identity
+	reason := "preferred holder cleared"
+	if c.Identity != "" {
+		reason = "preferred holder set"
+	}
+	l.ModRevision = m.emit(Event{Type: EventLeasePreferred, Lease: l.LeaseID, Holder: c.Identity, Reason: reason})
+	// Another head of the queue may fit where the old one did not.
+	m.grantWaiters(l)
+	m.askStepDown(l)
+	return Result{Lease: cloneLease(l)}
+}
+
+func (m *Machine) collectLeases(c CollectLeases) Result {
+	if c.Epoch != m.epoch || !m.atLeast(2) {
+		return Result{} // proposed by an earlier leader, or too early to run
+	}
+	for _, il := range c.Leases {
+		l, ok := m.leases[il.Lease]
+		if !ok || !l.Idle() || l.GCAfter <= 0 || l.ModRevision != il.Revision {
+			continue // gone, busy again, or changed since it was timed
+		}
+		delete(m.leases, il.Lease)
+		ev := Event{Type: EventLeaseDeleted, Lease: il.Lease, Reason: "idle for " + time.Duration(l.GCAfter).String()}
+		if l.Last != nil {
+			ev.Holder, ev.Token = l.Last.Holder, l.Last.Token
+		}
+		m.emit(ev)
+	}
+	return Result{}
 }
 
 func (m *Machine) findHolder(id LeaseID, token int64) (*Lease, int, error) {
@@ -129,6 +213,11 @@ func (m *Machine) removeHolder(l *Lease, i int, typ EventType, reason string) Gr
 	g := l.Holders[i]
 	l.Holders = slices.Delete(l.Holders, i, i+1)
 	delete(m.sessions[g.SessionID].held, l.LeaseID)
+	how := EndReleased
+	if typ == EventLeaseRevoked {
+		how = EndRevoked
+	}
+	l.Last = ended(g, how, reason, m.now, m.now)
 	l.ModRevision = m.emit(Event{Type: typ, Lease: l.LeaseID, SessionID: g.SessionID, Holder: g.Holder, Token: g.Token, Reason: reason})
 	return g
 }
@@ -194,6 +283,9 @@ func (m *Machine) cancelWait(c CancelWait) Result {
 		delete(s.waiting, c.Lease)
 		l.Waiters = slices.DeleteFunc(l.Waiters, func(w Waiter) bool { return w.SessionID == s.ID })
 		l.ModRevision = m.emit(Event{Type: EventLeaseWaitEnded, Lease: c.Lease, SessionID: s.ID, Holder: s.Identity, Reason: "wait cancelled"})
+		if m.atLeast(2) {
+			m.grantWaiters(l) // the waiter may have been the head
+		}
 		return Result{Lease: cloneLease(l)}
 	}
 	i := slices.IndexFunc(l.Holders, func(g Grant) bool { return g.SessionID == s.ID })
@@ -252,7 +344,25 @@ func cloneLease(l *Lease) *Lease {
 	out.Holders = slices.Clone(l.Holders)
 	out.Waiters = slices.Clone(l.Waiters)
 	out.Labels = cloneLabels(l.Labels)
+	if l.Last != nil {
+		last := *l.Last
+		out.Last = &last
+	}
 	return &out
+}
+
+// ended records how grant g ended.
+func ended(g Grant, how Ending, reason string, renew, end int64) *EndedGrant {
+	return &EndedGrant{
+		SessionID:   g.SessionID,
+		Holder:      g.Holder,
+		Token:       g.Token,
+		AcquireTime: g.AcquireTime,
+		RenewTime:   renew,
+		EndTime:     end,
+		Ended:       how,
+		Reason:      reason,
+	}
 }
 
 func compareLeaseID(a, b LeaseID) int {

@@ -8,6 +8,17 @@ import (
 	"github.com/google/btree"
 )
 
+// Version is the cluster version this build runs. Every replica must
+// apply every command alike, so behaviour that an older build would apply
+// differently is switched on only once the cluster version reaches it:
+//
+//   - 1: the first version.
+//   - 2: lease garbage collection (CollectLeases), preferred holders
+//     (SetPreferred, and the grant order and step-down requests they
+//     bring), and a waiter that leaves the head of a queue lets the next
+//     one in at once.
+const Version = 2
+
 // Machine is the whole replicated state. It is not safe for concurrent
 // use: the replication layer applies commands one at a time and guards
 // reads with a lock.
@@ -19,10 +30,13 @@ type Machine struct {
 	leases     map[LeaseID]*Lease
 	keys       *btree.BTreeG[*KeyValue]
 	members    map[string]string // raft server ID → advertised API address
+	versions   map[string]int    // raft server ID → the version its build runs
+	version    int               // the cluster version; 0 means 1
 
-	// now and events belong to the command being applied.
-	now    int64
-	events []Event
+	// now, events and touched belong to the command being applied.
+	now     int64
+	events  []Event
+	touched []LeaseID // leases the command emitted events about
 }
 
 // New returns an empty machine at revision 0.
@@ -33,8 +47,14 @@ func New() *Machine {
 		leases:     map[LeaseID]*Lease{},
 		keys:       btree.NewG(32, keyLess),
 		members:    map[string]string{},
+		versions:   map[string]int{},
 	}
 }
+
+// ClusterVersion is the version every replica applies commands at.
+func (m *Machine) ClusterVersion() int { return max(m.version, 1) }
+
+func (m *Machine) atLeast(v int) bool { return m.ClusterVersion() >= v }
 
 // Revision is the revision of the last event.
 func (m *Machine) Revision() int64 { return m.revision }
@@ -47,7 +67,7 @@ func (m *Machine) Epoch() int64 { return m.epoch }
 // events.
 func (m *Machine) Apply(now int64, cmd Command) Result {
 	m.now = now
-	m.events = nil
+	m.events, m.touched = nil, m.touched[:0]
 	var res Result
 	switch c := cmd.(type) {
 	case OpenSession:
@@ -81,6 +101,14 @@ func (m *Machine) Apply(now int64, cmd Command) Result {
 		res.Epoch = m.epoch
 	case SetMember:
 		res = m.setMember(c)
+	case CollectLeases:
+		res = m.collectLeases(c)
+	case SetPreferred:
+		res = m.setPreferred(c)
+	case SetVersion:
+		if c.Version > m.ClusterVersion() && c.Version <= Version {
+			m.version = c.Version
+		}
 	default:
 		res.Err = fmt.Errorf("%w: %T", ErrUnknownCommand, cmd)
 	}
@@ -91,10 +119,40 @@ func (m *Machine) Apply(now int64, cmd Command) Result {
 			panic(fmt.Sprintf("statemachine: %T failed after emitting events: %v", cmd, res.Err))
 		}
 	}
+	m.settleIdle()
 	res.Events = m.events
 	res.Revision = m.revision
 	m.events = nil
 	return res
+}
+
+// settleIdle dates the idleness of the leases the command touched. A
+// lease left idle and collectable gets IdleSince = now, and its last
+// event of the command carries GCAfter, which is how the leader's lessor
+// learns to time it; a lease left busy loses its IdleSince. Any change to
+// an idle lease restarts its idle time, so the lessor's deadline and the
+// logged one agree.
+func (m *Machine) settleIdle() {
+	for i, id := range m.touched {
+		if slices.Contains(m.touched[:i], id) {
+			continue
+		}
+		l, ok := m.leases[id]
+		if !ok {
+			continue
+		}
+		if !l.Idle() || l.GCAfter <= 0 {
+			l.IdleSince = 0
+			continue
+		}
+		l.IdleSince = m.now
+		for j := len(m.events) - 1; j >= 0; j-- {
+			if e := &m.events[j]; e.Type.IsLease() && e.Lease == id {
+				e.GCAfter = l.GCAfter
+				break
+			}
+		}
+	}
 }
 
 // emit advances the revision and records an event at it.
@@ -103,6 +161,9 @@ func (m *Machine) emit(e Event) int64 {
 	e.Revision = m.revision
 	e.Time = m.now
 	m.events = append(m.events, e)
+	if e.Type.IsLease() {
+		m.touched = append(m.touched, e.Lease)
+	}
 	return m.revision
 }
 
@@ -113,10 +174,25 @@ func (m *Machine) setMember(c SetMember) Result {
 	case c.ID == "":
 	case c.APIAddress == "":
 		delete(m.members, c.ID)
+		delete(m.versions, c.ID)
 	default:
 		m.members[c.ID] = c.APIAddress
+		if c.Version > 0 {
+			m.versions[c.ID] = c.Version
+		} else {
+			delete(m.versions, c.ID) // an older build again
+		}
 	}
 	return Result{}
+}
+
+// MemberVersion is the version member id's build runs, as it registered
+// it: 1 for a build from before versions, 0 for no registration.
+func (m *Machine) MemberVersion(id string) int {
+	if _, ok := m.members[id]; !ok {
+		return 0
+	}
+	return max(m.versions[id], 1)
 }
 
 // MemberAddress is the API address member id advertised, if it did.
@@ -144,6 +220,9 @@ func (m *Machine) Deadlines() Deadlines {
 	for _, l := range m.Leases("") {
 		if l.DelayRevision != 0 {
 			d.Delays = append(d.Delays, LockDelay{Lease: l.LeaseID, Revision: l.DelayRevision, Delay: l.LockDelay})
+		}
+		if l.IdleSince != 0 {
+			d.Idle = append(d.Idle, IdleLease{Lease: l.LeaseID, Revision: l.ModRevision, GCAfter: l.GCAfter, IdleSince: l.IdleSince})
 		}
 	}
 	return d

@@ -31,17 +31,19 @@ type world struct {
 	sessions []int64             // every session ID ever opened
 	tokens   map[LeaseID][]int64 // every token ever granted, per lease
 
-	lastToken map[LeaseID]int64 // the highest token granted, per lease
-	ended     map[int64]bool    // sessions closed or expired
+	lastToken  map[LeaseID]int64 // the highest token granted, per lease, across deletions
+	ended      map[int64]bool    // sessions closed or expired
+	identities map[int64]string  // every session's identity
 }
 
 func newWorld() *world {
 	return &world{
-		m:         New(),
-		now:       1_700_000_000_000_000_000,
-		tokens:    map[LeaseID][]int64{},
-		lastToken: map[LeaseID]int64{},
-		ended:     map[int64]bool{},
+		m:          New(),
+		now:        1_700_000_000_000_000_000,
+		tokens:     map[LeaseID][]int64{},
+		lastToken:  map[LeaseID]int64{},
+		ended:      map[int64]bool{},
+		identities: map[int64]string{},
 	}
 }
 
@@ -92,6 +94,7 @@ func (w *world) draw(t *rapid.T) Command {
 		KindSetValue, KindRevoke, KindCancelWait, KindPut, KindPut, KindDelete,
 		KindCompareAndSwap, KindCompareAndSwap, KindExpireKeys, KindEndLockDelays,
 		KindEndLockDelays, KindEndLockDelays, KindNewEpoch,
+		KindCollectLeases, KindCollectLeases, KindSetPreferred, KindSetPreferred, KindSetVersion,
 	}
 	switch rapid.SampledFrom(kinds).Draw(t, "kind") {
 	case KindOpenSession:
@@ -129,6 +132,7 @@ func (w *world) draw(t *rapid.T) Command {
 			LockDelay:  rapid.SampledFrom([]int64{0, lockDelay}).Draw(t, "lock delay"),
 			MaxWaiters: rapid.IntRange(0, 2).Draw(t, "max waiters"),
 			Exclusive:  rapid.IntRange(0, 3).Draw(t, "exclusive") == 0,
+			GCAfter:    rapid.SampledFrom([]int64{0, gcAfter, gcAfter}).Draw(t, "gc after"),
 		}
 	case KindRelease:
 		id := w.lease(t)
@@ -194,9 +198,45 @@ func (w *world) draw(t *rapid.T) Command {
 			return LockDelay{Lease: w.lease(t), Revision: rapid.Int64Range(0, w.m.Revision()).Draw(t, "revision")}
 		}), 0, 2).Draw(t, "delays")
 		return EndLockDelays{Epoch: w.epoch(t), Delays: delays}
+	case KindCollectLeases:
+		due := w.m.Deadlines().Idle
+		leases := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) IdleLease {
+			if len(due) > 0 && rapid.IntRange(0, 3).Draw(t, "due") > 0 {
+				return rapid.SampledFrom(due).Draw(t, "idle lease")
+			}
+			// Anything else: a busy lease, a stale revision, a deleted one.
+			return IdleLease{Lease: w.lease(t), Revision: rapid.Int64Range(0, w.m.Revision()).Draw(t, "revision")}
+		}), 0, 3).Draw(t, "leases")
+		return CollectLeases{Epoch: w.epoch(t), Leases: leases}
+	case KindSetVersion:
+		return SetVersion{Version: rapid.IntRange(0, Version+1).Draw(t, "version")}
+	case KindSetPreferred:
+		return SetPreferred{Lease: w.lease(t), Identity: rapid.SampledFrom([]string{"", "a", "b"}).Draw(t, "preferred")}
 	default:
 		return NewEpoch{}
 	}
+}
+
+// head is the session a lease's queue q grants next: the first waiter
+// with the preferred identity, else the first.
+func (w *world) head(id LeaseID, q []int64) int64 {
+	l, _ := w.m.Lease(id)
+	for _, sid := range q {
+		if s, ok := w.identity(sid); ok && l.PreferredHolder != "" && s == l.PreferredHolder {
+			return sid
+		}
+	}
+	return q[0]
+}
+
+// identity is a session's identity, from the state or, for one ended in
+// this command, from its opening.
+func (w *world) identity(sid int64) (string, bool) {
+	if s, ok := w.m.Session(sid); ok {
+		return s.Identity, true
+	}
+	id, ok := w.identities[sid]
+	return id, ok
 }
 
 // boundSession is no session most of the time.
@@ -239,6 +279,7 @@ func (w *world) step(t *rapid.T, now int64, cmd Command) Result {
 		switch e.Type {
 		case EventSessionOpened:
 			w.sessions = append(w.sessions, e.SessionID)
+			w.identities[e.SessionID] = e.Session.Identity
 		case EventLeaseAcquired:
 			w.tokens[e.Lease] = append(w.tokens[e.Lease], e.Token)
 		}
@@ -325,6 +366,24 @@ func (w *world) checkEvents(t *rapid.T, cmd Command, pre map[LeaseID]Lease, res 
 			}
 		case EventLockDelayEnded:
 			delays[e.Lease] = 0
+		case EventLeaseDeleted:
+			// Rule: only an idle record is collected, and only by a
+			// collection of the current epoch that names its revision.
+			c, ok := cmd.(CollectLeases)
+			l, existed := pre[e.Lease]
+			switch {
+			case !ok:
+				t.Fatalf("%T deleted lease %v", cmd, e.Lease)
+			case !existed || len(l.Holders) > 0 || len(l.Waiters) > 0 || l.DelayRevision != 0:
+				t.Fatalf("%v deleted while not idle: %+v", e.Lease, l)
+			case l.GCAfter <= 0:
+				t.Fatalf("%v deleted with no gc_after", e.Lease)
+			case c.Epoch != w.m.Epoch() || !slices.ContainsFunc(c.Leases, func(il IdleLease) bool { return il.Lease == e.Lease && il.Revision == l.ModRevision }):
+				t.Fatalf("%v deleted at mod revision %d, which the collection %+v does not name", e.Lease, l.ModRevision, c.Leases)
+			}
+			if _, still := w.m.Lease(e.Lease); still {
+				t.Fatalf("%v: deleted event, but the lease is still there", e.Lease)
+			}
 		case EventLeaseAcquired:
 			sid := e.SessionID
 			if w.ended[sid] || endedNow[sid] {
@@ -342,10 +401,10 @@ func (w *world) checkEvents(t *rapid.T, cmd Command, pre map[LeaseID]Lease, res 
 			w.lastToken[e.Lease] = e.Token
 			q := queues[e.Lease]
 			if i := slices.Index(q, sid); i >= 0 {
-				if i != 0 {
-					t.Fatalf("%v granted to waiter %d, expected: the head of the queue %v", e.Lease, sid, q)
+				if head := w.head(e.Lease, q); sid != head {
+					t.Fatalf("%v granted to waiter %d, expected: the head of the queue %v, %d", e.Lease, sid, q, head)
 				}
-				queues[e.Lease] = q[1:]
+				queues[e.Lease] = slices.Delete(q, i, i+1)
 				continue
 			}
 			// A grant to a session that did not wait is its own acquire,
@@ -419,8 +478,17 @@ func checkInvariants(t tb, m *Machine) {
 			seen[wt.SessionID] = true
 			waiting[wt.SessionID] = append(waiting[wt.SessionID], l.LeaseID)
 		}
-		if len(l.Waiters) > 0 && fits(l.Holders, l.Capacity, l.Waiters[0].Exclusive) && l.DelayRevision == 0 {
+		head := max(l.preferredWaiter(), 0)
+		if len(l.Waiters) > 0 && fits(l.Holders, l.Capacity, l.Waiters[head].Exclusive) && l.DelayRevision == 0 {
 			t.Fatalf("%v: waiters %v are left waiting with %d of %d places taken and no lock-delay", l.LeaseID, l.Waiters, len(l.Holders), l.Capacity)
+		}
+		if (l.IdleSince != 0) != (l.Idle() && l.GCAfter > 0) {
+			t.Fatalf("%v: idle since %d with %d holders, %d waiters, delay revision %d, gc_after %d", l.LeaseID, l.IdleSince, len(l.Holders), len(l.Waiters), l.DelayRevision, l.GCAfter)
+		}
+		if len(l.Holders) > 0 && l.preferredWaiter() >= 0 &&
+			!slices.ContainsFunc(l.Holders, func(g Grant) bool { return g.Holder == l.PreferredHolder }) &&
+			!slices.ContainsFunc(l.Holders, func(g Grant) bool { return g.StepDown != "" }) {
+			t.Fatalf("%v: preferred holder %s waits, but no holder in its way was asked to step down: %+v", l.LeaseID, l.PreferredHolder, l.Holders)
 		}
 		if l.ModRevision > m.Revision() || l.CreateRevision > l.ModRevision {
 			t.Fatalf("%v: revisions create %d, mod %d at revision %d", l.LeaseID, l.CreateRevision, l.ModRevision, m.Revision())
@@ -456,6 +524,12 @@ func checkInvariants(t tb, m *Machine) {
 		l, _ := m.Lease(dl.Lease)
 		if l.DelayRevision == 0 || l.DelayRevision != dl.Revision {
 			t.Fatalf("deadline %+v: got = lease delay revision %d", dl, l.DelayRevision)
+		}
+	}
+	for _, il := range d.Idle {
+		l, _ := m.Lease(il.Lease)
+		if !l.Idle() || il.Revision != l.ModRevision || il.GCAfter != l.GCAfter || il.GCAfter <= 0 {
+			t.Fatalf("gc deadline %+v of a lease that is not idle at that revision: %+v", il, l)
 		}
 	}
 }

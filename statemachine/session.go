@@ -48,7 +48,7 @@ func (m *Machine) closeSession(c CloseSession) Result {
 	if !ok {
 		return Result{Err: fmt.Errorf("%w: session %d", ErrSessionNotFound, c.SessionID)}
 	}
-	m.grantFreed(m.endSession(s, false))
+	m.grantFreed(m.endSession(s, false, 0))
 	return Result{}
 }
 
@@ -59,9 +59,13 @@ func (m *Machine) expireSessions(c ExpireSessions) Result {
 	// End every session of the batch before granting anything: a waiter
 	// that expires in the same batch as the holder is never granted.
 	var freed []LeaseID
-	for _, id := range c.IDs {
+	for i, id := range c.IDs {
 		if s, ok := m.sessions[id]; ok {
-			freed = append(freed, m.endSession(s, true)...)
+			var renewed int64
+			if i < len(c.Renewed) {
+				renewed = c.Renewed[i]
+			}
+			freed = append(freed, m.endSession(s, true, renewed)...)
 		}
 	}
 	m.grantFreed(freed)
@@ -71,26 +75,33 @@ func (m *Machine) expireSessions(c ExpireSessions) Result {
 // endSession releases everything a session holds and returns the leases
 // it freed. The caller grants their waiters with grantFreed once every
 // session it ends is gone, so an ending session is never granted anything.
-func (m *Machine) endSession(s *sessionState, expired bool) []LeaseID {
+// renewed is when the leader last heard from an expired session.
+func (m *Machine) endSession(s *sessionState, expired bool, renewed int64) []LeaseID {
 	reason := "session closed"
 	if expired {
 		reason = "session expired"
 	}
+	var freed []LeaseID
 	for _, id := range sortedLeaseIDs(s.waiting) {
 		l := m.leases[id]
 		l.Waiters = slices.DeleteFunc(l.Waiters, func(w Waiter) bool { return w.SessionID == s.ID })
 		l.ModRevision = m.emit(Event{Type: EventLeaseWaitEnded, Lease: id, SessionID: s.ID, Holder: s.Identity, Reason: reason})
+		if m.atLeast(2) {
+			freed = append(freed, id) // it may have been the head
+		}
 	}
-	freed := sortedLeaseIDs(s.held)
-	for _, id := range freed {
+	for _, id := range sortedLeaseIDs(s.held) {
+		freed = append(freed, id)
 		l := m.leases[id]
 		i := slices.IndexFunc(l.Holders, func(g Grant) bool { return g.SessionID == s.ID })
 		g := l.Holders[i]
 		l.Holders = slices.Delete(l.Holders, i, i+1)
 		ev := Event{Type: EventLeaseReleasedBy, Lease: id, SessionID: s.ID, Holder: g.Holder, Token: g.Token, Reason: reason}
+		l.Last = ended(g, EndReleased, reason, m.now, m.now)
 		if expired {
 			ev.Type = EventLeaseExpired
 			ev.LockDelay = l.LockDelay
+			l.Last = ended(g, EndExpired, reason, max(g.RenewTime, renewed), m.now)
 		}
 		l.ModRevision = m.emit(ev)
 		if expired && l.LockDelay > 0 {

@@ -20,6 +20,10 @@ type snapshot struct {
 	// Members is newer than version 1's other fields; a snapshot without
 	// it reads as no member having advertised an address yet.
 	Members map[string]string `json:"members,omitempty"`
+	// Versions and ClusterVersion are newer still: absent, every member
+	// and the cluster run version 1.
+	Versions       map[string]int `json:"versions,omitempty"`
+	ClusterVersion int            `json:"cluster_version,omitempty"`
 }
 
 // Snapshot writes the whole state. Two machines that applied the same
@@ -32,6 +36,9 @@ func (m *Machine) Snapshot(w io.Writer) error {
 		Sessions: m.Sessions(),
 		Leases:   m.Leases(""),
 		Members:  m.members,
+
+		Versions:       m.versions,
+		ClusterVersion: m.version,
 	}
 	snap.Keys, _ = m.Range("", 0)
 	if err := json.NewEncoder(w).Encode(&snap); err != nil {
@@ -55,6 +62,10 @@ func (m *Machine) Restore(r io.Reader) error {
 	for id, addr := range snap.Members {
 		next.members[id] = addr
 	}
+	for id, v := range snap.Versions {
+		next.versions[id] = v
+	}
+	next.version = snap.ClusterVersion
 	for _, s := range snap.Sessions {
 		next.sessions[s.ID] = newSessionState(s)
 		next.identities[s.Identity]++

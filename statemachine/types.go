@@ -32,6 +32,9 @@ var (
 	// ErrNotWaiting is returned when a cancel names a session that is
 	// neither waiting for nor holding the lease.
 	ErrNotWaiting = errors.New("not waiting")
+	// ErrNotSupported is returned for a command that the cluster's
+	// version does not run yet: some member's build predates it.
+	ErrNotSupported = errors.New("not supported by the cluster version")
 	// ErrUnknownCommand is returned for a log entry this version cannot
 	// decode. It is never silently skipped.
 	ErrUnknownCommand = errors.New("unknown command")
@@ -68,6 +71,36 @@ type Grant struct {
 	Value     string `json:"value,omitempty"`
 	// Exclusive grants hold the lease alone, whatever its capacity.
 	Exclusive bool `json:"exclusive,omitempty"`
+	// StepDown is why the holder was asked to step down ("" while it was
+	// not): the lease's preferred holder waits. Asking is all it does;
+	// the grant stands until its holder releases it or its session ends.
+	StepDown string `json:"step_down,omitempty"`
+}
+
+// Ending says how a grant ended.
+type Ending string
+
+const (
+	EndReleased Ending = "released" // by its holder, or by closing its session
+	EndExpired  Ending = "expired"  // its session expired
+	EndRevoked  Ending = "revoked"  // by an administrator
+)
+
+// EndedGrant is the last grant of a lease that ended, kept on the record
+// so that an unheld lease still says who had it, until when, and how it
+// ended, as a Kubernetes Lease keeps its last holder.
+type EndedGrant struct {
+	SessionID   int64  `json:"session_id"`
+	Holder      string `json:"holder"`
+	Token       int64  `json:"token"`
+	AcquireTime int64  `json:"acquire_time"`
+	// RenewTime is the last sign of life the log knows of: the end itself
+	// for a release or revoke, the last heartbeat the leader saw for an
+	// expiry (carried in the expiry command).
+	RenewTime int64  `json:"renew_time"`
+	EndTime   int64  `json:"end_time"`
+	Ended     Ending `json:"ended"`
+	Reason    string `json:"reason,omitempty"`
 }
 
 // Waiter is a session parked in a lease's FIFO queue.
@@ -80,8 +113,9 @@ type Waiter struct {
 }
 
 // Lease is a named ownership record. A lease stays after its last holder
-// releases it, so that transitions and labels survive, like a Kubernetes
-// Lease object.
+// releases it, so that transitions, labels and its last holder survive,
+// like a Kubernetes Lease object, until it has been idle (no holders, no
+// waiters, no lock-delay) for GCAfter.
 type Lease struct {
 	LeaseID
 	Capacity    int               `json:"capacity"`
@@ -95,6 +129,24 @@ type Lease struct {
 	DelayRevision  int64 `json:"delay_revision,omitempty"`
 	CreateRevision int64 `json:"create_revision"`
 	ModRevision    int64 `json:"mod_revision"`
+	// Last is the most recent grant that ended; nil until one has.
+	Last *EndedGrant `json:"last,omitempty"`
+	// GCAfter is how long the record may stay idle before the leader
+	// deletes it (nanoseconds; 0 keeps it forever). Every acquire sets it.
+	GCAfter int64 `json:"gc_after,omitempty"`
+	// IdleSince is when the record last became idle (unix nanoseconds,
+	// leader time), 0 while it has holders, waiters or a lock-delay. It
+	// is set only when GCAfter is: it dates the deletion.
+	IdleSince int64 `json:"idle_since,omitempty"`
+	// PreferredHolder is the identity that is granted the lease ahead of
+	// the queue, and for which other holders are asked to step down.
+	PreferredHolder string `json:"preferred_holder,omitempty"`
+}
+
+// Idle reports whether nothing holds, waits for or delays the lease: the
+// state in which it may be garbage-collected.
+func (l *Lease) Idle() bool {
+	return len(l.Holders) == 0 && len(l.Waiters) == 0 && l.DelayRevision == 0
 }
 
 // KeyValue is a key with its revisions.
@@ -128,6 +180,9 @@ const (
 	EventKeyDeleted      EventType = 13
 	EventKeyExpired      EventType = 14
 	EventLeaseReleasedBy EventType = 15 // a grant ended because its session was closed
+	EventLeaseDeleted    EventType = 16 // an idle lease record was garbage-collected
+	EventLeaseStepDown   EventType = 17 // a holder was asked to step down; its grant stands
+	EventLeasePreferred  EventType = 18 // the preferred holder was set or cleared
 )
 
 var eventTypeNames = map[EventType]string{
@@ -146,6 +201,9 @@ var eventTypeNames = map[EventType]string{
 	EventKeyDeleted:      "deleted",
 	EventKeyExpired:      "key-expired",
 	EventLeaseReleasedBy: "released-by-close",
+	EventLeaseDeleted:    "lease-deleted",
+	EventLeaseStepDown:   "step-down",
+	EventLeasePreferred:  "preferred-holder-set",
 }
 
 func (t EventType) String() string {
@@ -157,7 +215,7 @@ func (t EventType) String() string {
 
 // IsLease reports whether the event is about a lease.
 func (t EventType) IsLease() bool {
-	return t >= EventLeaseAcquired && t <= EventLockDelayEnded || t == EventLeaseReleasedBy
+	return t >= EventLeaseAcquired && t <= EventLockDelayEnded || t >= EventLeaseReleasedBy && t <= EventLeasePreferred
 }
 
 // IsKey reports whether the event is about a key.
@@ -187,6 +245,10 @@ type Event struct {
 	// LockDelay is set on EventLeaseExpired when the expiry starts a
 	// lock-delay; the delay's revision is the event's revision.
 	LockDelay int64 `json:"lock_delay,omitempty"`
+	// GCAfter is set on the last event of a command that leaves a lease
+	// idle and collectable: the lessor times its deletion from here. Any
+	// later event of the lease without it ends that timing.
+	GCAfter int64 `json:"gc_after,omitempty"`
 
 	// Key events.
 	KV     *KeyValue `json:"kv,omitempty"`
@@ -219,6 +281,7 @@ type Deadlines struct {
 	Sessions []SessionTTL
 	Keys     []KeyTTL
 	Delays   []LockDelay
+	Idle     []IdleLease
 }
 
 // SessionTTL is a session's identity and TTL.
@@ -239,4 +302,15 @@ type LockDelay struct {
 	Lease    LeaseID `json:"lease"`
 	Revision int64   `json:"revision"`
 	Delay    int64   `json:"delay,omitempty"`
+}
+
+// IdleLease is a lease that is idle and collectable, named by its
+// ModRevision when it became idle: a later change of the lease makes the
+// collection a no-op.
+type IdleLease struct {
+	Lease    LeaseID `json:"lease"`
+	Revision int64   `json:"revision"`
+	// GCAfter and IdleSince date the deletion, for a new leader.
+	GCAfter   int64 `json:"gc_after,omitempty"`
+	IdleSince int64 `json:"idle_since,omitempty"`
 }
