@@ -1,5 +1,6 @@
 // Package lessor is the leader's keeper of deadlines: sessions renewed by
-// heartbeats, keys with a TTL of their own, and lock-delays. It decides that
+// heartbeats, keys with a TTL of their own, lock-delays, and idle lease
+// records waiting to be garbage-collected. It decides that
 // something has expired and proposes the expiry; the state machine removes
 // it, and the events that removal emits make the lessor forget it.
 //
@@ -37,6 +38,18 @@
 //
 // TTL is thus a lower bound on the server: an expiry may come late, never
 // early.
+//
+// # Why collections are timed differently
+//
+// Deleting an idle lease record is no safety matter: nobody holds it or
+// waits for it, the deletion names the revision at which it went idle (any
+// change since makes it a no-op), and fencing tokens are global revisions,
+// so a record made again gets higher ones. A new leader therefore dates a
+// collection from the idle time logged in the record, not from its own
+// promotion: hour-long gc_after values would otherwise restart at every
+// failover, and a cluster that fails over often would keep records
+// forever. A proposer that cannot collect yet (the cluster runs a version
+// without it) returns ErrPostponed, and the lessor asks again later.
 //
 // # Caller's duties
 //

@@ -2,6 +2,7 @@ package lessor
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/tenurehq/tenure/statemachine"
@@ -16,9 +17,10 @@ type batch struct {
 	sessions []item
 	keys     []item
 	delays   []item
+	idle     []item
 }
 
-func (b *batch) len() int { return len(b.sessions) + len(b.keys) + len(b.delays) }
+func (b *batch) len() int { return len(b.sessions) + len(b.keys) + len(b.delays) + len(b.idle) }
 
 // of returns the part of b that holds items of the same kind as it.
 func (b *batch) of(it item) *[]item {
@@ -27,8 +29,10 @@ func (b *batch) of(it item) *[]item {
 		return &b.sessions
 	case it.k != nil:
 		return &b.keys
-	default:
+	case it.d != nil:
 		return &b.delays
+	default:
+		return &b.idle
 	}
 }
 
@@ -131,8 +135,10 @@ func (l *Lessor) deadlineLocked(it item, now time.Time) time.Time {
 		return it.s.deadline
 	case it.k != nil:
 		return it.k.deadline
-	default:
+	case it.d != nil:
 		return it.d.deadline
+	default:
+		return it.g.deadline
 	}
 }
 
@@ -148,6 +154,8 @@ func (l *Lessor) propose(b *batch) {
 		func(it item) statemachine.KeyTTL { return it.k.kt })
 	proposeKind(l, b, "lock_delay", b.delays, l.proposer.EndLockDelays,
 		func(it item) statemachine.LockDelay { return it.d.ld })
+	proposeKind(l, b, "lease_gc", b.idle, l.proposer.CollectLeases,
+		func(it item) statemachine.IdleLease { return it.g.il })
 }
 
 // proposeKind proposes items, all of one kind, through send, each as
@@ -168,7 +176,12 @@ func proposeKind[W any](l *Lessor, b *batch, kind string, items []item,
 		l.logger.Debug("lessor: expiry proposed", "kind", kind, "n", n, "epoch", b.epoch)
 		return
 	}
-	l.metrics.failed.WithLabelValues(kind).Add(float64(n))
+	retry := l.retry
+	if errors.Is(err, ErrPostponed) {
+		retry = l.postpone
+	} else {
+		l.metrics.failed.WithLabelValues(kind).Add(float64(n))
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.term != b.term {
@@ -178,9 +191,13 @@ func proposeKind[W any](l *Lessor, b *batch, kind string, items []item,
 		l.logger.Debug("lessor: expiry abandoned with its term", "kind", kind, "n", n, "epoch", b.epoch, "err", err)
 		return
 	}
-	l.logger.Warn("lessor: proposing expiry failed; will retry", "kind", kind, "n", n,
-		"epoch", b.epoch, "retry_in", l.retry, "err", err)
-	at := l.now().Add(l.retry)
+	if retry == l.postpone {
+		l.logger.Debug("lessor: expiry postponed", "kind", kind, "n", n, "epoch", b.epoch, "retry_in", retry, "err", err)
+	} else {
+		l.logger.Warn("lessor: proposing expiry failed; will retry", "kind", kind, "n", n,
+			"epoch", b.epoch, "retry_in", retry, "err", err)
+	}
+	at := l.now().Add(retry)
 	for _, it := range items {
 		if !it.stale() {
 			it.at = at

@@ -4,7 +4,7 @@ import (
 	"time"
 )
 
-// item is one deadline on the heap. Exactly one of s, k and d is set;
+// item is one deadline on the heap. Exactly one of s, k, d and g is set;
 // which one is its kind, and the pointer is its identity: an item whose
 // entry was forgotten or replaced is stale and dropped when popped.
 type item struct {
@@ -12,6 +12,7 @@ type item struct {
 	s  *session
 	k  *keyEntry
 	d  *delayEntry
+	g  *idleEntry
 }
 
 // stale must be called with Lessor.mu held.
@@ -21,8 +22,10 @@ func (it item) stale() bool {
 		return it.s.removed
 	case it.k != nil:
 		return it.k.removed
-	default:
+	case it.d != nil:
 		return it.d.removed
+	default:
+		return it.g.removed
 	}
 }
 
@@ -41,7 +44,7 @@ func (l *Lessor) pushLocked(it item) {
 // with long TTLs and many short-lived sessions they would pile up for a
 // whole TTL.
 func (l *Lessor) needsCompactLocked() bool {
-	live := l.sessions + len(l.keys) + len(l.delays)
+	live := l.sessions + len(l.keys) + len(l.delays) + len(l.idle)
 	return len(l.heap) > compactMin && len(l.heap) > 2*live
 }
 

@@ -34,7 +34,16 @@ type Proposer interface {
 	ExpireSessions(ctx context.Context, epoch int64, ids []int64) error
 	ExpireKeys(ctx context.Context, epoch int64, keys []statemachine.KeyTTL) error
 	EndLockDelays(ctx context.Context, epoch int64, delays []statemachine.LockDelay) error
+	// CollectLeases deletes leases that stayed idle for their gc_after.
+	// It may return ErrPostponed: the lessor then asks again later,
+	// quietly.
+	CollectLeases(ctx context.Context, epoch int64, leases []statemachine.IdleLease) error
 }
+
+// ErrPostponed is what a Proposer returns for a proposal it cannot make
+// yet (the cluster runs a version without it): the lessor retries after
+// PostponeInterval without logging a failure.
+var ErrPostponed = errors.New("postponed")
 
 // Config configures a Lessor. Only Proposer is required.
 type Config struct {
@@ -49,6 +58,8 @@ type Config struct {
 	// RetryInterval is how long a failed expiry waits before it is
 	// proposed again. Default 500ms.
 	RetryInterval time.Duration
+	// PostponeInterval is how long a postponed one waits. Default 1m.
+	PostponeInterval time.Duration
 }
 
 const (
@@ -67,7 +78,7 @@ const (
 )
 
 // Lessor is the leader's keeper of deadlines: sessions, keys with a TTL of
-// their own, and lock-delays. It decides when something has expired and
+// their own, lock-delays, and idle leases waiting to be collected. It decides when something has expired and
 // proposes the expiry; the state machine removes it and emits the events
 // that make the lessor forget it. The caller must call Stop when finished.
 type Lessor struct {
@@ -75,6 +86,7 @@ type Lessor struct {
 	logger   *slog.Logger
 	now      func() time.Time
 	retry    time.Duration
+	postpone time.Duration
 	metrics  metrics
 
 	shards [shardCount]shard
@@ -93,6 +105,7 @@ type Lessor struct {
 	sessions int // tracked sessions, for the gauge and for compaction
 	keys     map[string]*keyEntry
 	delays   map[statemachine.LeaseID]*delayEntry
+	idle     map[statemachine.LeaseID]*idleEntry
 	heap     deadlineHeap
 
 	kickC    chan struct{} // wakes the loop: a new earliest deadline, or a heap to compact
@@ -109,6 +122,7 @@ func New(cfg Config) *Lessor {
 		logger:   cfg.Logger,
 		now:      cfg.Now,
 		retry:    cfg.RetryInterval,
+		postpone: cfg.PostponeInterval,
 		kickC:    make(chan struct{}, 1),
 		stopC:    make(chan struct{}),
 		doneC:    make(chan struct{}),
@@ -121,6 +135,9 @@ func New(cfg Config) *Lessor {
 	}
 	if l.retry <= 0 {
 		l.retry = 500 * time.Millisecond
+	}
+	if l.postpone <= 0 {
+		l.postpone = time.Minute
 	}
 	l.metrics = newMetrics(l)
 	if cfg.Registerer != nil {

@@ -18,6 +18,9 @@ func (nopProposer) ExpireKeys(context.Context, int64, []statemachine.KeyTTL) err
 func (nopProposer) EndLockDelays(context.Context, int64, []statemachine.LockDelay) error {
 	return nil
 }
+func (nopProposer) CollectLeases(context.Context, int64, []statemachine.IdleLease) error {
+	return nil
+}
 
 func TestStaleItemsAreCompacted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -27,6 +27,7 @@ type Proposer struct {
 	ExpireSessionsFn func(ctx context.Context, epoch int64, ids []int64) error
 	ExpireKeysFn     func(ctx context.Context, epoch int64, keys []statemachine.KeyTTL) error
 	EndLockDelaysFn  func(ctx context.Context, epoch int64, delays []statemachine.LockDelay) error
+	CollectLeasesFn  func(ctx context.Context, epoch int64, leases []statemachine.IdleLease) error
 }
 
 var _ lessor.Proposer = (*Proposer)(nil)
@@ -43,6 +44,10 @@ func (p *Proposer) EndLockDelays(ctx context.Context, epoch int64, delays []stat
 	return p.EndLockDelaysFn(ctx, epoch, delays)
 }
 
+func (p *Proposer) CollectLeases(ctx context.Context, epoch int64, leases []statemachine.IdleLease) error {
+	return p.CollectLeasesFn(ctx, epoch, leases)
+}
+
 // call is one proposal as the recorder saw it.
 type call struct {
 	at     time.Time
@@ -51,6 +56,7 @@ type call struct {
 	ids    []int64
 	keys   []statemachine.KeyTTL
 	delays []statemachine.LockDelay
+	idle   []statemachine.IdleLease
 	err    error
 }
 
@@ -61,6 +67,7 @@ type recorder struct {
 	mu    sync.Mutex
 	calls []call
 	fail  int            // fail this many more calls
+	err   error          // the failure, if not the default
 	block bool           // wait for ctx to be cancelled, then fail
 	l     *lessor.Lessor // fed back the events
 }
@@ -89,6 +96,13 @@ func (r *recorder) proposer() *Proposer {
 			}
 			return r.record(ctx, call{kind: "lock_delay", epoch: epoch, delays: slices.Clone(delays)}, evs)
 		},
+		CollectLeasesFn: func(ctx context.Context, epoch int64, leases []statemachine.IdleLease) error {
+			evs := make([]statemachine.Event, len(leases))
+			for i, il := range leases {
+				evs[i] = statemachine.Event{Type: statemachine.EventLeaseDeleted, Lease: il.Lease}
+			}
+			return r.record(ctx, call{kind: "lease_gc", epoch: epoch, idle: slices.Clone(leases)}, evs)
+		},
 	}
 }
 
@@ -99,6 +113,9 @@ func (r *recorder) record(ctx context.Context, c call, evs []statemachine.Event)
 	if !block && r.fail > 0 {
 		r.fail--
 		c.err = errors.New("injected failure")
+		if r.err != nil {
+			c.err = r.err
+		}
 	}
 	r.calls = append(r.calls, c)
 	l := r.l
@@ -627,6 +644,103 @@ func TestLockDelayEnd(t *testing.T) {
 			})
 		})
 	}
+}
+
+func TestIdleLeaseCollection(t *testing.T) {
+	const gcAfter = 200 * time.Millisecond
+	lease := statemachine.LeaseID{Namespace: "ns", Name: "node-1"}
+	released := func(rev int64, gc time.Duration) []statemachine.Event {
+		return []statemachine.Event{{Revision: rev, Type: statemachine.EventLeaseReleased, Lease: lease, GCAfter: int64(gc)}}
+	}
+	tests := []struct {
+		name    string
+		observe [][]statemachine.Event
+		want    []statemachine.IdleLease // nil: nothing is proposed
+	}{
+		{
+			name:    "An idle lease is collected no sooner than its gc_after, named by the revision that left it idle.",
+			observe: [][]statemachine.Event{released(9, gcAfter)},
+			want:    []statemachine.IdleLease{{Lease: lease, Revision: 9}},
+		},
+		{
+			name:    "A lease left idle without gc_after is kept.",
+			observe: [][]statemachine.Event{released(9, 0)},
+		},
+		{
+			name: "A lease busy again is not collected.",
+			observe: [][]statemachine.Event{released(9, gcAfter),
+				{{Revision: 10, Type: statemachine.EventLeaseAcquired, Lease: lease}}},
+		},
+		{
+			name:    "A later idle event restarts the timing at its own revision.",
+			observe: [][]statemachine.Event{released(9, gcAfter), released(12, gcAfter)},
+			want:    []statemachine.IdleLease{{Lease: lease, Revision: 12}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := &recorder{}
+				l := newLessor(t, r, lessor.Config{})
+				l.Promote(1, statemachine.Deadlines{}, 0)
+				begin := time.Now()
+				for _, evs := range tt.observe {
+					l.Observe(evs)
+				}
+				if tt.want == nil {
+					time.Sleep(2 * gcAfter)
+					if calls := r.snapshot(); len(calls) != 0 {
+						t.Errorf("got = %v, expected: no proposal", calls[0].idle)
+					}
+					return
+				}
+				calls := waitCalls(t, r, 1, 3*time.Second)
+				if got := calls[0].at.Sub(begin); got < gcAfter {
+					t.Errorf("collected %v after it went idle, expected: at least %v", got, gcAfter)
+				}
+				if got := calls[0].idle; !slices.Equal(got, tt.want) {
+					t.Errorf("got = %v, expected: %v", got, tt.want)
+				}
+			})
+		})
+	}
+
+	t.Run("A new leader dates a collection from the logged idle time, not from its promotion.", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			r := &recorder{}
+			l := newLessor(t, r, lessor.Config{})
+			begin := time.Now()
+			idleSince := begin.Add(-gcAfter / 2).UnixNano()
+			l.Promote(1, statemachine.Deadlines{Idle: []statemachine.IdleLease{
+				{Lease: lease, Revision: 4, GCAfter: int64(gcAfter), IdleSince: idleSince},
+			}}, time.Second)
+			calls := waitCalls(t, r, 1, 3*time.Second)
+			if got := calls[0].at.Sub(begin); got != gcAfter/2 {
+				t.Errorf("collected %v after promotion, expected: the %v left of its gc_after", got, gcAfter/2)
+			}
+		})
+	})
+
+	t.Run("A postponed collection is asked for again after the postpone interval, and not counted as failed.", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			r := &recorder{fail: 1, err: fmt.Errorf("cluster version 1: %w", lessor.ErrPostponed)}
+			reg := prometheus.NewRegistry()
+			l := newLessor(t, r, lessor.Config{PostponeInterval: time.Second, Registerer: reg})
+			l.Promote(1, statemachine.Deadlines{}, 0)
+			l.Observe(released(9, gcAfter))
+			calls := waitCalls(t, r, 2, 5*time.Second)
+			if got := calls[1].at.Sub(calls[0].at); got != time.Second {
+				t.Errorf("asked again after %v, expected: the postpone interval %v", got, time.Second)
+			}
+			got := gather(t, reg)
+			if n := got["tenure_lessor_expiries_failed_total{kind=lease_gc}"]; n != 0 {
+				t.Errorf("failed collections: got = %v, expected: 0", n)
+			}
+			if n := got["tenure_lessor_expiries_proposed_total{kind=lease_gc}"]; n != 2 {
+				t.Errorf("proposed collections: got = %v, expected: 2", n)
+			}
+		})
+	})
 }
 
 func TestManySessionsExpireInFewProposals(t *testing.T) {

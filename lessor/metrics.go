@@ -33,7 +33,7 @@ func newMetrics(l *Lessor) metrics {
 		}),
 		proposed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tenure_lessor_expiries_proposed_total",
-			Help: "Expiries proposed to the log, by kind (session, key, lock_delay); retries count again.",
+			Help: "Expiries proposed to the log, by kind (session, key, lock_delay, lease_gc); retries count again.",
 		}, []string{"kind"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tenure_lessor_expiries_failed_total",

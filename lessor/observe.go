@@ -18,6 +18,12 @@ type delayEntry struct {
 	removed  bool // guarded by Lessor.mu
 }
 
+type idleEntry struct {
+	il       statemachine.IdleLease
+	deadline time.Time
+	removed  bool // guarded by Lessor.mu
+}
+
 // Observe is called with each applied command's events, in log order, on
 // the state machine's goroutine under the state write lock. It only
 // updates maps and the heap under locks held briefly by others, and never
@@ -74,6 +80,15 @@ func (l *Lessor) Observe(events []statemachine.Event) {
 		case statemachine.EventLockDelayEnded:
 			l.forgetDelayLocked(ev.Lease)
 		}
+		// Every lease event ends the lease's idle timing; the one that
+		// leaves it idle and collectable carries GCAfter and starts it.
+		if ev.Type.IsLease() {
+			l.forgetIdleLocked(ev.Lease)
+			if ev.GCAfter > 0 {
+				il := statemachine.IdleLease{Lease: ev.Lease, Revision: ev.Revision}
+				l.pushLocked(l.trackIdleLocked(il, now.Add(time.Duration(ev.GCAfter))))
+			}
+		}
 	}
 	if l.sessions != sessions {
 		l.metrics.sessions.Set(float64(l.sessions))
@@ -126,6 +141,21 @@ func (l *Lessor) trackDelayLocked(ld statemachine.LockDelay, deadline time.Time)
 	e := &delayEntry{ld: ld, deadline: deadline}
 	l.delays[ld.Lease] = e
 	return item{at: deadline, d: e}
+}
+
+// trackIdleLocked times il's collection until deadline and returns its
+// item to queue. The caller forgets the lease's previous entry first.
+func (l *Lessor) trackIdleLocked(il statemachine.IdleLease, deadline time.Time) item {
+	e := &idleEntry{il: il, deadline: deadline}
+	l.idle[il.Lease] = e
+	return item{at: deadline, g: e}
+}
+
+func (l *Lessor) forgetIdleLocked(id statemachine.LeaseID) {
+	if e := l.idle[id]; e != nil {
+		e.removed = true
+		delete(l.idle, id)
+	}
 }
 
 func (l *Lessor) forgetSessionLocked(id int64) {

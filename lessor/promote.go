@@ -32,7 +32,7 @@ func (l *Lessor) Promote(epoch int64, d statemachine.Deadlines, extra time.Durat
 	// Sessions fill maps of their own, so that each shard is locked once
 	// rather than once a session, and items are heaped once at the end
 	// rather than pushed one by one: a new leader may inherit 100,000.
-	l.heap = make(deadlineHeap, 0, len(d.Sessions)+len(d.Keys)+len(d.Delays))
+	l.heap = make(deadlineHeap, 0, len(d.Sessions)+len(d.Keys)+len(d.Delays)+len(d.Idle))
 	var maps [shardCount]map[int64]*session
 	for i := range maps {
 		maps[i] = make(map[int64]*session, len(d.Sessions)/shardCount+1)
@@ -51,10 +51,20 @@ func (l *Lessor) Promote(epoch int64, d statemachine.Deadlines, extra time.Durat
 	for _, ld := range d.Delays {
 		l.heap = append(l.heap, l.trackDelayLocked(ld, now.Add(time.Duration(ld.Delay)+extra)))
 	}
+	// A collection is no safety matter: it deletes a record nobody holds
+	// or waits for. Its deadline comes from the logged idle time, so that
+	// leader changes do not put it off, and a clock that jumped makes it
+	// early or late, never wrong.
+	l.idle = make(map[statemachine.LeaseID]*idleEntry, len(d.Idle))
+	wall := now.UnixNano()
+	for _, il := range d.Idle {
+		left := time.Duration(max(il.IdleSince+il.GCAfter-wall, 0))
+		l.heap = append(l.heap, l.trackIdleLocked(statemachine.IdleLease{Lease: il.Lease, Revision: il.Revision}, now.Add(left)))
+	}
 	l.heap.init()
 	l.metrics.sessions.Set(float64(l.sessions))
 	l.logger.Info("lessor: promoted", "epoch", epoch, "sessions", l.sessions,
-		"keys", len(l.keys), "lock_delays", len(l.delays), "extra", extra)
+		"keys", len(l.keys), "lock_delays", len(l.delays), "idle_leases", len(l.idle), "extra", extra)
 	l.kick()
 }
 
@@ -83,7 +93,7 @@ func (l *Lessor) resetLocked() {
 	l.epoch = 0
 	l.setShards([shardCount]map[int64]*session{}, false)
 	l.sessions = 0
-	l.keys, l.delays, l.heap = nil, nil, nil
+	l.keys, l.delays, l.idle, l.heap = nil, nil, nil, nil
 	l.metrics.sessions.Set(0)
 	l.kick()
 }
