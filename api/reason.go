@@ -68,6 +68,9 @@ const (
 	// ReasonRateLimited: the caller is over its per-principal request
 	// rate; nothing changed, retry later.
 	ReasonRateLimited Reason = "rate-limited"
+	// ReasonNotSupported: the cluster does not run this yet, because a
+	// member runs an older build; nothing changed. Upgrade every member.
+	ReasonNotSupported Reason = "not-supported"
 )
 
 // Reasons lists every Reason, so that tests can check that the server
@@ -80,7 +83,7 @@ var Reasons = []Reason{
 	ReasonLeadershipLost, ReasonShuttingDown, ReasonWatchLagged,
 	ReasonCompacted, ReasonWaitCancelled, ReasonDeadlineExceeded,
 	ReasonCanceled, ReasonUnauthenticated, ReasonPermissionDenied,
-	ReasonRateLimited,
+	ReasonRateLimited, ReasonNotSupported,
 }
 
 // NotSent reports whether a call that failed with r was refused before

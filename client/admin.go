@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 )
@@ -29,6 +30,29 @@ type Lease struct {
 	LockDelayOn    bool
 	CreateRevision int64 // when the lease was created
 	ModRevision    int64 // its last change
+	// Status is "held"; "waiting" (waiters but no holder: a lock-delay);
+	// or how the last grant ended: "released", "expired", "revoked".
+	Status string
+	// Last is the most recent grant that ended, nil until one has: an
+	// unheld lease still says who had it and since when it is gone.
+	Last            *EndedGrant
+	GCAfter         time.Duration // 0: kept forever
+	DeleteTime      time.Time     // when the idle record goes, zero while busy
+	PreferredHolder string
+}
+
+// EndedGrant is the last grant of a lease that ended.
+type EndedGrant struct {
+	SessionID   int64
+	Holder      string
+	Token       int64
+	AcquireTime time.Time
+	// RenewTime is the holder's last sign of life: its last heartbeat the
+	// leader saw, for an expiry.
+	RenewTime time.Time
+	EndTime   time.Time
+	Ended     string // "released", "expired" or "revoked"
+	Reason    string
 }
 
 // LeaseName is the lease's namespace and name.
@@ -43,6 +67,7 @@ type GrantInfo struct {
 	RenewTime   time.Time
 	Value       string
 	Exclusive   bool
+	StepDown    string // why the holder was asked to step down, if it was
 }
 
 // Waiter is a session queued for a lease.
@@ -73,6 +98,15 @@ func leaseFrom(p *tenurev1.Lease) Lease {
 		LeaseDuration: p.GetLeaseDuration().AsDuration(), Transitions: p.GetLeaseTransitions(),
 		Labels: p.GetLabels(), LockDelay: p.GetLockDelay().AsDuration(), LockDelayOn: p.GetLockDelayActive(),
 		CreateRevision: p.GetCreateRevision(), ModRevision: p.GetModRevision(),
+		Status: p.GetStatus(), GCAfter: p.GetGcAfter().AsDuration(), DeleteTime: timeOf(p.GetDeleteTime()),
+		PreferredHolder: p.GetPreferredHolder(),
+	}
+	if e := p.GetLast(); e != nil {
+		l.Last = &EndedGrant{
+			SessionID: e.GetSessionId(), Holder: e.GetHolderIdentity(), Token: e.GetToken(),
+			AcquireTime: timeOf(e.GetAcquireTime()), RenewTime: timeOf(e.GetRenewTime()), EndTime: timeOf(e.GetEndTime()),
+			Ended: e.GetEnded(), Reason: e.GetReason(),
+		}
 	}
 	if p.GetAcquireTime() != nil {
 		l.AcquireTime = p.GetAcquireTime().AsTime()
@@ -81,7 +115,7 @@ func leaseFrom(p *tenurev1.Lease) Lease {
 		l.RenewTime = p.GetRenewTime().AsTime()
 	}
 	for _, g := range p.GetHolders() {
-		gr := GrantInfo{SessionID: g.GetSessionId(), Holder: g.GetHolderIdentity(), Token: g.GetToken(), Value: g.GetValue(), Exclusive: g.GetExclusive()}
+		gr := GrantInfo{SessionID: g.GetSessionId(), Holder: g.GetHolderIdentity(), Token: g.GetToken(), Value: g.GetValue(), Exclusive: g.GetExclusive(), StepDown: g.GetStepDown()}
 		if g.GetAcquireTime() != nil {
 			gr.AcquireTime = g.GetAcquireTime().AsTime()
 		}
@@ -98,6 +132,14 @@ func leaseFrom(p *tenurev1.Lease) Lease {
 		l.Waiters = append(l.Waiters, wt)
 	}
 	return l
+}
+
+// timeOf is t as a time.Time, zero when unset.
+func timeOf(t *timestamppb.Timestamp) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.AsTime()
 }
 
 // ListOptions select leases or sessions.
@@ -182,10 +224,28 @@ func (c *Client) Revoke(ctx context.Context, namespace, name string, token int64
 	return revoked, err
 }
 
+// SetPreferredHolder names the identity the lease prefers as holder, or
+// clears it with "": while that identity waits it is granted next, and
+// the holders in its way are asked to step down (their grants end with
+// ErrStepDown locally; the server keeps them until they release). It
+// needs the admin verb, and a cluster whose every member runs this
+// version (ErrNotSupported otherwise).
+func (c *Client) SetPreferredHolder(ctx context.Context, namespace, name, identity string) (Lease, error) {
+	var out Lease
+	err := c.do(ctx, "SetPreferredHolder", idempotent, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.leases.SetPreferredHolder(ctx, connect.NewRequest(&tenurev1.SetPreferredHolderRequest{Namespace: namespace, Name: name, Identity: identity}))
+		if err == nil {
+			out = leaseFrom(resp.Msg.GetLease())
+		}
+		return err
+	})
+	return out, err
+}
+
 // LeaseEvent is one change to a lease.
 type LeaseEvent struct {
 	Revision  int64
-	Type      string // acquired, released, expired, revoked, waiting, wait-ended, value-set, lock-delay-ended
+	Type      string // acquired, released, expired, revoked, waiting, wait-ended, value-set, lock-delay-ended, deleted, step-down, preferred-holder-set
 	Namespace string
 	Name      string
 	SessionID int64
@@ -198,14 +258,17 @@ type LeaseEvent struct {
 }
 
 var leaseEventNames = map[tenurev1.LeaseEventType]string{
-	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_ACQUIRED:         "acquired",
-	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_RELEASED:         "released",
-	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED:          "expired",
-	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED:          "revoked",
-	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_WAITING:          "waiting",
-	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_WAIT_ENDED:       "wait-ended",
-	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_VALUE_SET:        "value-set",
-	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_LOCK_DELAY_ENDED: "lock-delay-ended",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_ACQUIRED:             "acquired",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_RELEASED:             "released",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED:              "expired",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED:              "revoked",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_WAITING:              "waiting",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_WAIT_ENDED:           "wait-ended",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_VALUE_SET:            "value-set",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_LOCK_DELAY_ENDED:     "lock-delay-ended",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_DELETED:              "deleted",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_STEP_DOWN:            "step-down",
+	tenurev1.LeaseEventType_LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET: "preferred-holder-set",
 }
 
 // WatchLeases sends lease events in revision order — of one namespace,

@@ -69,6 +69,13 @@ var (
 	// ErrPermissionDenied is returned when the server's policy does not
 	// allow the call to this client's principal: nothing changed.
 	ErrPermissionDenied = errors.New("permission denied")
+	// ErrNotSupported is returned when the cluster does not run the call
+	// yet: a member runs an older build. Nothing changed.
+	ErrNotSupported = errors.New("not supported by the cluster")
+	// ErrStepDown is the cause of a grant's loss when its holder was asked
+	// to step down (the lease's preferred holder waits). The grant is
+	// still held on the server: stop the work it guards, then release it.
+	ErrStepDown = errors.New("asked to step down")
 )
 
 // errorNames maps every api.Reason the server sends to the sentinel a
@@ -97,6 +104,7 @@ var errorNames = map[api.Reason]error{
 	api.ReasonUnauthenticated:  ErrUnauthenticated,
 	api.ReasonPermissionDenied: ErrPermissionDenied,
 	api.ReasonRateLimited:      ErrResourceExhausted,
+	api.ReasonNotSupported:     ErrNotSupported,
 }
 
 // reasonOf is the api.Reason the server named for err, or "".

@@ -23,6 +23,7 @@ type leaseOptions struct {
 	lockDelay time.Duration
 	watchdog  func()
 	value     string
+	gcAfter   *time.Duration // nil: the server's --lease-gc-after
 }
 
 // LeaseOption configures a lock or an election.
@@ -37,6 +38,15 @@ func WithLabels(l map[string]string) LeaseOption { return func(o *leaseOptions) 
 // WithLockDelay asks that, if this holder's session expires, nobody be
 // granted the lease for d: time for a partitioned holder to stop.
 func WithLockDelay(d time.Duration) LeaseOption { return func(o *leaseOptions) { o.lockDelay = d } }
+
+// WithGCAfter sets how long the lease record is kept once nothing holds
+// or waits for it (its last holder, how the grant ended) before the
+// server deletes it; 0 keeps it forever. Without it the server's
+// --lease-gc-after (1h) applies. Names that come and go (per-pod,
+// per-job) should be collected; a name a team looks up should not.
+func WithGCAfter(d time.Duration) LeaseOption {
+	return func(o *leaseOptions) { o.gcAfter = &d }
+}
 
 // WithValue sets the value RunElection proclaims when elected.
 func WithValue(v string) LeaseOption { return func(o *leaseOptions) { o.value = v } }
@@ -164,6 +174,9 @@ func (h *holder) request(ctx context.Context, wait bool, value string) (int64, e
 	}
 	if h.opts.lockDelay > 0 {
 		req.LockDelay = durationpb.New(h.opts.lockDelay)
+	}
+	if h.opts.gcAfter != nil {
+		req.GcAfter = durationpb.New(*h.opts.gcAfter)
 	}
 	kind := idempotent // Acquire is idempotent per session and lease
 	if wait {
@@ -327,12 +340,16 @@ func (h *holder) watchFrom(ctx context.Context, from, token int64) (ended error,
 	return nil, from, err
 }
 
-// grantEnded is the error a holder's grant ends with, if ev ends it.
+// grantEnded is the error a holder's grant ends with, if ev ends it. A
+// request to step down ends it here too: the holder must stop the work
+// the grant guards, and its release then lets the preferred holder in.
 func grantEnded(lease LeaseName, token int64, ev *tenurev1.LeaseEvent) error {
 	if ev.GetToken() != token {
 		return nil
 	}
 	switch ev.GetType() {
+	case tenurev1.LeaseEventType_LEASE_EVENT_TYPE_STEP_DOWN:
+		return &Error{Op: "Lock", Kind: ErrStepDown, Cause: fmt.Errorf("grant %d of %s: %s", token, lease, ev.GetReason())}
 	case tenurev1.LeaseEventType_LEASE_EVENT_TYPE_RELEASED,
 		tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED,
 		tenurev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED:

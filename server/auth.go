@@ -174,6 +174,8 @@ func (s *Server) check(ctx context.Context, msg any) (done func(), err error) {
 		return nil, s.ownGrant(g, ns(m.Namespace), m.Name, m.Token, "set the value of", false)
 	case *tenurev1.RevokeRequest:
 		return nil, namespace(auth.Admin, m.Namespace)
+	case *tenurev1.SetPreferredHolderRequest:
+		return nil, namespace(auth.Admin, m.Namespace)
 	case *tenurev1.GetLeaseRequest:
 		return nil, namespace(auth.Read, m.Namespace)
 	case *tenurev1.ValidateRequest:
@@ -365,6 +367,7 @@ func (s *Server) readable(ctx context.Context) func(*statemachine.Event) bool {
 // whatever their outcome.
 var audited = map[string]bool{
 	tenurev1connect.LeaseServiceRevokeProcedure:               true,
+	tenurev1connect.LeaseServiceSetPreferredHolderProcedure:   true,
 	tenurev1connect.ClusterServiceJoinProcedure:               true,
 	tenurev1connect.ClusterServiceRemoveMemberProcedure:       true,
 	tenurev1connect.ClusterServiceTransferLeadershipProcedure: true,

@@ -96,7 +96,12 @@ func (s *Server) status() *tenurev1.StatusResponse {
 		AppliedIndex: st.AppliedIndex,
 		LastLogIndex: st.LastLogIndex,
 		Ready:        s.ready.Load(),
+		Version:      statemachine.Version,
 	}
+	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
+		out.ClusterVersion = int32(m.ClusterVersion())
+		return nil
+	})
 	if addr, ok := s.leaderAddress(); ok {
 		out.LeaderApiAddress = addr
 	}
@@ -178,22 +183,53 @@ func (s *Server) join(ctx context.Context, r *tenurev1.JoinRequest) error {
 			return err
 		}
 	}
-	return s.register(ctx, r.GetId(), r.GetApiAddress())
+	return s.register(ctx, r.GetId(), r.GetApiAddress(), int(r.GetVersion()))
 }
 
-// register records a member's API address in the log, unless it is
-// already there.
-func (s *Server) register(ctx context.Context, id, api string) error {
+// register records a member's API address and the cluster version its
+// build runs in the log, unless they are already there.
+func (s *Server) register(ctx context.Context, id, api string, version int) error {
 	var known string
+	var knownVersion int
 	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
 		known, _ = m.MemberAddress(id)
+		knownVersion = m.MemberVersion(id)
 		return nil
 	})
-	if known == api {
+	if known == api && knownVersion == max(version, 1) {
 		return nil
 	}
-	_, err := s.node.Propose(ctx, statemachine.SetMember{ID: id, APIAddress: api})
+	_, err := s.node.Propose(ctx, statemachine.SetMember{ID: id, APIAddress: api, Version: version})
 	return err
+}
+
+// raiseClusterVersion, on the leader, raises the cluster version to this
+// build's once every member of the raft configuration has registered a
+// build that runs it. Until then, commands an older replica would apply
+// differently are refused or postponed: a rolling upgrade runs the old
+// behaviour until its last node is done.
+func (s *Server) raiseClusterVersion(ctx context.Context) error {
+	members, err := s.node.Members()
+	if err != nil {
+		return err
+	}
+	var current int
+	lowest := statemachine.Version
+	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
+		current = m.ClusterVersion()
+		for _, mem := range members {
+			lowest = min(lowest, m.MemberVersion(mem.ID))
+		}
+		return nil
+	})
+	if lowest <= current {
+		return nil
+	}
+	if _, err := s.node.Propose(ctx, statemachine.SetVersion{Version: lowest}); err != nil {
+		return err
+	}
+	s.log.Info("cluster version raised", "from", current, "to", lowest)
+	return nil
 }
 
 func (h *clusterService) RemoveMember(ctx context.Context, req *connect.Request[tenurev1.RemoveMemberRequest]) (*connect.Response[tenurev1.RemoveMemberResponse], error) {

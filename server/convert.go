@@ -63,6 +63,24 @@ func leaseProto(m *statemachine.Machine, l statemachine.Lease, hb heartbeats) *t
 		LockDelayActive:  l.DelayRevision != 0,
 		CreateRevision:   l.CreateRevision,
 		ModRevision:      l.ModRevision,
+		Status:           leaseStatus(&l),
+		GcAfter:          dur(l.GCAfter),
+		PreferredHolder:  l.PreferredHolder,
+	}
+	if l.IdleSince != 0 {
+		out.DeleteTime = stamp(l.IdleSince + l.GCAfter)
+	}
+	if e := l.Last; e != nil {
+		out.Last = &tenurev1.EndedGrant{
+			SessionId:      e.SessionID,
+			HolderIdentity: e.Holder,
+			Token:          e.Token,
+			AcquireTime:    stamp(e.AcquireTime),
+			RenewTime:      stamp(e.RenewTime),
+			EndTime:        stamp(e.EndTime),
+			Ended:          string(e.Ended),
+			Reason:         e.Reason,
+		}
 	}
 	for i, g := range l.Holders {
 		renew := g.RenewTime
@@ -77,6 +95,7 @@ func leaseProto(m *statemachine.Machine, l statemachine.Lease, hb heartbeats) *t
 			RenewTime:      stamp(renew),
 			Value:          g.Value,
 			Exclusive:      g.Exclusive,
+			StepDown:       g.StepDown,
 		})
 		if i == 0 {
 			out.HolderIdentity = g.Holder
@@ -93,6 +112,25 @@ func leaseProto(m *statemachine.Machine, l statemachine.Lease, hb heartbeats) *t
 		out.Waiters = append(out.Waiters, &tenurev1.Waiter{SessionId: w.SessionID, HolderIdentity: w.Holder, Since: stamp(w.Since), Exclusive: w.Exclusive})
 	}
 	return out
+}
+
+// Lease statuses, as Lease.status names them.
+const (
+	statusHeld    = "held"
+	statusWaiting = "waiting" // waiters and no holder: a lock-delay
+	statusFree    = "free"    // never granted, and nobody waits
+)
+
+func leaseStatus(l *statemachine.Lease) string {
+	switch {
+	case len(l.Holders) > 0:
+		return statusHeld
+	case len(l.Waiters) > 0:
+		return statusWaiting
+	case l.Last != nil:
+		return string(l.Last.Ended)
+	}
+	return statusFree
 }
 
 func kvProto(kv *statemachine.KeyValue) *tenurev1.KeyValue {
@@ -120,6 +158,9 @@ var leaseEventTypes = map[statemachine.EventType]tenurev1.LeaseEventType{
 	statemachine.EventLeaseWaitEnded:  tenurev1.LeaseEventType_LEASE_EVENT_TYPE_WAIT_ENDED,
 	statemachine.EventLeaseValueSet:   tenurev1.LeaseEventType_LEASE_EVENT_TYPE_VALUE_SET,
 	statemachine.EventLockDelayEnded:  tenurev1.LeaseEventType_LEASE_EVENT_TYPE_LOCK_DELAY_ENDED,
+	statemachine.EventLeaseDeleted:    tenurev1.LeaseEventType_LEASE_EVENT_TYPE_DELETED,
+	statemachine.EventLeaseStepDown:   tenurev1.LeaseEventType_LEASE_EVENT_TYPE_STEP_DOWN,
+	statemachine.EventLeasePreferred:  tenurev1.LeaseEventType_LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET,
 }
 
 func leaseEventProto(e *statemachine.Event) *tenurev1.LeaseEvent {

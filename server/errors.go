@@ -41,6 +41,7 @@ var errorCodes = []struct {
 	{statemachine.ErrNotWaiting, connect.CodeFailedPrecondition, api.ReasonNotWaiting},
 	{statemachine.ErrTooManyWaiters, connect.CodeResourceExhausted, api.ReasonTooManyWaiters},
 	{statemachine.ErrTooManySessions, connect.CodeResourceExhausted, api.ReasonTooManySessions},
+	{statemachine.ErrNotSupported, connect.CodeFailedPrecondition, api.ReasonNotSupported},
 	{raftnode.ErrNotLeader, connect.CodeUnavailable, api.ReasonNotLeader},
 	// The entry may still commit: not "not-leader", which tells clients
 	// a retry is safe.

@@ -41,6 +41,10 @@ func (h *leaseService) acquireCommand(msg *tenurev1.AcquireRequest) (statemachin
 	if t := msg.GetWaitTimeout().AsDuration(); t < 0 {
 		return statemachine.Acquire{}, invalid("wait_timeout %v is negative", t)
 	}
+	gc, err := lim.gcAfter(msg.GetGcAfter())
+	if err != nil {
+		return statemachine.Acquire{}, err
+	}
 	return statemachine.Acquire{
 		SessionID:  msg.GetSessionId(),
 		Lease:      id,
@@ -51,6 +55,7 @@ func (h *leaseService) acquireCommand(msg *tenurev1.AcquireRequest) (statemachin
 		LockDelay:  int64(delay),
 		MaxWaiters: lim.MaxWaitersPerLease,
 		Exclusive:  msg.GetExclusive(),
+		GCAfter:    int64(gc),
 	}, nil
 }
 
@@ -148,6 +153,26 @@ func (h *leaseService) Revoke(ctx context.Context, req *connect.Request[tenurev1
 	}
 	h.s.log.Info("lease revoked", "lease", id.String(), "tokens", res.Revoked, "reason", req.Msg.GetReason())
 	return connect.NewResponse(&tenurev1.RevokeResponse{Revision: res.Revision, Revoked: res.Revoked}), nil
+}
+
+// SetPreferredHolder names (or clears) the identity a lease prefers. The
+// state machine refuses it until every member runs cluster version 2.
+func (h *leaseService) SetPreferredHolder(ctx context.Context, req *connect.Request[tenurev1.SetPreferredHolderRequest]) (*connect.Response[tenurev1.SetPreferredHolderResponse], error) {
+	id, err := h.s.cfg.Limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if who := req.Msg.GetIdentity(); who != "" {
+		if err := h.s.cfg.Limits.name("identity", who); err != nil {
+			return nil, toConnect(err)
+		}
+	}
+	res, err := h.s.propose(ctx, statemachine.SetPreferred{Lease: id, Identity: req.Msg.GetIdentity()})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	h.s.log.Info("preferred holder set", "lease", id.String(), "identity", req.Msg.GetIdentity())
+	return connect.NewResponse(&tenurev1.SetPreferredHolderResponse{Revision: res.Revision, Lease: h.leaseNow(id, res.Lease)}), nil
 }
 
 func (h *leaseService) Get(ctx context.Context, req *connect.Request[tenurev1.GetLeaseRequest]) (*connect.Response[tenurev1.GetLeaseResponse], error) {

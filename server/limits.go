@@ -25,6 +25,9 @@ type Limits struct {
 	MaxCapacity            int // semaphore size
 	MaxLabels              int
 	WatchHistory           int // events kept for watchers to replay or catch up
+	// LeaseGCAfter is the gc_after of an acquire that names none: how long
+	// an idle lease record is kept. Zero keeps records forever.
+	LeaseGCAfter time.Duration
 	// RequestReadTimeout bounds the time to receive a unary request's
 	// body, so that a client cannot hold a handler by sending it slowly.
 	// Streams are exempt: their bodies last as long as they do. Zero
@@ -47,6 +50,7 @@ func DefaultLimits() Limits {
 		MaxLabels:              64,
 		WatchHistory:           65536,
 		RequestReadTimeout:     10 * time.Second,
+		LeaseGCAfter:           time.Hour,
 	}
 }
 
@@ -89,8 +93,29 @@ func (l Limits) Validate() error {
 		return bad("MaxLabels", "max-labels", l.MaxLabels, "0 or more")
 	case l.WatchHistory < 1:
 		return bad("WatchHistory", "watch-history", l.WatchHistory, "at least 1")
+	case l.LeaseGCAfter < 0 || l.LeaseGCAfter > maxGCAfter:
+		return bad("LeaseGCAfter", "lease-gc-after", l.LeaseGCAfter, "0 (keep forever) up to "+maxGCAfter.String())
 	}
 	return nil
+}
+
+// maxGCAfter bounds gc_after: ten years, far from the int64 nanoseconds
+// that date a deletion.
+const maxGCAfter = 10 * 365 * 24 * time.Hour
+
+// gcAfter is a request's gc_after: the server's default when absent.
+func (l Limits) gcAfter(d *durationpb.Duration) (time.Duration, error) {
+	if d == nil {
+		return l.LeaseGCAfter, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, invalid("gc_after: %v", err)
+	}
+	v := d.AsDuration()
+	if v < 0 || v > maxGCAfter {
+		return 0, invalid("gc_after %v is outside 0 (keep forever) .. %v", v, maxGCAfter)
+	}
+	return v, nil
 }
 
 // errInvalid marks request validation failures; the error table maps it

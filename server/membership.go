@@ -212,7 +212,7 @@ func (m *membership) joinAny() error {
 }
 
 func (m *membership) joinRequest(voter bool) *tenurev1.JoinRequest {
-	return &tenurev1.JoinRequest{Id: m.s.node.ID(), PeerAddress: m.s.node.Addr(), ApiAddress: m.s.advertise, Voter: voter}
+	return &tenurev1.JoinRequest{Id: m.s.node.ID(), PeerAddress: m.s.node.Addr(), ApiAddress: m.s.advertise, Voter: voter, Version: statemachine.Version}
 }
 
 // keep registers this node's API address and asks for its vote, through
@@ -229,12 +229,22 @@ func (m *membership) keep() error {
 	}
 	self := members[i]
 	var registered string
+	var version int
 	_ = s.node.ReadLocal(func(st *statemachine.Machine) error {
 		registered, _ = st.MemberAddress(self.ID)
+		version = st.MemberVersion(self.ID)
 		return nil
 	})
+	if s.leading.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		err := s.raiseClusterVersion(ctx)
+		cancel()
+		if err != nil {
+			s.log.Info("cluster version not raised yet", "err", err)
+		}
+	}
 	switch {
-	case registered != s.advertise || self.Address != s.node.Addr():
+	case registered != s.advertise || version != statemachine.Version || self.Address != s.node.Addr():
 		res, err := m.join(false)
 		if err == nil && m.caughtUpAt == 0 {
 			m.caughtUpAt = res.GetCommitIndex()

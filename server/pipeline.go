@@ -297,8 +297,8 @@ func pipelineError(id uint64, err error) *tenurev1.PipelineResponse {
 // errGrantWatchEnded is the unexported stop signal of watchGrant's pump.
 var errGrantWatchEnded = errors.New("grant ended")
 
-// watchGrant waits until the grant with req's token ends, and returns
-// the event that ended it.
+// watchGrant waits until the grant with req's token ends, or its holder
+// is asked to step down, and returns the event that says so.
 func (h *leaseService) watchGrant(ctx context.Context, req *tenurev1.WatchGrantRequest) (*tenurev1.LeaseEvent, error) {
 	if req.GetToken() <= 0 {
 		return nil, toConnect(invalid("token must be a positive fencing token, got %d", req.GetToken()))
@@ -316,7 +316,8 @@ func (h *leaseService) watchGrant(ctx context.Context, req *tenurev1.WatchGrantR
 		switch ev.GetType() {
 		case tenurev1.LeaseEventType_LEASE_EVENT_TYPE_RELEASED,
 			tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED,
-			tenurev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED:
+			tenurev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED,
+			tenurev1.LeaseEventType_LEASE_EVENT_TYPE_STEP_DOWN:
 			ended = ev
 			return errGrantWatchEnded
 		}

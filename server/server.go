@@ -474,8 +474,10 @@ func (s *Server) tryPromote(ctx context.Context) error {
 	}
 	// Followers forward to the address the leader advertised. Serving
 	// does not wait on it: the membership loop tries again.
-	if err := s.register(ctx, s.node.ID(), s.advertise); err != nil {
+	if err := s.register(ctx, s.node.ID(), s.advertise, statemachine.Version); err != nil {
 		s.log.Warn("API address not advertised yet; followers cannot forward until it is", "err", err)
+	} else if err := s.raiseClusterVersion(ctx); err != nil {
+		s.log.Warn("cluster version not raised yet; the membership loop tries again", "err", err)
 	}
 	return s.node.ReadLocal(func(m *statemachine.Machine) error {
 		if m.Epoch() != res.Epoch {
@@ -491,7 +493,15 @@ func (s *Server) tryPromote(ctx context.Context) error {
 type proposer struct{ s *Server }
 
 func (p proposer) ExpireSessions(ctx context.Context, epoch int64, ids []int64) error {
-	_, err := p.s.node.Propose(ctx, statemachine.ExpireSessions{Epoch: epoch, IDs: ids})
+	// The last heartbeat goes into the log once, here, so that the ended
+	// grants' records say when their holders were last heard from.
+	renewed := make([]int64, len(ids))
+	for i, id := range ids {
+		if t := p.s.lessor.LastHeartbeat(id); !t.IsZero() {
+			renewed[i] = t.UnixNano()
+		}
+	}
+	_, err := p.s.node.Propose(ctx, statemachine.ExpireSessions{Epoch: epoch, IDs: ids, Renewed: renewed})
 	return err
 }
 
@@ -502,6 +512,21 @@ func (p proposer) ExpireKeys(ctx context.Context, epoch int64, keys []statemachi
 
 func (p proposer) EndLockDelays(ctx context.Context, epoch int64, delays []statemachine.LockDelay) error {
 	_, err := p.s.node.Propose(ctx, statemachine.EndLockDelays{Epoch: epoch, Delays: delays})
+	return err
+}
+
+// CollectLeases is postponed while some member runs a build that would
+// not apply it: the deletions would move its revisions off the others'.
+func (p proposer) CollectLeases(ctx context.Context, epoch int64, leases []statemachine.IdleLease) error {
+	var version int
+	_ = p.s.node.ReadLocal(func(m *statemachine.Machine) error {
+		version = m.ClusterVersion()
+		return nil
+	})
+	if version < 2 {
+		return fmt.Errorf("%w: the cluster runs version %d, lease collection needs 2", lessor.ErrPostponed, version)
+	}
+	_, err := p.s.node.Propose(ctx, statemachine.CollectLeases{Epoch: epoch, Leases: leases})
 	return err
 }
 

@@ -114,9 +114,13 @@ func runElect(cmd *cobra.Command, g *globals, o *electOptions, name string, argv
 	return err
 }
 
-// lostLeadership is elect's error after a loss.
+// lostLeadership is elect's error after a loss, or after being asked to
+// step down for the lease's preferred holder.
 func lostLeadership(lease client.LeaseName) func(client.Token, error) error {
-	return func(client.Token, error) error {
+	return func(_ client.Token, cause error) error {
+		if errors.Is(cause, client.ErrStepDown) {
+			return fmt.Errorf("stepped down from %s (%v); the command was stopped", lease, cause)
+		}
 		return fmt.Errorf("lost leadership of %s; the command was stopped", lease)
 	}
 }

@@ -48,31 +48,44 @@ const (
 	LeaseEventType_LEASE_EVENT_TYPE_WAIT_ENDED       LeaseEventType = 6
 	LeaseEventType_LEASE_EVENT_TYPE_VALUE_SET        LeaseEventType = 7
 	LeaseEventType_LEASE_EVENT_TYPE_LOCK_DELAY_ENDED LeaseEventType = 8
+	// The idle record was garbage-collected after its gc_after.
+	LeaseEventType_LEASE_EVENT_TYPE_DELETED LeaseEventType = 9
+	// The holder named by session_id and token is asked to step down; its
+	// grant stands.
+	LeaseEventType_LEASE_EVENT_TYPE_STEP_DOWN LeaseEventType = 10
+	// The preferred holder was set (holder_identity) or cleared (empty).
+	LeaseEventType_LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET LeaseEventType = 11
 )
 
 // Enum value maps for LeaseEventType.
 var (
 	LeaseEventType_name = map[int32]string{
-		0: "LEASE_EVENT_TYPE_UNSPECIFIED",
-		1: "LEASE_EVENT_TYPE_ACQUIRED",
-		2: "LEASE_EVENT_TYPE_RELEASED",
-		3: "LEASE_EVENT_TYPE_EXPIRED",
-		4: "LEASE_EVENT_TYPE_REVOKED",
-		5: "LEASE_EVENT_TYPE_WAITING",
-		6: "LEASE_EVENT_TYPE_WAIT_ENDED",
-		7: "LEASE_EVENT_TYPE_VALUE_SET",
-		8: "LEASE_EVENT_TYPE_LOCK_DELAY_ENDED",
+		0:  "LEASE_EVENT_TYPE_UNSPECIFIED",
+		1:  "LEASE_EVENT_TYPE_ACQUIRED",
+		2:  "LEASE_EVENT_TYPE_RELEASED",
+		3:  "LEASE_EVENT_TYPE_EXPIRED",
+		4:  "LEASE_EVENT_TYPE_REVOKED",
+		5:  "LEASE_EVENT_TYPE_WAITING",
+		6:  "LEASE_EVENT_TYPE_WAIT_ENDED",
+		7:  "LEASE_EVENT_TYPE_VALUE_SET",
+		8:  "LEASE_EVENT_TYPE_LOCK_DELAY_ENDED",
+		9:  "LEASE_EVENT_TYPE_DELETED",
+		10: "LEASE_EVENT_TYPE_STEP_DOWN",
+		11: "LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET",
 	}
 	LeaseEventType_value = map[string]int32{
-		"LEASE_EVENT_TYPE_UNSPECIFIED":      0,
-		"LEASE_EVENT_TYPE_ACQUIRED":         1,
-		"LEASE_EVENT_TYPE_RELEASED":         2,
-		"LEASE_EVENT_TYPE_EXPIRED":          3,
-		"LEASE_EVENT_TYPE_REVOKED":          4,
-		"LEASE_EVENT_TYPE_WAITING":          5,
-		"LEASE_EVENT_TYPE_WAIT_ENDED":       6,
-		"LEASE_EVENT_TYPE_VALUE_SET":        7,
-		"LEASE_EVENT_TYPE_LOCK_DELAY_ENDED": 8,
+		"LEASE_EVENT_TYPE_UNSPECIFIED":          0,
+		"LEASE_EVENT_TYPE_ACQUIRED":             1,
+		"LEASE_EVENT_TYPE_RELEASED":             2,
+		"LEASE_EVENT_TYPE_EXPIRED":              3,
+		"LEASE_EVENT_TYPE_REVOKED":              4,
+		"LEASE_EVENT_TYPE_WAITING":              5,
+		"LEASE_EVENT_TYPE_WAIT_ENDED":           6,
+		"LEASE_EVENT_TYPE_VALUE_SET":            7,
+		"LEASE_EVENT_TYPE_LOCK_DELAY_ENDED":     8,
+		"LEASE_EVENT_TYPE_DELETED":              9,
+		"LEASE_EVENT_TYPE_STEP_DOWN":            10,
+		"LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET": 11,
 	}
 )
 
@@ -929,7 +942,11 @@ func (x *WatchGrantRequest) GetStartRevision() int64 {
 
 type WatchGrantResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// event is the release, revoke or expiry that ended the grant.
+	// event is the release, revoke or expiry that ended the grant, or a
+	// STEP_DOWN event: the holder is asked to step down (its lease's
+	// preferred holder waits). The grant stands after STEP_DOWN until its
+	// holder releases it or its session ends; the client should stop its
+	// work and release.
 	Event         *LeaseEvent `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1592,23 +1609,138 @@ func (x *ListSessionsResponse) GetRevision() int64 {
 	return 0
 }
 
+type SetPreferredHolderRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The preferred holder identity; empty clears it.
+	Identity      string `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPreferredHolderRequest) Reset() {
+	*x = SetPreferredHolderRequest{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPreferredHolderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPreferredHolderRequest) ProtoMessage() {}
+
+func (x *SetPreferredHolderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPreferredHolderRequest.ProtoReflect.Descriptor instead.
+func (*SetPreferredHolderRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SetPreferredHolderRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *SetPreferredHolderRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetPreferredHolderRequest) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+type SetPreferredHolderResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revision      int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Lease         *Lease                 `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPreferredHolderResponse) Reset() {
+	*x = SetPreferredHolderResponse{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPreferredHolderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPreferredHolderResponse) ProtoMessage() {}
+
+func (x *SetPreferredHolderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPreferredHolderResponse.ProtoReflect.Descriptor instead.
+func (*SetPreferredHolderResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SetPreferredHolderResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *SetPreferredHolderResponse) GetLease() *Lease {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
 type Grant struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	SessionId      int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	HolderIdentity string                 `protobuf:"bytes,2,opt,name=holder_identity,json=holderIdentity,proto3" json:"holder_identity,omitempty"`
 	// The fencing token: the global revision at which this grant was made.
-	Token         int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	AcquireTime   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=acquire_time,json=acquireTime,proto3" json:"acquire_time,omitempty"`
-	RenewTime     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=renew_time,json=renewTime,proto3" json:"renew_time,omitempty"`
-	Value         string                 `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
-	Exclusive     bool                   `protobuf:"varint,7,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
+	Token       int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	AcquireTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=acquire_time,json=acquireTime,proto3" json:"acquire_time,omitempty"`
+	RenewTime   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=renew_time,json=renewTime,proto3" json:"renew_time,omitempty"`
+	Value       string                 `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	Exclusive   bool                   `protobuf:"varint,7,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
+	// Why the holder was asked to step down; empty while it was not.
+	StepDown      string `protobuf:"bytes,8,opt,name=step_down,json=stepDown,proto3" json:"step_down,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[18]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1620,7 +1752,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[18]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1633,7 +1765,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{18}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Grant) GetSessionId() int64 {
@@ -1685,6 +1817,119 @@ func (x *Grant) GetExclusive() bool {
 	return false
 }
 
+func (x *Grant) GetStepDown() string {
+	if x != nil {
+		return x.StepDown
+	}
+	return ""
+}
+
+// EndedGrant is the last grant of a lease that ended: who had it, until
+// when, and how it ended.
+type EndedGrant struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	SessionId      int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	HolderIdentity string                 `protobuf:"bytes,2,opt,name=holder_identity,json=holderIdentity,proto3" json:"holder_identity,omitempty"`
+	Token          int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	AcquireTime    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=acquire_time,json=acquireTime,proto3" json:"acquire_time,omitempty"`
+	// The last sign of life: the end itself for a release or revoke, the
+	// last heartbeat the leader saw for an expiry.
+	RenewTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=renew_time,json=renewTime,proto3" json:"renew_time,omitempty"`
+	EndTime   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	// "released", "expired" or "revoked".
+	Ended string `protobuf:"bytes,7,opt,name=ended,proto3" json:"ended,omitempty"`
+	// "session closed", "session expired", a revoke's reason...
+	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndedGrant) Reset() {
+	*x = EndedGrant{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndedGrant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndedGrant) ProtoMessage() {}
+
+func (x *EndedGrant) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndedGrant.ProtoReflect.Descriptor instead.
+func (*EndedGrant) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *EndedGrant) GetSessionId() int64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *EndedGrant) GetHolderIdentity() string {
+	if x != nil {
+		return x.HolderIdentity
+	}
+	return ""
+}
+
+func (x *EndedGrant) GetToken() int64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *EndedGrant) GetAcquireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AcquireTime
+	}
+	return nil
+}
+
+func (x *EndedGrant) GetRenewTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RenewTime
+	}
+	return nil
+}
+
+func (x *EndedGrant) GetEndTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndTime
+	}
+	return nil
+}
+
+func (x *EndedGrant) GetEnded() string {
+	if x != nil {
+		return x.Ended
+	}
+	return ""
+}
+
+func (x *EndedGrant) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type Waiter struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	SessionId      int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1697,7 +1942,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[19]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1954,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[19]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1967,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{19}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Waiter) GetSessionId() int64 {
@@ -1778,13 +2023,28 @@ type Lease struct {
 	LockDelayActive bool  `protobuf:"varint,15,opt,name=lock_delay_active,json=lockDelayActive,proto3" json:"lock_delay_active,omitempty"`
 	CreateRevision  int64 `protobuf:"varint,16,opt,name=create_revision,json=createRevision,proto3" json:"create_revision,omitempty"`
 	ModRevision     int64 `protobuf:"varint,17,opt,name=mod_revision,json=modRevision,proto3" json:"mod_revision,omitempty"`
+	// How the lease stands: "held"; "waiting" (waiters, no holder: a
+	// lock-delay); else how its last grant ended, "released", "expired" or
+	// "revoked".
+	Status string `protobuf:"bytes,18,opt,name=status,proto3" json:"status,omitempty"`
+	// The most recent grant that ended; unset until one has.
+	Last *EndedGrant `protobuf:"bytes,19,opt,name=last,proto3" json:"last,omitempty"`
+	// How long the record may stay idle (no holders, waiters or lock-delay)
+	// before it is deleted; unset keeps it forever.
+	GcAfter *durationpb.Duration `protobuf:"bytes,20,opt,name=gc_after,json=gcAfter,proto3" json:"gc_after,omitempty"`
+	// When the idle record will be deleted unless used again; unset while
+	// it is busy or kept forever.
+	DeleteTime *timestamppb.Timestamp `protobuf:"bytes,21,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
+	// The identity granted ahead of the queue, for which other holders are
+	// asked to step down.
+	PreferredHolder string `protobuf:"bytes,22,opt,name=preferred_holder,json=preferredHolder,proto3" json:"preferred_holder,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[20]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1796,7 +2056,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[20]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1809,7 +2069,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{20}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Lease) GetNamespace() string {
@@ -1931,6 +2191,41 @@ func (x *Lease) GetModRevision() int64 {
 	return 0
 }
 
+func (x *Lease) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *Lease) GetLast() *EndedGrant {
+	if x != nil {
+		return x.Last
+	}
+	return nil
+}
+
+func (x *Lease) GetGcAfter() *durationpb.Duration {
+	if x != nil {
+		return x.GcAfter
+	}
+	return nil
+}
+
+func (x *Lease) GetDeleteTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DeleteTime
+	}
+	return nil
+}
+
+func (x *Lease) GetPreferredHolder() string {
+	if x != nil {
+		return x.PreferredHolder
+	}
+	return ""
+}
+
 type AcquireRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1952,14 +2247,18 @@ type AcquireRequest struct {
 	// exclusive asks for the lease alone, whatever its capacity: a writer
 	// of a readers-writer lock, whose readers acquire with capacity N. In
 	// the FIFO queue, readers behind a waiting writer wait for it.
-	Exclusive     bool `protobuf:"varint,10,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
+	Exclusive bool `protobuf:"varint,10,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
+	// How long the lease record may stay idle once nothing holds it or
+	// waits for it before it is deleted. Leave it out for the server's
+	// --lease-gc-after (1h); "0s" keeps the record forever.
+	GcAfter       *durationpb.Duration `protobuf:"bytes,11,opt,name=gc_after,json=gcAfter,proto3" json:"gc_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[21]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2270,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[21]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2283,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{21}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AcquireRequest) GetSessionId() int64 {
@@ -2057,6 +2356,13 @@ func (x *AcquireRequest) GetExclusive() bool {
 	return false
 }
 
+func (x *AcquireRequest) GetGcAfter() *durationpb.Duration {
+	if x != nil {
+		return x.GcAfter
+	}
+	return nil
+}
+
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// acquired is false only for a non-waiting Acquire of a full lease.
@@ -2069,7 +2375,7 @@ type AcquireResponse struct {
 
 func (x *AcquireResponse) Reset() {
 	*x = AcquireResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[22]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2387,7 @@ func (x *AcquireResponse) String() string {
 func (*AcquireResponse) ProtoMessage() {}
 
 func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[22]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2400,7 @@ func (x *AcquireResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireResponse.ProtoReflect.Descriptor instead.
 func (*AcquireResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{22}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AcquireResponse) GetAcquired() bool {
@@ -2129,7 +2435,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[23]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2447,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[23]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2460,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{23}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReleaseRequest) GetNamespace() string {
@@ -2187,7 +2493,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[24]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2505,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[24]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2518,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{24}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReleaseResponse) GetRevision() int64 {
@@ -2234,7 +2540,7 @@ type SetValueRequest struct {
 
 func (x *SetValueRequest) Reset() {
 	*x = SetValueRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[25]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2552,7 @@ func (x *SetValueRequest) String() string {
 func (*SetValueRequest) ProtoMessage() {}
 
 func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[25]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2565,7 @@ func (x *SetValueRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueRequest.ProtoReflect.Descriptor instead.
 func (*SetValueRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{25}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetValueRequest) GetNamespace() string {
@@ -2299,7 +2605,7 @@ type SetValueResponse struct {
 
 func (x *SetValueResponse) Reset() {
 	*x = SetValueResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[26]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2311,7 +2617,7 @@ func (x *SetValueResponse) String() string {
 func (*SetValueResponse) ProtoMessage() {}
 
 func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[26]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2324,7 +2630,7 @@ func (x *SetValueResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValueResponse.ProtoReflect.Descriptor instead.
 func (*SetValueResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{26}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetValueResponse) GetRevision() int64 {
@@ -2347,7 +2653,7 @@ type RevokeRequest struct {
 
 func (x *RevokeRequest) Reset() {
 	*x = RevokeRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[27]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2359,7 +2665,7 @@ func (x *RevokeRequest) String() string {
 func (*RevokeRequest) ProtoMessage() {}
 
 func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[27]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2372,7 +2678,7 @@ func (x *RevokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeRequest.ProtoReflect.Descriptor instead.
 func (*RevokeRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{27}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RevokeRequest) GetNamespace() string {
@@ -2414,7 +2720,7 @@ type RevokeResponse struct {
 
 func (x *RevokeResponse) Reset() {
 	*x = RevokeResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[28]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2426,7 +2732,7 @@ func (x *RevokeResponse) String() string {
 func (*RevokeResponse) ProtoMessage() {}
 
 func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[28]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2439,7 +2745,7 @@ func (x *RevokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeResponse.ProtoReflect.Descriptor instead.
 func (*RevokeResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{28}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RevokeResponse) GetRevision() int64 {
@@ -2470,7 +2776,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[29]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2788,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[29]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2801,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{29}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetLeaseRequest) GetNamespace() string {
@@ -2531,7 +2837,7 @@ type GetLeaseResponse struct {
 
 func (x *GetLeaseResponse) Reset() {
 	*x = GetLeaseResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[30]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2849,7 @@ func (x *GetLeaseResponse) String() string {
 func (*GetLeaseResponse) ProtoMessage() {}
 
 func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[30]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2862,7 @@ func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseResponse.ProtoReflect.Descriptor instead.
 func (*GetLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{30}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetLeaseResponse) GetLease() *Lease {
@@ -2588,7 +2894,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[31]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +2906,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[31]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +2919,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{31}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListLeasesRequest) GetNamespace() string {
@@ -2654,7 +2960,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[32]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +2972,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[32]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +2985,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{32}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*Lease {
@@ -2707,7 +3013,7 @@ type ValidateRequest struct {
 
 func (x *ValidateRequest) Reset() {
 	*x = ValidateRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[33]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2719,7 +3025,7 @@ func (x *ValidateRequest) String() string {
 func (*ValidateRequest) ProtoMessage() {}
 
 func (x *ValidateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[33]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2732,7 +3038,7 @@ func (x *ValidateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateRequest.ProtoReflect.Descriptor instead.
 func (*ValidateRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{33}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ValidateRequest) GetNamespace() string {
@@ -2771,7 +3077,7 @@ type ValidateResponse struct {
 
 func (x *ValidateResponse) Reset() {
 	*x = ValidateResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[34]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2783,7 +3089,7 @@ func (x *ValidateResponse) String() string {
 func (*ValidateResponse) ProtoMessage() {}
 
 func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[34]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2796,7 +3102,7 @@ func (x *ValidateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidateResponse.ProtoReflect.Descriptor instead.
 func (*ValidateResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{34}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ValidateResponse) GetValid() bool {
@@ -2848,7 +3154,7 @@ type WatchLeasesRequest struct {
 
 func (x *WatchLeasesRequest) Reset() {
 	*x = WatchLeasesRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[35]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2860,7 +3166,7 @@ func (x *WatchLeasesRequest) String() string {
 func (*WatchLeasesRequest) ProtoMessage() {}
 
 func (x *WatchLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[35]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2873,7 +3179,7 @@ func (x *WatchLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchLeasesRequest.ProtoReflect.Descriptor instead.
 func (*WatchLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{35}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WatchLeasesRequest) GetNamespace() string {
@@ -2923,7 +3229,7 @@ type LeaseEvent struct {
 
 func (x *LeaseEvent) Reset() {
 	*x = LeaseEvent{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[36]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2935,7 +3241,7 @@ func (x *LeaseEvent) String() string {
 func (*LeaseEvent) ProtoMessage() {}
 
 func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[36]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2948,7 +3254,7 @@ func (x *LeaseEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseEvent.ProtoReflect.Descriptor instead.
 func (*LeaseEvent) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{36}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LeaseEvent) GetRevision() int64 {
@@ -3038,7 +3344,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[37]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3050,7 +3356,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[37]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3063,7 +3369,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{37}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *KeyValue) GetKey() string {
@@ -3128,7 +3434,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[38]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3140,7 +3446,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[38]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3153,7 +3459,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{38}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetRequest) GetKey() string {
@@ -3180,7 +3486,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[39]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3192,7 +3498,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[39]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3205,7 +3511,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{39}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetResponse) GetKv() *KeyValue {
@@ -3237,7 +3543,7 @@ type RangeRequest struct {
 
 func (x *RangeRequest) Reset() {
 	*x = RangeRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[40]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3249,7 +3555,7 @@ func (x *RangeRequest) String() string {
 func (*RangeRequest) ProtoMessage() {}
 
 func (x *RangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[40]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3262,7 +3568,7 @@ func (x *RangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeRequest.ProtoReflect.Descriptor instead.
 func (*RangeRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{40}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RangeRequest) GetPrefix() string {
@@ -3298,7 +3604,7 @@ type RangeResponse struct {
 
 func (x *RangeResponse) Reset() {
 	*x = RangeResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[41]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3310,7 +3616,7 @@ func (x *RangeResponse) String() string {
 func (*RangeResponse) ProtoMessage() {}
 
 func (x *RangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[41]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3323,7 +3629,7 @@ func (x *RangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeResponse.ProtoReflect.Descriptor instead.
 func (*RangeResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{41}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RangeResponse) GetKvs() []*KeyValue {
@@ -3363,7 +3669,7 @@ type PutRequest struct {
 
 func (x *PutRequest) Reset() {
 	*x = PutRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[42]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3375,7 +3681,7 @@ func (x *PutRequest) String() string {
 func (*PutRequest) ProtoMessage() {}
 
 func (x *PutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[42]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3388,7 +3694,7 @@ func (x *PutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRequest.ProtoReflect.Descriptor instead.
 func (*PutRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{42}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PutRequest) GetKey() string {
@@ -3429,7 +3735,7 @@ type PutResponse struct {
 
 func (x *PutResponse) Reset() {
 	*x = PutResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[43]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3441,7 +3747,7 @@ func (x *PutResponse) String() string {
 func (*PutResponse) ProtoMessage() {}
 
 func (x *PutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[43]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3454,7 +3760,7 @@ func (x *PutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutResponse.ProtoReflect.Descriptor instead.
 func (*PutResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{43}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PutResponse) GetRevision() int64 {
@@ -3482,7 +3788,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[44]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3494,7 +3800,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[44]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3507,7 +3813,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{44}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeleteRequest) GetKey() string {
@@ -3534,7 +3840,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[45]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3546,7 +3852,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[45]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3559,7 +3865,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{45}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeleteResponse) GetDeleted() int64 {
@@ -3590,7 +3896,7 @@ type Compare struct {
 
 func (x *Compare) Reset() {
 	*x = Compare{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[46]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3602,7 +3908,7 @@ func (x *Compare) String() string {
 func (*Compare) ProtoMessage() {}
 
 func (x *Compare) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[46]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3615,7 +3921,7 @@ func (x *Compare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Compare.ProtoReflect.Descriptor instead.
 func (*Compare) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{46}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Compare) GetTarget() isCompare_Target {
@@ -3694,7 +4000,7 @@ type CompareAndSwapRequest struct {
 
 func (x *CompareAndSwapRequest) Reset() {
 	*x = CompareAndSwapRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[47]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3706,7 +4012,7 @@ func (x *CompareAndSwapRequest) String() string {
 func (*CompareAndSwapRequest) ProtoMessage() {}
 
 func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[47]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3719,7 +4025,7 @@ func (x *CompareAndSwapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapRequest.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{47}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CompareAndSwapRequest) GetKey() string {
@@ -3774,7 +4080,7 @@ type CompareAndSwapResponse struct {
 
 func (x *CompareAndSwapResponse) Reset() {
 	*x = CompareAndSwapResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[48]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3786,7 +4092,7 @@ func (x *CompareAndSwapResponse) String() string {
 func (*CompareAndSwapResponse) ProtoMessage() {}
 
 func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[48]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3799,7 +4105,7 @@ func (x *CompareAndSwapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompareAndSwapResponse.ProtoReflect.Descriptor instead.
 func (*CompareAndSwapResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{48}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CompareAndSwapResponse) GetRevision() int64 {
@@ -3829,7 +4135,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[49]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3841,7 +4147,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[49]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3854,7 +4160,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{49}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WatchRequest) GetKey() string {
@@ -3890,7 +4196,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[50]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3902,7 +4208,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[50]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3915,7 +4221,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{50}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WatchEvent) GetRevision() int64 {
@@ -3954,7 +4260,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[51]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3966,7 +4272,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[51]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3979,7 +4285,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{51}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{54}
 }
 
 type Member struct {
@@ -4004,7 +4310,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[52]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4016,7 +4322,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[52]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4029,7 +4335,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{52}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Member) GetId() string {
@@ -4100,7 +4406,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[53]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4112,7 +4418,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[53]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4125,7 +4431,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{53}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -4157,7 +4463,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[54]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4169,7 +4475,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[54]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4182,7 +4488,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{54}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{57}
 }
 
 type StatusResponse struct {
@@ -4204,14 +4510,19 @@ type StatusResponse struct {
 	Revision    int64                `protobuf:"varint,12,opt,name=revision,proto3" json:"revision,omitempty"`
 	// The node is a member of a cluster that has a leader, and if it leads,
 	// it is ready to serve.
-	Ready         bool `protobuf:"varint,13,opt,name=ready,proto3" json:"ready,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Ready bool `protobuf:"varint,13,opt,name=ready,proto3" json:"ready,omitempty"`
+	// The highest cluster version this node's build runs.
+	Version int32 `protobuf:"varint,14,opt,name=version,proto3" json:"version,omitempty"`
+	// The version the cluster runs, as this node has applied it: raised by
+	// the leader once every member runs a build that knows it.
+	ClusterVersion int32 `protobuf:"varint,15,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[55]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4223,7 +4534,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[55]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4236,7 +4547,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{55}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StatusResponse) GetId() string {
@@ -4330,19 +4641,36 @@ func (x *StatusResponse) GetReady() bool {
 	return false
 }
 
+func (x *StatusResponse) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetClusterVersion() int32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
+}
+
 type JoinRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	PeerAddress   string                 `protobuf:"bytes,2,opt,name=peer_address,json=peerAddress,proto3" json:"peer_address,omitempty"`
-	ApiAddress    string                 `protobuf:"bytes,3,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
-	Voter         bool                   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	PeerAddress string                 `protobuf:"bytes,2,opt,name=peer_address,json=peerAddress,proto3" json:"peer_address,omitempty"`
+	ApiAddress  string                 `protobuf:"bytes,3,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
+	Voter       bool                   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
+	// The highest cluster version the node's build runs; 0 (older builds)
+	// means 1.
+	Version       int32 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[56]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4354,7 +4682,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[56]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4367,7 +4695,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{56}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -4398,6 +4726,13 @@ func (x *JoinRequest) GetVoter() bool {
 	return false
 }
 
+func (x *JoinRequest) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 type JoinResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The leader's commit index when it answered: a joining non-voter has
@@ -4410,7 +4745,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[57]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4422,7 +4757,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[57]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4435,7 +4770,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{57}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *JoinResponse) GetCommitIndex() uint64 {
@@ -4461,7 +4796,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[58]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4473,7 +4808,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[58]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4486,7 +4821,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{58}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -4504,7 +4839,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[59]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4516,7 +4851,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[59]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4529,7 +4864,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{59}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{62}
 }
 
 type TransferLeadershipRequest struct {
@@ -4542,7 +4877,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[60]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4554,7 +4889,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[60]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4567,7 +4902,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{60}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -4587,7 +4922,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[61]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4599,7 +4934,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[61]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4612,7 +4947,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{61}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -4633,7 +4968,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[62]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4645,7 +4980,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[62]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4658,7 +4993,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{62}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *NodeInfo) GetId() string {
@@ -4694,7 +5029,7 @@ type IntroduceRequest struct {
 
 func (x *IntroduceRequest) Reset() {
 	*x = IntroduceRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[63]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4706,7 +5041,7 @@ func (x *IntroduceRequest) String() string {
 func (*IntroduceRequest) ProtoMessage() {}
 
 func (x *IntroduceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[63]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4719,7 +5054,7 @@ func (x *IntroduceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntroduceRequest.ProtoReflect.Descriptor instead.
 func (*IntroduceRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{63}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *IntroduceRequest) GetNode() *NodeInfo {
@@ -4750,7 +5085,7 @@ type IntroduceResponse struct {
 
 func (x *IntroduceResponse) Reset() {
 	*x = IntroduceResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[64]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4762,7 +5097,7 @@ func (x *IntroduceResponse) String() string {
 func (*IntroduceResponse) ProtoMessage() {}
 
 func (x *IntroduceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[64]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4775,7 +5110,7 @@ func (x *IntroduceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntroduceResponse.ProtoReflect.Descriptor instead.
 func (*IntroduceResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{64}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *IntroduceResponse) GetNode() *NodeInfo {
@@ -4807,7 +5142,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[65]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4819,7 +5154,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[65]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4832,7 +5167,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{65}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{68}
 }
 
 // The stream's chunks concatenated are the snapshot file; the last chunk
@@ -4849,7 +5184,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[66]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4861,7 +5196,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[66]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4874,7 +5209,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{66}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -5000,7 +5335,14 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x05stale\x18\x02 \x01(\bR\x05stale\"b\n" +
 	"\x14ListSessionsResponse\x12.\n" +
 	"\bsessions\x18\x01 \x03(\v2\x12.tenure.v1.SessionR\bsessions\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision\"\x93\x02\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"i\n" +
+	"\x19SetPreferredHolderRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\"`\n" +
+	"\x1aSetPreferredHolderResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\x12&\n" +
+	"\x05lease\x18\x02 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"\xb0\x02\n" +
 	"\x05Grant\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12'\n" +
@@ -5010,13 +5352,26 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\n" +
 	"renew_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\trenewTime\x12\x14\n" +
 	"\x05value\x18\x06 \x01(\tR\x05value\x12\x1c\n" +
-	"\texclusive\x18\a \x01(\bR\texclusive\"\xa0\x01\n" +
+	"\texclusive\x18\a \x01(\bR\texclusive\x12\x1b\n" +
+	"\tstep_down\x18\b \x01(\tR\bstepDown\"\xc9\x02\n" +
+	"\n" +
+	"EndedGrant\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\x03R\tsessionId\x12'\n" +
+	"\x0fholder_identity\x18\x02 \x01(\tR\x0eholderIdentity\x12\x14\n" +
+	"\x05token\x18\x03 \x01(\x03R\x05token\x12=\n" +
+	"\facquire_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vacquireTime\x129\n" +
+	"\n" +
+	"renew_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\trenewTime\x125\n" +
+	"\bend_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x14\n" +
+	"\x05ended\x18\a \x01(\tR\x05ended\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\"\xa0\x01\n" +
 	"\x06Waiter\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12'\n" +
 	"\x0fholder_identity\x18\x02 \x01(\tR\x0eholderIdentity\x120\n" +
 	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1c\n" +
-	"\texclusive\x18\x04 \x01(\bR\texclusive\"\x9e\x06\n" +
+	"\texclusive\x18\x04 \x01(\bR\texclusive\"\xff\a\n" +
 	"\x05Lease\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -5037,10 +5392,16 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"lock_delay\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12*\n" +
 	"\x11lock_delay_active\x18\x0f \x01(\bR\x0flockDelayActive\x12'\n" +
 	"\x0fcreate_revision\x18\x10 \x01(\x03R\x0ecreateRevision\x12!\n" +
-	"\fmod_revision\x18\x11 \x01(\x03R\vmodRevision\x1a9\n" +
+	"\fmod_revision\x18\x11 \x01(\x03R\vmodRevision\x12\x16\n" +
+	"\x06status\x18\x12 \x01(\tR\x06status\x12)\n" +
+	"\x04last\x18\x13 \x01(\v2\x15.tenure.v1.EndedGrantR\x04last\x124\n" +
+	"\bgc_after\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\agcAfter\x12;\n" +
+	"\vdelete_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"deleteTime\x12)\n" +
+	"\x10preferred_holder\x18\x16 \x01(\tR\x0fpreferredHolder\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb7\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xed\x03\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x1c\n" +
@@ -5054,7 +5415,8 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\n" +
 	"lock_delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x1c\n" +
 	"\texclusive\x18\n" +
-	" \x01(\bR\texclusive\x1a9\n" +
+	" \x01(\bR\texclusive\x124\n" +
+	"\bgc_after\x18\v \x01(\v2\x19.google.protobuf.DurationR\agcAfter\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
@@ -5208,7 +5570,7 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\amembers\x18\x01 \x03(\v2\x11.tenure.v1.MemberR\amembers\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12#\n" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"\x0f\n" +
-	"\rStatusRequest\"\xb5\x03\n" +
+	"\rStatusRequest\"\xf8\x03\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vapi_address\x18\x02 \x01(\tR\n" +
@@ -5224,13 +5586,16 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	" \x01(\x04R\flastLogIndex\x12<\n" +
 	"\flast_contact\x18\v \x01(\v2\x19.google.protobuf.DurationR\vlastContact\x12\x1a\n" +
 	"\brevision\x18\f \x01(\x03R\brevision\x12\x14\n" +
-	"\x05ready\x18\r \x01(\bR\x05ready\"w\n" +
+	"\x05ready\x18\r \x01(\bR\x05ready\x12\x18\n" +
+	"\aversion\x18\x0e \x01(\x05R\aversion\x12'\n" +
+	"\x0fcluster_version\x18\x0f \x01(\x05R\x0eclusterVersion\"\x91\x01\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fpeer_address\x18\x02 \x01(\tR\vpeerAddress\x12\x1f\n" +
 	"\vapi_address\x18\x03 \x01(\tR\n" +
 	"apiAddress\x12\x14\n" +
-	"\x05voter\x18\x04 \x01(\bR\x05voter\"^\n" +
+	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x05R\aversion\"^\n" +
 	"\fJoinResponse\x12!\n" +
 	"\fcommit_index\x18\x01 \x01(\x04R\vcommitIndex\x12+\n" +
 	"\amembers\x18\x02 \x03(\v2\x11.tenure.v1.MemberR\amembers\"%\n" +
@@ -5257,7 +5622,7 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision*\xb2\x02\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision*\x9b\x03\n" +
 	"\x0eLeaseEventType\x12 \n" +
 	"\x1cLEASE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19LEASE_EVENT_TYPE_ACQUIRED\x10\x01\x12\x1d\n" +
@@ -5267,7 +5632,11 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x18LEASE_EVENT_TYPE_WAITING\x10\x05\x12\x1f\n" +
 	"\x1bLEASE_EVENT_TYPE_WAIT_ENDED\x10\x06\x12\x1e\n" +
 	"\x1aLEASE_EVENT_TYPE_VALUE_SET\x10\a\x12%\n" +
-	"!LEASE_EVENT_TYPE_LOCK_DELAY_ENDED\x10\b*\x86\x01\n" +
+	"!LEASE_EVENT_TYPE_LOCK_DELAY_ENDED\x10\b\x12\x1c\n" +
+	"\x18LEASE_EVENT_TYPE_DELETED\x10\t\x12\x1e\n" +
+	"\x1aLEASE_EVENT_TYPE_STEP_DOWN\x10\n" +
+	"\x12)\n" +
+	"%LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET\x10\v*\x86\x01\n" +
 	"\x0eWatchEventType\x12 \n" +
 	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14WATCH_EVENT_TYPE_PUT\x10\x01\x12\x1b\n" +
@@ -5280,7 +5649,7 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x05Close\x12\x1e.tenure.v1.CloseSessionRequest\x1a\x1f.tenure.v1.CloseSessionResponse\x12B\n" +
 	"\x03Get\x12\x1c.tenure.v1.GetSessionRequest\x1a\x1d.tenure.v1.GetSessionResponse\x12G\n" +
 	"\x04List\x12\x1e.tenure.v1.ListSessionsRequest\x1a\x1f.tenure.v1.ListSessionsResponse\x12G\n" +
-	"\bPipeline\x12\x1a.tenure.v1.PipelineRequest\x1a\x1b.tenure.v1.PipelineResponse(\x010\x012\xa1\x04\n" +
+	"\bPipeline\x12\x1a.tenure.v1.PipelineRequest\x1a\x1b.tenure.v1.PipelineResponse(\x010\x012\x84\x05\n" +
 	"\fLeaseService\x12@\n" +
 	"\aAcquire\x12\x19.tenure.v1.AcquireRequest\x1a\x1a.tenure.v1.AcquireResponse\x12@\n" +
 	"\aRelease\x12\x19.tenure.v1.ReleaseRequest\x1a\x1a.tenure.v1.ReleaseResponse\x12C\n" +
@@ -5289,7 +5658,8 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x03Get\x12\x1a.tenure.v1.GetLeaseRequest\x1a\x1b.tenure.v1.GetLeaseResponse\x12C\n" +
 	"\x04List\x12\x1c.tenure.v1.ListLeasesRequest\x1a\x1d.tenure.v1.ListLeasesResponse\x12C\n" +
 	"\bValidate\x12\x1a.tenure.v1.ValidateRequest\x1a\x1b.tenure.v1.ValidateResponse\x12?\n" +
-	"\x05Watch\x12\x1d.tenure.v1.WatchLeasesRequest\x1a\x15.tenure.v1.LeaseEvent0\x012\x84\x03\n" +
+	"\x05Watch\x12\x1d.tenure.v1.WatchLeasesRequest\x1a\x15.tenure.v1.LeaseEvent0\x01\x12a\n" +
+	"\x12SetPreferredHolder\x12$.tenure.v1.SetPreferredHolderRequest\x1a%.tenure.v1.SetPreferredHolderResponse2\x84\x03\n" +
 	"\tKVService\x124\n" +
 	"\x03Get\x12\x15.tenure.v1.GetRequest\x1a\x16.tenure.v1.GetResponse\x12:\n" +
 	"\x05Range\x12\x17.tenure.v1.RangeRequest\x1a\x18.tenure.v1.RangeResponse\x124\n" +
@@ -5319,7 +5689,7 @@ func file_tenure_v1_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tenure_v1_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_tenure_v1_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_tenure_v1_tenure_proto_goTypes = []any{
 	(LeaseEventType)(0),                // 0: tenure.v1.LeaseEventType
 	(WatchEventType)(0),                // 1: tenure.v1.WatchEventType
@@ -5341,197 +5711,210 @@ var file_tenure_v1_tenure_proto_goTypes = []any{
 	(*GetSessionResponse)(nil),         // 17: tenure.v1.GetSessionResponse
 	(*ListSessionsRequest)(nil),        // 18: tenure.v1.ListSessionsRequest
 	(*ListSessionsResponse)(nil),       // 19: tenure.v1.ListSessionsResponse
-	(*Grant)(nil),                      // 20: tenure.v1.Grant
-	(*Waiter)(nil),                     // 21: tenure.v1.Waiter
-	(*Lease)(nil),                      // 22: tenure.v1.Lease
-	(*AcquireRequest)(nil),             // 23: tenure.v1.AcquireRequest
-	(*AcquireResponse)(nil),            // 24: tenure.v1.AcquireResponse
-	(*ReleaseRequest)(nil),             // 25: tenure.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),            // 26: tenure.v1.ReleaseResponse
-	(*SetValueRequest)(nil),            // 27: tenure.v1.SetValueRequest
-	(*SetValueResponse)(nil),           // 28: tenure.v1.SetValueResponse
-	(*RevokeRequest)(nil),              // 29: tenure.v1.RevokeRequest
-	(*RevokeResponse)(nil),             // 30: tenure.v1.RevokeResponse
-	(*GetLeaseRequest)(nil),            // 31: tenure.v1.GetLeaseRequest
-	(*GetLeaseResponse)(nil),           // 32: tenure.v1.GetLeaseResponse
-	(*ListLeasesRequest)(nil),          // 33: tenure.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),         // 34: tenure.v1.ListLeasesResponse
-	(*ValidateRequest)(nil),            // 35: tenure.v1.ValidateRequest
-	(*ValidateResponse)(nil),           // 36: tenure.v1.ValidateResponse
-	(*WatchLeasesRequest)(nil),         // 37: tenure.v1.WatchLeasesRequest
-	(*LeaseEvent)(nil),                 // 38: tenure.v1.LeaseEvent
-	(*KeyValue)(nil),                   // 39: tenure.v1.KeyValue
-	(*GetRequest)(nil),                 // 40: tenure.v1.GetRequest
-	(*GetResponse)(nil),                // 41: tenure.v1.GetResponse
-	(*RangeRequest)(nil),               // 42: tenure.v1.RangeRequest
-	(*RangeResponse)(nil),              // 43: tenure.v1.RangeResponse
-	(*PutRequest)(nil),                 // 44: tenure.v1.PutRequest
-	(*PutResponse)(nil),                // 45: tenure.v1.PutResponse
-	(*DeleteRequest)(nil),              // 46: tenure.v1.DeleteRequest
-	(*DeleteResponse)(nil),             // 47: tenure.v1.DeleteResponse
-	(*Compare)(nil),                    // 48: tenure.v1.Compare
-	(*CompareAndSwapRequest)(nil),      // 49: tenure.v1.CompareAndSwapRequest
-	(*CompareAndSwapResponse)(nil),     // 50: tenure.v1.CompareAndSwapResponse
-	(*WatchRequest)(nil),               // 51: tenure.v1.WatchRequest
-	(*WatchEvent)(nil),                 // 52: tenure.v1.WatchEvent
-	(*MembersRequest)(nil),             // 53: tenure.v1.MembersRequest
-	(*Member)(nil),                     // 54: tenure.v1.Member
-	(*MembersResponse)(nil),            // 55: tenure.v1.MembersResponse
-	(*StatusRequest)(nil),              // 56: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),             // 57: tenure.v1.StatusResponse
-	(*JoinRequest)(nil),                // 58: tenure.v1.JoinRequest
-	(*JoinResponse)(nil),               // 59: tenure.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),        // 60: tenure.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),       // 61: tenure.v1.RemoveMemberResponse
-	(*TransferLeadershipRequest)(nil),  // 62: tenure.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 63: tenure.v1.TransferLeadershipResponse
-	(*NodeInfo)(nil),                   // 64: tenure.v1.NodeInfo
-	(*IntroduceRequest)(nil),           // 65: tenure.v1.IntroduceRequest
-	(*IntroduceResponse)(nil),          // 66: tenure.v1.IntroduceResponse
-	(*SnapshotRequest)(nil),            // 67: tenure.v1.SnapshotRequest
-	(*SnapshotChunk)(nil),              // 68: tenure.v1.SnapshotChunk
-	nil,                                // 69: tenure.v1.Session.LabelsEntry
-	nil,                                // 70: tenure.v1.OpenSessionRequest.LabelsEntry
-	nil,                                // 71: tenure.v1.Lease.LabelsEntry
-	nil,                                // 72: tenure.v1.AcquireRequest.LabelsEntry
-	(*anypb.Any)(nil),                  // 73: google.protobuf.Any
-	(*durationpb.Duration)(nil),        // 74: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 75: google.protobuf.Timestamp
+	(*SetPreferredHolderRequest)(nil),  // 20: tenure.v1.SetPreferredHolderRequest
+	(*SetPreferredHolderResponse)(nil), // 21: tenure.v1.SetPreferredHolderResponse
+	(*Grant)(nil),                      // 22: tenure.v1.Grant
+	(*EndedGrant)(nil),                 // 23: tenure.v1.EndedGrant
+	(*Waiter)(nil),                     // 24: tenure.v1.Waiter
+	(*Lease)(nil),                      // 25: tenure.v1.Lease
+	(*AcquireRequest)(nil),             // 26: tenure.v1.AcquireRequest
+	(*AcquireResponse)(nil),            // 27: tenure.v1.AcquireResponse
+	(*ReleaseRequest)(nil),             // 28: tenure.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),            // 29: tenure.v1.ReleaseResponse
+	(*SetValueRequest)(nil),            // 30: tenure.v1.SetValueRequest
+	(*SetValueResponse)(nil),           // 31: tenure.v1.SetValueResponse
+	(*RevokeRequest)(nil),              // 32: tenure.v1.RevokeRequest
+	(*RevokeResponse)(nil),             // 33: tenure.v1.RevokeResponse
+	(*GetLeaseRequest)(nil),            // 34: tenure.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),           // 35: tenure.v1.GetLeaseResponse
+	(*ListLeasesRequest)(nil),          // 36: tenure.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),         // 37: tenure.v1.ListLeasesResponse
+	(*ValidateRequest)(nil),            // 38: tenure.v1.ValidateRequest
+	(*ValidateResponse)(nil),           // 39: tenure.v1.ValidateResponse
+	(*WatchLeasesRequest)(nil),         // 40: tenure.v1.WatchLeasesRequest
+	(*LeaseEvent)(nil),                 // 41: tenure.v1.LeaseEvent
+	(*KeyValue)(nil),                   // 42: tenure.v1.KeyValue
+	(*GetRequest)(nil),                 // 43: tenure.v1.GetRequest
+	(*GetResponse)(nil),                // 44: tenure.v1.GetResponse
+	(*RangeRequest)(nil),               // 45: tenure.v1.RangeRequest
+	(*RangeResponse)(nil),              // 46: tenure.v1.RangeResponse
+	(*PutRequest)(nil),                 // 47: tenure.v1.PutRequest
+	(*PutResponse)(nil),                // 48: tenure.v1.PutResponse
+	(*DeleteRequest)(nil),              // 49: tenure.v1.DeleteRequest
+	(*DeleteResponse)(nil),             // 50: tenure.v1.DeleteResponse
+	(*Compare)(nil),                    // 51: tenure.v1.Compare
+	(*CompareAndSwapRequest)(nil),      // 52: tenure.v1.CompareAndSwapRequest
+	(*CompareAndSwapResponse)(nil),     // 53: tenure.v1.CompareAndSwapResponse
+	(*WatchRequest)(nil),               // 54: tenure.v1.WatchRequest
+	(*WatchEvent)(nil),                 // 55: tenure.v1.WatchEvent
+	(*MembersRequest)(nil),             // 56: tenure.v1.MembersRequest
+	(*Member)(nil),                     // 57: tenure.v1.Member
+	(*MembersResponse)(nil),            // 58: tenure.v1.MembersResponse
+	(*StatusRequest)(nil),              // 59: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),             // 60: tenure.v1.StatusResponse
+	(*JoinRequest)(nil),                // 61: tenure.v1.JoinRequest
+	(*JoinResponse)(nil),               // 62: tenure.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),        // 63: tenure.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),       // 64: tenure.v1.RemoveMemberResponse
+	(*TransferLeadershipRequest)(nil),  // 65: tenure.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 66: tenure.v1.TransferLeadershipResponse
+	(*NodeInfo)(nil),                   // 67: tenure.v1.NodeInfo
+	(*IntroduceRequest)(nil),           // 68: tenure.v1.IntroduceRequest
+	(*IntroduceResponse)(nil),          // 69: tenure.v1.IntroduceResponse
+	(*SnapshotRequest)(nil),            // 70: tenure.v1.SnapshotRequest
+	(*SnapshotChunk)(nil),              // 71: tenure.v1.SnapshotChunk
+	nil,                                // 72: tenure.v1.Session.LabelsEntry
+	nil,                                // 73: tenure.v1.OpenSessionRequest.LabelsEntry
+	nil,                                // 74: tenure.v1.Lease.LabelsEntry
+	nil,                                // 75: tenure.v1.AcquireRequest.LabelsEntry
+	(*anypb.Any)(nil),                  // 76: google.protobuf.Any
+	(*durationpb.Duration)(nil),        // 77: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 78: google.protobuf.Timestamp
 }
 var file_tenure_v1_tenure_proto_depIdxs = []int32{
-	23,  // 0: tenure.v1.PipelineRequest.acquire:type_name -> tenure.v1.AcquireRequest
-	25,  // 1: tenure.v1.PipelineRequest.release:type_name -> tenure.v1.ReleaseRequest
-	27,  // 2: tenure.v1.PipelineRequest.set_value:type_name -> tenure.v1.SetValueRequest
-	35,  // 3: tenure.v1.PipelineRequest.validate:type_name -> tenure.v1.ValidateRequest
-	40,  // 4: tenure.v1.PipelineRequest.get:type_name -> tenure.v1.GetRequest
-	44,  // 5: tenure.v1.PipelineRequest.put:type_name -> tenure.v1.PutRequest
-	46,  // 6: tenure.v1.PipelineRequest.delete:type_name -> tenure.v1.DeleteRequest
-	49,  // 7: tenure.v1.PipelineRequest.compare_and_swap:type_name -> tenure.v1.CompareAndSwapRequest
+	26,  // 0: tenure.v1.PipelineRequest.acquire:type_name -> tenure.v1.AcquireRequest
+	28,  // 1: tenure.v1.PipelineRequest.release:type_name -> tenure.v1.ReleaseRequest
+	30,  // 2: tenure.v1.PipelineRequest.set_value:type_name -> tenure.v1.SetValueRequest
+	38,  // 3: tenure.v1.PipelineRequest.validate:type_name -> tenure.v1.ValidateRequest
+	43,  // 4: tenure.v1.PipelineRequest.get:type_name -> tenure.v1.GetRequest
+	47,  // 5: tenure.v1.PipelineRequest.put:type_name -> tenure.v1.PutRequest
+	49,  // 6: tenure.v1.PipelineRequest.delete:type_name -> tenure.v1.DeleteRequest
+	52,  // 7: tenure.v1.PipelineRequest.compare_and_swap:type_name -> tenure.v1.CompareAndSwapRequest
 	12,  // 8: tenure.v1.PipelineRequest.refresh:type_name -> tenure.v1.KeepAliveRequest
 	7,   // 9: tenure.v1.PipelineRequest.watch_grant:type_name -> tenure.v1.WatchGrantRequest
 	3,   // 10: tenure.v1.PipelineRequest.ping:type_name -> tenure.v1.Ping
-	24,  // 11: tenure.v1.PipelineResponse.acquire:type_name -> tenure.v1.AcquireResponse
-	26,  // 12: tenure.v1.PipelineResponse.release:type_name -> tenure.v1.ReleaseResponse
-	28,  // 13: tenure.v1.PipelineResponse.set_value:type_name -> tenure.v1.SetValueResponse
-	36,  // 14: tenure.v1.PipelineResponse.validate:type_name -> tenure.v1.ValidateResponse
-	41,  // 15: tenure.v1.PipelineResponse.get:type_name -> tenure.v1.GetResponse
-	45,  // 16: tenure.v1.PipelineResponse.put:type_name -> tenure.v1.PutResponse
-	47,  // 17: tenure.v1.PipelineResponse.delete:type_name -> tenure.v1.DeleteResponse
-	50,  // 18: tenure.v1.PipelineResponse.compare_and_swap:type_name -> tenure.v1.CompareAndSwapResponse
+	27,  // 11: tenure.v1.PipelineResponse.acquire:type_name -> tenure.v1.AcquireResponse
+	29,  // 12: tenure.v1.PipelineResponse.release:type_name -> tenure.v1.ReleaseResponse
+	31,  // 13: tenure.v1.PipelineResponse.set_value:type_name -> tenure.v1.SetValueResponse
+	39,  // 14: tenure.v1.PipelineResponse.validate:type_name -> tenure.v1.ValidateResponse
+	44,  // 15: tenure.v1.PipelineResponse.get:type_name -> tenure.v1.GetResponse
+	48,  // 16: tenure.v1.PipelineResponse.put:type_name -> tenure.v1.PutResponse
+	50,  // 17: tenure.v1.PipelineResponse.delete:type_name -> tenure.v1.DeleteResponse
+	53,  // 18: tenure.v1.PipelineResponse.compare_and_swap:type_name -> tenure.v1.CompareAndSwapResponse
 	13,  // 19: tenure.v1.PipelineResponse.refresh:type_name -> tenure.v1.KeepAliveResponse
 	8,   // 20: tenure.v1.PipelineResponse.watch_grant:type_name -> tenure.v1.WatchGrantResponse
 	3,   // 21: tenure.v1.PipelineResponse.pong:type_name -> tenure.v1.Ping
 	6,   // 22: tenure.v1.PipelineResponse.error:type_name -> tenure.v1.PipelineError
 	4,   // 23: tenure.v1.PipelineResponse.go_away:type_name -> tenure.v1.GoAway
-	73,  // 24: tenure.v1.PipelineError.details:type_name -> google.protobuf.Any
-	38,  // 25: tenure.v1.WatchGrantResponse.event:type_name -> tenure.v1.LeaseEvent
-	74,  // 26: tenure.v1.Session.ttl:type_name -> google.protobuf.Duration
-	69,  // 27: tenure.v1.Session.labels:type_name -> tenure.v1.Session.LabelsEntry
-	75,  // 28: tenure.v1.Session.open_time:type_name -> google.protobuf.Timestamp
-	75,  // 29: tenure.v1.Session.last_heartbeat:type_name -> google.protobuf.Timestamp
-	74,  // 30: tenure.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	70,  // 31: tenure.v1.OpenSessionRequest.labels:type_name -> tenure.v1.OpenSessionRequest.LabelsEntry
+	76,  // 24: tenure.v1.PipelineError.details:type_name -> google.protobuf.Any
+	41,  // 25: tenure.v1.WatchGrantResponse.event:type_name -> tenure.v1.LeaseEvent
+	77,  // 26: tenure.v1.Session.ttl:type_name -> google.protobuf.Duration
+	72,  // 27: tenure.v1.Session.labels:type_name -> tenure.v1.Session.LabelsEntry
+	78,  // 28: tenure.v1.Session.open_time:type_name -> google.protobuf.Timestamp
+	78,  // 29: tenure.v1.Session.last_heartbeat:type_name -> google.protobuf.Timestamp
+	77,  // 30: tenure.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	73,  // 31: tenure.v1.OpenSessionRequest.labels:type_name -> tenure.v1.OpenSessionRequest.LabelsEntry
 	9,   // 32: tenure.v1.OpenSessionResponse.session:type_name -> tenure.v1.Session
-	74,  // 33: tenure.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	77,  // 33: tenure.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
 	9,   // 34: tenure.v1.GetSessionResponse.session:type_name -> tenure.v1.Session
 	9,   // 35: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.Session
-	75,  // 36: tenure.v1.Grant.acquire_time:type_name -> google.protobuf.Timestamp
-	75,  // 37: tenure.v1.Grant.renew_time:type_name -> google.protobuf.Timestamp
-	75,  // 38: tenure.v1.Waiter.since:type_name -> google.protobuf.Timestamp
-	74,  // 39: tenure.v1.Lease.lease_duration:type_name -> google.protobuf.Duration
-	75,  // 40: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	75,  // 41: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
-	71,  // 42: tenure.v1.Lease.labels:type_name -> tenure.v1.Lease.LabelsEntry
-	20,  // 43: tenure.v1.Lease.holders:type_name -> tenure.v1.Grant
-	21,  // 44: tenure.v1.Lease.waiters:type_name -> tenure.v1.Waiter
-	74,  // 45: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
-	74,  // 46: tenure.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
-	72,  // 47: tenure.v1.AcquireRequest.labels:type_name -> tenure.v1.AcquireRequest.LabelsEntry
-	74,  // 48: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	22,  // 49: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	22,  // 50: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
-	22,  // 51: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
-	0,   // 52: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.LeaseEventType
-	75,  // 53: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
-	74,  // 54: tenure.v1.KeyValue.ttl:type_name -> google.protobuf.Duration
-	39,  // 55: tenure.v1.GetResponse.kv:type_name -> tenure.v1.KeyValue
-	39,  // 56: tenure.v1.RangeResponse.kvs:type_name -> tenure.v1.KeyValue
-	74,  // 57: tenure.v1.PutRequest.ttl:type_name -> google.protobuf.Duration
-	39,  // 58: tenure.v1.PutResponse.prev_kv:type_name -> tenure.v1.KeyValue
-	48,  // 59: tenure.v1.CompareAndSwapRequest.compare:type_name -> tenure.v1.Compare
-	74,  // 60: tenure.v1.CompareAndSwapRequest.ttl:type_name -> google.protobuf.Duration
-	39,  // 61: tenure.v1.CompareAndSwapResponse.kv:type_name -> tenure.v1.KeyValue
-	1,   // 62: tenure.v1.WatchEvent.type:type_name -> tenure.v1.WatchEventType
-	39,  // 63: tenure.v1.WatchEvent.kv:type_name -> tenure.v1.KeyValue
-	39,  // 64: tenure.v1.WatchEvent.prev_kv:type_name -> tenure.v1.KeyValue
-	57,  // 65: tenure.v1.Member.status:type_name -> tenure.v1.StatusResponse
-	54,  // 66: tenure.v1.MembersResponse.members:type_name -> tenure.v1.Member
-	74,  // 67: tenure.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
-	54,  // 68: tenure.v1.JoinResponse.members:type_name -> tenure.v1.Member
-	64,  // 69: tenure.v1.IntroduceRequest.node:type_name -> tenure.v1.NodeInfo
-	64,  // 70: tenure.v1.IntroduceResponse.node:type_name -> tenure.v1.NodeInfo
-	64,  // 71: tenure.v1.IntroduceResponse.known:type_name -> tenure.v1.NodeInfo
-	10,  // 72: tenure.v1.SessionService.Open:input_type -> tenure.v1.OpenSessionRequest
-	12,  // 73: tenure.v1.SessionService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	12,  // 74: tenure.v1.SessionService.Refresh:input_type -> tenure.v1.KeepAliveRequest
-	14,  // 75: tenure.v1.SessionService.Close:input_type -> tenure.v1.CloseSessionRequest
-	16,  // 76: tenure.v1.SessionService.Get:input_type -> tenure.v1.GetSessionRequest
-	18,  // 77: tenure.v1.SessionService.List:input_type -> tenure.v1.ListSessionsRequest
-	2,   // 78: tenure.v1.SessionService.Pipeline:input_type -> tenure.v1.PipelineRequest
-	23,  // 79: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	25,  // 80: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	27,  // 81: tenure.v1.LeaseService.SetValue:input_type -> tenure.v1.SetValueRequest
-	29,  // 82: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
-	31,  // 83: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetLeaseRequest
-	33,  // 84: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListLeasesRequest
-	35,  // 85: tenure.v1.LeaseService.Validate:input_type -> tenure.v1.ValidateRequest
-	37,  // 86: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchLeasesRequest
-	40,  // 87: tenure.v1.KVService.Get:input_type -> tenure.v1.GetRequest
-	42,  // 88: tenure.v1.KVService.Range:input_type -> tenure.v1.RangeRequest
-	44,  // 89: tenure.v1.KVService.Put:input_type -> tenure.v1.PutRequest
-	46,  // 90: tenure.v1.KVService.Delete:input_type -> tenure.v1.DeleteRequest
-	49,  // 91: tenure.v1.KVService.CompareAndSwap:input_type -> tenure.v1.CompareAndSwapRequest
-	51,  // 92: tenure.v1.KVService.Watch:input_type -> tenure.v1.WatchRequest
-	53,  // 93: tenure.v1.ClusterService.Members:input_type -> tenure.v1.MembersRequest
-	56,  // 94: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
-	58,  // 95: tenure.v1.ClusterService.Join:input_type -> tenure.v1.JoinRequest
-	60,  // 96: tenure.v1.ClusterService.RemoveMember:input_type -> tenure.v1.RemoveMemberRequest
-	62,  // 97: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
-	65,  // 98: tenure.v1.ClusterService.Introduce:input_type -> tenure.v1.IntroduceRequest
-	67,  // 99: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
-	11,  // 100: tenure.v1.SessionService.Open:output_type -> tenure.v1.OpenSessionResponse
-	13,  // 101: tenure.v1.SessionService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	13,  // 102: tenure.v1.SessionService.Refresh:output_type -> tenure.v1.KeepAliveResponse
-	15,  // 103: tenure.v1.SessionService.Close:output_type -> tenure.v1.CloseSessionResponse
-	17,  // 104: tenure.v1.SessionService.Get:output_type -> tenure.v1.GetSessionResponse
-	19,  // 105: tenure.v1.SessionService.List:output_type -> tenure.v1.ListSessionsResponse
-	5,   // 106: tenure.v1.SessionService.Pipeline:output_type -> tenure.v1.PipelineResponse
-	24,  // 107: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	26,  // 108: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	28,  // 109: tenure.v1.LeaseService.SetValue:output_type -> tenure.v1.SetValueResponse
-	30,  // 110: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
-	32,  // 111: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetLeaseResponse
-	34,  // 112: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListLeasesResponse
-	36,  // 113: tenure.v1.LeaseService.Validate:output_type -> tenure.v1.ValidateResponse
-	38,  // 114: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.LeaseEvent
-	41,  // 115: tenure.v1.KVService.Get:output_type -> tenure.v1.GetResponse
-	43,  // 116: tenure.v1.KVService.Range:output_type -> tenure.v1.RangeResponse
-	45,  // 117: tenure.v1.KVService.Put:output_type -> tenure.v1.PutResponse
-	47,  // 118: tenure.v1.KVService.Delete:output_type -> tenure.v1.DeleteResponse
-	50,  // 119: tenure.v1.KVService.CompareAndSwap:output_type -> tenure.v1.CompareAndSwapResponse
-	52,  // 120: tenure.v1.KVService.Watch:output_type -> tenure.v1.WatchEvent
-	55,  // 121: tenure.v1.ClusterService.Members:output_type -> tenure.v1.MembersResponse
-	57,  // 122: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
-	59,  // 123: tenure.v1.ClusterService.Join:output_type -> tenure.v1.JoinResponse
-	61,  // 124: tenure.v1.ClusterService.RemoveMember:output_type -> tenure.v1.RemoveMemberResponse
-	63,  // 125: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
-	66,  // 126: tenure.v1.ClusterService.Introduce:output_type -> tenure.v1.IntroduceResponse
-	68,  // 127: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotChunk
-	100, // [100:128] is the sub-list for method output_type
-	72,  // [72:100] is the sub-list for method input_type
-	72,  // [72:72] is the sub-list for extension type_name
-	72,  // [72:72] is the sub-list for extension extendee
-	0,   // [0:72] is the sub-list for field type_name
+	25,  // 36: tenure.v1.SetPreferredHolderResponse.lease:type_name -> tenure.v1.Lease
+	78,  // 37: tenure.v1.Grant.acquire_time:type_name -> google.protobuf.Timestamp
+	78,  // 38: tenure.v1.Grant.renew_time:type_name -> google.protobuf.Timestamp
+	78,  // 39: tenure.v1.EndedGrant.acquire_time:type_name -> google.protobuf.Timestamp
+	78,  // 40: tenure.v1.EndedGrant.renew_time:type_name -> google.protobuf.Timestamp
+	78,  // 41: tenure.v1.EndedGrant.end_time:type_name -> google.protobuf.Timestamp
+	78,  // 42: tenure.v1.Waiter.since:type_name -> google.protobuf.Timestamp
+	77,  // 43: tenure.v1.Lease.lease_duration:type_name -> google.protobuf.Duration
+	78,  // 44: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	78,  // 45: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
+	74,  // 46: tenure.v1.Lease.labels:type_name -> tenure.v1.Lease.LabelsEntry
+	22,  // 47: tenure.v1.Lease.holders:type_name -> tenure.v1.Grant
+	24,  // 48: tenure.v1.Lease.waiters:type_name -> tenure.v1.Waiter
+	77,  // 49: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
+	23,  // 50: tenure.v1.Lease.last:type_name -> tenure.v1.EndedGrant
+	77,  // 51: tenure.v1.Lease.gc_after:type_name -> google.protobuf.Duration
+	78,  // 52: tenure.v1.Lease.delete_time:type_name -> google.protobuf.Timestamp
+	77,  // 53: tenure.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
+	75,  // 54: tenure.v1.AcquireRequest.labels:type_name -> tenure.v1.AcquireRequest.LabelsEntry
+	77,  // 55: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	77,  // 56: tenure.v1.AcquireRequest.gc_after:type_name -> google.protobuf.Duration
+	25,  // 57: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
+	25,  // 58: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
+	25,  // 59: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
+	0,   // 60: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.LeaseEventType
+	78,  // 61: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
+	77,  // 62: tenure.v1.KeyValue.ttl:type_name -> google.protobuf.Duration
+	42,  // 63: tenure.v1.GetResponse.kv:type_name -> tenure.v1.KeyValue
+	42,  // 64: tenure.v1.RangeResponse.kvs:type_name -> tenure.v1.KeyValue
+	77,  // 65: tenure.v1.PutRequest.ttl:type_name -> google.protobuf.Duration
+	42,  // 66: tenure.v1.PutResponse.prev_kv:type_name -> tenure.v1.KeyValue
+	51,  // 67: tenure.v1.CompareAndSwapRequest.compare:type_name -> tenure.v1.Compare
+	77,  // 68: tenure.v1.CompareAndSwapRequest.ttl:type_name -> google.protobuf.Duration
+	42,  // 69: tenure.v1.CompareAndSwapResponse.kv:type_name -> tenure.v1.KeyValue
+	1,   // 70: tenure.v1.WatchEvent.type:type_name -> tenure.v1.WatchEventType
+	42,  // 71: tenure.v1.WatchEvent.kv:type_name -> tenure.v1.KeyValue
+	42,  // 72: tenure.v1.WatchEvent.prev_kv:type_name -> tenure.v1.KeyValue
+	60,  // 73: tenure.v1.Member.status:type_name -> tenure.v1.StatusResponse
+	57,  // 74: tenure.v1.MembersResponse.members:type_name -> tenure.v1.Member
+	77,  // 75: tenure.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	57,  // 76: tenure.v1.JoinResponse.members:type_name -> tenure.v1.Member
+	67,  // 77: tenure.v1.IntroduceRequest.node:type_name -> tenure.v1.NodeInfo
+	67,  // 78: tenure.v1.IntroduceResponse.node:type_name -> tenure.v1.NodeInfo
+	67,  // 79: tenure.v1.IntroduceResponse.known:type_name -> tenure.v1.NodeInfo
+	10,  // 80: tenure.v1.SessionService.Open:input_type -> tenure.v1.OpenSessionRequest
+	12,  // 81: tenure.v1.SessionService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	12,  // 82: tenure.v1.SessionService.Refresh:input_type -> tenure.v1.KeepAliveRequest
+	14,  // 83: tenure.v1.SessionService.Close:input_type -> tenure.v1.CloseSessionRequest
+	16,  // 84: tenure.v1.SessionService.Get:input_type -> tenure.v1.GetSessionRequest
+	18,  // 85: tenure.v1.SessionService.List:input_type -> tenure.v1.ListSessionsRequest
+	2,   // 86: tenure.v1.SessionService.Pipeline:input_type -> tenure.v1.PipelineRequest
+	26,  // 87: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	28,  // 88: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	30,  // 89: tenure.v1.LeaseService.SetValue:input_type -> tenure.v1.SetValueRequest
+	32,  // 90: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
+	34,  // 91: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetLeaseRequest
+	36,  // 92: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListLeasesRequest
+	38,  // 93: tenure.v1.LeaseService.Validate:input_type -> tenure.v1.ValidateRequest
+	40,  // 94: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchLeasesRequest
+	20,  // 95: tenure.v1.LeaseService.SetPreferredHolder:input_type -> tenure.v1.SetPreferredHolderRequest
+	43,  // 96: tenure.v1.KVService.Get:input_type -> tenure.v1.GetRequest
+	45,  // 97: tenure.v1.KVService.Range:input_type -> tenure.v1.RangeRequest
+	47,  // 98: tenure.v1.KVService.Put:input_type -> tenure.v1.PutRequest
+	49,  // 99: tenure.v1.KVService.Delete:input_type -> tenure.v1.DeleteRequest
+	52,  // 100: tenure.v1.KVService.CompareAndSwap:input_type -> tenure.v1.CompareAndSwapRequest
+	54,  // 101: tenure.v1.KVService.Watch:input_type -> tenure.v1.WatchRequest
+	56,  // 102: tenure.v1.ClusterService.Members:input_type -> tenure.v1.MembersRequest
+	59,  // 103: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
+	61,  // 104: tenure.v1.ClusterService.Join:input_type -> tenure.v1.JoinRequest
+	63,  // 105: tenure.v1.ClusterService.RemoveMember:input_type -> tenure.v1.RemoveMemberRequest
+	65,  // 106: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
+	68,  // 107: tenure.v1.ClusterService.Introduce:input_type -> tenure.v1.IntroduceRequest
+	70,  // 108: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
+	11,  // 109: tenure.v1.SessionService.Open:output_type -> tenure.v1.OpenSessionResponse
+	13,  // 110: tenure.v1.SessionService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	13,  // 111: tenure.v1.SessionService.Refresh:output_type -> tenure.v1.KeepAliveResponse
+	15,  // 112: tenure.v1.SessionService.Close:output_type -> tenure.v1.CloseSessionResponse
+	17,  // 113: tenure.v1.SessionService.Get:output_type -> tenure.v1.GetSessionResponse
+	19,  // 114: tenure.v1.SessionService.List:output_type -> tenure.v1.ListSessionsResponse
+	5,   // 115: tenure.v1.SessionService.Pipeline:output_type -> tenure.v1.PipelineResponse
+	27,  // 116: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	29,  // 117: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	31,  // 118: tenure.v1.LeaseService.SetValue:output_type -> tenure.v1.SetValueResponse
+	33,  // 119: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
+	35,  // 120: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetLeaseResponse
+	37,  // 121: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListLeasesResponse
+	39,  // 122: tenure.v1.LeaseService.Validate:output_type -> tenure.v1.ValidateResponse
+	41,  // 123: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.LeaseEvent
+	21,  // 124: tenure.v1.LeaseService.SetPreferredHolder:output_type -> tenure.v1.SetPreferredHolderResponse
+	44,  // 125: tenure.v1.KVService.Get:output_type -> tenure.v1.GetResponse
+	46,  // 126: tenure.v1.KVService.Range:output_type -> tenure.v1.RangeResponse
+	48,  // 127: tenure.v1.KVService.Put:output_type -> tenure.v1.PutResponse
+	50,  // 128: tenure.v1.KVService.Delete:output_type -> tenure.v1.DeleteResponse
+	53,  // 129: tenure.v1.KVService.CompareAndSwap:output_type -> tenure.v1.CompareAndSwapResponse
+	55,  // 130: tenure.v1.KVService.Watch:output_type -> tenure.v1.WatchEvent
+	58,  // 131: tenure.v1.ClusterService.Members:output_type -> tenure.v1.MembersResponse
+	60,  // 132: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
+	62,  // 133: tenure.v1.ClusterService.Join:output_type -> tenure.v1.JoinResponse
+	64,  // 134: tenure.v1.ClusterService.RemoveMember:output_type -> tenure.v1.RemoveMemberResponse
+	66,  // 135: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
+	69,  // 136: tenure.v1.ClusterService.Introduce:output_type -> tenure.v1.IntroduceResponse
+	71,  // 137: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotChunk
+	109, // [109:138] is the sub-list for method output_type
+	80,  // [80:109] is the sub-list for method input_type
+	80,  // [80:80] is the sub-list for extension type_name
+	80,  // [80:80] is the sub-list for extension extendee
+	0,   // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_tenure_proto_init() }
@@ -5568,7 +5951,7 @@ func file_tenure_v1_tenure_proto_init() {
 		(*PipelineResponse_Error)(nil),
 		(*PipelineResponse_GoAway)(nil),
 	}
-	file_tenure_v1_tenure_proto_msgTypes[46].OneofWrappers = []any{
+	file_tenure_v1_tenure_proto_msgTypes[49].OneofWrappers = []any{
 		(*Compare_Absent)(nil),
 		(*Compare_Value)(nil),
 		(*Compare_ModRevision)(nil),
@@ -5579,7 +5962,7 @@ func file_tenure_v1_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_tenure_proto_rawDesc), len(file_tenure_v1_tenure_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   71,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -82,6 +82,9 @@ const (
 	LeaseServiceValidateProcedure = "/tenure.v1.LeaseService/Validate"
 	// LeaseServiceWatchProcedure is the fully-qualified name of the LeaseService's Watch RPC.
 	LeaseServiceWatchProcedure = "/tenure.v1.LeaseService/Watch"
+	// LeaseServiceSetPreferredHolderProcedure is the fully-qualified name of the LeaseService's
+	// SetPreferredHolder RPC.
+	LeaseServiceSetPreferredHolderProcedure = "/tenure.v1.LeaseService/SetPreferredHolder"
 	// KVServiceGetProcedure is the fully-qualified name of the KVService's Get RPC.
 	KVServiceGetProcedure = "/tenure.v1.KVService/Get"
 	// KVServiceRangeProcedure is the fully-qualified name of the KVService's Range RPC.
@@ -385,6 +388,12 @@ type LeaseServiceClient interface {
 	// Watch streams lease events in revision order, from start_revision if
 	// set, else from now.
 	Watch(context.Context, *connect.Request[v1.WatchLeasesRequest]) (*connect.ServerStreamForClient[v1.LeaseEvent], error)
+	// SetPreferredHolder names the identity a lease prefers as its holder
+	// (empty clears it): while that identity waits, it is granted next,
+	// ahead of the queue, and the holders in its way are asked to step
+	// down. Never a safety bypass: a holder keeps its grant until it
+	// releases it or its session ends. Needs the admin verb.
+	SetPreferredHolder(context.Context, *connect.Request[v1.SetPreferredHolderRequest]) (*connect.Response[v1.SetPreferredHolderResponse], error)
 }
 
 // NewLeaseServiceClient constructs a client for the tenure.v1.LeaseService service. By default, it
@@ -446,19 +455,26 @@ func NewLeaseServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(leaseServiceMethods.ByName("Watch")),
 			connect.WithClientOptions(opts...),
 		),
+		setPreferredHolder: connect.NewClient[v1.SetPreferredHolderRequest, v1.SetPreferredHolderResponse](
+			httpClient,
+			baseURL+LeaseServiceSetPreferredHolderProcedure,
+			connect.WithSchema(leaseServiceMethods.ByName("SetPreferredHolder")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // leaseServiceClient implements LeaseServiceClient.
 type leaseServiceClient struct {
-	acquire  *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
-	release  *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
-	setValue *connect.Client[v1.SetValueRequest, v1.SetValueResponse]
-	revoke   *connect.Client[v1.RevokeRequest, v1.RevokeResponse]
-	get      *connect.Client[v1.GetLeaseRequest, v1.GetLeaseResponse]
-	list     *connect.Client[v1.ListLeasesRequest, v1.ListLeasesResponse]
-	validate *connect.Client[v1.ValidateRequest, v1.ValidateResponse]
-	watch    *connect.Client[v1.WatchLeasesRequest, v1.LeaseEvent]
+	acquire            *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
+	release            *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
+	setValue           *connect.Client[v1.SetValueRequest, v1.SetValueResponse]
+	revoke             *connect.Client[v1.RevokeRequest, v1.RevokeResponse]
+	get                *connect.Client[v1.GetLeaseRequest, v1.GetLeaseResponse]
+	list               *connect.Client[v1.ListLeasesRequest, v1.ListLeasesResponse]
+	validate           *connect.Client[v1.ValidateRequest, v1.ValidateResponse]
+	watch              *connect.Client[v1.WatchLeasesRequest, v1.LeaseEvent]
+	setPreferredHolder *connect.Client[v1.SetPreferredHolderRequest, v1.SetPreferredHolderResponse]
 }
 
 // Acquire calls tenure.v1.LeaseService.Acquire.
@@ -501,6 +517,11 @@ func (c *leaseServiceClient) Watch(ctx context.Context, req *connect.Request[v1.
 	return c.watch.CallServerStream(ctx, req)
 }
 
+// SetPreferredHolder calls tenure.v1.LeaseService.SetPreferredHolder.
+func (c *leaseServiceClient) SetPreferredHolder(ctx context.Context, req *connect.Request[v1.SetPreferredHolderRequest]) (*connect.Response[v1.SetPreferredHolderResponse], error) {
+	return c.setPreferredHolder.CallUnary(ctx, req)
+}
+
 // LeaseServiceHandler is an implementation of the tenure.v1.LeaseService service.
 type LeaseServiceHandler interface {
 	// Acquire grants the lease to a session, or with wait=true parks the call
@@ -522,6 +543,12 @@ type LeaseServiceHandler interface {
 	// Watch streams lease events in revision order, from start_revision if
 	// set, else from now.
 	Watch(context.Context, *connect.Request[v1.WatchLeasesRequest], *connect.ServerStream[v1.LeaseEvent]) error
+	// SetPreferredHolder names the identity a lease prefers as its holder
+	// (empty clears it): while that identity waits, it is granted next,
+	// ahead of the queue, and the holders in its way are asked to step
+	// down. Never a safety bypass: a holder keeps its grant until it
+	// releases it or its session ends. Needs the admin verb.
+	SetPreferredHolder(context.Context, *connect.Request[v1.SetPreferredHolderRequest]) (*connect.Response[v1.SetPreferredHolderResponse], error)
 }
 
 // NewLeaseServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -579,6 +606,12 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(leaseServiceMethods.ByName("Watch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	leaseServiceSetPreferredHolderHandler := connect.NewUnaryHandler(
+		LeaseServiceSetPreferredHolderProcedure,
+		svc.SetPreferredHolder,
+		connect.WithSchema(leaseServiceMethods.ByName("SetPreferredHolder")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tenure.v1.LeaseService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case LeaseServiceAcquireProcedure:
@@ -597,6 +630,8 @@ func NewLeaseServiceHandler(svc LeaseServiceHandler, opts ...connect.HandlerOpti
 			leaseServiceValidateHandler.ServeHTTP(w, r)
 		case LeaseServiceWatchProcedure:
 			leaseServiceWatchHandler.ServeHTTP(w, r)
+		case LeaseServiceSetPreferredHolderProcedure:
+			leaseServiceSetPreferredHolderHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -636,6 +671,10 @@ func (UnimplementedLeaseServiceHandler) Validate(context.Context, *connect.Reque
 
 func (UnimplementedLeaseServiceHandler) Watch(context.Context, *connect.Request[v1.WatchLeasesRequest], *connect.ServerStream[v1.LeaseEvent]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.Watch is not implemented"))
+}
+
+func (UnimplementedLeaseServiceHandler) SetPreferredHolder(context.Context, *connect.Request[v1.SetPreferredHolderRequest]) (*connect.Response[v1.SetPreferredHolderResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.LeaseService.SetPreferredHolder is not implemented"))
 }
 
 // KVServiceClient is a client for the tenure.v1.KVService service.
