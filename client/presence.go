@@ -25,6 +25,9 @@ const DefaultNodeLeaseTTL = 40 * time.Second
 
 // PresenceOptions configure Heartbeat and Announce.
 type PresenceOptions struct {
+	// Namespace is Heartbeat's namespace (default NodeLeaseNamespace);
+	// Announce names its own.
+	Namespace string
 	// TTL is the session's TTL: how long after the process dies its lease
 	// is released. Default DefaultNodeLeaseTTL for Heartbeat, the
 	// client's session default (10s) for Announce.
@@ -44,8 +47,8 @@ type PresenceOptions struct {
 	OnLost func(error)
 }
 
-// Heartbeat keeps the lease NodeLeaseNamespace/node held for as long as
-// ctx lives: the node-lease pattern of Kubernetes' kubelet, where a node
+// Heartbeat keeps the lease node in NodeLeaseNamespace (or o.Namespace)
+// held for as long as ctx lives: the node-lease pattern of Kubernetes' kubelet, where a node
 // whose lease is no longer held is not ready. It holds the lease with a
 // session of o.TTL, takes it again after the session is lost (waiting in
 // the queue if an older incarnation still holds it), and when ctx ends
@@ -57,7 +60,11 @@ func (c *Client) Heartbeat(ctx context.Context, node string, labels map[string]s
 	if o.TTL == 0 {
 		o.TTL = DefaultNodeLeaseTTL
 	}
-	return c.present(ctx, NodeLeaseNamespace, node, labels, "", o)
+	ns := o.Namespace
+	if ns == "" {
+		ns = NodeLeaseNamespace
+	}
+	return c.present(ctx, ns, node, labels, "", o)
 }
 
 // Announcement is a published identity lease; see Announce.

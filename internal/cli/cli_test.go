@@ -269,8 +269,8 @@ func TestEveryCommandHasHelpWithExamples(t *testing.T) {
 
 func TestCommandsAreGrouped(t *testing.T) {
 	want := map[string]string{
-		"lock": "run", "elect": "run",
-		"get": "inspect", "validate": "inspect", "revoke": "inspect", "watch": "inspect",
+		"lock": "run", "elect": "run", "heartbeat": "run",
+		"get": "inspect", "validate": "inspect", "revoke": "inspect", "lease": "inspect", "watch": "inspect",
 		"kv": "keys", "serve": "server", "members": "server", "snapshot": "server", "dev": "server", "bench": "server", "certs": "server",
 		"auth": "server",
 	}

@@ -134,7 +134,7 @@ func campaignOnce(cmd *cobra.Command, g *globals, o *electOptions, c *client.Cli
 		return false, err
 	}
 	defer closeSession(s)
-	e := s.Election(name, client.WithNamespace(g.namespace), client.WithLockDelay(o.lockDelay))
+	e := s.Election(name, o.leaseOptions(g.namespace)...)
 	if err := e.Campaign(ctx, o.value); err != nil {
 		if ctx.Err() != nil {
 			return false, unmet(fmt.Errorf("interrupted while campaigning for %s", g.lease(name)))
@@ -203,7 +203,7 @@ func campaignRetrying(cmd *cobra.Command, g *globals, o *electOptions, c *client
 		stop()
 	}
 	err = client.RunElection(run, s, name, client.Callbacks{OnStartedLeading: lead},
-		client.WithNamespace(g.namespace), client.WithLockDelay(o.lockDelay), client.WithValue(o.value))
+		append(o.leaseOptions(g.namespace), client.WithValue(o.value))...)
 	mu.Lock()
 	defer mu.Unlock()
 	switch {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,17 +22,23 @@ func NewGetCommand(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	var selector string
-	var stale bool
+	var stale, live bool
 	leases := &cobra.Command{
 		Use:     "leases [NAME]",
 		Aliases: []string{"lease"},
 		Short:   "List leases, or show one",
-		Long: `List leases: NAMESPACE (with -A), NAME, HOLDER and AGE (how long the current
-holder has held it). -o wide adds TOKEN, TTL, EXPIRES-IN, WAITERS,
-TRANSITIONS and VALUE; -o json and -o yaml print Kubernetes-Lease-shaped
-documents with Tenure's status (fencing token, holders, waiters).`,
+		Long: `List leases: NAMESPACE (with -A), NAME, HOLDER, STATUS and AGE (how long the
+current holder has held it). STATUS is Held (with how many wait), Waiting
+(waiters, no holder: a lock-delay), or how and how long ago the last grant
+ended: Released, Expired or Revoked 2m ago — a record outlives its holder
+until its gc_after. --live keeps only held leases. -o wide adds TOKEN, TTL,
+EXPIRES-IN, WAITERS, TRANSITIONS and VALUE; -o json and -o yaml print
+Kubernetes-Lease-shaped documents with Tenure's status (fencing token,
+holders, waiters, the last grant, the preferred holder).`,
 		Example: `  tenure get leases -A
   tenure get leases -n prod -l app=scheduler -o wide
+  tenure get leases -n node-lease
+  tenure get leases -n identity -l app=api --live
   tenure get lease nightly-report -o yaml`,
 		Args: cobra.MatchAll(cobra.MaximumNArgs(1), leaseNameArg),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -50,6 +57,9 @@ documents with Tenure's status (fencing token, holders, waiters).`,
 				if err != nil {
 					return unreachable(err)
 				}
+				if live {
+					list = slices.DeleteFunc(list, func(l client.Lease) bool { return len(l.Holders) == 0 })
+				}
 				return printLeases(cmd.OutOrStdout(), list, g.output, g.allNamespaces, time.Now())
 			})
 		},
@@ -57,6 +67,7 @@ documents with Tenure's status (fencing token, holders, waiters).`,
 	addOutputFlags(leases, g, "table, wide, json or yaml")
 	addAllNamespacesFlag(leases, g)
 	leases.Flags().StringVarP(&selector, "selector", "l", "", "label selector, e.g. app=web,tier!=db")
+	leases.Flags().BoolVar(&live, "live", false, "only leases held now: the live set of identity leases or node heartbeats")
 	addStaleFlag(leases, &stale)
 
 	sessions := &cobra.Command{

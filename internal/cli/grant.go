@@ -19,6 +19,8 @@ type grantOptions struct {
 	killGrace time.Duration
 	lockDelay time.Duration
 	identity  string
+	gcAfter   time.Duration
+	gcSet     bool // --gc-after was given
 }
 
 func addGrantFlags(cmd *cobra.Command, o *grantOptions) {
@@ -31,6 +33,17 @@ func addGrantFlags(cmd *cobra.Command, o *grantOptions) {
 	f.DurationVar(&o.lockDelay, "lock-delay", 0, "after an expiry or revoke, how long nobody may be granted")
 	f.Lookup("lock-delay").DefValue = "--kill-grace + 1s"
 	f.StringVar(&o.identity, "identity", "", "holder identity (default hostname_pid_random)")
+	f.DurationVar(&o.gcAfter, "gc-after", 0, "keep the lease record this long once nothing holds or waits for it; 0 keeps it forever")
+	f.Lookup("gc-after").DefValue = "the server's --lease-gc-after"
+}
+
+// leaseOptions are the options of the lease that lock or elect takes.
+func (o *grantOptions) leaseOptions(namespace string) []client.LeaseOption {
+	opts := []client.LeaseOption{client.WithNamespace(namespace), client.WithLockDelay(o.lockDelay)}
+	if o.gcSet {
+		opts = append(opts, client.WithGCAfter(o.gcAfter))
+	}
+	return opts
 }
 
 // validityFactor is the share of the TTL, after the last acknowledged
@@ -69,6 +82,10 @@ func (o *grantOptions) check(cmd *cobra.Command) error {
 	}
 	if o.lockDelay < 0 {
 		return usage("--lock-delay %v must not be negative", o.lockDelay)
+	}
+	o.gcSet = cmd.Flags().Changed("gc-after")
+	if o.gcAfter < 0 {
+		return usage("--gc-after %v must not be negative", o.gcAfter)
 	}
 	return nil
 }

@@ -94,8 +94,7 @@ func runLock(cmd *cobra.Command, g *globals, o *lockOptions, name string, argv [
 	}
 	defer closeSession(s)
 
-	opts := []client.LeaseOption{client.WithNamespace(g.namespace), client.WithLockDelay(o.lockDelay)}
-	sem := s.Semaphore(name, o.capacity, opts...)
+	sem := s.Semaphore(name, o.capacity, o.leaseOptions(g.namespace)...)
 	acquireCtx, cancel := ctx, context.CancelFunc(func() {})
 	if o.wait > 0 {
 		acquireCtx, cancel = context.WithTimeout(ctx, o.wait)

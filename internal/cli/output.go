@@ -38,9 +38,14 @@ type leaseSpec struct {
 	AcquireTime          *string `json:"acquireTime,omitempty"`
 	RenewTime            *string `json:"renewTime,omitempty"`
 	LeaseTransitions     int64   `json:"leaseTransitions"`
+	// PreferredHolder is Kubernetes 1.31's spec.preferredHolder.
+	PreferredHolder *string `json:"preferredHolder,omitempty"`
 }
 
 type leaseStatus struct {
+	// Phase is "held", "waiting", "released", "expired", "revoked" or
+	// "free", as the API's Lease.status.
+	Phase           string      `json:"phase"`
 	FencingToken    int64       `json:"fencingToken"`
 	Capacity        int         `json:"capacity"`
 	Value           string      `json:"value,omitempty"`
@@ -48,6 +53,21 @@ type leaseStatus struct {
 	Waiters         []waiterDoc `json:"waiters"`
 	LockDelay       string      `json:"lockDelay,omitempty"`
 	LockDelayActive bool        `json:"lockDelayActive,omitempty"`
+	LastGrant       *lastDoc    `json:"lastGrant,omitempty"`
+	GCAfter         string      `json:"gcAfter,omitempty"`
+	DeleteTime      string      `json:"deleteTime,omitempty"`
+}
+
+// lastDoc is the last grant that ended.
+type lastDoc struct {
+	HolderIdentity string `json:"holderIdentity"`
+	SessionID      int64  `json:"sessionID"`
+	FencingToken   int64  `json:"fencingToken"`
+	AcquireTime    string `json:"acquireTime"`
+	RenewTime      string `json:"renewTime"`
+	EndTime        string `json:"endTime"`
+	Ended          string `json:"ended"`
+	Reason         string `json:"reason,omitempty"`
 }
 
 type holderDoc struct {
@@ -58,6 +78,7 @@ type holderDoc struct {
 	RenewTime      string `json:"renewTime,omitempty"`
 	Value          string `json:"value,omitempty"`
 	Exclusive      bool   `json:"exclusive,omitempty"`
+	StepDown       string `json:"stepDown,omitempty"`
 }
 
 type waiterDoc struct {
@@ -76,7 +97,24 @@ func toLeaseDoc(l client.Lease) leaseDoc {
 		Kind:       "Lease",
 		Metadata:   leaseMetadata{Name: l.Name, Namespace: l.Namespace, Labels: l.Labels, ResourceVersion: strconv.FormatInt(l.ModRevision, 10)},
 		Spec:       leaseSpec{LeaseTransitions: l.Transitions},
-		Status:     leaseStatus{FencingToken: l.Token, Capacity: l.Capacity, Value: l.Value, Waiters: []waiterDoc{}, LockDelayActive: l.LockDelayOn},
+		Status:     leaseStatus{Phase: l.Status, FencingToken: l.Token, Capacity: l.Capacity, Value: l.Value, Waiters: []waiterDoc{}, LockDelayActive: l.LockDelayOn},
+	}
+	if l.PreferredHolder != "" {
+		p := l.PreferredHolder
+		d.Spec.PreferredHolder = &p
+	}
+	if l.GCAfter > 0 {
+		d.Status.GCAfter = l.GCAfter.String()
+	}
+	if !l.DeleteTime.IsZero() {
+		d.Status.DeleteTime = microTime(l.DeleteTime)
+	}
+	if e := l.Last; e != nil {
+		d.Status.LastGrant = &lastDoc{
+			HolderIdentity: e.Holder, SessionID: e.SessionID, FencingToken: e.Token,
+			AcquireTime: microTime(e.AcquireTime), RenewTime: microTime(e.RenewTime), EndTime: microTime(e.EndTime),
+			Ended: e.Ended, Reason: e.Reason,
+		}
 	}
 	if l.LockDelay > 0 {
 		d.Status.LockDelay = l.LockDelay.String()
@@ -88,7 +126,7 @@ func toLeaseDoc(l client.Lease) leaseDoc {
 		d.Spec.HolderIdentity, d.Spec.LeaseDurationSeconds, d.Spec.AcquireTime, d.Spec.RenewTime = &holder, &secs, &acq, &renew
 	}
 	for _, g := range l.Holders {
-		h := holderDoc{HolderIdentity: g.Holder, SessionID: g.SessionID, FencingToken: g.Token, AcquireTime: microTime(g.AcquireTime), Value: g.Value, Exclusive: g.Exclusive}
+		h := holderDoc{HolderIdentity: g.Holder, SessionID: g.SessionID, FencingToken: g.Token, AcquireTime: microTime(g.AcquireTime), Value: g.Value, Exclusive: g.Exclusive, StepDown: g.StepDown}
 		if !g.RenewTime.IsZero() {
 			h.RenewTime = microTime(g.RenewTime)
 		}
@@ -151,7 +189,7 @@ func printLeases(w io.Writer, leases []client.Lease, format string, allNamespace
 	if allNamespaces {
 		head = append(head, "NAMESPACE")
 	}
-	head = append(head, "NAME", "HOLDER", "AGE")
+	head = append(head, "NAME", "HOLDER", "STATUS", "AGE")
 	if wide {
 		head = append(head, "TOKEN", "TTL", "EXPIRES-IN", "WAITERS", "TRANSITIONS", "VALUE")
 	}
@@ -166,7 +204,7 @@ func printLeases(w io.Writer, leases []client.Lease, format string, allNamespace
 			holder = holderList(l)
 			age = humanDuration(now.Sub(l.AcquireTime))
 		}
-		row = append(row, l.Name, holder, age)
+		row = append(row, l.Name, holder, statusText(l, now), age)
 		if wide {
 			token, ttl, expires := "<none>", "<none>", "<none>"
 			if l.Holder != "" {
@@ -185,6 +223,23 @@ func printLeases(w io.Writer, leases []client.Lease, format string, allNamespace
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	return tw.Flush()
+}
+
+// statusText is the STATUS column: Held (and how many wait), Waiting
+// with the count of waiters when nobody holds it (a lock-delay), or how
+// and how long ago the last grant ended, e.g. "Expired 35s ago".
+func statusText(l client.Lease, now time.Time) string {
+	switch {
+	case len(l.Holders) > 0 && len(l.Waiters) > 0:
+		return fmt.Sprintf("Held, %d waiting", len(l.Waiters))
+	case len(l.Holders) > 0:
+		return "Held"
+	case len(l.Waiters) > 0:
+		return fmt.Sprintf("Waiting (%d)", len(l.Waiters))
+	case l.Last != nil && l.Last.Ended != "":
+		return strings.ToUpper(l.Last.Ended[:1]) + l.Last.Ended[1:] + " " + humanDuration(now.Sub(l.Last.EndTime)) + " ago"
+	}
+	return "Free"
 }
 
 // holderList shows a semaphore's holders as "a,b (+2)" beyond two.

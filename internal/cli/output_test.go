@@ -20,15 +20,17 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden from the curr
 var now = time.Date(2026, 11, 22, 3, 20, 0, 0, time.UTC)
 
 // fixtureLeases covers each shape a row can take: a held mutex with a
-// waiter and a lock-delay, a full semaphore, a leader with a value and
-// labels held for days, and a free lease in its lock-delay.
+// waiter and a lock-delay, a full semaphore, a leader with a value,
+// labels and a preferred holder held for days, a lease whose holder
+// expired into a lock-delay, and a released node lease that will be
+// collected.
 func fixtureLeases() []client.Lease {
 	return []client.Lease{
 		{
 			Namespace: "default", Name: "nightly-report", Capacity: 1,
 			Holder: "alice", Token: 42, LeaseDuration: 10 * time.Second,
 			AcquireTime: now.Add(-3*time.Minute - 12*time.Second), RenewTime: now.Add(-2 * time.Second),
-			Transitions: 3, LockDelay: 3 * time.Second, CreateRevision: 7, ModRevision: 42,
+			Transitions: 3, LockDelay: 3 * time.Second, CreateRevision: 7, ModRevision: 42, Status: "held",
 			Holders: []client.GrantInfo{{SessionID: 11, Holder: "alice", Token: 42,
 				AcquireTime: now.Add(-3*time.Minute - 12*time.Second), RenewTime: now.Add(-2 * time.Second)}},
 			Waiters: []client.Waiter{{SessionID: 12, Holder: "bob", Since: now.Add(-90 * time.Second)}},
@@ -37,7 +39,7 @@ func fixtureLeases() []client.Lease {
 			Namespace: "default", Name: "render-slots", Capacity: 3,
 			Holder: "render-1", Token: 50, LeaseDuration: 30 * time.Second,
 			AcquireTime: now.Add(-45 * time.Second), RenewTime: now.Add(-5 * time.Second),
-			Transitions: 9, Labels: map[string]string{"tier": "batch", "app": "render"}, CreateRevision: 20, ModRevision: 52,
+			Transitions: 9, Labels: map[string]string{"tier": "batch", "app": "render"}, CreateRevision: 20, ModRevision: 52, Status: "held",
 			Holders: []client.GrantInfo{
 				{SessionID: 21, Holder: "render-1", Token: 50, AcquireTime: now.Add(-45 * time.Second), RenewTime: now.Add(-5 * time.Second)},
 				{SessionID: 22, Holder: "render-2", Token: 51, AcquireTime: now.Add(-30 * time.Second)},
@@ -48,13 +50,23 @@ func fixtureLeases() []client.Lease {
 			Namespace: "prod", Name: "scheduler", Capacity: 1,
 			Holder: "sched-1", Token: 1234, Value: "10.0.0.7:8080", LeaseDuration: 15 * time.Second,
 			AcquireTime: now.Add(-50 * time.Hour), RenewTime: now.Add(-4 * time.Second),
-			Transitions: 1, Labels: map[string]string{"app": "scheduler"}, CreateRevision: 3, ModRevision: 1234,
+			Transitions: 1, Labels: map[string]string{"app": "scheduler"}, CreateRevision: 3, ModRevision: 1234, Status: "held",
+			PreferredHolder: "sched-2",
 			Holders: []client.GrantInfo{{SessionID: 5, Holder: "sched-1", Token: 1234, Value: "10.0.0.7:8080", Exclusive: true,
-				AcquireTime: now.Add(-50 * time.Hour), RenewTime: now.Add(-4 * time.Second)}},
+				AcquireTime: now.Add(-50 * time.Hour), RenewTime: now.Add(-4 * time.Second), StepDown: "preferred holder sched-2 is waiting"}},
 		},
 		{
 			Namespace: "prod", Name: "payments-batch", Capacity: 1,
-			Transitions: 4, LockDelay: 15 * time.Second, LockDelayOn: true, CreateRevision: 30, ModRevision: 1300,
+			Transitions: 4, LockDelay: 15 * time.Second, LockDelayOn: true, CreateRevision: 30, ModRevision: 1300, Status: "expired",
+			Last: &client.EndedGrant{SessionID: 31, Holder: "batch-7", Token: 1290, AcquireTime: now.Add(-20 * time.Minute),
+				RenewTime: now.Add(-50 * time.Second), EndTime: now.Add(-35 * time.Second), Ended: "expired", Reason: "session expired"},
+		},
+		{
+			Namespace: "node-lease", Name: "worker-3", Capacity: 1,
+			Transitions: 2, CreateRevision: 60, ModRevision: 1310, Status: "released",
+			Labels: map[string]string{"zone": "b"}, GCAfter: time.Hour, DeleteTime: now.Add(58 * time.Minute),
+			Last: &client.EndedGrant{SessionID: 40, Holder: "worker-3", Token: 1100, AcquireTime: now.Add(-3 * time.Hour),
+				RenewTime: now.Add(-2 * time.Minute), EndTime: now.Add(-2 * time.Minute), Ended: "released", Reason: "session closed"},
 		},
 	}
 }
@@ -148,6 +160,7 @@ func TestPrintDocGolden(t *testing.T) {
 		{"lease_leader_yaml.golden", leases[2], "yaml"},
 		{"lease_free_yaml.golden", leases[3], "yaml"},
 		{"lease_free_json.golden", leases[3], "json"},
+		{"lease_released_yaml.golden", leases[4], "yaml"},
 	} {
 		t.Run(tt.golden, func(t *testing.T) {
 			var buf bytes.Buffer

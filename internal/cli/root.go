@@ -155,8 +155,8 @@ after the grant was lost).`,
 			root.AddCommand(c)
 		}
 	}
-	add("run", NewLockCommand(g), NewElectCommand(g))
-	add("inspect", NewGetCommand(g), NewValidateCommand(g), NewRevokeCommand(g), NewWatchCommand(g))
+	add("run", NewLockCommand(g), NewElectCommand(g), NewHeartbeatCommand(g))
+	add("inspect", NewGetCommand(g), NewValidateCommand(g), NewRevokeCommand(g), NewLeaseCommand(g), NewWatchCommand(g))
 	add("keys", NewKVCommand(g))
 	add("server", NewServeCommand(), NewMembersCommand(g), NewSnapshotCommand(g), NewDevCommand(), NewBenchCommand(), NewCertsCommand(), NewAuthCommand())
 	return root
