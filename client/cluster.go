@@ -49,6 +49,11 @@ type MemberStatus struct {
 	// Ready: a member of a cluster with a leader, and ready to serve if
 	// it leads.
 	Ready bool
+	// Version is the highest cluster version the member's build runs;
+	// ClusterVersion the one the cluster runs, as the member applied it.
+	// A rolling upgrade is done when every member's Version is the
+	// ClusterVersion.
+	Version, ClusterVersion int
 }
 
 func memberStatusFrom(st *tenurev1.StatusResponse) MemberStatus {
@@ -57,6 +62,7 @@ func memberStatusFrom(st *tenurev1.StatusResponse) MemberStatus {
 		Term: st.GetTerm(), CommitIndex: st.GetCommitIndex(), AppliedIndex: st.GetAppliedIndex(),
 		LastLogIndex: st.GetLastLogIndex(), LastContact: st.GetLastContact().AsDuration(),
 		Revision: st.GetRevision(), Ready: st.GetReady(),
+		Version: int(st.GetVersion()), ClusterVersion: int(st.GetClusterVersion()),
 	}
 }
 

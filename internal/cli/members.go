@@ -151,6 +151,8 @@ type memberStatusDoc struct {
 	LastContact      string `json:"lastContact"`
 	Revision         int64  `json:"revision"`
 	Ready            bool   `json:"ready"`
+	Version          int    `json:"version,omitempty"`
+	ClusterVersion   int    `json:"clusterVersion,omitempty"`
 }
 
 func toMemberDoc(m client.Member) memberDoc {
@@ -160,6 +162,7 @@ func toMemberDoc(m client.Member) memberDoc {
 			Role: m.Role, LeaderID: m.LeaderID, LeaderAPIAddress: m.LeaderAPIAddress,
 			Term: m.Term, CommitIndex: m.CommitIndex, AppliedIndex: m.AppliedIndex, LastLogIndex: m.LastLogIndex,
 			LastContact: m.LastContact.String(), Revision: m.Revision, Ready: m.Ready,
+			Version: m.Version, ClusterVersion: m.ClusterVersion,
 		}
 	}
 	return d
@@ -188,6 +191,19 @@ func memberRole(m client.Member) string {
 	return role
 }
 
+// memberVersion is the VERSION column: the cluster version the member's
+// build runs and, when the cluster runs a lower one (an upgrade under
+// way), that one too.
+func memberVersion(m client.Member) string {
+	switch {
+	case m.Version == 0:
+		return "1" // a build from before versions
+	case m.ClusterVersion != 0 && m.ClusterVersion < m.Version:
+		return fmt.Sprintf("%d (cluster %d)", m.Version, m.ClusterVersion)
+	}
+	return strconv.Itoa(m.Version)
+}
+
 func printMembers(w io.Writer, members []client.Member, format string) error {
 	switch format {
 	case "json", "yaml":
@@ -204,7 +220,7 @@ func printMembers(w io.Writer, members []client.Member, format string) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 	header := "ID\tAPI-ADDRESS\tPEER-ADDRESS\tROLE\tVOTER"
 	if wide {
-		header += "\tTERM\tCOMMIT\tAPPLIED\tLAST-CONTACT"
+		header += "\tTERM\tCOMMIT\tAPPLIED\tLAST-CONTACT\tVERSION"
 	}
 	fmt.Fprintln(tw, header)
 	for _, m := range members {
@@ -224,9 +240,9 @@ func printMembers(w io.Writer, members []client.Member, format string) error {
 					contact = m.LastContact.Round(time.Millisecond).String() + " ago"
 				}
 				row = append(row, strconv.FormatUint(m.Term, 10), strconv.FormatUint(m.CommitIndex, 10),
-					strconv.FormatUint(m.AppliedIndex, 10), contact)
+					strconv.FormatUint(m.AppliedIndex, 10), contact, memberVersion(m))
 			} else {
-				row = append(row, "<unknown>", "<unknown>", "<unknown>", "<unknown>")
+				row = append(row, "<unknown>", "<unknown>", "<unknown>", "<unknown>", "<unknown>")
 			}
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))

@@ -370,9 +370,9 @@ func TestPrintKeyEvent(t *testing.T) {
 func TestPrintMembers(t *testing.T) {
 	members := []client.Member{
 		{ID: "node1", APIAddress: "10.0.0.5:7480", PeerAddress: "10.0.0.5:7481", Voter: true, Leader: true,
-			MemberStatus: client.MemberStatus{Role: "leader", LeaderID: "node1", Term: 4, CommitIndex: 120, AppliedIndex: 120, LastLogIndex: 120, Ready: true}},
+			MemberStatus: client.MemberStatus{Role: "leader", LeaderID: "node1", Term: 4, CommitIndex: 120, AppliedIndex: 120, LastLogIndex: 120, Ready: true, Version: 2, ClusterVersion: 1}},
 		{ID: "node2", APIAddress: "10.0.0.6:7480", PeerAddress: "10.0.0.6:7481", Voter: true, Self: true,
-			MemberStatus: client.MemberStatus{Role: "follower", LeaderID: "node1", Term: 4, CommitIndex: 120, AppliedIndex: 118, LastLogIndex: 120, LastContact: 42 * time.Millisecond, Ready: true}},
+			MemberStatus: client.MemberStatus{Role: "follower", LeaderID: "node1", Term: 4, CommitIndex: 120, AppliedIndex: 118, LastLogIndex: 120, LastContact: 42 * time.Millisecond, Ready: true, Version: 2, ClusterVersion: 2}},
 		{ID: "node3", APIAddress: "10.0.0.7:7480", PeerAddress: "10.0.0.7:7481", Voter: true, Err: "unreachable: connection refused"},
 		{ID: "node4", PeerAddress: "10.0.0.8:7481", Err: "has not advertised an API address yet"},
 	}
@@ -386,11 +386,11 @@ func TestPrintMembers(t *testing.T) {
 			"node3   10.0.0.7:7480   10.0.0.7:7481   unreachable           yes\n" +
 			"node4   <none>          10.0.0.8:7481   unreachable           no\n"},
 		{"wide", "" +
-			"ID      API-ADDRESS     PEER-ADDRESS    ROLE                  VOTER   TERM        COMMIT      APPLIED     LAST-CONTACT\n" +
-			"node1   10.0.0.5:7480   10.0.0.5:7481   leader                yes     4           120         120         <none>\n" +
-			"node2   10.0.0.6:7480   10.0.0.6:7481   follower (answered)   yes     4           120         118         42ms ago\n" +
-			"node3   10.0.0.7:7480   10.0.0.7:7481   unreachable           yes     <unknown>   <unknown>   <unknown>   <unknown>\n" +
-			"node4   <none>          10.0.0.8:7481   unreachable           no      <unknown>   <unknown>   <unknown>   <unknown>\n"},
+			"ID      API-ADDRESS     PEER-ADDRESS    ROLE                  VOTER   TERM        COMMIT      APPLIED     LAST-CONTACT   VERSION\n" +
+			"node1   10.0.0.5:7480   10.0.0.5:7481   leader                yes     4           120         120         <none>         2 (cluster 1)\n" +
+			"node2   10.0.0.6:7480   10.0.0.6:7481   follower (answered)   yes     4           120         118         42ms ago       2\n" +
+			"node3   10.0.0.7:7480   10.0.0.7:7481   unreachable           yes     <unknown>   <unknown>   <unknown>   <unknown>      <unknown>\n" +
+			"node4   <none>          10.0.0.8:7481   unreachable           no      <unknown>   <unknown>   <unknown>   <unknown>      <unknown>\n"},
 	}
 	for _, tt := range tests {
 		var buf bytes.Buffer
