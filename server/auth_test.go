@@ -502,6 +502,10 @@ var matrixCalls = []matrixCall{
 	{"GET /healthz", false, httpCall("/healthz")},
 	{"GET /readyz", false, httpCall("/readyz")},
 	{"GET / (the page)", false, httpCall("/")},
+	{"LeaseService/SetPreferredHolder", true, func(ctx context.Context, c *authClients, f fixture) error {
+		_, err := c.leases.SetPreferredHolder(ctx, connect.NewRequest(&tenurev1.SetPreferredHolderRequest{Namespace: "team-a", Name: f.lease, Identity: "team-a/standby"}))
+		return err
+	}},
 	// Last: they end the fixture.
 	{"LeaseService/Release", true, func(ctx context.Context, c *authClients, f fixture) error {
 		_, err := c.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{Namespace: "team-a", Name: f.lease, Token: f.token}))
