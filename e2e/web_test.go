@@ -1,9 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,10 +52,101 @@ func newTab(t *testing.T, ctx context.Context, browser string) context.Context {
 	return tab
 }
 
+// pageLeases reads the page's lease table: one map per row, from each
+// column's heading to the text of its cell, and from "<heading> title" to
+// the tooltips in that cell (one a line) where it has any. Tests name the
+// column they check, so a new column moves nothing. The "No leases yet."
+// row is left out.
+func pageLeases(tab context.Context) []map[string]string {
+	rows, _ := chromedp.Run(tab, chromedp.Evaluate[[]map[string]string](`(() => {
+		const heads = Array.from(document.querySelectorAll("#leases thead th"), th => th.textContent);
+		return Array.from(document.querySelectorAll("#leases tbody tr"))
+			.filter(tr => !tr.querySelector(".empty"))
+			.map(tr => Object.fromEntries(Array.from(tr.cells).flatMap((td, i) => {
+				const titles = [td, ...td.querySelectorAll("[title]")].map(e => e.title).filter(Boolean);
+				return titles.length ? [[heads[i], td.innerText], [heads[i] + " title", titles.join("\n")]] : [[heads[i], td.innerText]];
+			})));
+	})()`))
+	return rows
+}
+
+// pageLease is the row of namespace/name in rows, or nil.
+func pageLease(rows []map[string]string, namespace, name string) map[string]string {
+	for _, r := range rows {
+		if r["Namespace"] == namespace && r["Name"] == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// jsonCall makes one call of the JSON API as the page does, a POST to
+// /tenure.v1.<method>, and decodes the answer into out (if not nil).
+// Tests use it for what the Go client would not do, such as a session
+// that never heartbeats. It must be called from the test's goroutine.
+func jsonCall(t *testing.T, ctx context.Context, addr, method string, in, out any) {
+	t.Helper()
+	body, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/tenure.v1."+method, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s: got = %s %s, expected: 200 OK", method, body, resp.Status, answer)
+	}
+	if out != nil {
+		if err := json.Unmarshal(answer, out); err != nil {
+			t.Fatalf("%s: %v in %s", method, err, answer)
+		}
+	}
+}
+
+// jsonOpenSession opens a session through the JSON API and returns its ID.
+// Nothing heartbeats it: it expires ttl after it opened unless the test
+// closes it first.
+func jsonOpenSession(t *testing.T, ctx context.Context, addr, identity, ttl string) int64 {
+	t.Helper()
+	var opened struct {
+		Session struct {
+			ID int64 `json:"id,string"`
+		} `json:"session"`
+	}
+	jsonCall(t, ctx, addr, "SessionService/Open", map[string]any{"identity": identity, "ttl": ttl}, &opened)
+	return opened.Session.ID
+}
+
+// jsonAcquire takes the lease name in the default namespace for session
+// through the JSON API, without waiting, and returns the fencing token.
+func jsonAcquire(t *testing.T, ctx context.Context, addr string, session int64, name string) int64 {
+	t.Helper()
+	var acquired struct {
+		Acquired bool  `json:"acquired"`
+		Token    int64 `json:"token,string"`
+	}
+	jsonCall(t, ctx, addr, "LeaseService/Acquire", map[string]any{"sessionId": session, "name": name}, &acquired)
+	if !acquired.Acquired {
+		t.Fatalf("acquire %s: got = not acquired, expected: a grant", name)
+	}
+	return acquired.Token
+}
+
 // TestWebPageShowsWhoHoldsWhatAndFollowsChanges opens the page in headless
 // Chromium, as an operator would, and checks that it shows the holder of
-// a lease, its token and a waiter, then updates by itself when the lease
-// changes hands.
+// a lease, its token and a waiter ("Held, 1 waiting"), then updates by
+// itself when the lease changes hands.
 func TestWebPageShowsWhoHoldsWhatAndFollowsChanges(t *testing.T) {
 	browser := chromium(t)
 	addr := testserver.Start(t, testserver.Limits())
@@ -82,16 +178,18 @@ func TestWebPageShowsWhoHoldsWhatAndFollowsChanges(t *testing.T) {
 
 	tab := newTab(t, ctx, browser)
 
-	leaseRow := func(name string) string {
-		text, _ := chromedp.Run(tab, chromedp.Evaluate[string](`Array.from(document.querySelectorAll("#leases tbody tr")).map(r => r.innerText).filter(t => t.includes(`+"`"+name+"`"+`)).join("\n")`))
-		return text
-	}
-	waitFor := func(what string, ok func() bool) {
+	// waitFor waits until the nightly-report row satisfies ok (a missing
+	// row reads as empty cells).
+	waitFor := func(what string, ok func(row map[string]string) bool) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
-		for !ok() {
+		for {
+			row := pageLease(pageLeases(tab), "default", "nightly-report")
+			if ok(row) {
+				return
+			}
 			if time.Now().After(deadline) {
-				t.Fatalf("page never showed %s; leases table: %q", what, leaseRow("nightly-report"))
+				t.Fatalf("page never showed %s; nightly-report row: %q", what, row)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -105,11 +203,9 @@ func TestWebPageShowsWhoHoldsWhatAndFollowsChanges(t *testing.T) {
 	}
 	aliceTok, _ := held.Token()
 	aliceToken := aliceTok.Token
-	waitFor("alice holding with her token and bob waiting", func() bool {
-		row := leaseRow("nightly-report")
-		fields := strings.Split(row, "\t")
-		// Namespace, Name, Holder, Token, Held for, TTL, Waiters, ...
-		return len(fields) >= 7 && fields[2] == "alice" && fields[3] == strconv.FormatInt(aliceToken, 10) && fields[6] == "1"
+	waitFor("alice holding with her token and bob waiting", func(r map[string]string) bool {
+		return r["Holder"] == "alice" && r["Token"] == strconv.FormatInt(aliceToken, 10) && r["Waiters"] == "1" &&
+			r["Status"] == "Held, 1 waiting"
 	})
 
 	// Hand over: the page follows the lease watch and updates by itself.
@@ -121,9 +217,9 @@ func TestWebPageShowsWhoHoldsWhatAndFollowsChanges(t *testing.T) {
 	}
 	defer waiting.Unlock(context.Background())
 	bobTok, _ := waiting.Token()
-	waitFor("bob holding after the handover", func() bool {
-		fields := strings.Split(leaseRow("nightly-report"), "\t")
-		return len(fields) >= 7 && fields[2] == "bob" && fields[3] == strconv.FormatInt(bobTok.Token, 10) && fields[6] == "0"
+	waitFor("bob holding after the handover", func(r map[string]string) bool {
+		return r["Holder"] == "bob" && r["Token"] == strconv.FormatInt(bobTok.Token, 10) && r["Waiters"] == "0" &&
+			r["Status"] == "Held"
 	})
 	events, err := chromedp.Run(tab, chromedp.Text("#events"))
 	if err != nil {
@@ -205,18 +301,11 @@ func TestWebPageWithAuthShowsOnlyWhatTheTokenMayRead(t *testing.T) {
 		return out
 	}
 	status := func() string { return eval(`document.getElementById("status").textContent`) }
-	// Namespace, Name, Holder, Token, ...: one line per row.
+	// The whole table as text, one line per row.
 	leases := func() string {
 		return eval(`Array.from(document.querySelectorAll("#leases tbody tr")).map(r => r.innerText).join("\n")`)
 	}
-	row := func(namespace, name string) []string {
-		for _, line := range strings.Split(leases(), "\n") {
-			if f := strings.Split(line, "\t"); len(f) >= 4 && f[0] == namespace && f[1] == name {
-				return f
-			}
-		}
-		return nil
-	}
+	row := func(namespace, name string) map[string]string { return pageLease(pageLeases(tab), namespace, name) }
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
@@ -244,8 +333,8 @@ func TestWebPageWithAuthShowsOnlyWhatTheTokenMayRead(t *testing.T) {
 	}
 	alphaTok, _ := alpha.Token()
 	waitFor("team-a holding team-a/alpha", func() bool {
-		f := row("team-a", "alpha")
-		return f != nil && f[2] == "team-a" && f[3] == strconv.FormatInt(alphaTok.Token, 10)
+		r := row("team-a", "alpha")
+		return r != nil && r["Holder"] == "team-a" && r["Token"] == strconv.FormatInt(alphaTok.Token, 10)
 	})
 	if got := leases(); strings.Contains(got, "beta") || strings.Contains(got, "team-b") {
 		t.Errorf("leases table for viewer-a got = %q, expected: nothing of team-b", got)
@@ -279,8 +368,8 @@ func TestWebPageWithAuthShowsOnlyWhatTheTokenMayRead(t *testing.T) {
 	}
 	nextTok, _ := next.Token()
 	waitFor("team-a/worker-2 holding team-a/alpha after the handover", func() bool {
-		f := row("team-a", "alpha")
-		return f != nil && f[2] == "team-a/worker-2" && f[3] == strconv.FormatInt(nextTok.Token, 10)
+		r := row("team-a", "alpha")
+		return r != nil && r["Holder"] == "team-a/worker-2" && r["Token"] == strconv.FormatInt(nextTok.Token, 10)
 	})
 	events := ""
 	waitFor("the handover in the events", func() bool {
@@ -398,5 +487,181 @@ func TestWebPageShowsTheMembers(t *testing.T) {
 	within(t, 20*time.Second, "page showing "+down.id+" unreachable", func() bool {
 		got = rows()
 		return got[down.id] != nil && got[down.id][3] == "unreachable"
+	})
+}
+
+// TestWebPageShowsHowEachLeaseEnded: once nobody holds a lease, the page
+// says how its last grant ended and how long ago, like `tenure get
+// leases` — "Released 3s ago" for a lease its holder unlocked, "Expired
+// 1s ago" for one whose holder's session ran out — and names that last
+// holder in the Holder column, so an operator sees who had it. The expiry
+// is made through the JSON API: a session opened with a 1s TTL that
+// never heartbeats, which the Go client would not allow.
+func TestWebPageShowsHowEachLeaseEnded(t *testing.T) {
+	browser := chromium(t)
+	addr := testserver.Start(t, testserver.Limits())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	c, err := client.New(ctx, []string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	worker3, err := c.NewSession(ctx, client.WithIdentity("worker-3"), client.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer worker3.Close(context.Background())
+	report := worker3.Mutex("nightly-report")
+	if err := report.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := report.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	worker7 := jsonOpenSession(t, ctx, addr, "worker-7", "1s")
+	opened := time.Now()
+	jsonAcquire(t, ctx, addr, worker7, "payments-batch")
+
+	tab := newTab(t, ctx, browser)
+	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/")); err != nil {
+		t.Fatal(err)
+	}
+	ended := regexp.MustCompile(`^(Released|Expired|Revoked) (\d+)s ago$`)
+	// age is the N of "<how> Ns ago" in the Status cell, or -1 when the
+	// cell does not say so.
+	age := func(row map[string]string, how string) int {
+		m := ended.FindStringSubmatch(row["Status"])
+		if m == nil || m[1] != how {
+			return -1
+		}
+		n, _ := strconv.Atoi(m[2])
+		return n
+	}
+	// Both rows come from one reading, and so from one rendering.
+	var rep, pay map[string]string
+	within(t, 20*time.Second, "page showing nightly-report released and payments-batch expired", func() bool {
+		rows := pageLeases(tab)
+		rep, pay = pageLease(rows, "default", "nightly-report"), pageLease(rows, "default", "payments-batch")
+		return age(rep, "Released") >= 0 && age(pay, "Expired") >= 0
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("nightly-report row: %q\npayments-batch row: %q", rep, pay)
+		}
+	})
+
+	for _, tc := range []struct {
+		row          map[string]string
+		column, want string
+	}{
+		{rep, "Holder", "— (last: worker-3)"},
+		{pay, "Holder", "— (last: worker-7)"},
+		{rep, "Token", ""},
+		{pay, "Token", ""},
+		{rep, "Held for", ""},
+		{pay, "Held for", ""},
+		{rep, "Waiters", "0"},
+		{pay, "Waiters", "0"},
+	} {
+		if got := tc.row[tc.column]; got != tc.want {
+			t.Errorf("%s of %s: got = %q, expected: %q", tc.column, tc.row["Name"], got, tc.want)
+		}
+	}
+	// The ages come from each lease's last.endTime. The page showed the
+	// expiry, so it read the table at least a TTL (1s) after the release.
+	if n, most := age(rep, "Released"), int(time.Since(released).Seconds())+1; n < 1 || n > most {
+		t.Errorf("age of the release: got = %ds, expected: from 1s to %ds", n, most)
+	}
+	if n, most := age(pay, "Expired"), int(time.Since(opened).Seconds()); n < 0 || n > most {
+		t.Errorf("age of the expiry: got = %ds, expected: at most %ds", n, most)
+	}
+	// The Status cell's tooltip tells the rest: who, and why it ended.
+	if got := pay["Status title"]; !strings.Contains(got, "worker-7") || !strings.Contains(got, "session expired") {
+		t.Errorf("Status tooltip of payments-batch: got = %q, expected: worker-7 and why (session expired)", got)
+	}
+}
+
+// TestWebPageShowsThePreferredHolderAndWhoIsAskedToStepDown: a lease
+// with a preferred holder says so in its Holder cell ("prefers
+// sched-2"); once sched-2 waits, the holder in its way is marked as
+// asked to step down — it still holds, and the page says so — and once
+// it releases, sched-2 holds and is marked as the preferred holder.
+// sched-1 holds through the JSON API, which, unlike the Go client and
+// the CLI, does not step down by itself.
+func TestWebPageShowsThePreferredHolderAndWhoIsAskedToStepDown(t *testing.T) {
+	browser := chromium(t)
+	addr := testserver.Start(t, testserver.Limits())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	c, err := client.New(ctx, []string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sched1 := jsonOpenSession(t, ctx, addr, "sched-1", "60s")
+	token1 := jsonAcquire(t, ctx, addr, sched1, "scheduler")
+
+	tab := newTab(t, ctx, browser)
+	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/")); err != nil {
+		t.Fatal(err)
+	}
+	var row map[string]string // the scheduler row, as last read
+	var events string         // the page's list of events, as last read
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("scheduler row: %q\nevents: %q", row, events)
+		}
+	})
+	shows := func(what string, ok func() bool) {
+		t.Helper()
+		within(t, 20*time.Second, "page showing "+what, func() bool {
+			row = pageLease(pageLeases(tab), "default", "scheduler")
+			return ok()
+		})
+	}
+	shows("sched-1 holding", func() bool { return row["Holder"] == "sched-1" && row["Status"] == "Held" })
+
+	if _, err := c.SetPreferredHolder(ctx, "default", "scheduler", "sched-2"); err != nil {
+		t.Fatal(err)
+	}
+	shows("the preferred holder", func() bool {
+		return row["Holder"] == "sched-1 · prefers sched-2" && row["Status"] == "Held"
+	})
+
+	sched2, err := c.NewSession(ctx, client.WithIdentity("sched-2"), client.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sched2.Close(context.Background())
+	next := sched2.Mutex("scheduler")
+	lockCtx, stopWaiting := context.WithCancel(ctx)
+	defer stopWaiting()
+	locked := make(chan error, 1)
+	go func() { locked <- next.Lock(lockCtx) }()
+	shows("sched-1 asked to step down while sched-2 waits", func() bool {
+		return row["Holder"] == "sched-1 (asked to step down) · prefers sched-2" && row["Status"] == "Held, 1 waiting" &&
+			row["Token"] == strconv.FormatInt(token1, 10)
+	})
+	if got := row["Holder title"]; !strings.Contains(got, "asked to step down: ") || !strings.Contains(got, "sched-2") {
+		t.Errorf("Holder tooltip: got = %q, expected: why sched-1 is asked to step down, naming sched-2", got)
+	}
+
+	jsonCall(t, ctx, addr, "LeaseService/Release", map[string]any{"namespace": "default", "name": "scheduler", "token": token1}, nil)
+	if err := <-locked; err != nil {
+		t.Fatal(err)
+	}
+	defer next.Unlock(context.Background())
+	token2, _ := next.Token()
+	shows("sched-2 holding as the preferred holder", func() bool {
+		return row["Holder"] == "sched-2 (preferred)" && row["Status"] == "Held" && row["Token"] == strconv.FormatInt(token2.Token, 10)
+	})
+	within(t, 20*time.Second, "the preference and the step-down in the events", func() bool {
+		events, _ = chromedp.Run(tab, chromedp.Evaluate[string](`document.getElementById("events").innerText`))
+		return strings.Contains(events, "preferred holder set default/scheduler holder=sched-2") &&
+			strings.Contains(events, "step down default/scheduler holder=sched-1")
 	})
 }
