@@ -87,10 +87,18 @@
 // Coordinated leader election (LeaderElectionConfig.Coordinated) is not
 // supported: it needs a Kubernetes coordinator to pick the holder.
 //
+// A preferred holder (client.Client.SetPreferredHolder, tenure lease
+// prefer) asks a Lock's leader to step down only for a candidate that
+// waits on the server — tenure elect, client.Election — since a Lock's
+// candidates ask without waiting. When asked, the leader's grant ends
+// locally at once (Lost, and Context with cause client.ErrStepDown), and
+// its next renewal gives the lease back and fails with ErrLost.
+//
 // # When leadership is lost
 //
 // Once a grant a Lock held has ended without a release — its session
-// expired or was lost, or an operator revoked the grant — the Lock never
+// expired or was lost, an operator revoked the grant, or its holder was
+// asked to step down — the Lock never
 // leads again: every Create and Update fails with ErrLost, so that the
 // elector stops leading and the program restarts its leader work from
 // scratch rather than carrying on under a new token it never saw. A

@@ -126,8 +126,10 @@ func New(s *client.Session, namespace, name string, opts ...Option) *Lock {
 // it), the holder session's TTL as LeaseDurationSeconds (rounded up to
 // whole seconds), its acquire time, its renew time — the last heartbeat
 // the server saw from the holder, so the record changes while the leader
-// lives — and how many times the holder changed. A lease that does not
-// exist is a Kubernetes NotFound error, so that the elector calls Create.
+// lives — how many times the holder changed, and the lease's preferred
+// holder. A lease that does not exist (never held, or collected after
+// its gc_after) is a Kubernetes NotFound error, so that the elector
+// calls Create.
 //
 // The raw record, which the elector only compares with the last one it
 // saw, also holds the fencing token and the renew time to the
@@ -153,7 +155,7 @@ type rawRecord struct {
 }
 
 func record(lease client.Lease) (*resourcelock.LeaderElectionRecord, []byte) {
-	rec := resourcelock.LeaderElectionRecord{LeaderTransitions: int(lease.Transitions)}
+	rec := resourcelock.LeaderElectionRecord{LeaderTransitions: int(lease.Transitions), PreferredHolder: lease.PreferredHolder}
 	raw := rawRecord{}
 	if len(lease.Holders) > 0 {
 		g := lease.Holders[0]
@@ -187,8 +189,10 @@ func (l *Lock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord
 // lease). If it does not hold it, Update asks Tenure for it without
 // waiting, and fails, matching client.ErrLocked, while another session
 // holds it, whatever the elector's clock made of the record. If the
-// grant it held is lost, or no longer Valid, Update fails with ErrLost,
-// and so does every later Create and Update.
+// grant it held is lost, or no longer Valid, Update gives it back (a
+// holder asked to step down for the lease's preferred holder still holds
+// it on the server) and fails with ErrLost, and so does every later
+// Create and Update.
 //
 // With an empty HolderIdentity, Update gives the grant back at once, so
 // that the next candidate can take it on its next try.
