@@ -20,6 +20,10 @@ echo "== go test -race"
 # clients for most of a minute; run beside the fault tests it would make
 # their timing its own. It runs alone afterwards.
 go test -race -count=1 -timeout 15m $(go list ./... | grep -v '/internal/bench$')
+echo "== clientgo module (go vet, go test -race)"
+# client-go's leader election on a Tenure lease is a module of its own, so
+# that no other module depends on Kubernetes; ./... above does not reach it.
+(cd clientgo && go vet ./... && go test -race -count=1 -timeout 5m ./...)
 echo "== go test -race ./internal/bench (alone)"
 go test -race -count=1 -timeout 10m ./internal/bench
 
