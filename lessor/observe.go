@@ -71,12 +71,13 @@ func (l *Lessor) Observe(events []statemachine.Event) {
 				l.forgetKeyLocked(kv.Key)
 			}
 		case statemachine.EventLeaseExpired, statemachine.EventLeaseRevoked:
-			if ev.LockDelay <= 0 {
-				continue
+			// No continue without a lock-delay: the idle timing below
+			// must still see the event that leaves the lease idle.
+			if ev.LockDelay > 0 {
+				l.forgetDelayLocked(ev.Lease)
+				ld := statemachine.LockDelay{Lease: ev.Lease, Revision: ev.Revision, Delay: ev.LockDelay}
+				l.pushLocked(l.trackDelayLocked(ld, now.Add(time.Duration(ld.Delay))))
 			}
-			l.forgetDelayLocked(ev.Lease)
-			ld := statemachine.LockDelay{Lease: ev.Lease, Revision: ev.Revision, Delay: ev.LockDelay}
-			l.pushLocked(l.trackDelayLocked(ld, now.Add(time.Duration(ld.Delay))))
 		case statemachine.EventLockDelayEnded:
 			l.forgetDelayLocked(ev.Lease)
 		}
