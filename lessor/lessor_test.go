@@ -663,6 +663,18 @@ func TestIdleLeaseCollection(t *testing.T) {
 			want:    []statemachine.IdleLease{{Lease: lease, Revision: 9}},
 		},
 		{
+			name: "A lease whose holder expired, with no lock-delay, is collected too.",
+			observe: [][]statemachine.Event{{{Revision: 9, Type: statemachine.EventLeaseExpired, Lease: lease,
+				SessionID: 1, Token: 8, GCAfter: int64(gcAfter)}}},
+			want: []statemachine.IdleLease{{Lease: lease, Revision: 9}},
+		},
+		{
+			name: "A revoked lease, with no lock-delay, is collected too.",
+			observe: [][]statemachine.Event{{{Revision: 9, Type: statemachine.EventLeaseRevoked, Lease: lease,
+				Token: 8, GCAfter: int64(gcAfter)}}},
+			want: []statemachine.IdleLease{{Lease: lease, Revision: 9}},
+		},
+		{
 			name:    "A lease left idle without gc_after is kept.",
 			observe: [][]statemachine.Event{released(9, 0)},
 		},

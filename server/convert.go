@@ -83,8 +83,12 @@ func leaseProto(m *statemachine.Machine, l statemachine.Lease, hb heartbeats) *t
 		}
 	}
 	for i, g := range l.Holders {
+		// The renew time is the session's last renewal on this leader,
+		// which times its expiry: later than the logged grant time only
+		// once a heartbeat follows the grant. Unknown (a follower, or a
+		// new leader not yet heard from), it is the logged time.
 		renew := g.RenewTime
-		if t := hb.LastHeartbeat(g.SessionID); !t.IsZero() && t.UnixNano() > renew {
+		if t := hb.LastHeartbeat(g.SessionID); !t.IsZero() {
 			renew = t.UnixNano()
 		}
 		out.Holders = append(out.Holders, &tenurev1.Grant{

@@ -41,6 +41,16 @@ func TestRecordsOutliveTheirHolder(t *testing.T) {
 			},
 		},
 		{
+			name:  "an expiry keeps the session's last renewal even when it came before the grant",
+			setup: []Command{open("a"), acquire(1, leaseA), NewEpoch{}},
+			cmd:   ExpireSessions{Epoch: 1, IDs: []int64{1}, Renewed: []int64{setupTick}},
+			check: func(t *testing.T, m *Machine, res Result) {
+				// Opened at setupTick and never heard from again: the
+				// expiry was timed from then, not from the grant.
+				expect(t, "renew time", mustLease(t, m, leaseA).Last.RenewTime, setupTick)
+			},
+		},
+		{
 			name:  "an expiry the leader never heard about keeps the logged renew time",
 			setup: []Command{open("a"), acquire(1, leaseA), NewEpoch{}},
 			cmd:   expire(1, 1),

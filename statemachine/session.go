@@ -101,7 +101,14 @@ func (m *Machine) endSession(s *sessionState, expired bool, renewed int64) []Lea
 		if expired {
 			ev.Type = EventLeaseExpired
 			ev.LockDelay = l.LockDelay
-			l.Last = ended(g, EndExpired, reason, max(g.RenewTime, renewed), m.now)
+			// The expiry was timed from the session's last renewal on
+			// the leader, not from the grant: renewed, when known, is
+			// the truth even if the grant came later.
+			renew := g.RenewTime
+			if renewed != 0 {
+				renew = renewed
+			}
+			l.Last = ended(g, EndExpired, reason, renew, m.now)
 		}
 		l.ModRevision = m.emit(ev)
 		if expired && l.LockDelay > 0 {

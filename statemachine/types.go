@@ -65,8 +65,9 @@ type Grant struct {
 	Token       int64  `json:"token"`
 	AcquireTime int64  `json:"acquire_time"`
 	// RenewTime is the last logged change of the grant (acquire or value
-	// update). Heartbeats are not logged; the API overlays the leader's
-	// in-memory view for display.
+	// update). Heartbeats are not logged: the API shows the leader's
+	// in-memory last renewal of the session instead when it has one, and
+	// an expiry logs it on the ended grant.
 	RenewTime int64  `json:"renew_time"`
 	Value     string `json:"value,omitempty"`
 	// Exclusive grants hold the lease alone, whatever its capacity.
