@@ -191,7 +191,9 @@ func (h *holder) request(ctx context.Context, wait bool, value string) (int64, e
 		if h.s.Err() != nil {
 			return 0, &Error{Op: "Acquire", Kind: ErrSessionExpired, Cause: h.s.Err()}
 		}
-		if wait && ctx.Err() != nil {
+		if ctx.Err() != nil {
+			// Sent and then cut short, a try may have been granted as
+			// well as a wait: nobody would know to release it.
 			h.abandon()
 		}
 		return 0, err
