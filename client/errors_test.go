@@ -41,6 +41,7 @@ func TestEveryServerReasonMapsToASentinel(t *testing.T) {
 		api.ReasonUnauthenticated:  ErrUnauthenticated,
 		api.ReasonPermissionDenied: ErrPermissionDenied,
 		api.ReasonRateLimited:      ErrResourceExhausted,
+		api.ReasonNotSupported:     ErrNotSupported,
 	}
 	for _, r := range api.Reasons {
 		t.Run(string(r), func(t *testing.T) {
