@@ -290,33 +290,37 @@ func (c *Client) Live(ctx context.Context, namespace, selector string) <-chan Li
 		if !send(cur) {
 			return
 		}
+		// take handles one event: false ends following, after sending
+		// the error that ended it.
+		changed := false
+		take := func(ev LeaseEvent, ok bool) bool {
+			if !ok {
+				return false
+			}
+			if ev.Err != nil {
+				send(LiveSet{Leases: cur.Leases, Revision: cur.Revision, Err: ev.Err})
+				return false
+			}
+			changed = changed || affectsLiveSet(ev.Type)
+			return true
+		}
 		for {
-			changed := false
+			changed = false
 			select {
 			case <-ctx.Done():
 				return
 			case ev, ok := <-events:
-				if !ok {
+				if !take(ev, ok) {
 					return
 				}
-				if ev.Err != nil {
-					send(LiveSet{Leases: cur.Leases, Revision: cur.Revision, Err: ev.Err})
-					return
-				}
-				changed = affectsLiveSet(ev.Type)
 			}
 			// Take the rest of a burst before reading once for all of it.
 			for drained := false; !drained; {
 				select {
 				case ev, ok := <-events:
-					if !ok {
+					if !take(ev, ok) {
 						return
 					}
-					if ev.Err != nil {
-						send(LiveSet{Leases: cur.Leases, Revision: cur.Revision, Err: ev.Err})
-						return
-					}
-					changed = changed || affectsLiveSet(ev.Type)
 				default:
 					drained = true
 				}

@@ -619,31 +619,40 @@ func TestLockDelayEnd(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := &recorder{}
-				l := newLessor(t, r, lessor.Config{})
-				l.Promote(1, statemachine.Deadlines{}, 0)
-				begin := time.Now()
-				for _, evs := range tt.observe {
-					l.Observe(evs)
-				}
-				if tt.want == nil {
-					time.Sleep(quiet)
-					if calls := r.snapshot(); len(calls) != 0 {
-						t.Errorf("got = %v, expected: no proposal", calls[0].delays)
-					}
-					return
-				}
-				calls := waitCalls(t, r, 1, 3*time.Second)
-				if got := calls[0].at.Sub(begin); got < delay {
-					t.Errorf("ended %v after the expiry, expected: at least %v", got, delay)
-				}
-				if got := calls[0].delays; !slices.Equal(got, tt.want) {
-					t.Errorf("got = %v, expected: %v", got, tt.want)
-				}
-			})
+			checkTimed(t, tt.observe, delay, quiet, func(c call) []statemachine.LockDelay { return c.delays }, tt.want)
 		})
 	}
+}
+
+// checkTimed observes each batch of events on a new leader and checks
+// that the one proposal it makes, as got reads it, is want, and comes no
+// sooner than after; with want nil, that nothing is proposed for
+// quietFor.
+func checkTimed[W comparable](t *testing.T, observe [][]statemachine.Event, after, quietFor time.Duration, got func(call) []W, want []W) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{}
+		l := newLessor(t, r, lessor.Config{})
+		l.Promote(1, statemachine.Deadlines{}, 0)
+		begin := time.Now()
+		for _, evs := range observe {
+			l.Observe(evs)
+		}
+		if want == nil {
+			time.Sleep(quietFor)
+			if calls := r.snapshot(); len(calls) != 0 {
+				t.Errorf("got = %v, expected: no proposal", got(calls[0]))
+			}
+			return
+		}
+		calls := waitCalls(t, r, 1, 3*time.Second)
+		if d := calls[0].at.Sub(begin); d < after {
+			t.Errorf("proposed %v after the event, expected: at least %v", d, after)
+		}
+		if g := got(calls[0]); !slices.Equal(g, want) {
+			t.Errorf("got = %v, expected: %v", g, want)
+		}
+	})
 }
 
 func TestIdleLeaseCollection(t *testing.T) {
@@ -691,29 +700,7 @@ func TestIdleLeaseCollection(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				r := &recorder{}
-				l := newLessor(t, r, lessor.Config{})
-				l.Promote(1, statemachine.Deadlines{}, 0)
-				begin := time.Now()
-				for _, evs := range tt.observe {
-					l.Observe(evs)
-				}
-				if tt.want == nil {
-					time.Sleep(2 * gcAfter)
-					if calls := r.snapshot(); len(calls) != 0 {
-						t.Errorf("got = %v, expected: no proposal", calls[0].idle)
-					}
-					return
-				}
-				calls := waitCalls(t, r, 1, 3*time.Second)
-				if got := calls[0].at.Sub(begin); got < gcAfter {
-					t.Errorf("collected %v after it went idle, expected: at least %v", got, gcAfter)
-				}
-				if got := calls[0].idle; !slices.Equal(got, tt.want) {
-					t.Errorf("got = %v, expected: %v", got, tt.want)
-				}
-			})
+			checkTimed(t, tt.observe, gcAfter, 2*gcAfter, func(c call) []statemachine.IdleLease { return c.idle }, tt.want)
 		})
 	}
 
