@@ -98,10 +98,6 @@ func (s *Server) status() *tenurev1.StatusResponse {
 		Ready:        s.ready.Load(),
 		Version:      statemachine.Version,
 	}
-	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
-		out.ClusterVersion = int32(m.ClusterVersion())
-		return nil
-	})
 	if addr, ok := s.leaderAddress(); ok {
 		out.LeaderApiAddress = addr
 	}
@@ -110,6 +106,7 @@ func (s *Server) status() *tenurev1.StatusResponse {
 	}
 	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
 		out.Revision = m.Revision()
+		out.ClusterVersion = int32(m.ClusterVersion())
 		return nil
 	})
 	return out
@@ -132,6 +129,9 @@ func (h *clusterService) Join(ctx context.Context, req *connect.Request[tenurev1
 	if !h.s.leading.Load() {
 		return nil, toConnect(h.s.notLeader())
 	}
+	if err := h.s.checkJoinVersion(r); err != nil {
+		return nil, toConnect(err)
+	}
 	if err := h.s.join(ctx, r); err != nil {
 		return nil, toConnect(err)
 	}
@@ -144,6 +144,21 @@ func (h *clusterService) Join(ctx context.Context, req *connect.Request[tenurev1
 		out.Members = append(out.Members, &tenurev1.Member{Id: m.ID, PeerAddress: m.Address, Voter: m.Voter, Leader: m.Leader})
 	}
 	return connect.NewResponse(out), nil
+}
+
+// checkJoinVersion refuses a node whose build runs an older cluster
+// version than the cluster's: it could not apply what the log now holds.
+// (Builds before versions send none, which is version 1.)
+func (s *Server) checkJoinVersion(r *tenurev1.JoinRequest) error {
+	var cluster int
+	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
+		cluster = m.ClusterVersion()
+		return nil
+	})
+	if v := max(int(r.GetVersion()), 1); v < cluster {
+		return fmt.Errorf("%w: node %s runs a build of cluster version %d and the cluster runs %d: run a build at least as new as the cluster's on it", statemachine.ErrNotSupported, r.GetId(), v, cluster)
+	}
+	return nil
 }
 
 func (s *Server) join(ctx context.Context, r *tenurev1.JoinRequest) error {

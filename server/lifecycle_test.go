@@ -110,6 +110,29 @@ func TestAFreshNodeRunsTheLatestClusterVersion(t *testing.T) {
 	}
 }
 
+// A node whose build runs an older version than the cluster's could not
+// apply what the log now holds: its join is refused, and changes nothing.
+func TestANodeOnAnOlderBuildCannotJoinANewerCluster(t *testing.T) {
+	ts := startServer(t, t.TempDir(), testLimits())
+	cluster := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
+	before, err := cluster.Members(ctxT(t), connect.NewRequest(&tenurev1.MembersRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No version: a build from before versions.
+	_, err = cluster.Join(ctxT(t), connect.NewRequest(&tenurev1.JoinRequest{Id: "old", PeerAddress: "127.0.0.1:1", ApiAddress: "127.0.0.1:2"}))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || reasonOf(err) != api.ReasonNotSupported {
+		t.Fatalf("join of a version-1 build: got = %v, expected: failed_precondition, reason %s", err, api.ReasonNotSupported)
+	}
+	after, err := cluster.Members(ctxT(t), connect.NewRequest(&tenurev1.MembersRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Msg.GetMembers()) != len(before.Msg.GetMembers()) {
+		t.Fatalf("members after the refused join: got = %d, expected: %d", len(after.Msg.GetMembers()), len(before.Msg.GetMembers()))
+	}
+}
+
 // seedOldMember makes dir hold a one-voter cluster, node1 at peer, that
 // also lists a non-voter "old" which registered as a build from before
 // cluster versions did (SetMember without a version), as a rolling

@@ -161,9 +161,12 @@ func Open(cfg Config) (*Server, error) {
 	s.metrics = newMetrics(cfg.Registry, s)
 	s.waiters = newWaiters(s.propose, s.metrics.waiting.Add, cfg.Logger)
 	s.lessor = lessor.New(lessor.Config{
-		Proposer:   proposer{s},
-		Logger:     cfg.Logger.With("component", "lessor"),
-		Registerer: cfg.Registry,
+		Proposer: proposer{s},
+		// Collections wait for the cluster version, which rises within a
+		// second of the last member registering: ask again soon after.
+		PostponeInterval: 10 * time.Second,
+		Logger:           cfg.Logger.With("component", "lessor"),
+		Registerer:       cfg.Registry,
 	})
 	rc := cfg.Raft
 	rc.Logger = cfg.Logger
