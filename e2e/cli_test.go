@@ -1160,11 +1160,11 @@ func TestCLIInspect(t *testing.T) {
 	// Leases: kubectl's columns, NAMESPACE only across namespaces.
 	e.expect(0, "No leases found.\n", "", "get", "leases")
 	r := e.run("get", "leases", "-n", "ops")
-	if !regexp.MustCompile(`^NAME +HOLDER +AGE\nreport +inspector +\d+s\n$`).MatchString(r.stdout) || r.code != 0 {
+	if !regexp.MustCompile(`^NAME +HOLDER +STATUS +AGE\nreport +inspector +Held +\d+s\n$`).MatchString(r.stdout) || r.code != 0 {
 		t.Errorf("get leases -n ops: got = %v, expected: a row for report held by inspector", r)
 	}
 	r = e.run("get", "leases", "-A", "-o", "wide")
-	wide := `^NAMESPACE +NAME +HOLDER +AGE +TOKEN +TTL +EXPIRES-IN +WAITERS +TRANSITIONS +VALUE\nops +report +inspector +\d+s +` + token + ` +10s +\d+s +0 +0 +<none>\n$`
+	wide := `^NAMESPACE +NAME +HOLDER +STATUS +AGE +TOKEN +TTL +EXPIRES-IN +WAITERS +TRANSITIONS +VALUE\nops +report +inspector +Held +\d+s +` + token + ` +10s +\d+s +0 +0 +<none>\n$`
 	if !regexp.MustCompile(wide).MatchString(r.stdout) || r.code != 0 {
 		t.Errorf("get leases -A -o wide: got = %v, expected: to match %q", r, wide)
 	}
@@ -1222,8 +1222,8 @@ func TestCLIInspect(t *testing.T) {
 	}
 	e.expect(0, "No sessions found.\n", "", "get", "sessions")
 	r = e.run("get", "leases", "-n", "ops")
-	if !regexp.MustCompile(`^NAME +HOLDER +AGE\nreport +<none> +<none>\n$`).MatchString(r.stdout) {
-		t.Errorf("get leases -n ops after the release: got = %v, expected: report with no holder", r)
+	if !regexp.MustCompile(`^NAME +HOLDER +STATUS +AGE\nreport +<none> +Released \d+s ago +<none>\n$`).MatchString(r.stdout) {
+		t.Errorf("get leases -n ops after the release: got = %v, expected: report with no holder, released", r)
 	}
 }
 
