@@ -77,8 +77,12 @@ func TestLockRecord(t *testing.T) {
 	if rec.HolderIdentity != want.HolderIdentity || rec.LeaseDurationSeconds != want.LeaseDurationSeconds || rec.LeaderTransitions != want.LeaderTransitions {
 		t.Errorf("record = %+v, expected: holder, duration and transitions of %+v", rec, want)
 	}
-	if !rec.AcquireTime.Time.Equal(lease.AcquireTime) || rec.RenewTime.Time.Before(rec.AcquireTime.Time) {
-		t.Errorf("record times: acquired %v, renewed %v; expected: acquired %v, renewed no earlier", rec.AcquireTime, rec.RenewTime, lease.AcquireTime)
+	// The renew time is the session's last renewal, which times its
+	// expiry: until a heartbeat follows the grant it is the session's
+	// opening, before the acquire.
+	// Get came before Lease, and renewals only move forward.
+	if !rec.AcquireTime.Time.Equal(lease.AcquireTime) || rec.RenewTime.IsZero() || rec.RenewTime.Time.After(lease.RenewTime) {
+		t.Errorf("record times: acquired %v, renewed %v; expected: acquired %v, renewed by %v", rec.AcquireTime, rec.RenewTime, lease.AcquireTime, lease.RenewTime)
 	}
 
 	// The leader's heartbeats move the record although nothing writes

@@ -111,10 +111,9 @@ func TestHeartbeatNodeLeasesExpireAfterTheirTTLReleaseOnStopAndAreCollected(t *t
 	// --- SIGKILL: expired after the TTL, never before ---
 
 	// The nodes to kill first beat once after taking their leases, as
-	// running nodes do. Until then the record's renewTime is the acquire
-	// time, while the server times the session's expiry from its opening,
-	// a moment earlier: a node killed before its first heartbeat may show
-	// endTime − renewTime a little under the TTL.
+	// running nodes do, so that the kill finds them in their steady
+	// state. (Before that, renewTime is the session's opening, a moment
+	// before the acquire: the expiry is timed from it.)
 	eventually(t, 10*time.Second, "a heartbeat after the acquire from each node to kill", func() bool {
 		ls := e.leaseDocs("-n", "node-lease")
 		stillHeld(ls, all, "before the kill")
