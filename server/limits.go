@@ -28,6 +28,11 @@ type Limits struct {
 	// LeaseGCAfter is the gc_after of an acquire that names none: how long
 	// an idle lease record is kept. Zero keeps records forever.
 	LeaseGCAfter time.Duration
+	// MaxHold bounds the max_hold a lease may ask for; 0 allows any.
+	MaxHold time.Duration
+	// MaxHoldGrace is how long a holder past its lease's max_hold has,
+	// once asked to step down, before its grant is revoked.
+	MaxHoldGrace time.Duration
 	// RequestReadTimeout bounds the time to receive a unary request's
 	// body, so that a client cannot hold a handler by sending it slowly.
 	// Streams are exempt: their bodies last as long as they do. Zero
@@ -51,6 +56,7 @@ func DefaultLimits() Limits {
 		WatchHistory:           65536,
 		RequestReadTimeout:     10 * time.Second,
 		LeaseGCAfter:           time.Hour,
+		MaxHoldGrace:           30 * time.Second,
 	}
 }
 
@@ -95,6 +101,10 @@ func (l Limits) Validate() error {
 		return bad("WatchHistory", "watch-history", l.WatchHistory, "at least 1")
 	case l.LeaseGCAfter < 0 || l.LeaseGCAfter > maxGCAfter:
 		return bad("LeaseGCAfter", "lease-gc-after", l.LeaseGCAfter, "0 (keep forever) up to "+maxGCAfter.String())
+	case l.MaxHold < 0:
+		return bad("MaxHold", "max-hold-limit", l.MaxHold, "0 (any) or more")
+	case l.MaxHoldGrace < 0:
+		return bad("MaxHoldGrace", "max-hold-grace", l.MaxHoldGrace, "0 or more")
 	}
 	return nil
 }
