@@ -39,6 +39,9 @@ type Lease struct {
 	GCAfter         time.Duration // 0: kept forever
 	DeleteTime      time.Time     // when the idle record goes, zero while busy
 	PreferredHolder string
+	// MaxHold is the first holder's max hold (0: none): past AcquireTime
+	// + MaxHold it is asked to step down, then revoked a grace later.
+	MaxHold time.Duration
 }
 
 // EndedGrant is the last grant of a lease that ended.
@@ -99,7 +102,7 @@ func leaseFrom(p *tenurev1.Lease) Lease {
 		Labels: p.GetLabels(), LockDelay: p.GetLockDelay().AsDuration(), LockDelayOn: p.GetLockDelayActive(),
 		CreateRevision: p.GetCreateRevision(), ModRevision: p.GetModRevision(),
 		Status: p.GetStatus(), GCAfter: p.GetGcAfter().AsDuration(), DeleteTime: timeOf(p.GetDeleteTime()),
-		PreferredHolder: p.GetPreferredHolder(),
+		PreferredHolder: p.GetPreferredHolder(), MaxHold: p.GetMaxHold().AsDuration(),
 	}
 	if e := p.GetLast(); e != nil {
 		l.Last = &EndedGrant{

@@ -24,6 +24,7 @@ type leaseOptions struct {
 	watchdog  func()
 	value     string
 	gcAfter   *time.Duration // nil: the server's --lease-gc-after
+	maxHold   time.Duration
 }
 
 // LeaseOption configures a lock or an election.
@@ -47,6 +48,14 @@ func WithLockDelay(d time.Duration) LeaseOption { return func(o *leaseOptions) {
 func WithGCAfter(d time.Duration) LeaseOption {
 	return func(o *leaseOptions) { o.gcAfter = &d }
 }
+
+// WithMaxHold bounds how long this session may keep a grant of the lease:
+// past d the server asks it to step down (the grant ends locally with
+// ErrStepDown, the reason saying "max-hold"), and revokes the grant the
+// server's --max-hold-grace (30s) later if it still stands. For the
+// stuck job that would otherwise hold a lock for days. The server may
+// cap d (--max-hold-limit).
+func WithMaxHold(d time.Duration) LeaseOption { return func(o *leaseOptions) { o.maxHold = d } }
 
 // WithValue sets the value RunElection proclaims when elected.
 func WithValue(v string) LeaseOption { return func(o *leaseOptions) { o.value = v } }
@@ -177,6 +186,9 @@ func (h *holder) request(ctx context.Context, wait bool, value string) (int64, e
 	}
 	if h.opts.gcAfter != nil {
 		req.GcAfter = durationpb.New(*h.opts.gcAfter)
+	}
+	if h.opts.maxHold > 0 {
+		req.MaxHold = durationpb.New(h.opts.maxHold)
 	}
 	kind := idempotent // Acquire is idempotent per session and lease
 	if wait {

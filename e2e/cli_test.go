@@ -1164,7 +1164,7 @@ func TestCLIInspect(t *testing.T) {
 		t.Errorf("get leases -n ops: got = %v, expected: a row for report held by inspector", r)
 	}
 	r = e.run("get", "leases", "-A", "-o", "wide")
-	wide := `^NAMESPACE +NAME +HOLDER +STATUS +AGE +TOKEN +TTL +EXPIRES-IN +WAITERS +TRANSITIONS +VALUE\nops +report +inspector +Held +\d+s +` + token + ` +10s +\d+s +0 +0 +<none>\n$`
+	wide := `^NAMESPACE +NAME +HOLDER +STATUS +AGE +TOKEN +TTL +EXPIRES-IN +MAX-HOLD +WAITERS +TRANSITIONS +VALUE\nops +report +inspector +Held +\d+s +` + token + ` +10s +\d+s +<none> +0 +0 +<none>\n$`
 	if !regexp.MustCompile(wide).MatchString(r.stdout) || r.code != 0 {
 		t.Errorf("get leases -A -o wide: got = %v, expected: to match %q", r, wide)
 	}

@@ -102,6 +102,7 @@ func leaseProto(m *statemachine.Machine, l statemachine.Lease, hb heartbeats) *t
 			StepDown:       g.StepDown,
 		})
 		if i == 0 {
+			out.MaxHold = dur(g.MaxHold)
 			out.HolderIdentity = g.Holder
 			out.FencingToken = g.Token
 			out.AcquireTime = stamp(g.AcquireTime)

@@ -45,6 +45,13 @@ func (h *leaseService) acquireCommand(msg *tenurev1.AcquireRequest) (statemachin
 	if err != nil {
 		return statemachine.Acquire{}, err
 	}
+	maxHold := msg.GetMaxHold().AsDuration()
+	switch {
+	case maxHold < 0:
+		return statemachine.Acquire{}, invalid("max_hold %v is negative", maxHold)
+	case lim.MaxHold > 0 && maxHold > lim.MaxHold:
+		return statemachine.Acquire{}, invalid("max_hold %v is over the server's limit of %v (--max-hold-limit)", maxHold, lim.MaxHold)
+	}
 	return statemachine.Acquire{
 		SessionID:  msg.GetSessionId(),
 		Lease:      id,
@@ -56,6 +63,7 @@ func (h *leaseService) acquireCommand(msg *tenurev1.AcquireRequest) (statemachin
 		MaxWaiters: lim.MaxWaitersPerLease,
 		Exclusive:  msg.GetExclusive(),
 		GCAfter:    int64(gc),
+		MaxHold:    int64(maxHold),
 	}, nil
 }
 

@@ -199,10 +199,14 @@ func Open(cfg Config) (*Server, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
-	s.wg.Add(3)
+	s.wg.Add(4)
 	go func() {
 		defer s.wg.Done()
 		s.leadershipLoop()
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.maxHoldLoop()
 	}()
 	go func() {
 		defer s.wg.Done()

@@ -29,8 +29,9 @@ const (
 	KindCollectLeases  Kind = 16
 	KindSetPreferred   Kind = 17
 	KindSetVersion     Kind = 18
+	KindAskStepDown    Kind = 19
 
-	lastKind = KindSetVersion
+	lastKind = KindAskStepDown
 )
 
 // Command is one state change proposed to the log.
@@ -80,6 +81,8 @@ type Acquire struct {
 	// GCAfter (nanoseconds) is how long the record may stay idle before
 	// it is deleted; 0 keeps it forever. Set on every successful acquire.
 	GCAfter int64 `json:"gc_after,omitempty"`
+	// MaxHold (nanoseconds) is the grant's max hold; 0 is none.
+	MaxHold int64 `json:"max_hold,omitempty"`
 }
 
 // Release ends the grant named by Token.
@@ -180,6 +183,16 @@ type SetMember struct {
 	Version int `json:"version,omitempty"`
 }
 
+// AskStepDown asks the holder of the grant named by Token to step down,
+// for Reason: the leader proposes it when a grant outlives its max hold.
+// Like a preferred holder's request it takes nothing; the leader revokes
+// the grant a grace later if it still stands.
+type AskStepDown struct {
+	Lease  LeaseID `json:"lease"`
+	Token  int64   `json:"token"`
+	Reason string  `json:"reason"`
+}
+
 // SetVersion raises the cluster version: the leader proposes it once
 // every member has registered a build that runs it, so that no replica
 // applies a later command differently from another. It never lowers the
@@ -222,6 +235,7 @@ func (SetMember) Kind() Kind      { return KindSetMember }
 func (CollectLeases) Kind() Kind  { return KindCollectLeases }
 func (SetPreferred) Kind() Kind   { return KindSetPreferred }
 func (SetVersion) Kind() Kind     { return KindSetVersion }
+func (AskStepDown) Kind() Kind    { return KindAskStepDown }
 
 const headerLen = 1 + 8
 
@@ -282,6 +296,8 @@ func Decode(data []byte) (now int64, cmd Command, err error) {
 		cmd, err = decodeAs[SetPreferred](body)
 	case KindSetVersion:
 		cmd, err = decodeAs[SetVersion](body)
+	case KindAskStepDown:
+		cmd, err = decodeAs[AskStepDown](body)
 	default:
 		return 0, nil, fmt.Errorf("%w: kind %d", ErrUnknownCommand, data[0])
 	}

@@ -14,7 +14,7 @@ func sampleCommands() []Command {
 		OpenSession{Identity: "web-1", TTL: ttl, Labels: map[string]string{"zone": "a"}, MaxPerIdentity: 3},
 		CloseSession{SessionID: 7},
 		ExpireSessions{Epoch: 2, IDs: []int64{1, 5}, Renewed: []int64{1_700_000_000_000_000_000, 0}},
-		Acquire{SessionID: 1, Lease: leaseA, Capacity: 2, Wait: true, Value: "addr", Labels: map[string]string{"app": "x"}, LockDelay: lockDelay, MaxWaiters: 4, Exclusive: true, GCAfter: gcAfter},
+		Acquire{SessionID: 1, Lease: leaseA, Capacity: 2, Wait: true, Value: "addr", Labels: map[string]string{"app": "x"}, LockDelay: lockDelay, MaxWaiters: 4, Exclusive: true, GCAfter: gcAfter, MaxHold: ttl},
 		Release{Lease: leaseA, Token: 9},
 		SetValue{Lease: leaseA, Token: 9, Value: "new"},
 		Revoke{Lease: leaseB, Token: 3, Reason: "operator"},
@@ -29,6 +29,7 @@ func sampleCommands() []Command {
 		CollectLeases{Epoch: 3, Leases: []IdleLease{{Lease: leaseA, Revision: 8, GCAfter: gcAfter, IdleSince: 1_700_000_000_000_000_000}}},
 		SetPreferred{Lease: leaseA, Identity: "web-2"},
 		SetVersion{Version: 2},
+		AskStepDown{Lease: leaseA, Token: 9, Reason: "max-hold"},
 	}
 }
 

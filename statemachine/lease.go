@@ -54,7 +54,7 @@ func (m *Machine) acquire(c Acquire) Result {
 		}
 		s.waiting[c.Lease] = struct{}{}
 		l.GCAfter = c.GCAfter
-		l.Waiters = append(l.Waiters, Waiter{SessionID: s.ID, Holder: s.Identity, Since: m.now, Value: c.Value, Exclusive: c.Exclusive})
+		l.Waiters = append(l.Waiters, Waiter{SessionID: s.ID, Holder: s.Identity, Since: m.now, Value: c.Value, Exclusive: c.Exclusive, MaxHold: c.MaxHold})
 		l.ModRevision = m.emit(Event{Type: EventLeaseWaiting, Lease: c.Lease, SessionID: s.ID, Holder: s.Identity})
 		m.askStepDown(l)
 		return Result{Lease: cloneLease(l), Queued: true}
@@ -65,7 +65,7 @@ func (m *Machine) acquire(c Acquire) Result {
 	if c.Labels != nil {
 		l.Labels = cloneLabels(c.Labels)
 	}
-	g := m.grant(l, s, c.Value, c.Exclusive, exists)
+	g := m.grant(l, s, c.Value, c.Exclusive, c.MaxHold, exists)
 	return Result{Lease: cloneLease(l), Grant: &g}
 }
 
@@ -80,9 +80,9 @@ func fits(holders []Grant, capacity int, exclusive bool) bool {
 }
 
 // grant makes s a holder of l at a new revision: the fencing token.
-func (m *Machine) grant(l *Lease, s *sessionState, value string, exclusive, transition bool) Grant {
+func (m *Machine) grant(l *Lease, s *sessionState, value string, exclusive bool, maxHold int64, transition bool) Grant {
 	token := m.emit(Event{Type: EventLeaseAcquired, Lease: l.LeaseID, SessionID: s.ID, Holder: s.Identity, Value: value})
-	g := Grant{SessionID: s.ID, Holder: s.Identity, Token: token, AcquireTime: m.now, RenewTime: m.now, Value: value, Exclusive: exclusive}
+	g := Grant{SessionID: s.ID, Holder: s.Identity, Token: token, AcquireTime: m.now, RenewTime: m.now, Value: value, Exclusive: exclusive, MaxHold: maxHold}
 	m.events[len(m.events)-1].Token = token
 	l.Holders = append(l.Holders, g)
 	l.ModRevision = token
@@ -108,7 +108,7 @@ func (m *Machine) grantWaiters(l *Lease) {
 		l.Waiters = slices.Delete(l.Waiters, i, i+1)
 		s := m.sessions[w.SessionID]
 		delete(s.waiting, l.LeaseID)
-		m.grant(l, s, w.Value, w.Exclusive, true)
+		m.grant(l, s, w.Value, w.Exclusive, w.MaxHold, true)
 	}
 }
 
@@ -143,6 +143,22 @@ func (m *Machine) askStepDown(l *Lease) {
 		g.StepDown = reason
 		l.ModRevision = m.emit(Event{Type: EventLeaseStepDown, Lease: l.LeaseID, SessionID: g.SessionID, Holder: g.Holder, Token: g.Token, Reason: reason})
 	}
+}
+
+func (m *Machine) askStepDownCmd(c AskStepDown) Result {
+	if !m.atLeast(3) {
+		return Result{Err: fmt.Errorf("%w: max hold needs cluster version 3, the cluster runs %d: upgrade every member", ErrNotSupported, m.ClusterVersion())}
+	}
+	l, i, err := m.findHolder(c.Lease, c.Token)
+	if err != nil {
+		return Result{Err: err}
+	}
+	g := &l.Holders[i]
+	if g.StepDown == "" {
+		g.StepDown = c.Reason
+		l.ModRevision = m.emit(Event{Type: EventLeaseStepDown, Lease: l.LeaseID, SessionID: g.SessionID, Holder: g.Holder, Token: g.Token, Reason: c.Reason})
+	}
+	return Result{Lease: cloneLease(l)}
 }
 
 func (m *Machine) setPreferred(c SetPreferred) Result {
@@ -390,4 +406,28 @@ func currentTokens(l *Lease) string {
 		toks[i] = fmt.Sprint(g.Token)
 	}
 	return "current token " + strings.Join(toks, ", ")
+}
+
+// MaxHoldGrant is a grant with a max hold, for the leader to time.
+type MaxHoldGrant struct {
+	Lease       LeaseID
+	Token       int64
+	Holder      string
+	AcquireTime int64
+	MaxHold     int64
+	AskedToStep bool // already asked to step down, for whatever reason
+}
+
+// MaxHoldGrants lists the grants that have a max hold, in no order. It
+// reads without copying the leases, so the leader can look every second.
+func (m *Machine) MaxHoldGrants() []MaxHoldGrant {
+	var out []MaxHoldGrant
+	for _, l := range m.leases {
+		for _, g := range l.Holders {
+			if g.MaxHold > 0 {
+				out = append(out, MaxHoldGrant{Lease: l.LeaseID, Token: g.Token, Holder: g.Holder, AcquireTime: g.AcquireTime, MaxHold: g.MaxHold, AskedToStep: g.StepDown != ""})
+			}
+		}
+	}
+	return out
 }

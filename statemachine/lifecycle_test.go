@@ -303,6 +303,54 @@ func TestPreferredHolder(t *testing.T) {
 	}})
 }
 
+func TestMaxHold(t *testing.T) {
+	v3 := SetVersion{Version: 3}
+	ask := func(token int64) AskStepDown { return AskStepDown{Lease: leaseA, Token: token, Reason: "max-hold"} }
+	withMaxHold := func(a Acquire) Acquire {
+		a.MaxHold = ttl
+		return a
+	}
+	runCases(t, []machineCase{
+		{
+			name:  "a grant records its max hold, a waiter's too once granted",
+			setup: []Command{open("a"), open("b"), withMaxHold(acquire(1, leaseA)), wait(2, leaseA)},
+			cmd:   release(leaseA, 3),
+			check: func(t *testing.T, m *Machine, res Result) {
+				expect(t, "waiter's grant max hold", mustLease(t, m, leaseA).Holders[0].MaxHold, int64(0))
+				m2 := New()
+				for i, c := range []Command{open("a"), open("b"), acquire(1, leaseA), withMaxHold(wait(2, leaseA)), release(leaseA, 3)} {
+					applyOK(t, m2, int64(i+1)*setupTick, c)
+				}
+				expect(t, "max hold the waiter asked for", mustLease(t, m2, leaseA).Holders[0].MaxHold, ttl)
+			},
+		},
+		{
+			name:  "asking a holder to step down marks its grant once and takes nothing",
+			setup: []Command{v3, open("a"), withMaxHold(acquire(1, leaseA))},
+			cmd:   ask(2),
+			check: func(t *testing.T, m *Machine, res Result) {
+				expectEvents(t, res, EventLeaseStepDown)
+				expect(t, "reason", res.Events[0].Reason, "max-hold")
+				expect(t, "holders", holders(t, m, leaseA), []int64{1})
+				res = applyOK(t, m, cmdTime+1, ask(2))
+				expectEvents(t, res)
+			},
+		},
+		{
+			name:  "a stale token is not a holder's",
+			setup: []Command{v3, open("a"), acquire(1, leaseA), release(leaseA, 2), acquire(1, leaseA)},
+			cmd:   ask(2),
+			err:   ErrNotHolder,
+		},
+		{
+			name:  "a cluster before version 3 refuses it",
+			setup: []Command{v2, open("a"), acquire(1, leaseA)},
+			cmd:   ask(2),
+			err:   ErrNotSupported,
+		},
+	})
+}
+
 func TestWaiterLeavingTheHead(t *testing.T) {
 	// Capacity 2: a holds a place; b waits for the lease alone, and c,
 	// which would fit, waits behind b.

@@ -17,7 +17,8 @@ import (
 //     (SetPreferred, and the grant order and step-down requests they
 //     bring), and a waiter that leaves the head of a queue lets the next
 //     one in at once.
-const Version = 2
+//   - 3: max hold (AskStepDown).
+const Version = 3
 
 // Machine is the whole replicated state. It is not safe for concurrent
 // use: the replication layer applies commands one at a time and guards
@@ -105,6 +106,8 @@ func (m *Machine) Apply(now int64, cmd Command) Result {
 		res = m.collectLeases(c)
 	case SetPreferred:
 		res = m.setPreferred(c)
+	case AskStepDown:
+		res = m.askStepDownCmd(c)
 	case SetVersion:
 		if c.Version > m.ClusterVersion() && c.Version <= Version {
 			m.version = c.Version

@@ -95,6 +95,7 @@ func (w *world) draw(t *rapid.T) Command {
 		KindCompareAndSwap, KindCompareAndSwap, KindExpireKeys, KindEndLockDelays,
 		KindEndLockDelays, KindEndLockDelays, KindNewEpoch,
 		KindCollectLeases, KindCollectLeases, KindSetPreferred, KindSetPreferred, KindSetVersion,
+		KindAskStepDown,
 	}
 	switch rapid.SampledFrom(kinds).Draw(t, "kind") {
 	case KindOpenSession:
@@ -133,6 +134,7 @@ func (w *world) draw(t *rapid.T) Command {
 			MaxWaiters: rapid.IntRange(0, 2).Draw(t, "max waiters"),
 			Exclusive:  rapid.IntRange(0, 3).Draw(t, "exclusive") == 0,
 			GCAfter:    rapid.SampledFrom([]int64{0, gcAfter, gcAfter}).Draw(t, "gc after"),
+			MaxHold:    rapid.SampledFrom([]int64{0, ttl}).Draw(t, "max hold"),
 		}
 	case KindRelease:
 		id := w.lease(t)
@@ -208,6 +210,9 @@ func (w *world) draw(t *rapid.T) Command {
 			return IdleLease{Lease: w.lease(t), Revision: rapid.Int64Range(0, w.m.Revision()).Draw(t, "revision")}
 		}), 0, 3).Draw(t, "leases")
 		return CollectLeases{Epoch: w.epoch(t), Leases: leases}
+	case KindAskStepDown:
+		id := w.lease(t)
+		return AskStepDown{Lease: id, Token: w.token(t, id), Reason: "max-hold"}
 	case KindSetVersion:
 		return SetVersion{Version: rapid.IntRange(0, Version+1).Draw(t, "version")}
 	case KindSetPreferred:

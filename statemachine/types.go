@@ -73,9 +73,14 @@ type Grant struct {
 	// Exclusive grants hold the lease alone, whatever its capacity.
 	Exclusive bool `json:"exclusive,omitempty"`
 	// StepDown is why the holder was asked to step down ("" while it was
-	// not): the lease's preferred holder waits. Asking is all it does;
-	// the grant stands until its holder releases it or its session ends.
+	// not): the lease's preferred holder waits, or the grant outlived its
+	// max hold. Asking is all it does; the grant stands until its holder
+	// releases it, its session ends or it is revoked.
 	StepDown string `json:"step_down,omitempty"`
+	// MaxHold (nanoseconds) is how long the holder may keep the grant
+	// before the leader asks it to step down and, a grace later, revokes
+	// it; 0 is no limit. The state machine only records it.
+	MaxHold int64 `json:"max_hold,omitempty"`
 }
 
 // Ending says how a grant ended.
@@ -111,6 +116,7 @@ type Waiter struct {
 	Since     int64  `json:"since"`
 	Value     string `json:"value,omitempty"`
 	Exclusive bool   `json:"exclusive,omitempty"`
+	MaxHold   int64  `json:"max_hold,omitempty"` // the grant's, once granted
 }
 
 // Lease is a named ownership record. A lease stays after its last holder

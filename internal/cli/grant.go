@@ -21,6 +21,7 @@ type grantOptions struct {
 	identity  string
 	gcAfter   time.Duration
 	gcSet     bool // --gc-after was given
+	maxHold   time.Duration
 }
 
 func addGrantFlags(cmd *cobra.Command, o *grantOptions) {
@@ -35,6 +36,7 @@ func addGrantFlags(cmd *cobra.Command, o *grantOptions) {
 	f.StringVar(&o.identity, "identity", "", "holder identity (default hostname_pid_random)")
 	f.DurationVar(&o.gcAfter, "gc-after", 0, "keep the lease record this long once nothing holds or waits for it; 0 keeps it forever")
 	f.Lookup("gc-after").DefValue = "the server's --lease-gc-after"
+	f.DurationVar(&o.maxHold, "max-hold", 0, "hold the grant at most this long: past it the command is stopped as on a loss, and the server revokes the grant after its --max-hold-grace (0: no limit)")
 }
 
 // leaseOptions are the options of the lease that lock or elect takes.
@@ -42,6 +44,9 @@ func (o *grantOptions) leaseOptions(namespace string) []client.LeaseOption {
 	opts := []client.LeaseOption{client.WithNamespace(namespace), client.WithLockDelay(o.lockDelay)}
 	if o.gcSet {
 		opts = append(opts, client.WithGCAfter(o.gcAfter))
+	}
+	if o.maxHold > 0 {
+		opts = append(opts, client.WithMaxHold(o.maxHold))
 	}
 	return opts
 }
@@ -86,6 +91,9 @@ func (o *grantOptions) check(cmd *cobra.Command) error {
 	o.gcSet = cmd.Flags().Changed("gc-after")
 	if o.gcAfter < 0 {
 		return usage("--gc-after %v must not be negative", o.gcAfter)
+	}
+	if o.maxHold < 0 {
+		return usage("--max-hold %v must not be negative", o.maxHold)
 	}
 	return nil
 }

@@ -53,6 +53,7 @@ type leaseStatus struct {
 	Waiters         []waiterDoc `json:"waiters"`
 	LockDelay       string      `json:"lockDelay,omitempty"`
 	LockDelayActive bool        `json:"lockDelayActive,omitempty"`
+	MaxHold         string      `json:"maxHold,omitempty"`
 	LastGrant       *lastDoc    `json:"lastGrant,omitempty"`
 	GCAfter         string      `json:"gcAfter,omitempty"`
 	DeleteTime      string      `json:"deleteTime,omitempty"`
@@ -105,6 +106,9 @@ func toLeaseDoc(l client.Lease) leaseDoc {
 	}
 	if l.GCAfter > 0 {
 		d.Status.GCAfter = l.GCAfter.String()
+	}
+	if l.MaxHold > 0 {
+		d.Status.MaxHold = l.MaxHold.String()
 	}
 	if !l.DeleteTime.IsZero() {
 		d.Status.DeleteTime = microTime(l.DeleteTime)
@@ -191,7 +195,7 @@ func printLeases(w io.Writer, leases []client.Lease, format string, allNamespace
 	}
 	head = append(head, "NAME", "HOLDER", "STATUS", "AGE")
 	if wide {
-		head = append(head, "TOKEN", "TTL", "EXPIRES-IN", "WAITERS", "TRANSITIONS", "VALUE")
+		head = append(head, "TOKEN", "TTL", "EXPIRES-IN", "MAX-HOLD", "WAITERS", "TRANSITIONS", "VALUE")
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
 	for _, l := range leases {
@@ -218,7 +222,7 @@ func printLeases(w io.Writer, leases []client.Lease, format string, allNamespace
 			if value == "" {
 				value = "<none>"
 			}
-			row = append(row, token, ttl, expires, strconv.Itoa(len(l.Waiters)), strconv.FormatInt(l.Transitions, 10), value)
+			row = append(row, token, ttl, expires, maxHoldText(l, now), strconv.Itoa(len(l.Waiters)), strconv.FormatInt(l.Transitions, 10), value)
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
@@ -240,6 +244,19 @@ func statusText(l client.Lease, now time.Time) string {
 		return strings.ToUpper(l.Last.Ended[:1]) + l.Last.Ended[1:] + " " + humanDuration(now.Sub(l.Last.EndTime)) + " ago"
 	}
 	return "Free"
+}
+
+// maxHoldText is the MAX-HOLD column: the first holder's max hold and
+// how much of it is left, "exceeded" once it is past.
+func maxHoldText(l client.Lease, now time.Time) string {
+	if l.MaxHold <= 0 || l.Holder == "" {
+		return "<none>"
+	}
+	left := l.AcquireTime.Add(l.MaxHold).Sub(now)
+	if left <= 0 {
+		return l.MaxHold.String() + " (exceeded)"
+	}
+	return fmt.Sprintf("%v (%s left)", l.MaxHold, humanDuration(left))
 }
 
 // holderList shows a semaphore's holders as "a,b (+2)" beyond two.

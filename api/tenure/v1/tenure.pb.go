@@ -2038,8 +2038,11 @@ type Lease struct {
 	// The identity granted ahead of the queue, for which other holders are
 	// asked to step down.
 	PreferredHolder string `protobuf:"bytes,22,opt,name=preferred_holder,json=preferredHolder,proto3" json:"preferred_holder,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The longest a holder may keep a grant: past acquire_time + max_hold it
+	// is asked to step down, and revoked a grace later. Unset is no limit.
+	MaxHold       *durationpb.Duration `protobuf:"bytes,23,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
@@ -2226,6 +2229,13 @@ func (x *Lease) GetPreferredHolder() string {
 	return ""
 }
 
+func (x *Lease) GetMaxHold() *durationpb.Duration {
+	if x != nil {
+		return x.MaxHold
+	}
+	return nil
+}
+
 type AcquireRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId int64                  `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -2251,7 +2261,12 @@ type AcquireRequest struct {
 	// How long the lease record may stay idle once nothing holds it or
 	// waits for it before it is deleted. Leave it out for the server's
 	// --lease-gc-after (1h); "0s" keeps the record forever.
-	GcAfter       *durationpb.Duration `protobuf:"bytes,11,opt,name=gc_after,json=gcAfter,proto3" json:"gc_after,omitempty"`
+	GcAfter *durationpb.Duration `protobuf:"bytes,11,opt,name=gc_after,json=gcAfter,proto3" json:"gc_after,omitempty"`
+	// The longest a holder may keep a grant of this lease: past it the
+	// holder is asked to step down (reason "max-hold"), and its grant is
+	// revoked --max-hold-grace later. Absent or 0 is no limit; at most
+	// --max-hold-limit when the server sets one.
+	MaxHold       *durationpb.Duration `protobuf:"bytes,12,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2359,6 +2374,13 @@ func (x *AcquireRequest) GetExclusive() bool {
 func (x *AcquireRequest) GetGcAfter() *durationpb.Duration {
 	if x != nil {
 		return x.GcAfter
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetMaxHold() *durationpb.Duration {
+	if x != nil {
+		return x.MaxHold
 	}
 	return nil
 }
@@ -5371,7 +5393,7 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12'\n" +
 	"\x0fholder_identity\x18\x02 \x01(\tR\x0eholderIdentity\x120\n" +
 	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1c\n" +
-	"\texclusive\x18\x04 \x01(\bR\texclusive\"\xff\a\n" +
+	"\texclusive\x18\x04 \x01(\bR\texclusive\"\xb5\b\n" +
 	"\x05Lease\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -5398,10 +5420,11 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\bgc_after\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\agcAfter\x12;\n" +
 	"\vdelete_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"deleteTime\x12)\n" +
-	"\x10preferred_holder\x18\x16 \x01(\tR\x0fpreferredHolder\x1a9\n" +
+	"\x10preferred_holder\x18\x16 \x01(\tR\x0fpreferredHolder\x124\n" +
+	"\bmax_hold\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\amaxHold\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xed\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x04\n" +
 	"\x0eAcquireRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12\x1c\n" +
@@ -5416,7 +5439,8 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"lock_delay\x18\t \x01(\v2\x19.google.protobuf.DurationR\tlockDelay\x12\x1c\n" +
 	"\texclusive\x18\n" +
 	" \x01(\bR\texclusive\x124\n" +
-	"\bgc_after\x18\v \x01(\v2\x19.google.protobuf.DurationR\agcAfter\x1a9\n" +
+	"\bgc_after\x18\v \x01(\v2\x19.google.protobuf.DurationR\agcAfter\x124\n" +
+	"\bmax_hold\x18\f \x01(\v2\x19.google.protobuf.DurationR\amaxHold\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
@@ -5825,96 +5849,98 @@ var file_tenure_v1_tenure_proto_depIdxs = []int32{
 	23,  // 50: tenure.v1.Lease.last:type_name -> tenure.v1.EndedGrant
 	77,  // 51: tenure.v1.Lease.gc_after:type_name -> google.protobuf.Duration
 	78,  // 52: tenure.v1.Lease.delete_time:type_name -> google.protobuf.Timestamp
-	77,  // 53: tenure.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
-	75,  // 54: tenure.v1.AcquireRequest.labels:type_name -> tenure.v1.AcquireRequest.LabelsEntry
-	77,  // 55: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	77,  // 56: tenure.v1.AcquireRequest.gc_after:type_name -> google.protobuf.Duration
-	25,  // 57: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	25,  // 58: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
-	25,  // 59: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
-	0,   // 60: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.LeaseEventType
-	78,  // 61: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
-	77,  // 62: tenure.v1.KeyValue.ttl:type_name -> google.protobuf.Duration
-	42,  // 63: tenure.v1.GetResponse.kv:type_name -> tenure.v1.KeyValue
-	42,  // 64: tenure.v1.RangeResponse.kvs:type_name -> tenure.v1.KeyValue
-	77,  // 65: tenure.v1.PutRequest.ttl:type_name -> google.protobuf.Duration
-	42,  // 66: tenure.v1.PutResponse.prev_kv:type_name -> tenure.v1.KeyValue
-	51,  // 67: tenure.v1.CompareAndSwapRequest.compare:type_name -> tenure.v1.Compare
-	77,  // 68: tenure.v1.CompareAndSwapRequest.ttl:type_name -> google.protobuf.Duration
-	42,  // 69: tenure.v1.CompareAndSwapResponse.kv:type_name -> tenure.v1.KeyValue
-	1,   // 70: tenure.v1.WatchEvent.type:type_name -> tenure.v1.WatchEventType
-	42,  // 71: tenure.v1.WatchEvent.kv:type_name -> tenure.v1.KeyValue
-	42,  // 72: tenure.v1.WatchEvent.prev_kv:type_name -> tenure.v1.KeyValue
-	60,  // 73: tenure.v1.Member.status:type_name -> tenure.v1.StatusResponse
-	57,  // 74: tenure.v1.MembersResponse.members:type_name -> tenure.v1.Member
-	77,  // 75: tenure.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
-	57,  // 76: tenure.v1.JoinResponse.members:type_name -> tenure.v1.Member
-	67,  // 77: tenure.v1.IntroduceRequest.node:type_name -> tenure.v1.NodeInfo
-	67,  // 78: tenure.v1.IntroduceResponse.node:type_name -> tenure.v1.NodeInfo
-	67,  // 79: tenure.v1.IntroduceResponse.known:type_name -> tenure.v1.NodeInfo
-	10,  // 80: tenure.v1.SessionService.Open:input_type -> tenure.v1.OpenSessionRequest
-	12,  // 81: tenure.v1.SessionService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	12,  // 82: tenure.v1.SessionService.Refresh:input_type -> tenure.v1.KeepAliveRequest
-	14,  // 83: tenure.v1.SessionService.Close:input_type -> tenure.v1.CloseSessionRequest
-	16,  // 84: tenure.v1.SessionService.Get:input_type -> tenure.v1.GetSessionRequest
-	18,  // 85: tenure.v1.SessionService.List:input_type -> tenure.v1.ListSessionsRequest
-	2,   // 86: tenure.v1.SessionService.Pipeline:input_type -> tenure.v1.PipelineRequest
-	26,  // 87: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	28,  // 88: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	30,  // 89: tenure.v1.LeaseService.SetValue:input_type -> tenure.v1.SetValueRequest
-	32,  // 90: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
-	34,  // 91: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetLeaseRequest
-	36,  // 92: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListLeasesRequest
-	38,  // 93: tenure.v1.LeaseService.Validate:input_type -> tenure.v1.ValidateRequest
-	40,  // 94: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchLeasesRequest
-	20,  // 95: tenure.v1.LeaseService.SetPreferredHolder:input_type -> tenure.v1.SetPreferredHolderRequest
-	43,  // 96: tenure.v1.KVService.Get:input_type -> tenure.v1.GetRequest
-	45,  // 97: tenure.v1.KVService.Range:input_type -> tenure.v1.RangeRequest
-	47,  // 98: tenure.v1.KVService.Put:input_type -> tenure.v1.PutRequest
-	49,  // 99: tenure.v1.KVService.Delete:input_type -> tenure.v1.DeleteRequest
-	52,  // 100: tenure.v1.KVService.CompareAndSwap:input_type -> tenure.v1.CompareAndSwapRequest
-	54,  // 101: tenure.v1.KVService.Watch:input_type -> tenure.v1.WatchRequest
-	56,  // 102: tenure.v1.ClusterService.Members:input_type -> tenure.v1.MembersRequest
-	59,  // 103: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
-	61,  // 104: tenure.v1.ClusterService.Join:input_type -> tenure.v1.JoinRequest
-	63,  // 105: tenure.v1.ClusterService.RemoveMember:input_type -> tenure.v1.RemoveMemberRequest
-	65,  // 106: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
-	68,  // 107: tenure.v1.ClusterService.Introduce:input_type -> tenure.v1.IntroduceRequest
-	70,  // 108: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
-	11,  // 109: tenure.v1.SessionService.Open:output_type -> tenure.v1.OpenSessionResponse
-	13,  // 110: tenure.v1.SessionService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	13,  // 111: tenure.v1.SessionService.Refresh:output_type -> tenure.v1.KeepAliveResponse
-	15,  // 112: tenure.v1.SessionService.Close:output_type -> tenure.v1.CloseSessionResponse
-	17,  // 113: tenure.v1.SessionService.Get:output_type -> tenure.v1.GetSessionResponse
-	19,  // 114: tenure.v1.SessionService.List:output_type -> tenure.v1.ListSessionsResponse
-	5,   // 115: tenure.v1.SessionService.Pipeline:output_type -> tenure.v1.PipelineResponse
-	27,  // 116: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	29,  // 117: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	31,  // 118: tenure.v1.LeaseService.SetValue:output_type -> tenure.v1.SetValueResponse
-	33,  // 119: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
-	35,  // 120: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetLeaseResponse
-	37,  // 121: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListLeasesResponse
-	39,  // 122: tenure.v1.LeaseService.Validate:output_type -> tenure.v1.ValidateResponse
-	41,  // 123: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.LeaseEvent
-	21,  // 124: tenure.v1.LeaseService.SetPreferredHolder:output_type -> tenure.v1.SetPreferredHolderResponse
-	44,  // 125: tenure.v1.KVService.Get:output_type -> tenure.v1.GetResponse
-	46,  // 126: tenure.v1.KVService.Range:output_type -> tenure.v1.RangeResponse
-	48,  // 127: tenure.v1.KVService.Put:output_type -> tenure.v1.PutResponse
-	50,  // 128: tenure.v1.KVService.Delete:output_type -> tenure.v1.DeleteResponse
-	53,  // 129: tenure.v1.KVService.CompareAndSwap:output_type -> tenure.v1.CompareAndSwapResponse
-	55,  // 130: tenure.v1.KVService.Watch:output_type -> tenure.v1.WatchEvent
-	58,  // 131: tenure.v1.ClusterService.Members:output_type -> tenure.v1.MembersResponse
-	60,  // 132: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
-	62,  // 133: tenure.v1.ClusterService.Join:output_type -> tenure.v1.JoinResponse
-	64,  // 134: tenure.v1.ClusterService.RemoveMember:output_type -> tenure.v1.RemoveMemberResponse
-	66,  // 135: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
-	69,  // 136: tenure.v1.ClusterService.Introduce:output_type -> tenure.v1.IntroduceResponse
-	71,  // 137: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotChunk
-	109, // [109:138] is the sub-list for method output_type
-	80,  // [80:109] is the sub-list for method input_type
-	80,  // [80:80] is the sub-list for extension type_name
-	80,  // [80:80] is the sub-list for extension extendee
-	0,   // [0:80] is the sub-list for field type_name
+	77,  // 53: tenure.v1.Lease.max_hold:type_name -> google.protobuf.Duration
+	77,  // 54: tenure.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
+	75,  // 55: tenure.v1.AcquireRequest.labels:type_name -> tenure.v1.AcquireRequest.LabelsEntry
+	77,  // 56: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	77,  // 57: tenure.v1.AcquireRequest.gc_after:type_name -> google.protobuf.Duration
+	77,  // 58: tenure.v1.AcquireRequest.max_hold:type_name -> google.protobuf.Duration
+	25,  // 59: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
+	25,  // 60: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
+	25,  // 61: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
+	0,   // 62: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.LeaseEventType
+	78,  // 63: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
+	77,  // 64: tenure.v1.KeyValue.ttl:type_name -> google.protobuf.Duration
+	42,  // 65: tenure.v1.GetResponse.kv:type_name -> tenure.v1.KeyValue
+	42,  // 66: tenure.v1.RangeResponse.kvs:type_name -> tenure.v1.KeyValue
+	77,  // 67: tenure.v1.PutRequest.ttl:type_name -> google.protobuf.Duration
+	42,  // 68: tenure.v1.PutResponse.prev_kv:type_name -> tenure.v1.KeyValue
+	51,  // 69: tenure.v1.CompareAndSwapRequest.compare:type_name -> tenure.v1.Compare
+	77,  // 70: tenure.v1.CompareAndSwapRequest.ttl:type_name -> google.protobuf.Duration
+	42,  // 71: tenure.v1.CompareAndSwapResponse.kv:type_name -> tenure.v1.KeyValue
+	1,   // 72: tenure.v1.WatchEvent.type:type_name -> tenure.v1.WatchEventType
+	42,  // 73: tenure.v1.WatchEvent.kv:type_name -> tenure.v1.KeyValue
+	42,  // 74: tenure.v1.WatchEvent.prev_kv:type_name -> tenure.v1.KeyValue
+	60,  // 75: tenure.v1.Member.status:type_name -> tenure.v1.StatusResponse
+	57,  // 76: tenure.v1.MembersResponse.members:type_name -> tenure.v1.Member
+	77,  // 77: tenure.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	57,  // 78: tenure.v1.JoinResponse.members:type_name -> tenure.v1.Member
+	67,  // 79: tenure.v1.IntroduceRequest.node:type_name -> tenure.v1.NodeInfo
+	67,  // 80: tenure.v1.IntroduceResponse.node:type_name -> tenure.v1.NodeInfo
+	67,  // 81: tenure.v1.IntroduceResponse.known:type_name -> tenure.v1.NodeInfo
+	10,  // 82: tenure.v1.SessionService.Open:input_type -> tenure.v1.OpenSessionRequest
+	12,  // 83: tenure.v1.SessionService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	12,  // 84: tenure.v1.SessionService.Refresh:input_type -> tenure.v1.KeepAliveRequest
+	14,  // 85: tenure.v1.SessionService.Close:input_type -> tenure.v1.CloseSessionRequest
+	16,  // 86: tenure.v1.SessionService.Get:input_type -> tenure.v1.GetSessionRequest
+	18,  // 87: tenure.v1.SessionService.List:input_type -> tenure.v1.ListSessionsRequest
+	2,   // 88: tenure.v1.SessionService.Pipeline:input_type -> tenure.v1.PipelineRequest
+	26,  // 89: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	28,  // 90: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	30,  // 91: tenure.v1.LeaseService.SetValue:input_type -> tenure.v1.SetValueRequest
+	32,  // 92: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
+	34,  // 93: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetLeaseRequest
+	36,  // 94: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListLeasesRequest
+	38,  // 95: tenure.v1.LeaseService.Validate:input_type -> tenure.v1.ValidateRequest
+	40,  // 96: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchLeasesRequest
+	20,  // 97: tenure.v1.LeaseService.SetPreferredHolder:input_type -> tenure.v1.SetPreferredHolderRequest
+	43,  // 98: tenure.v1.KVService.Get:input_type -> tenure.v1.GetRequest
+	45,  // 99: tenure.v1.KVService.Range:input_type -> tenure.v1.RangeRequest
+	47,  // 100: tenure.v1.KVService.Put:input_type -> tenure.v1.PutRequest
+	49,  // 101: tenure.v1.KVService.Delete:input_type -> tenure.v1.DeleteRequest
+	52,  // 102: tenure.v1.KVService.CompareAndSwap:input_type -> tenure.v1.CompareAndSwapRequest
+	54,  // 103: tenure.v1.KVService.Watch:input_type -> tenure.v1.WatchRequest
+	56,  // 104: tenure.v1.ClusterService.Members:input_type -> tenure.v1.MembersRequest
+	59,  // 105: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
+	61,  // 106: tenure.v1.ClusterService.Join:input_type -> tenure.v1.JoinRequest
+	63,  // 107: tenure.v1.ClusterService.RemoveMember:input_type -> tenure.v1.RemoveMemberRequest
+	65,  // 108: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
+	68,  // 109: tenure.v1.ClusterService.Introduce:input_type -> tenure.v1.IntroduceRequest
+	70,  // 110: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
+	11,  // 111: tenure.v1.SessionService.Open:output_type -> tenure.v1.OpenSessionResponse
+	13,  // 112: tenure.v1.SessionService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	13,  // 113: tenure.v1.SessionService.Refresh:output_type -> tenure.v1.KeepAliveResponse
+	15,  // 114: tenure.v1.SessionService.Close:output_type -> tenure.v1.CloseSessionResponse
+	17,  // 115: tenure.v1.SessionService.Get:output_type -> tenure.v1.GetSessionResponse
+	19,  // 116: tenure.v1.SessionService.List:output_type -> tenure.v1.ListSessionsResponse
+	5,   // 117: tenure.v1.SessionService.Pipeline:output_type -> tenure.v1.PipelineResponse
+	27,  // 118: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	29,  // 119: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	31,  // 120: tenure.v1.LeaseService.SetValue:output_type -> tenure.v1.SetValueResponse
+	33,  // 121: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
+	35,  // 122: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetLeaseResponse
+	37,  // 123: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListLeasesResponse
+	39,  // 124: tenure.v1.LeaseService.Validate:output_type -> tenure.v1.ValidateResponse
+	41,  // 125: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.LeaseEvent
+	21,  // 126: tenure.v1.LeaseService.SetPreferredHolder:output_type -> tenure.v1.SetPreferredHolderResponse
+	44,  // 127: tenure.v1.KVService.Get:output_type -> tenure.v1.GetResponse
+	46,  // 128: tenure.v1.KVService.Range:output_type -> tenure.v1.RangeResponse
+	48,  // 129: tenure.v1.KVService.Put:output_type -> tenure.v1.PutResponse
+	50,  // 130: tenure.v1.KVService.Delete:output_type -> tenure.v1.DeleteResponse
+	53,  // 131: tenure.v1.KVService.CompareAndSwap:output_type -> tenure.v1.CompareAndSwapResponse
+	55,  // 132: tenure.v1.KVService.Watch:output_type -> tenure.v1.WatchEvent
+	58,  // 133: tenure.v1.ClusterService.Members:output_type -> tenure.v1.MembersResponse
+	60,  // 134: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
+	62,  // 135: tenure.v1.ClusterService.Join:output_type -> tenure.v1.JoinResponse
+	64,  // 136: tenure.v1.ClusterService.RemoveMember:output_type -> tenure.v1.RemoveMemberResponse
+	66,  // 137: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
+	69,  // 138: tenure.v1.ClusterService.Introduce:output_type -> tenure.v1.IntroduceResponse
+	71,  // 139: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotChunk
+	111, // [111:140] is the sub-list for method output_type
+	82,  // [82:111] is the sub-list for method input_type
+	82,  // [82:82] is the sub-list for extension type_name
+	82,  // [82:82] is the sub-list for extension extendee
+	0,   // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_tenure_proto_init() }
