@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/statemachine"
 )
 
 // The lease lifecycle, end to end through a real server: a record keeps
@@ -591,10 +592,10 @@ func TestEveryMemberOfAFreshClusterRunsTheLatestVersion(t *testing.T) {
 	}
 
 	var members []client.Member
-	waitFor(t, "every member to run cluster version 2", func() bool {
+	waitFor(t, "every member to run the latest cluster version", func() bool {
 		members = settledMembers(t, ctx, admin, 3)
 		for _, m := range members {
-			if m.Version != 2 || m.ClusterVersion != 2 {
+			if m.Version != statemachine.Version || m.ClusterVersion != statemachine.Version {
 				return false
 			}
 		}

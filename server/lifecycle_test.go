@@ -204,9 +204,11 @@ func TestAMemberOnAnOlderBuildHoldsTheClusterVersionBack(t *testing.T) {
 	if _, err := cluster.Join(ctxT(t), connect.NewRequest(&tenurev1.JoinRequest{Id: "old", PeerAddress: oldPeer, ApiAddress: oldAPI, Version: statemachine.Version})); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the cluster version to reach 2", func() bool { return clusterStatus(t, ts).GetClusterVersion() == 2 })
+	waitFor(t, "the cluster version to reach this build's", func() bool {
+		return clusterStatus(t, ts).GetClusterVersion() == statemachine.Version
+	})
 	if _, err := setPreferred(t, ts, "primary", "p"); err != nil {
-		t.Fatalf("SetPreferredHolder at cluster version 2: got = %v, expected: nil", err)
+		t.Fatalf("SetPreferredHolder at cluster version %d: got = %v, expected: nil", statemachine.Version, err)
 	}
 	release(t, ts, "after", acquireGC(t, ts, s.GetId(), "after", 50*time.Millisecond))
 	waitFor(t, "the lease idle since the raise to be collected", func() bool {
@@ -224,8 +226,8 @@ func TestAMemberOnAnOlderBuildHoldsTheClusterVersionBack(t *testing.T) {
 		_, err := getLease(t, ts, "postponed")
 		return connect.CodeOf(err) == connect.CodeNotFound
 	})
-	if st := clusterStatus(t, ts); st.GetClusterVersion() != 2 {
-		t.Fatalf("cluster version after a restart: got = %d, expected: 2", st.GetClusterVersion())
+	if st := clusterStatus(t, ts); st.GetClusterVersion() != statemachine.Version {
+		t.Fatalf("cluster version after a restart: got = %d, expected: %d", st.GetClusterVersion(), statemachine.Version)
 	}
 }
 
