@@ -36,7 +36,7 @@ type fsm struct {
 	st state
 
 	newState  func() state
-	observer  func([]statemachine.Event)
+	observer  func(*statemachine.Machine, []statemachine.Event)
 	onRestore func(revision int64)
 	log       *slog.Logger
 	metrics   *metrics
@@ -103,7 +103,7 @@ func (f *fsm) applyLocked(l *raft.Log) statemachine.Result {
 	}
 	res := f.st.Apply(now, cmd)
 	if len(res.Events) > 0 && f.observer != nil {
-		f.observer(res.Events)
+		f.observer(machine(f.st), res.Events)
 	}
 	return res
 }

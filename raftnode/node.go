@@ -116,8 +116,9 @@ type Config struct {
 	// with that command's events, in log order, on the FSM goroutine,
 	// while the node's state lock is held for writing. It must not block
 	// and must not call back into the Node. It also sees entries replayed
-	// from the log at startup.
-	Observer func(events []statemachine.Event)
+	// from the log at startup. m is the state after the command, to read
+	// (never change) while the lock is held.
+	Observer func(m *statemachine.Machine, events []statemachine.Event)
 	// OnRestore is called (under the write lock) after the state was
 	// replaced by a snapshot restore, with the new revision, so the watch
 	// hub can reset.

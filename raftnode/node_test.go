@@ -177,7 +177,7 @@ func TestProposeReturnsTheStateMachineResult(t *testing.T) {
 			var mu sync.Mutex
 			var seen []statemachine.Event
 			cfg := testConfig(t.TempDir(), store)
-			cfg.Observer = func(ev []statemachine.Event) {
+			cfg.Observer = func(_ *statemachine.Machine, ev []statemachine.Event) {
 				mu.Lock()
 				seen = append(seen, ev...)
 				mu.Unlock()
@@ -236,7 +236,7 @@ func TestReopenReplaysTheLog(t *testing.T) {
 
 			var replayed int
 			cfg := testConfig(dir, store)
-			cfg.Observer = func(ev []statemachine.Event) { replayed += len(ev) }
+			cfg.Observer = func(_ *statemachine.Machine, ev []statemachine.Event) { replayed += len(ev) }
 			n = openFake(t, cfg, nil)
 			waitLeader(t, n)
 			// Read right after election, with no new write: the read index

@@ -28,6 +28,10 @@ type Limits struct {
 	// LeaseGCAfter is the gc_after of an acquire that names none: how long
 	// an idle lease record is kept. Zero keeps records forever.
 	LeaseGCAfter time.Duration
+	// MetricsLeaseNames bounds the lease names with series of their own
+	// in the per-lease metrics; others are counted as lease="(other)",
+	// unless labelled tenure.dev/metrics=lease.
+	MetricsLeaseNames int
 	// MaxHold bounds the max_hold a lease may ask for; 0 allows any.
 	MaxHold time.Duration
 	// MaxHoldGrace is how long a holder past its lease's max_hold has,
@@ -57,6 +61,7 @@ func DefaultLimits() Limits {
 		RequestReadTimeout:     10 * time.Second,
 		LeaseGCAfter:           time.Hour,
 		MaxHoldGrace:           30 * time.Second,
+		MetricsLeaseNames:      100,
 	}
 }
 
@@ -101,6 +106,8 @@ func (l Limits) Validate() error {
 		return bad("WatchHistory", "watch-history", l.WatchHistory, "at least 1")
 	case l.LeaseGCAfter < 0 || l.LeaseGCAfter > maxGCAfter:
 		return bad("LeaseGCAfter", "lease-gc-after", l.LeaseGCAfter, "0 (keep forever) up to "+maxGCAfter.String())
+	case l.MetricsLeaseNames < 0:
+		return bad("MetricsLeaseNames", "metrics-lease-names", l.MetricsLeaseNames, "0 or more")
 	case l.MaxHold < 0:
 		return bad("MaxHold", "max-hold-limit", l.MaxHold, "0 (any) or more")
 	case l.MaxHoldGrace < 0:

@@ -18,6 +18,7 @@ type metrics struct {
 	// forwarded counts calls this follower answered with the leader's
 	// answer.
 	forwarded prometheus.Counter
+	leases    *leaseMetrics
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
@@ -40,6 +41,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 			Help: "Calls this node forwarded to the leader and answered with its answer.",
 		}),
 	}
+	m.leases = newLeaseMetrics(reg, s.cfg.Limits.MetricsLeaseNames)
 	reg.MustRegister(m.requests, m.latency, m.waiting, m.forwarded, stateCollector{s})
 	return m
 }
@@ -99,7 +101,7 @@ var (
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{sessionsDesc, leasesDesc, heldDesc, waitersDesc, keysDesc, revisionDesc} {
+	for _, d := range []*prometheus.Desc{sessionsDesc, leasesDesc, heldDesc, waitersDesc, keysDesc, revisionDesc, leaseHoldersDesc, leaseQueuedDesc, leaseHeldDesc} {
 		ch <- d
 	}
 }
@@ -124,6 +126,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(waitersDesc, waiters)
 		gauge(keysDesc, m.KeyCount())
 		gauge(revisionDesc, int(m.Revision()))
+		if c.s.metrics != nil {
+			c.s.metrics.leases.collectGauges(m, time.Now(), ch)
+		}
 		return nil
 	})
 }

@@ -388,10 +388,11 @@ func (s *Server) routes() http.Handler {
 
 // observe receives every applied command's events, in log order, on the
 // FSM goroutine under the state write lock. Nothing here may block.
-func (s *Server) observe(events []statemachine.Event) {
+func (s *Server) observe(m *statemachine.Machine, events []statemachine.Event) {
 	s.hub.Publish(events)
 	s.lessor.Observe(events)
 	s.waiters.observe(events)
+	s.metrics.leases.observe(m, events)
 }
 
 // leadershipLoop promotes the lessor when this node becomes leader and

@@ -431,3 +431,13 @@ func (m *Machine) MaxHoldGrants() []MaxHoldGrant {
 	}
 	return out
 }
+
+// LeaseLabel is one label of a lease, read without copying the lease.
+func (m *Machine) LeaseLabel(id LeaseID, key string) (string, bool) {
+	l, ok := m.leases[id]
+	if !ok {
+		return "", false
+	}
+	v, ok := l.Labels[key]
+	return v, ok
+}

@@ -1,0 +1,226 @@
+package server
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tenurehq/tenure/statemachine"
+)
+
+// Per-lease metrics: how long sessions wait for a lease and hold it, how
+// often it is granted, expires, is revoked or its holder asked to step
+// down, and how many hold and wait now. Every node counts the events it
+// applies, so every node reports the same counts: aggregate across nodes
+// with max, not sum.
+//
+// Series carry the lease's namespace, and its name when the lease opts in
+// with the label tenure.dev/metrics=lease, or while fewer than
+// --metrics-lease-names names have had series of their own; other leases
+// are counted under lease="(other)". Names come and go (per-pod, per-job
+// locks), and one series set per name ever seen would grow without bound.
+
+// MetricsLabel is the lease label with which a lease asks for series of
+// its own, whatever the cap: tenure.dev/metrics=lease.
+const MetricsLabel = "tenure.dev/metrics"
+
+const otherLeases = "(other)"
+
+type leaseMetrics struct {
+	wait, hold                    *prometheus.HistogramVec
+	grants, expired, lost         *prometheus.CounterVec
+	revoked, stepDowns, collected *prometheus.CounterVec
+
+	// start is when this process began: events applied with an earlier
+	// time are replayed from the log, and were counted by whoever ran
+	// then. Counting them again would show a burst at every restart.
+	start int64
+
+	mu     sync.Mutex // guards the maps below
+	named  map[statemachine.LeaseID]bool
+	cap    int
+	since  map[waitKey]int64 // when each waiting session began to wait (the waiters' key)
+	holds  map[int64]int64   // each grant's acquire time, by token
+	optins map[statemachine.LeaseID]bool
+}
+
+func newLeaseMetrics(reg prometheus.Registerer, nameCap int) *leaseMetrics {
+	labels := []string{"namespace", "lease"}
+	lm := &leaseMetrics{
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tenure_lease_wait_seconds",
+			Help:    "How long sessions waited in a lease's queue before they were granted it.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 4, 12), // 5ms .. 6h
+		}, labels),
+		hold: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "tenure_lease_hold_seconds",
+			Help:    "How long grants of a lease were held, however they ended.",
+			Buckets: prometheus.ExponentialBuckets(0.1, 4, 12), // 100ms .. 5d
+		}, labels),
+		grants: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_lease_grants_total",
+			Help: "Grants of a lease (each is a new fencing token).",
+		}, labels),
+		expired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_lease_expirations_total",
+			Help: "Grants of a lease that ended because their session expired.",
+		}, labels),
+		revoked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_lease_revocations_total",
+			Help: "Grants of a lease revoked, by cause: operator, or max_hold (held past its max hold and grace).",
+		}, append(labels, "cause")),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_lease_lost_grants_total",
+			Help: "Grants of a lease that ended without their holder letting go: expired or revoked.",
+		}, labels),
+		stepDowns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_lease_step_downs_total",
+			Help: "Holders of a lease asked to step down, by cause: preferred_holder or max_hold.",
+		}, append(labels, "cause")),
+		collected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_lease_records_collected_total",
+			Help: "Idle lease records deleted after their gc_after, by namespace.",
+		}, []string{"namespace"}),
+		start:  time.Now().UnixNano(),
+		named:  map[statemachine.LeaseID]bool{},
+		cap:    nameCap,
+		since:  map[waitKey]int64{},
+		holds:  map[int64]int64{},
+		optins: map[statemachine.LeaseID]bool{},
+	}
+	if reg != nil {
+		reg.MustRegister(lm.wait, lm.hold, lm.grants, lm.expired, lm.revoked, lm.lost, lm.stepDowns, lm.collected)
+	}
+	return lm
+}
+
+// nameLocked is the lease label of id's series.
+func (lm *leaseMetrics) nameLocked(id statemachine.LeaseID) string {
+	if lm.named[id] || lm.optins[id] {
+		return id.Name
+	}
+	if len(lm.named) < lm.cap {
+		lm.named[id] = true
+		return id.Name
+	}
+	return otherLeases
+}
+
+// observe counts one command's events, with m the state after it. It
+// runs on the FSM goroutine under the state lock: maps and counters only.
+func (lm *leaseMetrics) observe(m *statemachine.Machine, events []statemachine.Event) {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	for i := range events {
+		e := &events[i]
+		if !e.Type.IsLease() {
+			continue
+		}
+		id := e.Lease
+		if m != nil && e.Type == statemachine.EventLeaseAcquired {
+			v, _ := m.LeaseLabel(id, MetricsLabel)
+			if v == "lease" {
+				lm.optins[id] = true
+			} else {
+				delete(lm.optins, id)
+			}
+		}
+		fresh := e.Time >= lm.start
+		name := lm.nameLocked(id)
+		switch e.Type {
+		case statemachine.EventLeaseWaiting:
+			lm.since[waitKey{session: e.SessionID, lease: id}] = e.Time
+		case statemachine.EventLeaseWaitEnded:
+			delete(lm.since, waitKey{session: e.SessionID, lease: id})
+		case statemachine.EventLeaseAcquired:
+			lm.holds[e.Token] = e.Time
+			k := waitKey{session: e.SessionID, lease: id}
+			if t, ok := lm.since[k]; ok {
+				delete(lm.since, k)
+				if fresh {
+					lm.wait.WithLabelValues(id.Namespace, name).Observe(seconds(e.Time - t))
+				}
+			}
+			if fresh {
+				lm.grants.WithLabelValues(id.Namespace, name).Inc()
+			}
+		case statemachine.EventLeaseReleased, statemachine.EventLeaseReleasedBy,
+			statemachine.EventLeaseExpired, statemachine.EventLeaseRevoked:
+			t, ok := lm.holds[e.Token]
+			delete(lm.holds, e.Token)
+			if !fresh {
+				continue
+			}
+			if ok {
+				lm.hold.WithLabelValues(id.Namespace, name).Observe(seconds(e.Time - t))
+			}
+			switch e.Type {
+			case statemachine.EventLeaseExpired:
+				lm.expired.WithLabelValues(id.Namespace, name).Inc()
+				lm.lost.WithLabelValues(id.Namespace, name).Inc()
+			case statemachine.EventLeaseRevoked:
+				lm.revoked.WithLabelValues(id.Namespace, name, causeOf(e.Reason, "operator")).Inc()
+				lm.lost.WithLabelValues(id.Namespace, name).Inc()
+			}
+		case statemachine.EventLeaseStepDown:
+			if fresh {
+				lm.stepDowns.WithLabelValues(id.Namespace, name, causeOf(e.Reason, "preferred_holder")).Inc()
+			}
+		case statemachine.EventLeaseDeleted:
+			delete(lm.optins, id)
+			if fresh {
+				lm.collected.WithLabelValues(id.Namespace).Inc()
+			}
+		}
+	}
+}
+
+// causeOf is max_hold for the server's max-hold reasons, else other.
+func causeOf(reason, other string) string {
+	if strings.HasPrefix(reason, maxHoldReason) {
+		return "max_hold"
+	}
+	return other
+}
+
+func seconds(nanos int64) float64 { return max(time.Duration(nanos), 0).Seconds() }
+
+// Per-lease gauges, read from the state at scrape time.
+var (
+	leaseHoldersDesc = prometheus.NewDesc("tenure_lease_holders", "Sessions holding a lease now.", []string{"namespace", "lease"}, nil)
+	leaseQueuedDesc  = prometheus.NewDesc("tenure_lease_queued", "Sessions waiting in a lease's queue now.", []string{"namespace", "lease"}, nil)
+	leaseHeldDesc    = prometheus.NewDesc("tenure_lease_held_seconds", "How long the oldest current grant of a lease has been held: a stuck holder shows as a line that keeps rising.", []string{"namespace", "lease"}, nil)
+)
+
+// collectGauges sends the per-lease gauges, leases past the cap summed
+// under (other) (held_seconds: their longest).
+func (lm *leaseMetrics) collectGauges(m *statemachine.Machine, now time.Time, ch chan<- prometheus.Metric) {
+	type key struct{ ns, name string }
+	type agg struct{ holders, queued, held float64 }
+	out := map[key]*agg{}
+	lm.mu.Lock()
+	for _, l := range m.Leases("") {
+		if v := l.Labels[MetricsLabel]; v == "lease" {
+			lm.optins[l.LeaseID] = true
+		}
+		k := key{l.Namespace, lm.nameLocked(l.LeaseID)}
+		a := out[k]
+		if a == nil {
+			a = &agg{}
+			out[k] = a
+		}
+		a.holders += float64(len(l.Holders))
+		a.queued += float64(len(l.Waiters))
+		for _, g := range l.Holders {
+			a.held = max(a.held, now.Sub(time.Unix(0, g.AcquireTime)).Seconds())
+		}
+	}
+	lm.mu.Unlock()
+	for k, a := range out {
+		ch <- prometheus.MustNewConstMetric(leaseHoldersDesc, prometheus.GaugeValue, a.holders, k.ns, k.name)
+		ch <- prometheus.MustNewConstMetric(leaseQueuedDesc, prometheus.GaugeValue, a.queued, k.ns, k.name)
+		ch <- prometheus.MustNewConstMetric(leaseHeldDesc, prometheus.GaugeValue, a.held, k.ns, k.name)
+	}
+}
