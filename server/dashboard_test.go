@@ -1,0 +1,801 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// The Grafana dashboard in deploy/grafana reads Tenure's metrics by
+// name and label. These tests hold it to what a running server exports:
+// every PromQL expression in a panel, a template variable or an
+// annotation is parsed, and each metric it selects, each label it
+// matches, groups by or drops, must exist. A renamed metric or label
+// fails here, not on an operator's screen as an empty panel.
+
+const dashboardPath = "../deploy/grafana/tenure.json"
+
+func TestDashboardIsAGrafanaDashboard(t *testing.T) {
+	d := loadDashboard(t)
+	if title, _ := d["title"].(string); title == "" {
+		t.Errorf("title: got = %q, expected: a title", title)
+	}
+	if uid, _ := d["uid"].(string); uid == "" || len(uid) > 40 {
+		t.Errorf("uid: got = %q, expected: 1 to 40 characters, as Grafana allows", uid)
+	}
+	if id, ok := d["id"]; !ok || id != nil {
+		t.Errorf("id: got = %v, expected: null, so that an import creates the dashboard", id)
+	}
+	if v, _ := d["schemaVersion"].(float64); v < 36 {
+		t.Errorf("schemaVersion: got = %v, expected: 36 or later (datasource references by uid)", v)
+	}
+	vars := map[string]map[string]any{}
+	for _, v := range listOf(d, "templating", "list") {
+		vars[fmt.Sprint(v["name"])] = v
+	}
+	if ds := vars["datasource"]; ds["type"] != "datasource" || ds["query"] != "prometheus" {
+		t.Errorf("variable datasource: got = %v, expected: a Prometheus datasource variable", ds)
+	}
+	for _, name := range []string{"instance", "namespace", "lease"} {
+		if v := vars[name]; v["type"] != "query" {
+			t.Errorf("variable %s: got = %v, expected: a query variable", name, v)
+		}
+	}
+
+	panels := allPanels(listOf(d, "panels"))
+	if len(panels) == 0 {
+		t.Fatal("panels: got = none, expected: some")
+	}
+	ids := map[float64]string{}
+	for _, p := range panels {
+		title := fmt.Sprint(p["title"])
+		id, _ := p["id"].(float64)
+		if other, dup := ids[id]; dup {
+			t.Errorf("panel %q: id %v is also %q's", title, id, other)
+		}
+		ids[id] = title
+		g, _ := p["gridPos"].(map[string]any)
+		x, _ := g["x"].(float64)
+		w, _ := g["w"].(float64)
+		if h, _ := g["h"].(float64); w <= 0 || h <= 0 || x+w > 24 {
+			t.Errorf("panel %q: gridPos %v, expected: inside the 24 columns", title, g)
+		}
+		if p["type"] == "row" {
+			continue
+		}
+		// Every query goes to the data source the importer picks.
+		if uid := datasourceUID(p["datasource"]); uid != "${datasource}" {
+			t.Errorf("panel %q: datasource uid %q, expected: ${datasource}", title, uid)
+		}
+		targets := listOf(p, "targets")
+		if len(targets) == 0 {
+			t.Errorf("panel %q: got = no targets, expected: at least one query", title)
+		}
+		for _, tg := range targets {
+			if uid := datasourceUID(tg["datasource"]); uid != "${datasource}" {
+				t.Errorf("panel %q, query %v: datasource uid %q, expected: ${datasource}", title, tg["refId"], uid)
+			}
+		}
+	}
+}
+
+// Every metric and label the dashboard names is one the server exports.
+func TestDashboardQueriesNameExportedMetricsAndLabels(t *testing.T) {
+	ts := startServer(t, t.TempDir(), testLimits())
+	exerciseMetrics(t, ts)
+	metrics := exportedMetrics(t, ts.cfg.Registry)
+
+	exprs := dashboardExprs(t, loadDashboard(t))
+	if len(exprs) < 20 {
+		t.Fatalf("expressions: got = %d, expected: every panel's, variable's and annotation's", len(exprs))
+	}
+	for _, e := range exprs {
+		for _, p := range checkPromQL(metrics, e.expr) {
+			t.Errorf("%s: %s\n\t%s", e.where, p, e.expr)
+		}
+	}
+
+	// The check itself must catch what it is for, or a pass above
+	// means nothing.
+	for _, tc := range []struct {
+		name, expr, want string
+	}{
+		{"a misspelt metric is caught", `max(tenure_raft_is_leaderr)`, "tenure_raft_is_leaderr does not exist"},
+		{"a counter read as a histogram is caught", `rate(tenure_lease_grants_total_bucket[5m])`, "does not exist"},
+		{"a histogram read by its family name is caught", `max(tenure_lease_hold_seconds)`, "is a histogram"},
+		{"a matcher on a label the metric lacks is caught", `tenure_lease_records_collected_total{lease="x"}`, `label "lease"`},
+		{"a by() label the argument lacks is caught", `max by (namespace, lease) (tenure_lessor_expiries_proposed_total)`, `by (namespace, lease)`},
+		{"a label dropped by an inner aggregation is caught", `max by (lease) (sum by (namespace) (tenure_lease_holders))`, `by (lease)`},
+		{"a quantile over buckets without le is caught", `histogram_quantile(0.99, max by (namespace) (rate(tenure_lease_wait_seconds_bucket[5m])))`, "without le"},
+		{"a join of different label sets is caught", `max by (instance) (tenure_raft_is_leader) - max by (namespace) (tenure_lease_holders)`, "no series match"},
+		{"a metric that is not Tenure's is caught", `up`, "not a Tenure metric"},
+		{"a variable whose label the metric lacks is caught", `label_values(tenure_raft_is_leader, lease)`, `label "lease"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			problems := checkPromQL(metrics, tc.expr)
+			if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, tc.want) }) {
+				t.Errorf("problems with %s: got = %q, expected: one saying %q", tc.expr, problems, tc.want)
+			}
+		})
+	}
+}
+
+// exerciseMetrics gives the labelled vectors series: two sessions, a
+// wait for a lease with a step-down and a release, a revoke, a session
+// that expires holding a lease, and a lease record collected.
+func exerciseMetrics(t *testing.T, ts *testServer) {
+	t.Helper()
+	ctx := ctxT(t)
+	a := openSession(t, ts, "a", 30*time.Second)
+	b := openSession(t, ts, "b", 30*time.Second)
+
+	tok := acquireGC(t, ts, a.GetId(), "job", time.Hour)
+	granted := make(chan error, 1)
+	go func() {
+		_, err := ts.Leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{SessionId: b.GetId(), Name: "job", Wait: true}))
+		granted <- err
+	}()
+	waitForWaiters(t, ts, "job", 1)
+	if _, err := setPreferred(t, ts, "job", "b"); err != nil { // a is asked to step down
+		t.Fatal(err)
+	}
+	release(t, ts, "job", tok)
+	if err := <-granted; err != nil {
+		t.Fatal(err)
+	}
+
+	acquireGC(t, ts, a.GetId(), "revoked", time.Hour)
+	if _, err := ts.Leases.Revoke(ctx, connect.NewRequest(&tenurev1.RevokeRequest{Name: "revoked", Reason: "dashboard test"})); err != nil {
+		t.Fatal(err)
+	}
+
+	short := openSession(t, ts, "short", 200*time.Millisecond)
+	acquireGC(t, ts, short.GetId(), "expired", time.Hour)
+	release(t, ts, "idle", acquireGC(t, ts, a.GetId(), "idle", 50*time.Millisecond))
+	waitFor(t, "the short session to expire", func() bool {
+		l, err := getLease(t, ts, "expired")
+		return err == nil && l.GetStatus() == "expired"
+	})
+	waitFor(t, "the idle lease to be collected", func() bool {
+		_, err := getLease(t, ts, "idle")
+		return connect.CodeOf(err) == connect.CodeNotFound
+	})
+}
+
+// metricInfo is what the registry says of one metric family.
+type metricInfo struct {
+	labels    map[string]bool
+	histogram bool
+	// described is set for a family known only from its descriptor: a
+	// vector none of whose series the test's operations created.
+	described bool
+}
+
+// exportedMetrics lists the families reg gathers, with the labels of
+// their series, then adds those it only describes (vectors without
+// series yet) with the labels their descriptors declare.
+func exportedMetrics(t *testing.T, reg *prometheus.Registry) map[string]metricInfo {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]metricInfo{}
+	for _, mf := range mfs {
+		info := metricInfo{labels: map[string]bool{}, histogram: mf.GetType() == dto.MetricType_HISTOGRAM}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				info.labels[lp.GetName()] = true
+			}
+		}
+		out[mf.GetName()] = info
+	}
+	ch := make(chan *prometheus.Desc)
+	go func() { reg.Describe(ch); close(ch) }()
+	var onlyDescribed []string
+	for d := range ch {
+		name, labels, ok := parseDesc(d.String())
+		if !ok {
+			t.Fatalf("descriptor %s: not in the form this test reads (did client_golang change Desc.String?)", d)
+		}
+		if _, seen := out[name]; !seen {
+			out[name] = metricInfo{labels: labels, described: true}
+			onlyDescribed = append(onlyDescribed, name)
+		}
+	}
+	if len(onlyDescribed) > 0 {
+		t.Logf("without series, checked against their descriptors: %s", strings.Join(onlyDescribed, ", "))
+	}
+	return out
+}
+
+var descForm = regexp.MustCompile(`^Desc\{fqName: "([^"]+)", .*constLabels: \{(.*)\}, variableLabels: \{([^}]*)\}\}$`)
+
+// parseDesc reads a metric's name and label names from a Desc's String,
+// the only way client_golang shows them.
+func parseDesc(s string) (name string, labels map[string]bool, ok bool) {
+	m := descForm.FindStringSubmatch(s)
+	if m == nil {
+		return "", nil, false
+	}
+	labels = map[string]bool{}
+	for _, c := range regexp.MustCompile(`(\w+)="`).FindAllStringSubmatch(m[2], -1) {
+		labels[c[1]] = true
+	}
+	for l := range strings.SplitSeq(m[3], ",") {
+		if l = strings.TrimSuffix(strings.TrimPrefix(l, "c("), ")"); l != "" {
+			labels[l] = true
+		}
+	}
+	return m[1], labels, true
+}
+
+func loadDashboard(t *testing.T) map[string]any {
+	t.Helper()
+	raw, err := os.ReadFile(dashboardPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d map[string]any
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardPath, err)
+	}
+	return d
+}
+
+// listOf follows keys through nested objects to a list of objects.
+func listOf(v map[string]any, keys ...string) []map[string]any {
+	var cur any = v
+	for _, k := range keys {
+		m, _ := cur.(map[string]any)
+		cur = m[k]
+	}
+	items, _ := cur.([]any)
+	var out []map[string]any
+	for _, it := range items {
+		if m, ok := it.(map[string]any); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// allPanels flattens panels and the panels of collapsed rows.
+func allPanels(panels []map[string]any) []map[string]any {
+	var out []map[string]any
+	for _, p := range panels {
+		out = append(out, p)
+		out = append(out, allPanels(listOf(p, "panels"))...)
+	}
+	return out
+}
+
+func datasourceUID(ds any) string {
+	m, _ := ds.(map[string]any)
+	uid, _ := m["uid"].(string)
+	return uid
+}
+
+type dashboardExpr struct{ where, expr string }
+
+// dashboardExprs is every PromQL expression in d: panel queries,
+// query variables and Prometheus annotations.
+func dashboardExprs(t *testing.T, d map[string]any) []dashboardExpr {
+	t.Helper()
+	var out []dashboardExpr
+	for _, p := range allPanels(listOf(d, "panels")) {
+		for _, tg := range listOf(p, "targets") {
+			expr, ok := tg["expr"].(string)
+			if !ok {
+				t.Errorf("panel %q, query %v: got = no expr, expected: a PromQL query", p["title"], tg["refId"])
+				continue
+			}
+			out = append(out, dashboardExpr{fmt.Sprintf("panel %q, query %v", p["title"], tg["refId"]), expr})
+		}
+	}
+	for _, v := range listOf(d, "templating", "list") {
+		if v["type"] != "query" {
+			continue
+		}
+		q := v["query"]
+		if m, ok := q.(map[string]any); ok {
+			q = m["query"]
+		}
+		out = append(out, dashboardExpr{fmt.Sprintf("variable %v", v["name"]), fmt.Sprint(q)})
+		if def, ok := v["definition"].(string); ok && def != q {
+			out = append(out, dashboardExpr{fmt.Sprintf("variable %v, definition", v["name"]), def})
+		}
+	}
+	for _, a := range listOf(d, "annotations", "list") {
+		if expr, ok := a["expr"].(string); ok {
+			out = append(out, dashboardExpr{fmt.Sprintf("annotation %q", a["name"]), expr})
+		}
+	}
+	return out
+}
+
+// checkPromQL returns what is wrong with expr, a PromQL expression or a
+// label_values() variable query, against metrics.
+func checkPromQL(metrics map[string]metricInfo, expr string) []string {
+	c := &promChecker{metrics: metrics, seen: map[string]bool{}}
+	if m := labelValuesForm.FindStringSubmatch(expr); m != nil {
+		c.parse(m[1])
+		if v := c.last; v != nil && !v.labels[m[2]] {
+			c.problem("label %q is not on %s", m[2], v.from())
+		}
+	} else {
+		c.parse(expr)
+	}
+	// The parser must have met every Tenure name in the text: one it
+	// skipped would go unchecked.
+	for _, name := range tenureName.FindAllString(expr, -1) {
+		if !c.seen[name] {
+			c.problem("%s appears where this test does not read metrics; extend it", name)
+		}
+	}
+	return c.problems
+}
+
+var (
+	labelValuesForm = regexp.MustCompile(`^label_values\((.+),\s*([a-zA-Z_]\w*)\)$`)
+	tenureName      = regexp.MustCompile(`\btenure_[a-z_]+\b`)
+	grafanaInterval = regexp.MustCompile(`\$\{?__(rate_interval|interval|range)\}?`)
+)
+
+// targetLabels are added by Prometheus to every series it scrapes.
+var targetLabels = []string{"instance", "job"}
+
+// promValue is what an expression evaluates to: a scalar, a string, or
+// a vector whose series carry labels (names only) and came from metrics.
+type promValue struct {
+	kind    string // "scalar", "string" or "vector"
+	labels  map[string]bool
+	metrics []string
+}
+
+func (v *promValue) from() string {
+	if len(v.metrics) == 0 {
+		return "this expression"
+	}
+	return strings.Join(v.metrics, ", ")
+}
+
+func (v *promValue) labelList() string {
+	var ls []string
+	for l := range v.labels {
+		ls = append(ls, l)
+	}
+	slices.Sort(ls)
+	return "{" + strings.Join(ls, ", ") + "}"
+}
+
+// promChecker is a recursive-descent parser for the PromQL the
+// dashboard uses, which follows labels instead of computing values.
+// What it does not know it reports, rather than let pass unchecked.
+type promChecker struct {
+	metrics  map[string]metricInfo
+	toks     []string
+	pos      int
+	seen     map[string]bool // metric names selected
+	last     *promValue
+	problems []string
+}
+
+func (c *promChecker) problem(format string, args ...any) {
+	c.problems = append(c.problems, fmt.Sprintf(format, args...))
+}
+
+func (c *promChecker) parse(expr string) {
+	expr = grafanaInterval.ReplaceAllString(expr, "5m")
+	toks, err := lexPromQL(expr)
+	if err != nil {
+		c.problem("%v", err)
+		return
+	}
+	c.toks, c.pos = toks, 0
+	c.last = c.expr(0)
+	if c.pos < len(c.toks) {
+		c.problem("unexpected %q after the expression", c.toks[c.pos])
+	}
+}
+
+var promTok = regexp.MustCompile(`^(\s+|"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|` + "`[^`]*`" +
+	`|[0-9.][0-9a-zA-Z.]*|[a-zA-Z_:][a-zA-Z0-9_:]*|==|!=|<=|>=|=~|!~|[-+*/%^<>=(){}\[\],@:])`)
+
+func lexPromQL(s string) ([]string, error) {
+	var toks []string
+	for s != "" {
+		m := promTok.FindString(s)
+		if m == "" {
+			return nil, fmt.Errorf("cannot read %q", s)
+		}
+		if strings.TrimSpace(m) != "" {
+			toks = append(toks, m)
+		}
+		s = s[len(m):]
+	}
+	return toks, nil
+}
+
+func (c *promChecker) peek() string {
+	if c.pos < len(c.toks) {
+		return c.toks[c.pos]
+	}
+	return ""
+}
+
+func (c *promChecker) next() string {
+	t := c.peek()
+	if t != "" {
+		c.pos++
+	}
+	return t
+}
+
+func (c *promChecker) want(tok string) bool {
+	if c.peek() != tok {
+		c.problem("expected %q, got %q", tok, c.peek())
+		c.pos = len(c.toks)
+		return false
+	}
+	c.pos++
+	return true
+}
+
+// Binary operators by precedence, loosest first.
+var binaryPrec = map[string]int{
+	"or": 1, "and": 2, "unless": 2,
+	"==": 3, "!=": 3, "<": 3, ">": 3, "<=": 3, ">=": 3,
+	"+": 4, "-": 4, "*": 5, "/": 5, "%": 5, "atan2": 5, "^": 6,
+}
+
+func (c *promChecker) expr(minPrec int) *promValue {
+	lhs := c.unary()
+	for {
+		op := c.peek()
+		prec, ok := binaryPrec[op]
+		if !ok || prec < minPrec {
+			return lhs
+		}
+		c.next()
+		if c.peek() == "bool" {
+			c.next()
+		}
+		switch c.peek() {
+		case "on", "ignoring", "group_left", "group_right":
+			c.problem("%s(...) is not read by this test; extend it", c.peek())
+			c.pos = len(c.toks)
+			return lhs
+		}
+		next := prec + 1
+		if op == "^" {
+			next = prec // right-associative
+		}
+		rhs := c.expr(next)
+		lhs = c.binary(op, lhs, rhs)
+	}
+}
+
+func (c *promChecker) binary(op string, l, r *promValue) *promValue {
+	if l == nil || r == nil {
+		return nil
+	}
+	if l.kind != "vector" {
+		return r
+	}
+	if r.kind != "vector" {
+		return l
+	}
+	out := &promValue{kind: "vector", labels: l.labels, metrics: append(slices.Clone(l.metrics), r.metrics...)}
+	switch op {
+	case "and", "unless":
+	case "or":
+		out.labels = union(l.labels, r.labels)
+	default:
+		// Without on() or ignoring(), series match on all their labels.
+		if !sameLabels(l.labels, r.labels) {
+			c.problem("%s %s %s: the sides carry %s and %s, so no series match", l.from(), op, r.from(), l.labelList(), r.labelList())
+		}
+	}
+	return out
+}
+
+func (c *promChecker) unary() *promValue {
+	if t := c.peek(); t == "-" || t == "+" {
+		c.next()
+		return c.unary()
+	}
+	return c.postfix(c.primary())
+}
+
+// postfix reads a range or subquery, offset and @ after a value.
+func (c *promChecker) postfix(v *promValue) *promValue {
+	for {
+		switch c.peek() {
+		case "[":
+			for c.pos < len(c.toks) && c.next() != "]" {
+			}
+		case "offset":
+			c.next()
+			if c.peek() == "-" {
+				c.next()
+			}
+			c.next()
+		case "@":
+			c.next()
+			if t := c.next(); t == "start" || t == "end" {
+				c.want("(")
+				c.want(")")
+			}
+		default:
+			return v
+		}
+	}
+}
+
+var aggregations = map[string]int{ // how many arguments
+	"sum": 1, "min": 1, "max": 1, "avg": 1, "group": 1, "stddev": 1, "stdvar": 1, "count": 1,
+	"topk": 2, "bottomk": 2, "quantile": 2, "count_values": 2, "limitk": 2, "limit_ratio": 2,
+}
+
+// Functions whose result carries their vector argument's labels.
+var sameLabelFuncs = map[string]bool{
+	"rate": true, "irate": true, "increase": true, "delta": true, "idelta": true, "deriv": true,
+	"changes": true, "resets": true, "abs": true, "ceil": true, "floor": true, "round": true,
+	"exp": true, "ln": true, "log2": true, "log10": true, "sqrt": true, "clamp": true,
+	"clamp_min": true, "clamp_max": true, "sort": true, "sort_desc": true, "timestamp": true,
+	"predict_linear": true, "avg_over_time": true, "min_over_time": true, "max_over_time": true,
+	"sum_over_time": true, "count_over_time": true, "last_over_time": true, "quantile_over_time": true,
+	"stddev_over_time": true, "stdvar_over_time": true, "present_over_time": true,
+}
+
+func (c *promChecker) primary() *promValue {
+	t := c.next()
+	switch {
+	case t == "(":
+		v := c.expr(0)
+		c.want(")")
+		return v
+	case t == "":
+		c.problem("the expression ends early")
+		return nil
+	case t[0] == '"' || t[0] == '\'' || t[0] == '`':
+		return &promValue{kind: "string"}
+	case t[0] >= '0' && t[0] <= '9' || t[0] == '.' || t == "Inf" || t == "NaN":
+		return &promValue{kind: "scalar"}
+	case aggregations[t] > 0:
+		return c.aggregation(t)
+	case c.peek() == "(":
+		return c.call(t)
+	case t == "{":
+		c.problem("a selector without a metric name is not read by this test")
+		c.pos = len(c.toks)
+		return nil
+	default:
+		return c.selector(t)
+	}
+}
+
+func (c *promChecker) aggregation(op string) *promValue {
+	var clause string
+	var grouping []string
+	readGrouping := func() {
+		if t := c.peek(); t == "by" || t == "without" {
+			clause = c.next()
+			grouping = c.labelList()
+		}
+	}
+	readGrouping()
+	args := c.args()
+	if clause == "" {
+		readGrouping()
+	}
+	if len(args) != aggregations[op] {
+		c.problem("%s takes %d argument(s), got %d", op, aggregations[op], len(args))
+		return nil
+	}
+	in := args[len(args)-1]
+	if in == nil {
+		return nil
+	}
+	var missing []string
+	for _, l := range grouping {
+		if !in.labels[l] {
+			missing = append(missing, l)
+		}
+	}
+	if len(missing) > 0 {
+		c.problem("%s %s (%s): %s not on %s, which carries %s", op, clause, strings.Join(grouping, ", "),
+			strings.Join(missing, ", "), in.from(), in.labelList())
+	}
+	out := &promValue{kind: "vector", labels: map[string]bool{}, metrics: in.metrics}
+	switch {
+	case op == "topk" || op == "bottomk" || op == "limitk" || op == "limit_ratio":
+		out.labels = in.labels
+	case clause == "by":
+		for _, l := range grouping {
+			out.labels[l] = true
+		}
+	case clause == "without":
+		for l := range in.labels {
+			if !slices.Contains(grouping, l) {
+				out.labels[l] = true
+			}
+		}
+	}
+	if op == "count_values" {
+		c.problem("count_values is not read by this test; extend it")
+	}
+	return out
+}
+
+func (c *promChecker) call(fn string) *promValue {
+	args := c.args()
+	if slices.Contains(args, nil) {
+		return nil
+	}
+	vector := func() *promValue {
+		for _, a := range args {
+			if a.kind == "vector" {
+				return a
+			}
+		}
+		c.problem("%s: got = no vector argument", fn)
+		return nil
+	}
+	switch {
+	case sameLabelFuncs[fn]:
+		return vector()
+	case fn == "histogram_quantile":
+		v := vector()
+		if v == nil {
+			return nil
+		}
+		if !v.labels["le"] {
+			c.problem("histogram_quantile over %s without le: its buckets were aggregated away", v.from())
+		}
+		out := &promValue{kind: "vector", labels: union(v.labels, nil), metrics: v.metrics}
+		delete(out.labels, "le")
+		return out
+	case fn == "scalar" || fn == "time" || fn == "pi":
+		return &promValue{kind: "scalar"}
+	case fn == "vector" || fn == "absent" || fn == "absent_over_time":
+		return &promValue{kind: "vector", labels: map[string]bool{}}
+	default:
+		c.problem("function %s is not read by this test; extend it", fn)
+		return nil
+	}
+}
+
+// args reads a parenthesised, comma-separated argument list.
+func (c *promChecker) args() []*promValue {
+	if !c.want("(") {
+		return nil
+	}
+	var args []*promValue
+	for c.peek() != ")" && c.pos < len(c.toks) {
+		args = append(args, c.expr(0))
+		if c.peek() == "," {
+			c.next()
+		}
+	}
+	c.want(")")
+	return args
+}
+
+// labelList reads "(a, b, ...)" after by or without.
+func (c *promChecker) labelList() []string {
+	var ls []string
+	if !c.want("(") {
+		return nil
+	}
+	for t := c.next(); t != ")" && t != ""; t = c.next() {
+		if t != "," {
+			ls = append(ls, t)
+		}
+	}
+	return ls
+}
+
+// selector resolves a metric name, a histogram's _bucket, _sum or
+// _count included, and checks the labels its matchers name.
+func (c *promChecker) selector(name string) *promValue {
+	c.seen[name] = true
+	var matchers []string
+	if c.peek() == "{" {
+		c.next()
+		for c.pos < len(c.toks) && c.peek() != "}" {
+			label, op, val := c.next(), c.next(), c.next()
+			if !slices.Contains([]string{"=", "!=", "=~", "!~"}, op) || val == "" || !strings.ContainsAny(val[:1], "\"'`") {
+				c.problem("%s{...}: cannot read the matcher %s %s %s", name, label, op, val)
+				c.pos = len(c.toks)
+				return nil
+			}
+			matchers = append(matchers, label)
+			if c.peek() == "," {
+				c.next()
+			}
+		}
+		c.want("}")
+	}
+	if !strings.HasPrefix(name, "tenure_") {
+		c.problem("%s is not a Tenure metric", name)
+		return nil
+	}
+	info, ok := c.metrics[name]
+	if ok && info.histogram {
+		c.problem("%s is a histogram: Prometheus stores only its _bucket, _sum and _count series", name)
+		return nil
+	}
+	labels := union(info.labels, nil)
+	if !ok {
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			base, cut := strings.CutSuffix(name, suffix)
+			h, found := c.metrics[base]
+			if !cut || !found {
+				continue
+			}
+			if !h.histogram {
+				if h.described {
+					c.problem("%s: %s has no series yet, so the test cannot tell it is a histogram; give it one in exerciseMetrics", name, base)
+				} else {
+					c.problem("%s does not exist: %s is not a histogram", name, base)
+				}
+				return nil
+			}
+			ok, labels = true, union(h.labels, nil)
+			if suffix == "_bucket" {
+				labels["le"] = true
+			}
+			break
+		}
+	}
+	if !ok {
+		c.problem("%s does not exist in the server's registry", name)
+		return nil
+	}
+	for _, l := range targetLabels {
+		labels[l] = true
+	}
+	for _, l := range matchers {
+		if !labels[l] && l != "__name__" {
+			c.problem("%s{%s=...}: label %q is not on %s, which carries %s", name, l, l, name,
+				(&promValue{labels: labels}).labelList())
+		}
+	}
+	return &promValue{kind: "vector", labels: labels, metrics: []string{name}}
+}
+
+func union(a, b map[string]bool) map[string]bool {
+	out := map[string]bool{}
+	for l := range a {
+		out[l] = true
+	}
+	for l := range b {
+		out[l] = true
+	}
+	return out
+}
+
+func sameLabels(a, b map[string]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for l := range a {
+		if !b[l] {
+			return false
+		}
+	}
+	return true
+}
