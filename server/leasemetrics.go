@@ -44,6 +44,10 @@ type leaseMetrics struct {
 	since  map[waitKey]int64 // when each waiting session began to wait (the waiters' key)
 	holds  map[int64]int64   // each grant's acquire time, by token
 	optins map[statemachine.LeaseID]bool
+	// born holds the (namespace, lease) label pairs whose series exist:
+	// each is created at 0 when first named, so that rate() sees its
+	// first event, which a series born at 1 would hide.
+	born map[[2]string]bool
 }
 
 func newLeaseMetrics(reg prometheus.Registerer, nameCap int) *leaseMetrics {
@@ -89,6 +93,7 @@ func newLeaseMetrics(reg prometheus.Registerer, nameCap int) *leaseMetrics {
 		since:  map[waitKey]int64{},
 		holds:  map[int64]int64{},
 		optins: map[statemachine.LeaseID]bool{},
+		born:   map[[2]string]bool{},
 	}
 	if reg != nil {
 		reg.MustRegister(lm.wait, lm.hold, lm.grants, lm.expired, lm.revoked, lm.lost, lm.stepDowns, lm.collected)
@@ -129,6 +134,7 @@ func (lm *leaseMetrics) observe(m *statemachine.Machine, events []statemachine.E
 		}
 		fresh := e.Time >= lm.start
 		name := lm.nameLocked(id)
+		lm.bearLocked(id.Namespace, name)
 		switch e.Type {
 		case statemachine.EventLeaseWaiting:
 			lm.since[waitKey{session: e.SessionID, lease: id}] = e.Time
@@ -175,6 +181,23 @@ func (lm *leaseMetrics) observe(m *statemachine.Machine, events []statemachine.E
 			}
 		}
 	}
+}
+
+// bearLocked creates the counter series of (ns, name) at 0, once.
+func (lm *leaseMetrics) bearLocked(ns, name string) {
+	k := [2]string{ns, name}
+	if lm.born[k] {
+		return
+	}
+	lm.born[k] = true
+	for _, v := range []*prometheus.CounterVec{lm.grants, lm.expired, lm.lost} {
+		v.WithLabelValues(ns, name)
+	}
+	lm.revoked.WithLabelValues(ns, name, "operator")
+	lm.revoked.WithLabelValues(ns, name, "max_hold")
+	lm.stepDowns.WithLabelValues(ns, name, "preferred_holder")
+	lm.stepDowns.WithLabelValues(ns, name, "max_hold")
+	lm.collected.WithLabelValues(ns)
 }
 
 // causeOf is max_hold for the server's max-hold reasons, else other.

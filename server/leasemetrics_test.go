@@ -73,6 +73,9 @@ func TestLeaseMetricsCountWhatHappenedToEachLease(t *testing.T) {
 		`tenure_lease_holders{lease="job",namespace="default"} 1`,
 		`tenure_lease_holders{lease="opted",namespace="default"} 1`,
 		`tenure_lease_queued{lease="job",namespace="default"} 0`,
+		// Born at 0, so that rate() sees a lease's first expiry.
+		`tenure_lease_expirations_total{lease="job",namespace="default"} 0`,
+		`tenure_lease_revocations_total{cause="max_hold",lease="other",namespace="default"} 0`,
 	} {
 		if !strings.Contains(got, want+"\n") {
 			t.Errorf("metrics: got =\n%s\nexpected a line %s", got, want)
