@@ -14,6 +14,9 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
+	github.com/tenurehq/tenure/api v0.0.0-00010101000000-000000000000
+	github.com/tenurehq/tenure/client v0.0.0-00010101000000-000000000000
+	github.com/tenurehq/tenure/fence v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/api/v3 v3.5.35
 	go.etcd.io/etcd/client/v3 v3.5.35
 	go.uber.org/goleak v1.3.0
@@ -70,4 +73,13 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
+)
+
+// api, client and fence are modules of their own, so that a program that
+// imports the client does not inherit the server's dependencies. They are
+// not published: the core builds them from this checkout.
+replace (
+	github.com/tenurehq/tenure/api => ./api
+	github.com/tenurehq/tenure/client => ./client
+	github.com/tenurehq/tenure/fence => ./fence
 )

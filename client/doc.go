@@ -29,5 +29,9 @@
 //     ErrNotFound, ErrInvalidArgument, and more.
 //
 // The package imports only the generated API code, connect and protobuf:
-// nothing of the server.
+// nothing of the server. It is a module of its own,
+// github.com/tenurehq/tenure/client, requiring only
+// github.com/tenurehq/tenure/api, so that a program importing it inherits
+// none of the server's dependencies in its module graph. Its tests
+// against a real server live in the server's module (e2e/client).
 package client

@@ -20,7 +20,6 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/client"
-	"github.com/tenurehq/tenure/internal/testnet"
 )
 
 // fakeServer is a scripted Tenure endpoint on 127.0.0.1: it upgrades
@@ -64,7 +63,7 @@ type fakeFrame struct {
 // later in the test (cleanups run last first).
 func startFake(t testing.TB, script func(n int, c *fakeConn)) *fakeServer {
 	t.Helper()
-	f := &fakeServer{t: t, ln: testnet.Listen(t), Mux: http.NewServeMux(), done: make(chan struct{}), script: script}
+	f := &fakeServer{t: t, ln: listen(t), Mux: http.NewServeMux(), done: make(chan struct{}), script: script}
 	f.Mux.HandleFunc(framing.Path, f.servePipeline)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
@@ -86,6 +85,18 @@ func startFake(t testing.TB, script func(n int, c *fakeConn)) *fakeServer {
 		}
 	})
 	return f
+}
+
+// listen binds 127.0.0.1 on a port the kernel chose, never another
+// interface: internal/testnet.Listen, which this module cannot import
+// without taking the server's module into its graph.
+func listen(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen on 127.0.0.1: %v", err)
+	}
+	return ln
 }
 
 // Addr is the fake's endpoint, "127.0.0.1:port".

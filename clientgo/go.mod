@@ -2,11 +2,20 @@ module github.com/tenurehq/tenure/clientgo
 
 go 1.26.0
 
-replace github.com/tenurehq/tenure => ../
+// The core and the client modules come from this checkout: replace lines
+// in the core's go.mod do not apply here.
+replace (
+	github.com/tenurehq/tenure => ../
+	github.com/tenurehq/tenure/api => ../api
+	github.com/tenurehq/tenure/client => ../client
+	github.com/tenurehq/tenure/fence => ../fence
+)
 
 require (
 	github.com/go-logr/logr v1.4.3
 	github.com/tenurehq/tenure v0.0.0-00010101000000-000000000000
+	github.com/tenurehq/tenure/client v0.0.0-00010101000000-000000000000
+	github.com/tenurehq/tenure/fence v0.0.0-00010101000000-000000000000
 	go.uber.org/goleak v1.3.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
@@ -64,6 +73,7 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/tenurehq/tenure/api v0.0.0-00010101000000-000000000000 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.etcd.io/bbolt v1.3.6 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect

@@ -66,4 +66,7 @@
 // FromContext hands the handler the token to do that.
 //
 // The package imports only client (and connect): nothing of the server.
+// It is a module of its own, github.com/tenurehq/tenure/fence, requiring
+// only the client's and the API's modules, so that a resource importing it
+// inherits nothing of the server in its module graph either.
 package fence

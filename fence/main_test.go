@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -11,19 +12,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tenurehq/tenure/client"
-	"github.com/tenurehq/tenure/internal/testnet"
-	"github.com/tenurehq/tenure/internal/testserver"
-	"github.com/tenurehq/tenure/server"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// startServer runs a single Tenure node on 127.0.0.1 free ports and
-// returns its endpoint, ready for sessions.
-func startServer(t testing.TB) string {
-	t.Helper()
-	return testserver.Start(t, server.DefaultLimits())
-}
 
 func newClient(t testing.TB, endpoints ...string) *client.Client {
 	t.Helper()
@@ -35,18 +26,6 @@ func newClient(t testing.TB, endpoints ...string) *client.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-func newSession(t testing.TB, c *client.Client, identity string) *client.Session {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := c.NewSession(ctx, client.WithTTL(5*time.Second), client.WithIdentity(identity))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close(context.Background()) })
-	return s
 }
 
 // source is a fake Source: a token and whether it is valid.
@@ -74,8 +53,16 @@ func tok(ns, name string, n int64) client.Token {
 	return client.Token{Namespace: ns, Name: name, Token: n}
 }
 
-// closedAddr returns a 127.0.0.1 address where nothing listens.
+// closedAddr returns a 127.0.0.1 address where nothing listens: one
+// the kernel handed out a moment ago, then closed. (internal/testnet.Free,
+// which this module cannot import without taking the server's module into
+// its graph.)
 func closedAddr(t testing.TB) string {
 	t.Helper()
-	return testnet.Free(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port on 127.0.0.1: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
