@@ -159,6 +159,10 @@ after the grant was lost).`,
 	add("inspect", NewGetCommand(g), NewValidateCommand(g), NewRevokeCommand(g), NewLeaseCommand(g), NewWatchCommand(g))
 	add("keys", NewKVCommand(g))
 	add("server", NewServeCommand(), NewMembersCommand(g), NewSnapshotCommand(g), NewDevCommand(), NewBenchCommand(), NewCertsCommand(), NewAuthCommand())
+	root.AddCommand(NewVersionCommand())
+	// --version prints what `tenure version` prints.
+	root.Version = strings.TrimSuffix(readBuildInfo().String(), "\n")
+	root.SetVersionTemplate("{{.Version}}\n")
 	return root
 }
 
