@@ -38,6 +38,7 @@ type serveOptions struct {
 	policyFile, auditLog                                    string
 	insecure                                                bool
 	limits                                                  server.Limits
+	sources                                                 settingSources // where --config and TENURE_* set flags
 }
 
 // NewServeCommand builds `tenure serve`.
@@ -66,7 +67,16 @@ voter first if it leads. SIGHUP re-reads the certificates and the policy.
 
 With no TLS and no policy, serve only listens on loopback: a --listen or
 --peer-listen beyond it is refused unless TLS and --policy protect it (peer
-TLS for --peer-listen), or --insecure says to serve unprotected anyway.`,
+TLS for --peer-listen), or --insecure says to serve unprotected anyway.
+
+Every flag can also come from a YAML file named by --config (or
+TENURE_CONFIG), whose keys are the flag names (listen: 0.0.0.0:7480,
+join: [a:7480, b:7480], lease-gc-after: 1h), and from an environment
+variable TENURE_ and the flag's name in upper case with '_' for '-'
+(TENURE_LEASE_GC_AFTER=1h). The command line wins over the environment,
+which wins over the file; an unknown key or a bad value in the file stops
+serve with exit code 2, naming the file and the key. The client flags'
+variables (TENURE_ENDPOINTS, TENURE_TOKEN, ...) do not apply to serve.`,
 		Example: `  # Start a node with the defaults
   tenure serve
 
@@ -89,11 +99,17 @@ TLS for --peer-listen), or --insecure says to serve unprotected anyway.`,
     --peer-cert-file peer.pem --peer-key-file peer-key.pem --peer-ca-file ca.pem \
     --policy /etc/tenure/policy.yaml --audit-log /var/log/tenure/audit.log`,
 		Args: cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			o.sources, err = applyConfig(cmd, os.Getenv)
+			return err
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runServe(cmd, o)
 		},
 	}
 	f := cmd.Flags()
+	f.String(configFlag, "", "YAML file of flag settings (keys are flag names; env TENURE_CONFIG); the command line and TENURE_<FLAG> variables win over it")
 	f.StringVar(&o.listen, "listen", "127.0.0.1:7480", "address for the API, web page and metrics")
 	f.StringVar(&o.peerListen, "peer-listen", "127.0.0.1:7481", "address for raft traffic between nodes")
 	f.StringVar(&o.dataDir, "data-dir", "./tenure-data", "directory for the log, snapshots and state")
@@ -160,6 +176,9 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		return fmt.Errorf(`--log-store %q: must be "wal" or "boltdb"`, o.logStore)
 	}
 	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	if o.sources.File != "" || len(o.sources.Env) > 0 {
+		logger.Info("settings read", "config", o.sources.File, "env", o.sources.Env)
+	}
 	if err := os.MkdirAll(o.dataDir, 0o750); err != nil {
 		return fmt.Errorf("create --data-dir: %w", err)
 	}
