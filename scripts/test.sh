@@ -19,6 +19,30 @@ go vet ./...
 # stops at their go.mod, so each is vetted and tested in its directory.
 for mod in api client fence; do (cd "$mod" && go vet ./...); done
 
+echo "== release build (scripts/build.sh, the Dockerfile's build) and cross-compiles"
+# CI has no docker: this runs the build the Dockerfile runs. Each target
+# compiles the standard library and every dependency afresh, about a
+# minute on two cores, so CI builds the two that cover what the tests on
+# linux/amd64 do not: another OS (darwin: the non-Linux side of the build
+# tags) and another architecture (linux/arm64, what a multi-arch image
+# holds). CROSS_TARGETS="linux/amd64 linux/arm64 darwin/amd64
+# darwin/arm64" builds all four.
+build_out=$(mktemp -d)
+for target in ${CROSS_TARGETS:-linux/arm64 darwin/arm64}; do
+  echo "-- ${target}"
+  GOOS=${target%/*} GOARCH=${target#*/} ./scripts/build.sh "${build_out}/tenure"
+  # The binary is static and carries what tenure version reports (git
+  # stamps the commit only where .git is a directory: not in a worktree).
+  info=$(go version -m "${build_out}/tenure")
+  for want in "CGO_ENABLED=0" "-trimpath=true" "GOOS=${target%/*}" "GOARCH=${target#*/}" \
+      $([ -d .git ] && echo "vcs.revision=$(git rev-parse HEAD)"); do
+    if ! grep -qF -- "${want}" <<<"${info}"; then
+      echo "scripts/build.sh for ${target}: the binary's build info lacks ${want}:"; echo "${info}" | grep -v '^	dep'; exit 1
+    fi
+  done
+done
+rm -rf "${build_out}"
+
 echo "== go test -race"
 # The benchmark harness's short run loads both cores with servers and
 # clients for most of a minute; run beside the fault tests it would make
