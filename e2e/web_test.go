@@ -7,10 +7,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,12 +61,12 @@ func newTab(t *testing.T, ctx context.Context, browser string) context.Context {
 // column's heading to the text of its cell, and from "<heading> title" to
 // the tooltips in that cell (one a line) where it has any. Tests name the
 // column they check, so a new column moves nothing. The "No leases yet."
-// row is left out.
+// row, and the spacers that stand for the rows out of view, are left out.
 func pageLeases(tab context.Context) []map[string]string {
 	rows, _ := chromedp.Run(tab, chromedp.Evaluate[[]map[string]string](`(() => {
 		const heads = Array.from(document.querySelectorAll("#leases thead th"), th => th.textContent);
 		return Array.from(document.querySelectorAll("#leases tbody tr"))
-			.filter(tr => !tr.querySelector(".empty"))
+			.filter(tr => !tr.querySelector(".empty") && !tr.classList.contains("spacer"))
 			.map(tr => Object.fromEntries(Array.from(tr.cells).flatMap((td, i) => {
 				const titles = [td, ...td.querySelectorAll("[title]")].map(e => e.title).filter(Boolean);
 				return titles.length ? [[heads[i], td.innerText], [heads[i] + " title", titles.join("\n")]] : [[heads[i], td.innerText]];
@@ -664,4 +669,964 @@ func TestWebPageShowsThePreferredHolderAndWhoIsAskedToStepDown(t *testing.T) {
 		return strings.Contains(events, "preferred holder set default/scheduler holder=sched-2") &&
 			strings.Contains(events, "step down default/scheduler holder=sched-1")
 	})
+}
+
+// pageEval runs js in the tab and decodes its value. A failure reads as
+// the zero value, so that a polling loop simply asks again.
+func pageEval[T any](tab context.Context, js string) T {
+	v, _ := chromedp.Run(tab, chromedp.Evaluate[T](js))
+	return v
+}
+
+// jsString is s as a JavaScript string literal.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// laneBar is one bar of the page's timeline: a grant, as drawn.
+type laneBar struct {
+	Holder string  `json:"holder"`
+	Token  string  `json:"token"`
+	Class  string  `json:"class"`
+	Left   float64 `json:"left"`  // percent of the window
+	Width  float64 `json:"width"` // percent of the window
+}
+
+// pageLane is what the timeline draws in the lane of a lease.
+type pageLane struct {
+	Bars  []laneBar `json:"bars"`  // left to right
+	Marks []string  `json:"marks"` // their kinds, left to right: handoff, expired, revoked…
+	Waits []string  `json:"waits"` // who waited
+}
+
+// readLane reads the lane of key ("namespace/name"), or nil while the
+// timeline draws none.
+func readLane(tab context.Context, key string) *pageLane {
+	return pageEval[*pageLane](tab, `(() => {
+		const lane = [...document.querySelectorAll(".tl-lane")].find(l => l.dataset.lease === `+jsString(key)+`);
+		if (!lane) return null;
+		const byLeft = (a, b) => parseFloat(a.style.left) - parseFloat(b.style.left);
+		return {
+			bars: [...lane.querySelectorAll(".tl-bar")].sort(byLeft).map(b => ({holder: b.dataset.holder, token: b.dataset.token,
+				class: b.className, left: parseFloat(b.style.left), width: parseFloat(b.style.width)})),
+			marks: [...lane.querySelectorAll(".tl-mark")].sort(byLeft).map(m => m.className.replace("tl-mark ", "")),
+			waits: [...lane.querySelectorAll(".tl-wait")].sort(byLeft).map(w => w.dataset.holder),
+		};
+	})()`)
+}
+
+// pointAt points at the first element matching sel in the lane of key
+// (mouse over its middle), as an operator pointing at a bar or a mark,
+// and returns the tooltip that comes up. With click, it clicks it too
+// and returns the text pinned under the timeline. The events go to the
+// element itself: the lanes are redrawn every second, and a bar a few
+// pixels wide moves under a fixed point.
+func pointAt(t *testing.T, tab context.Context, key, sel string, click bool) string {
+	t.Helper()
+	text := pageEval[*string](tab, `(() => {
+		const lane = [...document.querySelectorAll(".tl-lane")].find(l => l.dataset.lease === `+jsString(key)+`);
+		const el = lane && lane.querySelector(`+jsString(sel)+`);
+		if (!el) return null;
+		const r = el.getBoundingClientRect();
+		const at = {bubbles: true, clientX: r.left + r.width / 2, clientY: r.top + r.height / 2};
+		el.dispatchEvent(new MouseEvent("mouseover", at));
+		if (`+strconv.FormatBool(click)+`) {
+			el.dispatchEvent(new MouseEvent("click", at));
+			return document.getElementById("tl-info").innerText;
+		}
+		const tip = document.getElementById("tl-tip");
+		return tip.hidden ? "" : tip.innerText;
+	})()`)
+	if text == nil {
+		t.Fatalf("no %s in the lane of %s", sel, key)
+	}
+	return *text
+}
+
+// setField types value into the filter or form field id, replacing what
+// it held, as a paste would.
+func setField(t *testing.T, tab context.Context, id, value string) {
+	t.Helper()
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[bool](`(() => {
+		const el = document.getElementById(`+jsString(id)+`);
+		el.value = `+jsString(value)+`;
+		el.dispatchEvent(new Event("input", {bubbles: true}));
+		el.dispatchEvent(new Event("change", {bubbles: true}));
+		return true;
+	})()`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pageQuery is the page's address' query, decoded.
+func pageQuery(tab context.Context) map[string]string {
+	return pageEval[map[string]string](tab, `Object.fromEntries(new URL(location.href).searchParams)`)
+}
+
+// jsonAcquireWith acquires through the JSON API with the fields of req
+// (sessionId, namespace, name, value, labels…), without waiting, and
+// returns the fencing token.
+func jsonAcquireWith(t *testing.T, ctx context.Context, addr string, req map[string]any) int64 {
+	t.Helper()
+	var acquired struct {
+		Acquired bool  `json:"acquired"`
+		Token    int64 `json:"token,string"`
+	}
+	jsonCall(t, ctx, addr, "LeaseService/Acquire", req, &acquired)
+	if !acquired.Acquired {
+		t.Fatalf("acquire %v: got = not acquired, expected: a grant", req)
+	}
+	return acquired.Token
+}
+
+// jsonWaiters is the identities waiting for namespace/name, in queue
+// order, as the JSON API's Get answers.
+func jsonWaiters(t *testing.T, ctx context.Context, addr, namespace, name string) []string {
+	t.Helper()
+	var got struct {
+		Lease struct {
+			Waiters []struct {
+				HolderIdentity string `json:"holderIdentity"`
+			} `json:"waiters"`
+		} `json:"lease"`
+	}
+	jsonCall(t, ctx, addr, "LeaseService/Get", map[string]any{"namespace": namespace, "name": name}, &got)
+	var out []string
+	for _, w := range got.Lease.Waiters {
+		out = append(out, w.HolderIdentity)
+	}
+	return out
+}
+
+// writeScreenshot saves what the tab shows as docs/img/<name> when
+// TENURE_WRITE_SCREENSHOT=1, so that CI never rewrites the picture.
+func writeScreenshot(t *testing.T, tab context.Context, name string) {
+	t.Helper()
+	if os.Getenv("TENURE_WRITE_SCREENSHOT") != "1" {
+		return
+	}
+	png, err := chromedp.Run(tab, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("..", "docs", "img", name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", path)
+}
+
+// TestWebPageTimelineShowsAHandover: alice holds payments-batch, bob
+// waits for it, alice releases and bob is granted. The timeline, open
+// all along, draws two bars in the lease's lane, alice's then bob's,
+// each labelled with its holder and token, bob's wait under them, and a
+// handoff mark where they meet. Pointing at alice's bar tells who held
+// it, with which token, from when to when and that she released it;
+// clicking the handoff mark names both holders and tokens and why it
+// changed hands. Opened afresh, the page draws the same from the watch's
+// replay of the server's history.
+func TestWebPageTimelineShowsAHandover(t *testing.T) {
+	browser := chromium(t)
+	addr := testserver.Start(t, testserver.Limits())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	c, err := client.New(ctx, []string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	screenshot := os.Getenv("TENURE_WRITE_SCREENSHOT") == "1"
+	if screenshot {
+		webScenery(t, ctx, c, addr)
+	}
+
+	tab := newTab(t, ctx, browser)
+	if screenshot {
+		if err := chromedp.Do(tab, chromedp.EmulateViewport(1440, 1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page := "http://" + addr + "/?window=all"
+	if _, err := chromedp.Run(tab, chromedp.Navigate(page)); err != nil {
+		t.Fatal(err)
+	}
+	const key = "default/payments-batch"
+	alice := jsonOpenSession(t, ctx, addr, "alice", "60s")
+	aliceToken := jsonAcquireWith(t, ctx, addr, map[string]any{"sessionId": alice, "name": "payments-batch", "value": "batch 0412"})
+	bobSession, err := c.NewSession(ctx, client.WithIdentity("bob"), client.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bobSession.Close(context.Background())
+	bob := bobSession.Mutex("payments-batch")
+	bobLocked := make(chan error, 1)
+	go func() { bobLocked <- bob.Lock(ctx) }()
+	within(t, 20*time.Second, "bob in the queue", func() bool { return len(jsonWaiters(t, ctx, addr, "default", "payments-batch")) == 1 })
+	// A wait long enough to see; the picture for the docs shows more.
+	hold := 300 * time.Millisecond
+	if screenshot {
+		hold = 3 * time.Second
+	}
+	time.Sleep(hold)
+	jsonCall(t, ctx, addr, "LeaseService/Release", map[string]any{"name": "payments-batch", "token": aliceToken}, nil)
+	if err := <-bobLocked; err != nil {
+		t.Fatal(err)
+	}
+	defer bob.Unlock(context.Background())
+	bobTok, _ := bob.Token()
+	a, b := strconv.FormatInt(aliceToken, 10), strconv.FormatInt(bobTok.Token, 10)
+
+	var got *pageLane
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("lane of %s: %+v", key, got)
+		}
+	})
+	// handedOver: alice's bar then bob's, touching, and a handoff mark.
+	handedOver := func() bool {
+		got = readLane(tab, key)
+		if got == nil || len(got.Bars) != 2 || !slices.Contains(got.Marks, "handoff") {
+			return false
+		}
+		first, second := got.Bars[0], got.Bars[1]
+		return first.Holder == "alice" && first.Token == a && strings.Contains(first.Class, "end-released") &&
+			second.Holder == "bob" && second.Token == b && strings.Contains(second.Class, "open") &&
+			second.Left >= first.Left+first.Width-0.5 && slices.Equal(got.Waits, []string{"bob"})
+	}
+	within(t, 20*time.Second, "the handover drawn live: alice's bar, then bob's, a handoff mark", handedOver)
+
+	for _, c := range []struct {
+		what, sel string
+		click     bool
+		want      []string
+	}{
+		{"pointing at alice's bar", `.tl-bar[data-holder="alice"]`, false,
+			[]string{key, "alice, token " + a, "held from ", " to ", "ended: released", "next: bob (token " + b + ")", "value: batch 0412"}},
+		{"pointing at bob's bar", `.tl-bar[data-holder="bob"]`, false,
+			[]string{"bob, token " + b, "and still held", "before: alice (token " + a + "), released", "waited "}},
+		{"clicking the handoff mark", ".tl-mark.handoff", true,
+			[]string{"handoff of " + key, "alice (token " + a + ") → bob (token " + b + ")", "why: alice's grant was released", "bob had waited "}},
+	} {
+		text := pointAt(t, tab, key, c.sel, c.click)
+		for _, w := range c.want {
+			if !strings.Contains(text, w) {
+				t.Errorf("%s: got = %q, expected: a text containing %q", c.what, text, w)
+			}
+		}
+	}
+	if screenshot {
+		time.Sleep(2 * time.Second) // bob's bar grows
+		pointAt(t, tab, key, ".tl-mark.handoff", true)
+		pointAt(t, tab, key, `.tl-bar[data-holder="alice"]`, false)
+		writeScreenshot(t, tab, "web-page.png")
+		if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`#leases tr[data-lease="default/nightly-report"]`))); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		writeScreenshot(t, tab, "web-detail.png")
+	}
+
+	// Opened again, the page knows only what the watch replays.
+	if _, err := chromedp.Run(tab, chromedp.Navigate(page)); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "the same handover drawn from the replayed history", handedOver)
+}
+
+// webScenery adds leases around the handover for the picture in the
+// docs: a lease with a queue and labels, one asked to step down for its
+// preferred holder, a semaphore, and one whose holder's session expires.
+func webScenery(t *testing.T, ctx context.Context, c *client.Client, addr string) {
+	t.Helper()
+	worker3 := jsonOpenSession(t, ctx, addr, "worker-3", "60s")
+	jsonAcquireWith(t, ctx, addr, map[string]any{"sessionId": worker3, "name": "nightly-report", "value": "run 2026-11-23",
+		"labels": map[string]string{"team": "data", "tier": "batch"}, "maxHold": "3600s"})
+	for _, who := range []string{"worker-5", "worker-8"} {
+		s := jsonOpenSession(t, ctx, addr, who, "60s")
+		go func() {
+			body := fmt.Sprintf(`{"sessionId":"%d","name":"nightly-report","wait":true,"waitTimeout":"30s"}`, s)
+			resp, err := http.Post("http://"+addr+"/tenure.v1.LeaseService/Acquire", "application/json", strings.NewReader(body))
+			if err == nil {
+				resp.Body.Close()
+			}
+		}()
+		within(t, 10*time.Second, who+" waiting", func() bool {
+			return slices.Contains(jsonWaiters(t, ctx, addr, "default", "nightly-report"), who)
+		})
+	}
+	sched1 := jsonOpenSession(t, ctx, addr, "sched-1", "60s")
+	jsonAcquireWith(t, ctx, addr, map[string]any{"sessionId": sched1, "namespace": "ops", "name": "scheduler", "value": "10.0.0.7:8080"})
+	if _, err := c.SetPreferredHolder(ctx, "ops", "scheduler", "sched-2"); err != nil {
+		t.Fatal(err)
+	}
+	sched2 := jsonOpenSession(t, ctx, addr, "sched-2", "60s")
+	go func() {
+		body := fmt.Sprintf(`{"sessionId":"%d","namespace":"ops","name":"scheduler","wait":true,"waitTimeout":"30s"}`, sched2)
+		resp, err := http.Post("http://"+addr+"/tenure.v1.LeaseService/Acquire", "application/json", strings.NewReader(body))
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	for i, who := range []string{"etl-1", "etl-2"} {
+		s := jsonOpenSession(t, ctx, addr, who, "60s")
+		jsonAcquireWith(t, ctx, addr, map[string]any{"sessionId": s, "namespace": "ops", "name": "etl-slots", "capacity": 3,
+			"value": fmt.Sprintf("shard %d", i)})
+	}
+	gone := jsonOpenSession(t, ctx, addr, "cron-7", "1s")
+	jsonAcquireWith(t, ctx, addr, map[string]any{"sessionId": gone, "name": "cleanup"})
+	time.Sleep(1500 * time.Millisecond)
+}
+
+// TestWebPageFiltersNarrowTheLeasesAndStayInTheAddress: the namespace
+// and label selector go to the server's List, the search text matches
+// names, holders and values, and each narrows the lease table and the
+// timeline's lanes alike. The address carries the filters, so that the
+// same view opens from a shared link; a selector the server refuses is
+// shown by the filters, not as a server failure.
+func TestWebPageFiltersNarrowTheLeasesAndStayInTheAddress(t *testing.T) {
+	browser := chromium(t)
+	addr := testserver.Start(t, testserver.Limits())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	alice := jsonOpenSession(t, ctx, addr, "alice", "60s")
+	bob := jsonOpenSession(t, ctx, addr, "bob", "60s")
+	for _, l := range []struct {
+		session         int64
+		namespace, name string
+		labels          map[string]string
+		value           string
+	}{
+		{alice, "team-a", "payments-batch", map[string]string{"team": "pay", "tier": "gold"}, "10.0.0.1:9000"},
+		{alice, "team-a", "reports", map[string]string{"team": "data"}, ""},
+		{bob, "team-b", "payments-sync", map[string]string{"team": "pay"}, ""},
+		{bob, "default", "nightly", nil, "run 42"},
+	} {
+		jsonAcquireWith(t, ctx, addr, map[string]any{"sessionId": l.session, "namespace": l.namespace, "name": l.name,
+			"labels": l.labels, "value": l.value})
+	}
+
+	tab := newTab(t, ctx, browser)
+	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/?window=all")); err != nil {
+		t.Fatal(err)
+	}
+	// shown is the leases in the table and the lanes of the timeline,
+	// each as "namespace/name", in order.
+	type shown struct{ Rows, Lanes []string }
+	var got shown
+	read := func() shown {
+		return pageEval[shown](tab, `({
+			Rows: [...document.querySelectorAll("#leases tbody tr[data-lease]")].map(r => r.dataset.lease),
+			Lanes: [...document.querySelectorAll(".tl-lane")].map(l => l.dataset.lease),
+		})`)
+	}
+	shows := func(what string, want ...string) {
+		t.Helper()
+		within(t, 20*time.Second, what, func() bool {
+			got = read()
+			return slices.Equal(got.Rows, want) && slices.Equal(got.Lanes, want)
+		})
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("rows and lanes, as last read: %+v", got)
+		}
+	})
+	shows("all four leases", "default/nightly", "team-a/payments-batch", "team-a/reports", "team-b/payments-sync")
+
+	// The namespace typed as an operator would.
+	if err := chromedp.Do(tab, chromedp.SendKeys(chromedp.ID("f-ns"), "team-a")); err != nil {
+		t.Fatal(err)
+	}
+	shows("team-a's leases", "team-a/payments-batch", "team-a/reports")
+	setField(t, tab, "f-labels", "team=pay")
+	shows("team-a's leases labelled team=pay", "team-a/payments-batch")
+	if q := pageQuery(tab); q["ns"] != "team-a" || q["labels"] != "team=pay" {
+		t.Errorf("address query: got = %v, expected: ns=team-a and labels=team=pay", q)
+	}
+	if got := pageEval[string](tab, `document.getElementById("count").textContent`); got != "1 lease" {
+		t.Errorf("count: got = %q, expected: %q", got, "1 lease")
+	}
+	setField(t, tab, "f-ns", "")
+	shows("every lease labelled team=pay", "team-a/payments-batch", "team-b/payments-sync")
+	for _, c := range []struct {
+		q    string
+		want []string
+	}{
+		{"sync", []string{"team-b/payments-sync"}},      // a name
+		{"ALICE", []string{"team-a/payments-batch"}},    // a holder, in any case
+		{"10.0.0.1", []string{"team-a/payments-batch"}}, // a value
+		{"", []string{"team-a/payments-batch", "team-b/payments-sync"}},
+	} {
+		setField(t, tab, "f-q", c.q)
+		shows(fmt.Sprintf("the leases matching %q", c.q), c.want...)
+	}
+
+	// A shared link opens the same view.
+	setField(t, tab, "f-q", "bob")
+	shows("bob's leases labelled team=pay", "team-b/payments-sync")
+	link := pageEval[string](tab, `location.href`)
+	if q := pageQuery(tab); q["labels"] != "team=pay" || q["q"] != "bob" || q["window"] != "all" || q["ns"] != "" {
+		t.Errorf("address query: got = %v, expected: labels=team=pay, q=bob, window=all and no ns", q)
+	}
+	other := newTab(t, ctx, browser)
+	if _, err := chromedp.Run(other, chromedp.Navigate(link)); err != nil {
+		t.Fatal(err)
+	}
+	tab = other
+	shows("the shared view", "team-b/payments-sync")
+	fields := pageEval[[]string](tab, `["f-ns", "f-labels", "f-q"].map(id => document.getElementById(id).value)`)
+	if !slices.Equal(fields, []string{"", "team=pay", "bob"}) {
+		t.Errorf("filter fields of the shared view: got = %q, expected: [\"\" \"team=pay\" \"bob\"]", fields)
+	}
+
+	// A selector the server refuses.
+	setField(t, tab, "f-labels", "team=pay,,tier")
+	var said, status string
+	within(t, 20*time.Second, "the refused selector by the filters, and no rows", func() bool {
+		said = pageEval[string](tab, `document.getElementById("filter-error").textContent`)
+		status = pageEval[string](tab, `document.getElementById("status").textContent`)
+		got = read()
+		return strings.Contains(said, "empty term") && len(got.Rows) == 0 && strings.HasPrefix(status, "revision ")
+	})
+}
+
+// TestWebPageDetailShowsALease: a click on a lease's row opens its
+// detail: the holder with its token and value, the waiters in queue
+// order, the labels, preferred holder and max hold, and the lease's
+// recent events from the watch history, newest first. The address names
+// the lease, and the holder's expiry counts down by itself every second.
+func TestWebPageDetailShowsALease(t *testing.T) {
+	browser := chromium(t)
+	addr := testserver.Start(t, testserver.Limits())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	c, err := client.New(ctx, []string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	alice := jsonOpenSession(t, ctx, addr, "alice", "60s")
+	token := jsonAcquireWith(t, ctx, addr, map[string]any{"sessionId": alice, "name": "payments-batch", "value": "batch 0412",
+		"labels": map[string]string{"team": "pay", "tier": "gold"}, "maxHold": "3600s"})
+	if _, err := c.SetPreferredHolder(ctx, "default", "payments-batch", "dave"); err != nil {
+		t.Fatal(err)
+	}
+	// bob and then carol queue; they stop waiting when the test ends.
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	var waits sync.WaitGroup
+	defer waits.Wait()
+	defer stopWaiting()
+	for i, who := range []string{"bob", "carol"} {
+		s, err := c.NewSession(ctx, client.WithIdentity(who), client.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close(context.Background())
+		waits.Add(1)
+		go func() {
+			defer waits.Done()
+			_ = s.Mutex("payments-batch").Lock(waitCtx)
+		}()
+		within(t, 20*time.Second, who+" in the queue", func() bool { return len(jsonWaiters(t, ctx, addr, "default", "payments-batch")) == i+1 })
+	}
+
+	tab := newTab(t, ctx, browser)
+	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/")); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`#leases tr[data-lease="default/payments-batch"]`))); err != nil {
+		t.Fatal(err)
+	}
+	type detail struct {
+		Title, Holders, Labels, Preferred, MaxHold string
+		Waiters, Events                            []string
+	}
+	var d detail
+	readDetail := func() detail {
+		return pageEval[detail](tab, `(() => {
+			const text = id => { const e = document.getElementById(id); return e ? e.innerText : ""; };
+			return {Title: text("d-title"), Holders: text("d-holders"), Labels: text("d-labels"), Preferred: text("d-preferred"),
+				MaxHold: text("d-maxhold"),
+				Waiters: [...document.querySelectorAll("#d-waiters li")].map(li => li.innerText),
+				Events: [...document.querySelectorAll("#d-events li")].map(li => li.innerText)};
+		})()`)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("detail: %+v", d)
+		}
+	})
+	within(t, 20*time.Second, "the detail with its holder, two waiters and four events", func() bool {
+		d = readDetail()
+		return d.Title == "default/payments-batch" && strings.Contains(d.Holders, "alice") && len(d.Waiters) == 2 && len(d.Events) == 4
+	})
+	tok := strconv.FormatInt(token, 10)
+	for _, c := range []struct{ what, got, want string }{
+		{"holders", d.Holders, "alice\t" + tok + "\t"},
+		{"holders", d.Holders, "batch 0412"},
+		{"first waiter", d.Waiters[0], "bob (session "},
+		{"second waiter", d.Waiters[1], "carol (session "},
+		{"labels", d.Labels, "team=pay"},
+		{"labels", d.Labels, "tier=gold"},
+		{"preferred holder", d.Preferred, "dave"},
+		{"max hold", d.MaxHold, "60m"},
+		{"newest event", d.Events[0], "waiting carol"},
+		{"second event", d.Events[1], "waiting bob"},
+		{"third event", d.Events[2], "preferred holder set dave"},
+		{"oldest event", d.Events[3], "acquired alice token " + tok + " value=batch 0412"},
+	} {
+		if !strings.HasPrefix(c.got, c.want) && !strings.Contains(c.got, c.want) {
+			t.Errorf("%s: got = %q, expected: it to contain %q", c.what, c.got, c.want)
+		}
+	}
+	if q := pageQuery(tab); q["lease"] != "default/payments-batch" {
+		t.Errorf("address query: got = %v, expected: lease=default/payments-batch", q)
+	}
+
+	// alice never heartbeats: her expiry only counts down, by itself,
+	// every second. (Each reading may be up to a second old.)
+	expires := func() int {
+		s := pageEval[string](tab, `document.querySelector('#leases tr[data-lease="default/payments-batch"] td:nth-child(7)').innerText`)
+		n, err := strconv.Atoi(strings.TrimSuffix(s, "s"))
+		if err != nil {
+			return -1
+		}
+		return n
+	}
+	first := expires()
+	time.Sleep(2100 * time.Millisecond)
+	if second := expires(); first < 50 || first > 60 || second >= first || second < first-4 {
+		t.Errorf("expires in: got = %ds then %ds 2.1s later, expected: under 60s, counting down by 1 to 4", first, second)
+	}
+
+	// Esc closes it, and the address forgets it.
+	if err := chromedp.Do(tab, chromedp.KeyEvent("\x1b")); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 5*time.Second, "the detail closed", func() bool {
+		return pageEval[bool](tab, `document.getElementById("detail").hidden`) && pageQuery(tab)["lease"] == ""
+	})
+}
+
+// webRevokePolicy: holder-a locks in team-a, ops-a administers team-a,
+// viewer-a only reads it.
+const webRevokePolicy = `
+principals:
+  - name: holder-a
+    roles: [holder-a]
+    tokens: [{sha256: "%s"}]
+  - name: ops-a
+    roles: [ops-a]
+    tokens: [{sha256: "%s"}]
+  - name: viewer-a
+    roles: [viewer-a]
+    tokens: [{sha256: "%s"}]
+roles:
+  holder-a:
+    - namespaces: [team-a]
+      verbs: [read, lock]
+  ops-a:
+    - namespaces: [team-a]
+      verbs: [read, admin]
+  viewer-a:
+    - namespaces: [team-a]
+      verbs: [read]
+`
+
+// TestWebPageRevokesForAnAdminOnly: from the detail view, a revoke asks
+// for confirmation, then goes to the server with the token pasted in the
+// page. viewer-a's is refused, and the page says "permission denied"
+// while the grant stands; ops-a's revokes the grant, with its reason,
+// which the table, the timeline and the events then show.
+func TestWebPageRevokesForAnAdminOnly(t *testing.T) {
+	browser := chromium(t)
+	holder, ops, viewer := auth.NewToken(), auth.NewToken(), auth.NewToken()
+	addr := testserver.StartWithPolicy(t, testserver.Limits(),
+		fmt.Sprintf(webRevokePolicy, auth.HashToken(holder), auth.HashToken(ops), auth.HashToken(viewer)))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	c, err := client.New(ctx, []string{addr}, client.WithToken(holder))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.NewSession(ctx, client.WithTTL(10*time.Second)) // holding as "holder-a"
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	m := s.Mutex("payments-batch", client.WithNamespace("team-a"))
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := m.Token()
+	token := strconv.FormatInt(tok.Token, 10)
+	const key = "team-a/payments-batch"
+
+	tab := newTab(t, ctx, browser)
+	// Wide enough for the detail to open beside the page, not over the
+	// token field.
+	if err := chromedp.Do(tab, chromedp.EmulateViewport(1440, 900)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/?window=all")); err != nil {
+		t.Fatal(err)
+	}
+	result := func() string { return pageEval[string](tab, `document.getElementById("r-result").innerText`) }
+	// revokeAs pastes the token, confirms a revoke of every grant with
+	// reason, and returns what the page says of it.
+	revokeAs := func(who, bearer, reason string) string {
+		t.Helper()
+		if err := chromedp.Do(tab,
+			chromedp.SendKeys(chromedp.ID("token"), bearer),
+			chromedp.Click(chromedp.ID("use-token")),
+		); err != nil {
+			t.Fatal(err)
+		}
+		within(t, 20*time.Second, who+" seeing the lease", func() bool {
+			return pageLease(pageLeases(tab), "team-a", "payments-batch") != nil
+		})
+		if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`#leases tr[data-lease="`+key+`"]`))); err != nil {
+			t.Fatal(err)
+		}
+		var body string
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("detail as %s saw it: %q", who, body)
+			}
+		})
+		within(t, 20*time.Second, who+" seeing holder-a's grant in the detail", func() bool {
+			body = pageEval[string](tab, `document.getElementById("d-body").innerText`)
+			return strings.Contains(body, "holder-a\t"+token)
+		})
+		setField(t, tab, "r-reason", reason)
+		if err := chromedp.Do(tab, chromedp.Click(chromedp.ID("r-start"))); err != nil {
+			t.Fatal(err)
+		}
+		question := pageEval[string](tab, `document.getElementById("r-confirm").hidden ? "" : document.getElementById("r-question").innerText`)
+		if !strings.Contains(question, "Revoke every grant of "+key) || !strings.Contains(question, reason) {
+			t.Errorf("confirmation: got = %q, expected: it to name %s and the reason %q", question, key, reason)
+		}
+		if err := chromedp.Do(tab, chromedp.Click(chromedp.ID("r-yes"))); err != nil {
+			t.Fatal(err)
+		}
+		var said string
+		within(t, 20*time.Second, "the revoke's outcome", func() bool {
+			said = result()
+			return said != "" && said != "Revoking…"
+		})
+		return said
+	}
+
+	said := revokeAs("viewer-a", viewer, "viewer tries")
+	if !strings.Contains(said, "permission denied") || !pageEval[bool](tab, `document.getElementById("r-result").classList.contains("refused")`) {
+		t.Errorf("revoke as viewer-a: got = %q, expected: permission denied, marked as refused", said)
+	}
+	if !m.Valid() {
+		t.Fatalf("holder-a's grant ended after a refused revoke")
+	}
+
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.ID("forget-token"))); err != nil {
+		t.Fatal(err)
+	}
+	said = revokeAs("ops-a", ops, "stuck since 03:00")
+	if want := "Revoked token " + token; !strings.HasPrefix(said, want) {
+		t.Errorf("revoke as ops-a: got = %q, expected: %q…", said, want)
+	}
+	select {
+	case <-m.Lost():
+	case <-ctx.Done():
+		t.Fatal("holder-a never heard of the revoke")
+	}
+	var row map[string]string
+	var lane *pageLane
+	within(t, 20*time.Second, "the revoke in the table, the timeline and the events", func() bool {
+		row = pageLease(pageLeases(tab), "team-a", "payments-batch")
+		lane = readLane(tab, key)
+		return row != nil && strings.HasPrefix(row["Status"], "Revoked ") && strings.Contains(row["Status title"], "stuck since 03:00") &&
+			lane != nil && len(lane.Bars) == 1 && strings.Contains(lane.Bars[0].Class, "end-revoked") && slices.Contains(lane.Marks, "revoked") &&
+			strings.Contains(pageEval[string](tab, `document.getElementById("d-events").innerText`), "revoked holder-a token "+token+" (stuck since 03:00)")
+	})
+	if text := pointAt(t, tab, key, ".tl-mark.revoked", false); !strings.Contains(text, "holder-a's grant (token "+token+") revoked") ||
+		!strings.Contains(text, "reason: stuck since 03:00") {
+		t.Errorf("revoke mark: got = %q, expected: holder-a, its token and the reason", text)
+	}
+}
+
+// acquireMany makes n leases held by session through the JSON API, 32
+// calls at a time: ns-<i mod 10>/lease-<i>, labelled, each with a value.
+func acquireMany(ctx context.Context, addr string, session int64, n int) error {
+	tr := &http.Transport{MaxIdleConnsPerHost: 32}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	failed := make(chan error, 1)
+	for range 32 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				body := fmt.Sprintf(`{"sessionId":"%d","namespace":"ns-%d","name":"lease-%05d","value":"10.0.%d.%d:8080",`+
+					`"labels":{"team":"team-%d","tier":"t%d"}}`, session, i%10, i, i/256%256, i%256, i%37, i%3)
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/tenure.v1.LeaseService/Acquire", strings.NewReader(body))
+				var resp *http.Response
+				if err == nil {
+					req.Header.Set("Content-Type", "application/json")
+					resp, err = hc.Do(req)
+				}
+				if err == nil {
+					if resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("acquire %s: %s", body, resp.Status)
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				if err != nil {
+					select {
+					case failed <- err:
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-failed:
+		return err
+	default:
+		return nil
+	}
+}
+
+// webScrollSteps is how many jumps across the table and the lanes the
+// 10,000-lease test makes, timing each.
+const webScrollSteps = 40
+
+// TestWebPageWithTenThousandLeases loads 10,000 held leases: the table
+// and the timeline draw only what is in view, a scroll to the end brings
+// the last lease in, and the search narrows them. It asserts bounds,
+// never times; it logs what the page measured of itself (tenurePerf)
+// and the time from each scroll to the next painted frame, the figures
+// of docs/benchmarks.md ("The web page"), which come from a run without
+// -race.
+func TestWebPageWithTenThousandLeases(t *testing.T) {
+	browser := chromium(t)
+	addr := testserver.Start(t, testserver.Limits())
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const n = 10000
+	start := time.Now()
+	if err := acquireMany(ctx, addr, jsonOpenSession(t, ctx, addr, "bulk", "600s"), n); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d leases acquired in %v", n, time.Since(start).Round(time.Millisecond))
+
+	tab := newTab(t, ctx, browser)
+	if err := chromedp.Do(tab, chromedp.EmulateViewport(1440, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	opened := time.Now()
+	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/")); err != nil {
+		t.Fatal(err)
+	}
+	type drawn struct {
+		Count, Range string
+		Rows, Lanes  []string
+	}
+	var d drawn
+	read := func() drawn {
+		return pageEval[drawn](tab, `({
+			Count: document.getElementById("count").textContent,
+			Range: document.getElementById("tl-range").textContent,
+			Rows: [...document.querySelectorAll("#leases tbody tr[data-lease]")].map(r => r.dataset.lease),
+			Lanes: [...document.querySelectorAll(".tl-lane")].map(l => l.dataset.lease),
+		})`)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("as last read: count %q, range %q, %d rows from %q, %d lanes", d.Count, d.Range, len(d.Rows), d.Rows[:min(len(d.Rows), 1)], len(d.Lanes))
+		}
+	})
+	// bounded: a page of rows and lanes, not thousands.
+	bounded := func() bool { return len(d.Rows) > 10 && len(d.Rows) <= 100 && len(d.Lanes) > 5 && len(d.Lanes) <= 60 }
+	within(t, 90*time.Second, "10000 leases listed, their first rows and lanes drawn", func() bool {
+		d = read()
+		return d.Count == "10000 leases" && strings.Contains(d.Range, "10000 lanes") && bounded() &&
+			d.Rows[0] == "ns-0/lease-00000" && d.Lanes[0] == "ns-0/lease-00000"
+	})
+	t.Logf("navigation to the first rows drawn: %v (as the test saw it)", time.Since(opened).Round(time.Millisecond))
+
+	// To the end of the table, then of the lanes.
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[bool](`(() => {
+		const box = document.getElementById("lease-scroll");
+		box.scrollTop = box.scrollHeight;
+		return true;
+	})()`)); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "the last lease's row after a scroll to the end", func() bool {
+		d = read()
+		return bounded() && d.Rows[len(d.Rows)-1] == "ns-9/lease-09999"
+	})
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[bool](`(() => {
+		const box = document.getElementById("tl-lanes");
+		box.scrollTop = box.scrollHeight;
+		return true;
+	})()`)); err != nil {
+		t.Fatal(err)
+	}
+	within(t, 20*time.Second, "the last lease's lane after a scroll to the end", func() bool {
+		d = read()
+		return bounded() && d.Lanes[len(d.Lanes)-1] == "ns-9/lease-09999"
+	})
+
+	// Jumps across both, each timed from the scroll to the second frame
+	// after it: the page draws in the first.
+	type timing struct {
+		Rows, Lanes []float64 // scroll → painted, ms
+	}
+	tm, err := chromedp.Run(tab, chromedp.Evaluate[timing](`(async () => {
+		const frame = () => new Promise(done => requestAnimationFrame(() => done()));
+		const jump = async box => {
+			const times = [];
+			const most = box.scrollHeight - box.clientHeight;
+			for (let i = 1; i <= `+strconv.Itoa(webScrollSteps)+`; i++) {
+				await frame();
+				const t0 = performance.now();
+				box.scrollTop = (i * 0.618034 % 1) * most;
+				await frame();
+				await frame();
+				times.push(performance.now() - t0);
+			}
+			return times;
+		};
+		return {Rows: await jump(document.getElementById("lease-scroll")), Lanes: await jump(document.getElementById("tl-lanes"))};
+	})()`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d = read()
+	if !bounded() {
+		t.Errorf("after %d jumps: %d rows and %d lanes drawn, expected: at most 100 and 60", webScrollSteps, len(d.Rows), len(d.Lanes))
+	}
+
+	// A revoke is an event: the page fetches that one lease again, not
+	// all 10,000.
+	pageEval[bool](tab, `performance.setResourceTimingBufferSize(100000), performance.clearResourceTimings(), true`)
+	jsonCall(t, ctx, addr, "LeaseService/Revoke", map[string]any{"namespace": "ns-0", "name": "lease-00000", "reason": "test"}, nil)
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[bool](`document.getElementById("lease-scroll").scrollTop = 0, true`)); err != nil {
+		t.Fatal(err)
+	}
+	var row map[string]string
+	within(t, 20*time.Second, "lease-00000 revoked in its row", func() bool {
+		row = pageLease(pageLeases(tab), "ns-0", "lease-00000")
+		return row != nil && strings.HasPrefix(row["Status"], "Revoked ")
+	})
+	type calls struct{ Lists, Gets int }
+	fetched := pageEval[calls](tab, `(() => {
+		const calls = performance.getEntriesByType("resource").map(e => e.name);
+		return {Lists: calls.filter(n => n.endsWith("LeaseService/List")).length, Gets: calls.filter(n => n.endsWith("LeaseService/Get")).length};
+	})()`)
+	if fetched.Lists != 0 || fetched.Gets < 1 {
+		t.Errorf("fetches after the revoke: got = %d Lists and %d Gets, expected: no List, a Get", fetched.Lists, fetched.Gets)
+	}
+
+	// The search narrows 10,000 to one.
+	setField(t, tab, "f-q", "lease-04242")
+	within(t, 20*time.Second, "the one lease the search finds", func() bool {
+		d = read()
+		return d.Count == "1 of 10000 leases" && slices.Equal(d.Rows, []string{"ns-2/lease-04242"}) && slices.Equal(d.Lanes, d.Rows)
+	})
+
+	type self struct {
+		Leases, ListBytes, ReplayedEvents                         int
+		FetchMs, ParseMs, TableMs, PaintedMs, PaintedAt, ReplayMs float64
+		RowsMs, LanesMs                                           []float64
+	}
+	p := pageEval[self](tab, `(() => {
+		const p = window.tenurePerf;
+		return {Leases: p.leases, ListBytes: p.listBytes, ReplayedEvents: p.replayedEvents || 0, FetchMs: p.fetchMs,
+			ParseMs: p.parseMs, TableMs: p.tableMs, PaintedMs: p.paintedMs, PaintedAt: p.paintedAt, ReplayMs: p.replayMs || 0,
+			RowsMs: p.rowsMs, LanesMs: p.lanesMs};
+	})()`)
+	t.Logf("List of %d leases (%d KB of JSON): fetched in %.0f ms, parsed in %.0f ms; table built in %.0f ms, painted %.0f ms after the answer; "+
+		"%.0f ms from navigation start to the painted table", p.Leases, p.ListBytes/1024, p.FetchMs, p.ParseMs, p.TableMs, p.PaintedMs, p.PaintedAt)
+	t.Logf("watch replay: %d events in %.0f ms", p.ReplayedEvents, p.ReplayMs)
+	t.Logf("scroll to painted, %d jumps across the table: %s", webScrollSteps, spread(tm.Rows))
+	t.Logf("scroll to painted, %d jumps across the lanes: %s", webScrollSteps, spread(tm.Lanes))
+	t.Logf("drawing the rows in view: %s; the lanes in view: %s", spread(p.RowsMs), spread(p.LanesMs))
+	t.Logf("elements in the page: %d", pageEval[int](tab, `document.getElementsByTagName("*").length`))
+}
+
+// spread is the median, 95th percentile and maximum of ms.
+func spread(ms []float64) string {
+	if len(ms) == 0 {
+		return "no samples"
+	}
+	s := slices.Clone(ms)
+	slices.Sort(s)
+	at := func(q float64) float64 { return s[min(len(s)-1, int(q*float64(len(s))))] }
+	return fmt.Sprintf("median %.1f ms, p95 %.1f ms, max %.1f ms (%d samples)", at(0.5), at(0.95), s[len(s)-1], len(s))
+}
+
+// TestWebPageTimelineStartsAtTheOldestEventKept: on a server that keeps
+// only its last 16 events, the page asks for revision 1, is told the
+// oldest it may have, and replays from there. The timeline says where
+// its history begins and hatches the time before; a grant older than the
+// history is drawn from the lease list, from its acquire time, and the
+// churn of another lease shows only as far back as the history goes.
+func TestWebPageTimelineStartsAtTheOldestEventKept(t *testing.T) {
+	browser := chromium(t)
+	limits := testserver.Limits()
+	limits.WatchHistory = 16
+	addr := testserver.Start(t, limits)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	alice := jsonOpenSession(t, ctx, addr, "alice", "60s")
+	oldToken := jsonAcquireWith(t, ctx, addr, map[string]any{"sessionId": alice, "name": "old-grant"})
+	bob := jsonOpenSession(t, ctx, addr, "bob", "60s")
+	for range 20 {
+		tok := jsonAcquireWith(t, ctx, addr, map[string]any{"sessionId": bob, "name": "churn"})
+		jsonCall(t, ctx, addr, "LeaseService/Release", map[string]any{"name": "churn", "token": tok}, nil)
+	}
+
+	tab := newTab(t, ctx, browser)
+	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/?window=all")); err != nil {
+		t.Fatal(err)
+	}
+	history := regexp.MustCompile(`history from revision (\d+) \(`)
+	var rangeText string
+	var old, churn *pageLane
+	within(t, 20*time.Second, "both lanes, from the oldest revision kept", func() bool {
+		rangeText = pageEval[string](tab, `document.getElementById("tl-range").textContent`)
+		old, churn = readLane(tab, "default/old-grant"), readLane(tab, "default/churn")
+		return history.MatchString(rangeText) && old != nil && len(old.Bars) == 1 && churn != nil && len(churn.Bars) >= 7
+	})
+	if m := history.FindStringSubmatch(rangeText); m[1] == "1" || strings.Contains(rangeText, "(all of it)") {
+		t.Errorf("timeline range: got = %q, expected: a history that starts after revision 1", rangeText)
+	}
+	if b := old.Bars[0]; b.Holder != "alice" || b.Token != strconv.FormatInt(oldToken, 10) || !strings.Contains(b.Class, "open") ||
+		strings.Contains(b.Class, "before") {
+		t.Errorf("old-grant's bar: got = %+v, expected: alice's, still held, from its acquire time", b)
+	}
+	if len(churn.Bars) > 8 {
+		t.Errorf("churn's bars: got = %d, expected: at most the 8 grants 16 events hold", len(churn.Bars))
+	}
+	if !pageEval[bool](tab, `!!document.querySelector('.tl-lane[data-lease="default/churn"] .tl-nohist')`) {
+		t.Errorf("churn's lane: no hatching before the history, expected some")
+	}
 }
