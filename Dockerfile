@@ -5,6 +5,9 @@
 #
 #   docker build -t tenure .
 #
+# It needs BuildKit (docker build's builder since Docker 23; buildx), for
+# the cache mounts and the cross-compiling build stage.
+#
 # `tenure version` in the image reports the commit only if told it, since
 # .git stays out of the build context (.dockerignore):
 #
