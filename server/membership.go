@@ -283,11 +283,33 @@ func (m *membership) join(voter bool) (*tenurev1.JoinResponse, error) {
 	}
 	addr, ok := s.leaderAddress()
 	if !ok || addr == s.advertise {
-		return nil, errors.New("no leader to ask yet")
+		// A member back on a new peer address (a pod's new IP) hears
+		// from no leader — the leader sends to the old address — and
+		// its votes are refused while the others have one. Any member
+		// it was told to join forwards the request to the leader, which
+		// then sends to the new address.
+		return m.joinThrough(ctx, req)
 	}
 	res, err := s.peers.to(addr).cluster.Join(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, err
 	}
 	return res.Msg, nil
+}
+
+// joinThrough asks each --join address in turn to pass req to the leader.
+func (m *membership) joinThrough(ctx context.Context, req *tenurev1.JoinRequest) (*tenurev1.JoinResponse, error) {
+	s := m.s
+	errs := []error{errors.New("no leader to ask yet")}
+	for _, addr := range s.cfg.Join {
+		if addr == s.advertise {
+			continue
+		}
+		res, err := s.peers.to(addr).cluster.Join(ctx, connect.NewRequest(req))
+		if err == nil {
+			return res.Msg, nil
+		}
+		errs = append(errs, fmt.Errorf("through %s: %w", addr, err))
+	}
+	return nil, errors.Join(errs...)
 }
