@@ -500,6 +500,7 @@ var matrixCalls = []matrixCall{
 	{"GET /v1/watch/keys", false, httpCall("/v1/watch/keys?key=team-a/&prefix=true&start_revision=1")},
 	{"GET /metrics", false, httpCall("/metrics")},
 	{"GET /healthz", false, httpCall("/healthz")},
+	{"GET /livez", false, httpCall("/livez")},
 	{"GET /readyz", false, httpCall("/readyz")},
 	{"GET / (the page)", false, httpCall("/")},
 	{"LeaseService/SetPreferredHolder", true, func(ctx context.Context, c *authClients, f fixture) error {
@@ -526,7 +527,7 @@ var matrixCalls = []matrixCall{
 }
 
 // open are the endpoints anybody may call: probes and the page itself.
-var openEndpoints = map[string]bool{"GET /healthz": true, "GET /readyz": true, "GET / (the page)": true}
+var openEndpoints = map[string]bool{"GET /healthz": true, "GET /livez": true, "GET /readyz": true, "GET / (the page)": true}
 
 // expected is what each caller must get from each call on team-a's
 // resources.

@@ -53,6 +53,9 @@ func TestLowDiskRefusesGrowingWritesAndRecoversByItself(t *testing.T) {
 
 	free.Store(10 << 20)
 	waitFor(t, "healthz to report the full disk", func() bool { code, _ := healthz(t, ts.URL); return code == http.StatusServiceUnavailable })
+	if code, _ := getStatus(t, ts.URL+"/livez"); code != http.StatusOK {
+		t.Errorf("/livez with a full disk: got = %d, expected: 200 (a restart would not free space)", code)
+	}
 	if _, body := healthz(t, ts.URL); !strings.Contains(body, "disk full") || !strings.Contains(body, "10.0 MiB free") {
 		t.Fatalf("got = healthz %q, expected: the disk and its free space named", body)
 	}

@@ -20,7 +20,7 @@
 //   - Reads only on the promoted leader, linearizable (server.go read).
 //   - Watches (events.go): one check of a watch's filter and start
 //     revision for the Connect streams and the NDJSON ones for curl
-//     (httpwatch.go); the web page (web/), and /metrics, /healthz,
+//     (httpwatch.go); the web page (web/), and /metrics, /healthz, /livez,
 //     /readyz.
 //
 // The caller opens a node with Open and must call Close.

@@ -375,6 +375,12 @@ func (s *Server) routes() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	// /livez is for a liveness probe: the process serves HTTP. Unlike
+	// /healthz it ignores a full disk, which a restart does not cure and
+	// a probe that restarted on it would turn into a restart loop.
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !s.ready.Load() {
 			http.Error(w, "not ready: no leader yet", http.StatusServiceUnavailable)

@@ -883,7 +883,7 @@ func TestKubernetesManifests(t *testing.T) {
 		for _, p := range []struct {
 			name, path string
 			probe      *k8sProbe
-		}{{"readinessProbe", "/readyz", c.ReadinessProbe}, {"livenessProbe", "/healthz", c.LivenessProbe}} {
+		}{{"readinessProbe", "/readyz", c.ReadinessProbe}, {"livenessProbe", "/livez", c.LivenessProbe}} {
 			if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port != "api" || strings.ToUpper(cmp.Or(p.probe.HTTPGet.Scheme, "HTTP")) != scheme {
 				t.Errorf("container %s: %s: expected: GET %s on port api over %s", c.Name, p.name, p.path, scheme)
 			}
