@@ -114,7 +114,13 @@ func Start(t testing.TB, n int, extra ...string) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, bin: Binary(t), groups: make([]int, n)}
 	dir := t.TempDir()
-	var lns []net.Listener
+	// The proxies' listeners first, held from here on: the ports FreeN
+	// releases could otherwise be handed to a proxy (node 2's peer proxy
+	// once took node 1's --peer-listen port, and node 1 could not bind).
+	lns := make([]net.Listener, 2*n)
+	for i := range lns {
+		lns[i] = testnet.Listen(t)
+	}
 	free := testnet.FreeN(t, 2*n)
 	for i := range n {
 		node := &Node{
@@ -125,9 +131,7 @@ func Start(t testing.TB, n int, extra ...string) *Cluster {
 			dataDir:    filepath.Join(dir, fmt.Sprintf("node%d", i)),
 			logPath:    filepath.Join(dir, fmt.Sprintf("node%d.log", i)),
 		}
-		apiLn, peerLn := testnet.Listen(t), testnet.Listen(t)
-		node.API, node.Peer = apiLn.Addr().String(), peerLn.Addr().String()
-		lns = append(lns, apiLn, peerLn)
+		node.API, node.Peer = lns[2*i].Addr().String(), lns[2*i+1].Addr().String()
 		c.Nodes = append(c.Nodes, node)
 	}
 	// Proxies start once c.Nodes is complete: they read it.
