@@ -130,6 +130,17 @@ func (w *waiters) acquire(ctx context.Context, cmd statemachine.Acquire, timeout
 	entry, call, ended := w.park(cmd.SessionID, cmd.Lease)
 	res, err := w.propose(ctx, cmd)
 	entry.turn.Unlock()
+	if err != nil && ctx.Err() != nil {
+		// The caller went away while its Acquire was in the log: the
+		// entry may still apply and queue, or grant, a session that no
+		// call waits for. Cancel the wait as a cancelled wait would.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, cerr := w.cancel(cctx, cmd, entry, call, true); cerr != nil {
+			w.log.Warn("cancel abandoned wait", "session", cmd.SessionID, "lease", cmd.Lease.String(), "err", cerr)
+		}
+		return acquired{}, err
+	}
 	if err != nil || res.Grant != nil {
 		w.leave(cmd.SessionID, cmd.Lease, entry, call)
 		if err != nil {
