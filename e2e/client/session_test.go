@@ -305,8 +305,12 @@ func TestSessionCloseWhilePartitioned(t *testing.T) {
 		err = s.Close(cctx)
 		took := time.Since(start)
 		ccancel()
-		if took > bound+time.Second {
-			t.Fatalf("lost %v: got = Close took %v, expected: about its context's %v", lost, took, bound)
+		// Not a speed goal: Close must end with its context, not hang on
+		// the unreachable server (the test's own context allows 20s). The
+		// heartbeat loop it waits for can take a couple of seconds to see
+		// the end on a loaded machine.
+		if took > bound+5*time.Second {
+			t.Fatalf("lost %v: got = Close took %v, expected: to end with its context's %v, not hang", lost, took, bound)
 		}
 		if err == nil && !lost {
 			t.Fatalf("lost %v: got = Close nil with the server unreachable, expected: an error", lost)
