@@ -219,12 +219,12 @@ var (
 
 // collectGauges sends the per-lease gauges, leases past the cap summed
 // under (other) (held_seconds: their longest).
-func (lm *leaseMetrics) collectGauges(m *statemachine.Machine, now time.Time, ch chan<- prometheus.Metric) {
+func (lm *leaseMetrics) collectGauges(leases []statemachine.Lease, now time.Time, ch chan<- prometheus.Metric) {
 	type key struct{ ns, name string }
 	type agg struct{ holders, queued, held float64 }
 	out := map[key]*agg{}
 	lm.mu.Lock()
-	for _, l := range m.Leases("") {
+	for _, l := range leases {
 		if v := l.Labels[MetricsLabel]; v == "lease" {
 			lm.optins[l.LeaseID] = true
 		}

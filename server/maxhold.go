@@ -66,32 +66,30 @@ func (s *Server) enforceMaxHold(ctx context.Context, now time.Time) error {
 		deadline := time.Unix(0, g.AcquireTime+g.MaxHold)
 		maxHold := time.Duration(g.MaxHold)
 		switch {
-		case now.Before(deadline):
-		case !g.AskedToStep || now.Before(deadline.Add(grace)):
-			if g.AskedToStep {
-				continue
-			}
+		case now.Before(deadline), g.AskedToStep && now.Before(deadline.Add(grace)):
+			continue
+		case !g.AskedToStep:
 			reason := fmt.Sprintf("%s: held for longer than its max hold of %v; revoked in %v unless released", maxHoldReason, maxHold, grace)
 			if _, err := s.propose(ctx, statemachine.AskStepDown{Lease: g.Lease, Token: g.Token, Reason: reason}); err != nil && !isGone(err) {
 				return err
 			}
 			s.log.Info("grant past its max hold asked to step down", "lease", g.Lease.String(), "token", g.Token, "holder", g.Holder, "max_hold", maxHold)
-		default:
-			reason := fmt.Sprintf("%s: held past its max hold of %v and the %v grace", maxHoldReason, maxHold, grace)
-			res, err := s.propose(ctx, statemachine.Revoke{Lease: g.Lease, Token: g.Token, Reason: reason})
-			if isGone(err) {
-				continue // released meanwhile
-			}
-			e := auth.Entry{Principal: "(server)", Action: "max-hold.revoke", Target: g.Lease.String(), Outcome: "allowed", Reason: fmt.Sprintf("token %d of %s: %s", g.Token, g.Holder, reason)}
-			if err != nil {
-				e.Outcome, e.Reason = "failed", err.Error()
-			}
-			s.auditor().Record(ctx, e)
-			if err != nil {
-				return err
-			}
-			s.log.Warn("grant past its max hold revoked", "lease", g.Lease.String(), "token", g.Token, "holder", g.Holder, "revoked", res.Revoked)
+			continue
 		}
+		reason := fmt.Sprintf("%s: held past its max hold of %v and the %v grace", maxHoldReason, maxHold, grace)
+		res, err := s.propose(ctx, statemachine.Revoke{Lease: g.Lease, Token: g.Token, Reason: reason})
+		if isGone(err) {
+			continue // released meanwhile
+		}
+		e := auth.Entry{Principal: "(server)", Action: "max-hold.revoke", Target: g.Lease.String(), Outcome: "allowed", Reason: fmt.Sprintf("token %d of %s: %s", g.Token, g.Holder, reason)}
+		if err != nil {
+			e.Outcome, e.Reason = "failed", err.Error()
+		}
+		s.auditor().Record(ctx, e)
+		if err != nil {
+			return err
+		}
+		s.log.Warn("grant past its max hold revoked", "lease", g.Lease.String(), "token", g.Token, "holder", g.Holder, "revoked", res.Revoked)
 	}
 	return nil
 }

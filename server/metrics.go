@@ -127,7 +127,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(keysDesc, m.KeyCount())
 		gauge(revisionDesc, int(m.Revision()))
 		if c.s.metrics != nil {
-			c.s.metrics.leases.collectGauges(m, time.Now(), ch)
+			c.s.metrics.leases.collectGauges(leases, time.Now(), ch)
 		}
 		return nil
 	})
