@@ -1,0 +1,92 @@
+package server
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+)
+
+// TestJSONTakesGoDurations: over HTTP, as curl sends it, every Duration
+// field of a request takes a Go duration ("1h", "1m30s", "500ms") as
+// well as protobuf's "3600s", by its JSON or its proto name, and answers
+// still spell durations protobuf's way.
+func TestJSONTakesGoDurations(t *testing.T) {
+	ts := startServer(t, t.TempDir(), testLimits())
+	code, out := postJSON(t, ts.URL, "tenure.v1.SessionService/Open", `{"identity":"alice","ttl":"1h"}`)
+	if code != http.StatusOK {
+		t.Fatalf(`open with "ttl":"1h": got = %d %v, expected: 200`, code, out)
+	}
+	session := out["session"].(map[string]any)
+	if session["ttl"] != "3600s" {
+		t.Errorf(`session ttl: got = %v, expected: "3600s" (the answer's form is unchanged)`, session["ttl"])
+	}
+	sid := session["id"].(string)
+
+	code, out = postJSON(t, ts.URL, "tenure.v1.LeaseService/Acquire", `{"sessionId":"`+sid+`","name":"job",
+		"waitTimeout": "500ms", "lock_delay":"1m30s", "gcAfter":"2h", "max_hold":"1.5h"}`)
+	if code != http.StatusOK || out["acquired"] != true {
+		t.Fatalf("acquire with Go durations: got = %d %v, expected: acquired", code, out)
+	}
+	code, out = postJSON(t, ts.URL, "tenure.v1.LeaseService/Get", `{"name":"job"}`)
+	if code != http.StatusOK {
+		t.Fatalf("get: got = %d %v, expected: 200", code, out)
+	}
+	lease := out["lease"].(map[string]any)
+	for field, want := range map[string]string{"lockDelay": "90s", "gcAfter": "7200s", "maxHold": "5400s"} {
+		if lease[field] != want {
+			t.Errorf("lease %s: got = %v, expected: %q", field, lease[field], want)
+		}
+	}
+
+	code, out = postJSON(t, ts.URL, "tenure.v1.KVService/Put", `{"key":"k","value":"v","ttl":"90s"}`)
+	if code != http.StatusOK {
+		t.Errorf(`put with "ttl":"90s": got = %d %v, expected: 200`, code, out)
+	}
+}
+
+// TestJSONRefusesABadDurationNamingTheField: a Duration that is neither
+// form is invalid_argument, and the message names the field and the
+// forms it takes, not protobuf's internals.
+func TestJSONRefusesABadDurationNamingTheField(t *testing.T) {
+	ts := startServer(t, t.TempDir(), testLimits())
+	for _, tc := range []struct{ method, body, field string }{
+		{"tenure.v1.SessionService/Open", `{"ttl":"1x"}`, `ttl: "1x" is not a duration`},
+		{"tenure.v1.SessionService/Open", `{"ttl":3600}`, `ttl: 3600 is not a string`},
+		{"tenure.v1.LeaseService/Acquire", `{"sessionId":"1","name":"a","lockDelay":"soon"}`, `lockDelay: "soon" is not a duration`},
+	} {
+		code, out := postJSON(t, ts.URL, tc.method, tc.body)
+		msg, _ := out["message"].(string)
+		if code != http.StatusBadRequest || out["code"] != "invalid_argument" ||
+			!strings.Contains(msg, tc.field) || !strings.Contains(msg, `"1h", "90s", "1m30s" or "500ms"`) {
+			t.Errorf("%s %s: got = %d %v, expected: 400 invalid_argument naming %q and the accepted forms", tc.method, tc.body, code, out, tc.field)
+		}
+	}
+}
+
+// TestGoDurationsInNestedMessages: a Duration inside a nested message (a
+// pipelined acquire) is rewritten too, and the rest of the JSON is left
+// as it came.
+func TestGoDurationsInNestedMessages(t *testing.T) {
+	var req tenurev1.PipelineRequest
+	if err := (strictJSON{"json"}).Unmarshal([]byte(`{"id":"7", "acquire": {"name":"a","lockDelay":"250ms","waitTimeout":"-2s"}}`), &req); err != nil {
+		t.Fatal(err)
+	}
+	a := req.GetAcquire()
+	if got := a.GetLockDelay().AsDuration().String(); got != "250ms" {
+		t.Errorf("nested lockDelay: got = %s, expected: 250ms", got)
+	}
+	if got := a.GetWaitTimeout().AsDuration().String(); got != "-2s" {
+		t.Errorf("nested waitTimeout: got = %s, expected: -2s", got)
+	}
+	err := (strictJSON{"json"}).Unmarshal([]byte(`{"acquire":{"maxHold":"forever"}}`), &req)
+	if err == nil || !strings.HasPrefix(err.Error(), `acquire.maxHold: "forever" is not a duration`) {
+		t.Errorf("bad nested duration: got = %v, expected: an error naming acquire.maxHold", err)
+	}
+	// Unknown fields still get protojson's error, untouched.
+	err = (strictJSON{"json"}).Unmarshal([]byte(`{"ttl_":"1h"}`), &tenurev1.OpenSessionRequest{})
+	if err == nil || !strings.Contains(err.Error(), "ttl_") {
+		t.Errorf("unknown field: got = %v, expected: protojson's error naming ttl_", err)
+	}
+}
