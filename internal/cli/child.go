@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,7 +22,8 @@ import (
 // stopped before anyone else can be granted.
 type child struct {
 	args      []string
-	env       []string
+	env       []string // added to tenure's own environment
+	unset     []string // names of tenure's own variables the command does not get
 	killGrace time.Duration
 	stdin     io.Reader
 	stdout    io.Writer
@@ -40,7 +43,7 @@ func (c *child) run(lost <-chan struct{}) (code int, lostFirst bool, err error) 
 	becomeSubreaper()
 
 	cmd := exec.Command(c.args[0], c.args[1:]...)
-	cmd.Env = append(os.Environ(), c.env...)
+	cmd.Env = append(withoutVars(os.Environ(), c.unset), c.env...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = c.stdin, c.stdout, c.stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
@@ -118,6 +121,14 @@ func (c *child) groupAlive(pgid int, reaped *int) bool {
 		*reaped++
 	}
 	return !errors.Is(unix.Kill(-pgid, 0), unix.ESRCH)
+}
+
+// withoutVars is env ("NAME=value" entries) without the variables named.
+func withoutVars(env, names []string) []string {
+	return slices.DeleteFunc(env, func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(names, name)
+	})
 }
 
 // startCause is why a command could not start, without the command's

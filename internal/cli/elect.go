@@ -146,7 +146,7 @@ func campaignOnce(cmd *cobra.Command, g *globals, o *electOptions, c *client.Cli
 		defer cancel()
 		_ = e.Resign(rctx)
 	}()
-	return o.runUnderGrant(cmd, g.endpoints, e.Context(), s.Identity(), argv, lostLeadership(g.lease(name)))
+	return o.runUnderGrant(cmd, g, e.Context(), s.Identity(), argv, lostLeadership(g.lease(name)))
 }
 
 // campaignRetrying is elect --retry, driven by client.RunElection:
@@ -191,7 +191,7 @@ func campaignRetrying(cmd *cobra.Command, g *globals, o *electOptions, c *client
 		}
 		leading = true
 		mu.Unlock()
-		lost, err := o.runUnderGrant(cmd, g.endpoints, grant, s.Identity(), argv, lostLeadership(g.lease(name)))
+		lost, err := o.runUnderGrant(cmd, g, grant, s.Identity(), argv, lostLeadership(g.lease(name)))
 		mu.Lock()
 		defer mu.Unlock()
 		leading = false

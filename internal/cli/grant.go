@@ -22,6 +22,7 @@ type grantOptions struct {
 	gcAfter   time.Duration
 	gcSet     bool // --gc-after was given
 	maxHold   time.Duration
+	passToken bool // give the command TENURE_TOKEN
 }
 
 func addGrantFlags(cmd *cobra.Command, o *grantOptions) {
@@ -36,6 +37,7 @@ func addGrantFlags(cmd *cobra.Command, o *grantOptions) {
 	f.StringVar(&o.identity, "identity", "", "holder identity (default hostname_pid_random)")
 	f.DurationVar(&o.gcAfter, "gc-after", 0, "keep the lease record this long once nothing holds or waits for it; 0 keeps it forever")
 	f.Lookup("gc-after").DefValue = "the server's --lease-gc-after"
+	f.BoolVar(&o.passToken, "pass-token", false, "give the command TENURE_TOKEN, the bearer token tenure authenticates with (by default the command does not get it)")
 	f.DurationVar(&o.maxHold, "max-hold", 0, "hold the grant at most this long: past it the command is stopped as on a loss, and the server revokes the grant after its --max-hold-grace (0: no limit)")
 }
 
@@ -114,12 +116,17 @@ func (o *grantOptions) session(ctx context.Context, c *client.Client) (*client.S
 // anyone else can be granted. It returns the error to exit with: nil or
 // the command's exit code; after a loss, lostErr's error with a code that
 // is never 0, and lost = true.
-func (o *grantOptions) runUnderGrant(cmd *cobra.Command, endpoints string, grant context.Context, holder string, argv []string,
+func (o *grantOptions) runUnderGrant(cmd *cobra.Command, g *globals, grant context.Context, holder string, argv []string,
 	lostErr func(t client.Token, cause error) error) (lost bool, err error) {
 	t, _ := client.TokenFromContext(grant)
+	env := grantEnv(t, holder, g.endpoints)
+	if o.passToken && g.token != "" {
+		env = append(env, tokenEnv+"="+g.token)
+	}
 	ch := &child{
 		args:      argv,
-		env:       grantEnv(t, holder, endpoints),
+		env:       env,
+		unset:     []string{tokenEnv},
 		killGrace: o.killGrace,
 		stdin:     cmd.InOrStdin(),
 		stdout:    cmd.OutOrStdout(),
@@ -134,6 +141,13 @@ func (o *grantOptions) runUnderGrant(cmd *cobra.Command, endpoints string, grant
 	}
 	return false, exitCodeErr(code)
 }
+
+// tokenEnv holds the bearer token tenure authenticates with. The command
+// under a grant does not get it unless --pass-token asks: it is tenure's
+// credential, and a job needs none to fence its writes with the token
+// in TENURE_FENCING_TOKEN, while anything it runs (or leaks its
+// environment to) could use it to lock, write or revoke as tenure may.
+const tokenEnv = "TENURE_TOKEN"
 
 func grantEnv(t client.Token, holder, endpoints string) []string {
 	return []string{

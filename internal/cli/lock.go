@@ -25,7 +25,8 @@ func NewLockCommand(g *globals) *cobra.Command {
 		Use:   "lock NAME [-- CMD [ARGS...]]",
 		Short: "Run a command while holding a lock",
 		Long: `Acquire the lock NAME (waiting in the server's FIFO queue), then run CMD with
-TENURE_LEASE, TENURE_FENCING_TOKEN and TENURE_HOLDER in its environment.
+TENURE_LEASE, TENURE_FENCING_TOKEN and TENURE_HOLDER in its environment, and
+without TENURE_TOKEN, tenure's credential, unless --pass-token.
 
 CMD runs in its own process group. SIGINT and SIGTERM to tenure are forwarded
 to the group. If the lock may be lost (heartbeats not acknowledged for 0.75 of
@@ -129,7 +130,7 @@ func runLock(cmd *cobra.Command, g *globals, o *lockOptions, name string, argv [
 	if len(argv) == 0 {
 		return holdUntilInterrupted(cmd, ctx, token, s.Identity(), sem.Lost())
 	}
-	_, err = o.runUnderGrant(cmd, g.endpoints, sem.Context(), s.Identity(), argv, func(t client.Token, cause error) error {
+	_, err = o.runUnderGrant(cmd, g, sem.Context(), s.Identity(), argv, func(t client.Token, cause error) error {
 		return fmt.Errorf("lost %s (token %d) while the command ran; it was stopped: %v", t.Lease(), t.Token, cause)
 	})
 	return err
