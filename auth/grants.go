@@ -3,6 +3,8 @@ package auth
 import (
 	"slices"
 	"strings"
+
+	"github.com/tenurehq/tenure/internal/glob"
 )
 
 // Grants are what one principal may do under one policy.
@@ -91,6 +93,11 @@ func (g *Grants) Identity(id string) bool {
 	return slices.ContainsFunc(g.identities, func(p string) bool { return Match(p, id) })
 }
 
+// Identities are the identity patterns the principal may act as, for a
+// command to carry into the log: the state machine checks them again
+// when it applies the command.
+func (g *Grants) Identities() []string { return slices.Clone(g.identities) }
+
 // DefaultIdentity is the identity a session opened without one gets: the
 // principal's name.
 func (g *Grants) DefaultIdentity() string { return g.Principal }
@@ -99,27 +106,4 @@ func keyPrefix(p string) string { return strings.TrimSuffix(p, "*") }
 
 // Match reports whether name matches pattern, where '*' stands for any
 // run of characters, even none, and everything else for itself.
-func Match(pattern, name string) bool {
-	first, rest, wild := strings.Cut(pattern, "*")
-	if !wild {
-		return pattern == name
-	}
-	if !strings.HasPrefix(name, first) {
-		return false
-	}
-	name = name[len(first):]
-	// Greedy from the left is enough for '*' alone: each literal run
-	// is taken at its first occurrence, the last one at the end.
-	parts := strings.Split(rest, "*")
-	for i, part := range parts {
-		if i == len(parts)-1 {
-			return strings.HasSuffix(name, part)
-		}
-		j := strings.Index(name, part)
-		if j < 0 {
-			return false
-		}
-		name = name[j+len(part):]
-	}
-	return true
-}
+func Match(pattern, name string) bool { return glob.Match(pattern, name) }

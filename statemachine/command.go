@@ -51,6 +51,9 @@ type OpenSession struct {
 // CloseSession ends a session cleanly: no lock-delay.
 type CloseSession struct {
 	SessionID int64 `json:"session_id"`
+	// Actor is who proposed it, checked against the session's identity
+	// when the command is applied (nil: not checked).
+	Actor *Actor `json:"actor,omitempty"`
 }
 
 // ExpireSessions ends sessions whose TTL passed on the leader. Ignored
@@ -83,12 +86,18 @@ type Acquire struct {
 	GCAfter int64 `json:"gc_after,omitempty"`
 	// MaxHold (nanoseconds) is the grant's max hold; 0 is none.
 	MaxHold int64 `json:"max_hold,omitempty"`
+	// Actor is who proposed it, checked against the session's identity
+	// when the command is applied (nil: not checked).
+	Actor *Actor `json:"actor,omitempty"`
 }
 
 // Release ends the grant named by Token.
 type Release struct {
 	Lease LeaseID `json:"lease"`
 	Token int64   `json:"token"`
+	// Actor is who proposed it, checked against the session's identity
+	// when the command is applied (nil: not checked).
+	Actor *Actor `json:"actor,omitempty"`
 }
 
 // SetValue replaces the value of the grant named by Token.
@@ -96,6 +105,9 @@ type SetValue struct {
 	Lease LeaseID `json:"lease"`
 	Token int64   `json:"token"`
 	Value string  `json:"value"`
+	// Actor is who proposed it, checked against the session's identity
+	// when the command is applied (nil: not checked).
+	Actor *Actor `json:"actor,omitempty"`
 }
 
 // Revoke ends the grant named by Token, or every grant when Token is 0.
@@ -113,6 +125,9 @@ type CancelWait struct {
 	SessionID     int64   `json:"session_id"`
 	Lease         LeaseID `json:"lease"`
 	ReleaseIfHeld bool    `json:"release_if_held,omitempty"`
+	// Actor is who proposed it, checked against the session's identity
+	// when the command is applied (nil: not checked).
+	Actor *Actor `json:"actor,omitempty"`
 }
 
 // Put writes a key. TTL (nanoseconds) makes it expire; SessionID binds it
@@ -122,6 +137,9 @@ type Put struct {
 	Value     string `json:"value"`
 	TTL       int64  `json:"ttl,omitempty"`
 	SessionID int64  `json:"session_id,omitempty"`
+	// Actor is who proposed it, checked against the session's identity
+	// when the command is applied (nil: not checked).
+	Actor *Actor `json:"actor,omitempty"`
 }
 
 // Delete removes a key, or every key with Key as prefix.
@@ -149,6 +167,9 @@ type CompareAndSwap struct {
 	NewValue    string        `json:"new_value,omitempty"`
 	TTL         int64         `json:"ttl,omitempty"`
 	SessionID   int64         `json:"session_id,omitempty"`
+	// Actor is who proposed it, checked against the session's identity
+	// when the command is applied (nil: not checked).
+	Actor *Actor `json:"actor,omitempty"`
 }
 
 // ExpireKeys deletes keys whose TTL passed on the leader, each only if it

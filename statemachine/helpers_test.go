@@ -40,7 +40,7 @@ var (
 var sentinels = []error{
 	ErrSessionNotFound, ErrLeaseNotFound, ErrKeyNotFound, ErrNotHolder,
 	ErrLocked, ErrCompareFailed, ErrCapacityMismatch, ErrTooManyWaiters,
-	ErrTooManySessions, ErrNotWaiting, ErrNotSupported, ErrUnknownCommand,
+	ErrTooManySessions, ErrNotWaiting, ErrNotSupported, ErrNotOwner, ErrUnknownCommand,
 }
 
 func open(identity string) OpenSession { return OpenSession{Identity: identity, TTL: ttl} }

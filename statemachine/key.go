@@ -9,8 +9,12 @@ func keyLess(a, b *KeyValue) bool { return a.Key < b.Key }
 
 func (m *Machine) put(c Put) Result {
 	if c.SessionID != 0 {
-		if _, ok := m.sessions[c.SessionID]; !ok {
+		s, ok := m.sessions[c.SessionID]
+		if !ok {
 			return Result{Err: fmt.Errorf("%w: session %d", ErrSessionNotFound, c.SessionID)}
+		}
+		if err := m.actAs(c.Actor, s, "bind a key to", false); err != nil {
+			return Result{Err: err}
 		}
 	}
 	kv, prev := m.putKey(c.Key, c.Value, c.TTL, c.SessionID)
@@ -74,6 +78,13 @@ func (m *Machine) delete(c Delete) Result {
 }
 
 func (m *Machine) compareAndSwap(c CompareAndSwap) Result {
+	// Refused before the compare, whose failure would say what the key
+	// holds.
+	if s, ok := m.sessions[c.SessionID]; ok && c.SessionID != 0 && !c.Delete {
+		if err := m.actAs(c.Actor, s, "bind a key to", false); err != nil {
+			return Result{Err: err}
+		}
+	}
 	cur, exists := m.keys.Get(&KeyValue{Key: c.Key})
 	var current *KeyValue
 	if exists {

@@ -14,6 +14,9 @@ func (m *Machine) acquire(c Acquire) Result {
 	if !ok {
 		return Result{Err: fmt.Errorf("%w: session %d", ErrSessionNotFound, c.SessionID)}
 	}
+	if err := m.actAs(c.Actor, s, "acquire for", false); err != nil {
+		return Result{Err: err}
+	}
 	capacity := max(c.Capacity, 1)
 	l, exists := m.leases[c.Lease]
 	if exists {
@@ -220,6 +223,9 @@ func (m *Machine) release(c Release) Result {
 	if err != nil {
 		return Result{Err: err}
 	}
+	if err := m.actOnGrant(c.Actor, l.LeaseID, l.Holders[i], "release", true); err != nil {
+		return Result{Err: err}
+	}
 	m.removeHolder(l, i, EventLeaseReleased, "released")
 	m.grantWaiters(l)
 	return Result{Lease: cloneLease(l)}
@@ -241,6 +247,9 @@ func (m *Machine) removeHolder(l *Lease, i int, typ EventType, reason string) Gr
 func (m *Machine) setValue(c SetValue) Result {
 	l, i, err := m.findHolder(c.Lease, c.Token)
 	if err != nil {
+		return Result{Err: err}
+	}
+	if err := m.actOnGrant(c.Actor, l.LeaseID, l.Holders[i], "set the value of", false); err != nil {
 		return Result{Err: err}
 	}
 	g := &l.Holders[i]
@@ -294,6 +303,9 @@ func (m *Machine) cancelWait(c CancelWait) Result {
 	s, ok := m.sessions[c.SessionID]
 	if !ok {
 		return Result{Err: fmt.Errorf("%w: session %d", ErrSessionNotFound, c.SessionID)}
+	}
+	if err := m.actAs(c.Actor, s, "cancel the wait of", false); err != nil {
+		return Result{Err: err}
 	}
 	if _, waiting := s.waiting[c.Lease]; waiting {
 		delete(s.waiting, c.Lease)

@@ -18,7 +18,9 @@ import (
 //     bring), and a waiter that leaves the head of a queue lets the next
 //     one in at once.
 //   - 3: max hold (AskStepDown).
-const Version = 3
+//   - 4: commands that act on a session or a grant are refused when
+//     their Actor may not act for its identity (ErrNotOwner).
+const Version = 4
 
 // Machine is the whole replicated state. It is not safe for concurrent
 // use: the replication layer applies commands one at a time and guards

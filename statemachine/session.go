@@ -48,6 +48,9 @@ func (m *Machine) closeSession(c CloseSession) Result {
 	if !ok {
 		return Result{Err: fmt.Errorf("%w: session %d", ErrSessionNotFound, c.SessionID)}
 	}
+	if err := m.actAs(c.Actor, s, "close", true); err != nil {
+		return Result{Err: err}
+	}
 	m.grantFreed(m.endSession(s, false, 0))
 	return Result{}
 }

@@ -35,6 +35,9 @@ var (
 	// ErrNotSupported is returned for a command that the cluster's
 	// version does not run yet: some member's build predates it.
 	ErrNotSupported = errors.New("not supported by the cluster version")
+	// ErrNotOwner is returned, at apply time, for a command whose Actor
+	// may not act for the session or grant it names.
+	ErrNotOwner = errors.New("not owner")
 	// ErrUnknownCommand is returned for a log entry this version cannot
 	// decode. It is never silently skipped.
 	ErrUnknownCommand = errors.New("unknown command")
