@@ -24,7 +24,9 @@ func TestOnlyTheOwnerActsDecidedWhereItIsApplied(t *testing.T) {
 			cmd: Acquire{SessionID: 1, Lease: leaseB, Capacity: 1, Actor: teamB}, err: ErrNotOwner},
 		{name: "the owner's acquire goes through", setup: owned,
 			cmd: Acquire{SessionID: 1, Lease: leaseB, Capacity: 1, Actor: teamA},
-			check: func(t *testing.T, m *Machine, res Result) { expect(t, "holders of b", holders(t, m, leaseB), []int64{1}) }},
+			check: func(t *testing.T, m *Machine, res Result) {
+				expect(t, "holders of b", holders(t, m, leaseB), []int64{1})
+			}},
 		{name: "an identity under a granted pattern is the owner's", setup: []Command{v4, open("a/worker-1")},
 			cmd: Acquire{SessionID: 1, Lease: leaseA, Capacity: 1, Actor: teamA}},
 		{name: "another principal's release of the grant is refused", setup: owned,
