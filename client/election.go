@@ -220,9 +220,18 @@ type Callbacks struct {
 	// OnStartedLeading, of this RunElection or — when leadership passes
 	// by resignation — of another in the process.
 	OnStoppedLeading func()
-	// OnNewLeader runs when the leader changes, with its identity ("" when
-	// nobody leads).
+	// OnNewLeader runs when a new term starts — another leader, or the
+	// same identity elected again — with the leader's identity, never
+	// "". A proclaimed value does not call it. Like OnNoLeader it runs on
+	// RunElection's observer goroutine, one call at a time, in the order
+	// of the changes; it may lag behind OnStartedLeading.
 	OnNewLeader func(identity string)
+	// OnNoLeader runs when nobody leads: at the start if nobody does,
+	// and in the gap of a handover, once per gap (a release, expiry or
+	// revoke before the next grant). OnNewLeader follows when the next
+	// leader is elected. A release that grants the next candidate in
+	// the same step may leave no gap to report.
+	OnNoLeader func()
 }
 
 // RunElection campaigns for name with session until ctx ends. When
@@ -233,10 +242,13 @@ type Callbacks struct {
 // leader's context, waits for OnStartedLeading to return, calls
 // OnStoppedLeading, then resigns, so the next candidate takes over in
 // milliseconds rather than after a TTL, and never while this one still
-// works. It also returns, with the error, when the server refuses the
-// campaign as invalid (ErrInvalidArgument). Sessions it opened itself are
-// closed on return; session is left open. WithValue sets the value
-// proclaimed when elected.
+// works. Ending ctx is how to stop it: it then returns nil, having
+// resigned if it led (whether ctx was cancelled or passed its deadline).
+// It returns an error only when the server refuses the campaign as
+// invalid (ErrInvalidArgument). Sessions it opened itself are closed on
+// return; session is left open. WithValue sets the value proclaimed when
+// elected. OnNewLeader and OnNoLeader, when set, report the election's
+// leaders, this process's included.
 func RunElection(ctx context.Context, session *Session, name string, cb Callbacks, opts ...LeaseOption) error {
 	c := session.c
 	o := leaseOptions{namespace: DefaultNamespace}
@@ -249,13 +261,11 @@ func RunElection(ctx context.Context, session *Session, name string, cb Callback
 		stopObserve()
 		observed.Wait()
 	}()
-	if cb.OnNewLeader != nil {
+	if cb.OnNewLeader != nil || cb.OnNoLeader != nil {
 		observed.Add(1)
 		go func() {
 			defer observed.Done()
-			for l := range observe(observeCtx, c, api.NewLeaseName(o.namespace, name)) {
-				cb.OnNewLeader(l.Identity)
-			}
+			reportLeaders(observe(observeCtx, c, api.NewLeaseName(o.namespace, name)), cb)
 		}()
 	}
 	sessionOpts := []SessionOption{WithTTL(session.TTL()), WithIdentity(session.Identity()), WithValidityFactor(session.opts.validityFactor), WithHeartbeatInterval(session.opts.interval)}
@@ -327,5 +337,28 @@ func RunElection(ctx context.Context, session *Session, name string, cb Callback
 		_ = e.Resign(resignCtx)
 		cancel()
 	}
-	return ctx.Err()
+	// The caller ended ctx: that is how RunElection is stopped, and the
+	// resignation above has already handed over, so it is no failure.
+	return nil
+}
+
+// reportLeaders calls cb's OnNewLeader once per term and OnNoLeader once
+// per gap, from what observed reports until it closes. Observe also
+// reports proclaimed values, which are not new leaders.
+func reportLeaders(observed <-chan Leader, cb Callbacks) {
+	var last Leader
+	first := true
+	for l := range observed {
+		switch {
+		case l.Identity == "":
+			if (first || last.Identity != "") && cb.OnNoLeader != nil {
+				cb.OnNoLeader()
+			}
+		case first || l.Token != last.Token:
+			if cb.OnNewLeader != nil {
+				cb.OnNewLeader(l.Identity)
+			}
+		}
+		last, first = l, false
+	}
 }

@@ -581,8 +581,8 @@ func TestRunElectionCampaignsAgainAfterLoss(t *testing.T) {
 				t.Errorf("leader after campaigning again: got = %s %q, expected: runner \"10.0.0.7:8080\"", l.Holder, l.Value)
 			}
 
-			if err := stop(); !errors.Is(err, context.Canceled) {
-				t.Fatalf("RunElection: got = %v, expected: context.Canceled", err)
+			if err := stop(); err != nil {
+				t.Fatalf("RunElection: got = %v, expected: nil (a clean stop)", err)
 			}
 			log.check(t)
 			if tc.newSession {
@@ -618,13 +618,14 @@ func TestRunElectionReportsNewLeaders(t *testing.T) {
 	heard := make(chan string, 100)
 	cb := logB.callbacks(2, nil)
 	cb.OnNewLeader = func(identity string) { heard <- identity }
+	cb.OnNoLeader = func() { heard <- "(nobody)" }
 	stopB := runElection(t, b, name, cb)
 	if got := wait(t, heard, "the first OnNewLeader"); got != "a" {
 		t.Fatalf("first OnNewLeader: got = %q, expected: \"a\"", got)
 	}
 	waitQueued(t, c, name, 1)
-	if err := stopA(); !errors.Is(err, context.Canceled) {
-		t.Fatalf("RunElection: got = %v, expected: context.Canceled", err)
+	if err := stopA(); err != nil {
+		t.Fatalf("RunElection: got = %v, expected: nil (a clean stop)", err)
 	}
 	wait(t, logB.started, "b to lead")
 	for {
@@ -632,15 +633,79 @@ func TestRunElectionReportsNewLeaders(t *testing.T) {
 		if got == "b" {
 			break
 		}
-		if got != "" {
-			t.Fatalf("OnNewLeader after a stopped: got = %q, expected: \"\" (nobody, briefly) or \"b\"", got)
+		if got != "(nobody)" {
+			t.Fatalf("OnNewLeader after a stopped: got = %q, expected: OnNoLeader (briefly) or \"b\"", got)
 		}
 	}
-	if err := stopB(); !errors.Is(err, context.Canceled) {
-		t.Fatalf("RunElection: got = %v, expected: context.Canceled", err)
+	if err := stopB(); err != nil {
+		t.Fatalf("RunElection: got = %v, expected: nil (a clean stop)", err)
 	}
 	logA.check(t)
 	logB.check(t)
+}
+
+// OnNewLeader is called with a leader, never with a blank identity: a
+// gap between leaders — here a revoke and its lock-delay — is reported by
+// OnNoLeader, once, and a proclaimed value is no new leader. Stopping
+// RunElection by cancelling its context is a clean stop: it returns nil.
+func TestRunElectionReportsAGapByOnNoLeaderAndStopsCleanly(t *testing.T) {
+	addr := startServer(t)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const name = "scheduler"
+	// The lock-delay keeps the lease unheld for a while after the revoke,
+	// so the gap is there to be reported whatever the observer's timing.
+	opt := client.WithLockDelay(500 * time.Millisecond)
+	a := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("a")).Election(name, opt)
+	if err := a.Campaign(ctx, "a:1"); err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		mu    sync.Mutex // guards heard
+		heard []string
+	)
+	record := func(what string) {
+		mu.Lock()
+		defer mu.Unlock()
+		heard = append(heard, what)
+	}
+	log := newCallbackLog()
+	cb := log.callbacks(1, nil)
+	cb.OnNewLeader = func(identity string) { record("leader " + identity) }
+	cb.OnNoLeader = func() { record("no leader") }
+	b := newSession(t, c, client.WithTTL(2*time.Second), client.WithIdentity("b"))
+	stop := runElection(t, b, name, cb, opt)
+	waitQueued(t, c, name, 1)
+	if err := a.Proclaim(ctx, "a:2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Revoke(ctx, "default", name, 0, "test: break the lock"); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, log.started, "b to lead after the lock-delay")
+	want := []string{"leader a", "no leader", "leader b"}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		got := slices.Clone(heard)
+		mu.Unlock()
+		if len(got) >= len(want) || time.Now().After(deadline) {
+			if !slices.Equal(got, want) {
+				t.Fatalf("OnNewLeader and OnNoLeader: got = %q, expected: %q", got, want)
+			}
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("RunElection stopped by cancelling its context: got = %v, expected: nil (a clean stop)", err)
+	}
+	log.check(t)
+	if _, err := c.ElectionLeader(ctx, "default", name); !errors.Is(err, client.ErrNoLeader) {
+		t.Fatalf("Leader after RunElection stopped: got = %v, expected: ErrNoLeader (it resigned)", err)
+	}
 }
 
 // The server can say a session is gone before the session's heartbeats
@@ -740,8 +805,8 @@ func TestRunElectionHandsOverWithin50msOnCancel(t *testing.T) {
 		next := start(sessions[(round+1)%2])
 		waitQueued(t, c, name, 1)
 		cancelled := time.Now()
-		if err := stops[leader](); !errors.Is(err, context.Canceled) {
-			t.Fatalf("RunElection: got = %v, expected: context.Canceled", err)
+		if err := stops[leader](); err != nil {
+			t.Fatalf("RunElection: got = %v, expected: nil (a clean stop)", err)
 		}
 		elected := wait(t, startedAt, "the next leader")
 		if got := wait(t, log.started, "the next leader"); got != next {
@@ -750,8 +815,8 @@ func TestRunElectionHandsOverWithin50msOnCancel(t *testing.T) {
 		took = append(took, elected.Sub(cancelled))
 		leader = next
 	}
-	if err := stops[leader](); !errors.Is(err, context.Canceled) {
-		t.Fatalf("RunElection: got = %v, expected: context.Canceled", err)
+	if err := stops[leader](); err != nil {
+		t.Fatalf("RunElection: got = %v, expected: nil (a clean stop)", err)
 	}
 	t.Logf("handovers took %v", took)
 	// The median must be under 50ms; a single handover slowed by another
@@ -806,16 +871,16 @@ func TestRunElectionStopsBeforeAnotherStarts(t *testing.T) {
 				t.Fatal(err)
 			}
 		} else {
-			if err := stops[leader](); !errors.Is(err, context.Canceled) {
-				t.Fatalf("RunElection: got = %v, expected: context.Canceled", err)
+			if err := stops[leader](); err != nil {
+				t.Fatalf("RunElection: got = %v, expected: nil (a clean stop)", err)
 			}
 			start(sessionOf[leader])
 		}
 		leader = wait(t, log.started, fmt.Sprintf("the leader after round %d", round+1))
 	}
 	for _, stop := range stops {
-		if err := stop(); !errors.Is(err, context.Canceled) {
-			t.Fatalf("RunElection: got = %v, expected: context.Canceled", err)
+		if err := stop(); err != nil {
+			t.Fatalf("RunElection: got = %v, expected: nil (a clean stop)", err)
 		}
 	}
 	log.check(t)

@@ -195,7 +195,7 @@ func ExampleSession_Election() {
 // RunElection keeps a process campaigning: it calls OnStartedLeading when
 // elected, with a context that ends when leadership may be lost, and
 // campaigns again after a loss. Cancelling its context hands leadership
-// to the next candidate at once.
+// to the next candidate at once, and RunElection returns nil.
 func ExampleRunElection() {
 	addr, stop := exampleServer()
 	defer stop()
@@ -231,7 +231,7 @@ func ExampleRunElection() {
 	// Output:
 	// started leading
 	// stopped leading
-	// RunElection returned: context canceled
+	// RunElection returned: <nil>
 }
 
 // The lock from the book, built on compare-and-swap: a key that is
