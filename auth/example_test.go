@@ -20,7 +20,7 @@ roles:
 principals:
   - name: scheduler
     roles: [team-a]
-    limits: {requests_per_second: 10, sessions: 5}
+    limits: {requests_per_second: 10, sessions: 5, waits: 50, watches: 10}
 `))
 	if err != nil {
 		fmt.Println(err)
@@ -48,7 +48,7 @@ principals:
 	// hold as scheduler/pod-1: true
 	// hold as billing: false
 	// cluster admin: false
-	// limits: {RequestsPerSecond:10 Burst:20 Sessions:5}
+	// limits: {RequestsPerSecond:10 Burst:20 Sessions:5 Waits:50 Watches:10}
 	// a stranger is known: false
 }
 

@@ -94,7 +94,7 @@ func FuzzParsePolicy(f *testing.F) {
 			if slices.Contains(entries, name) && !g.Known() {
 				t.Fatalf("For(%q).Known() got = false, expected: true, as an entry names it", name)
 			}
-			if l := g.Limits; l.RequestsPerSecond < 0 || l.Burst < 0 || l.Sessions < 0 {
+			if l := g.Limits; l.RequestsPerSecond < 0 || l.Burst < 0 || l.Sessions < 0 || l.Waits < 0 || l.Watches < 0 {
 				t.Fatalf("For(%q).Limits got = %+v, expected: none negative", name, l)
 			}
 			if l := g.Limits; l.RequestsPerSecond > 0 && l.Burst < 1 {

@@ -94,6 +94,14 @@ type Limits struct {
 	// Sessions is how many sessions the principal may have open at
 	// once, over all its identities; 0 is no limit.
 	Sessions int `json:"sessions,omitempty"`
+	// Waits is how many waits the principal may have parked at once on
+	// a node: Acquires waiting in a queue and holders' grant watches;
+	// 0 is no limit of its own (the node's --max-waits still holds).
+	Waits int `json:"waits,omitempty"`
+	// Watches is how many lease and key watches the principal may have
+	// open at once on a node; 0 is no limit of its own (the node's
+	// --max-watches still holds).
+	Watches int `json:"watches,omitempty"`
 }
 
 // Rule allows verbs on namespaces or keys.
@@ -258,6 +266,10 @@ func (l *Limits) validate(where string) error {
 		return fmt.Errorf("%s: burst %d: must be 0 (the default) or more", where, l.Burst)
 	case l.Sessions < 0:
 		return fmt.Errorf("%s: sessions %d: must be 0 (no limit) or more", where, l.Sessions)
+	case l.Waits < 0:
+		return fmt.Errorf("%s: waits %d: must be 0 (no limit) or more", where, l.Waits)
+	case l.Watches < 0:
+		return fmt.Errorf("%s: watches %d: must be 0 (no limit) or more", where, l.Watches)
 	}
 	return nil
 }
@@ -333,6 +345,8 @@ func tighter(a, b Limits) Limits {
 		RequestsPerSecond: pick(a.RequestsPerSecond, b.RequestsPerSecond),
 		Burst:             pick(a.Burst, b.Burst),
 		Sessions:          pick(a.Sessions, b.Sessions),
+		Waits:             pick(a.Waits, b.Waits),
+		Watches:           pick(a.Watches, b.Watches),
 	}
 }
 

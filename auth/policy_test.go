@@ -238,6 +238,21 @@ var parseErrorTests = []struct {
 		want:   []string{`principals[0] (a).limits`, `sessions -3`},
 	},
 	{
+		name:   "A negative wait limit is refused, naming the principal.",
+		policy: okRoles + "principals: [{name: a, limits: {waits: -1}}]",
+		want:   []string{`principals[0] (a).limits`, `waits -1`, `0 (no limit) or more`},
+	},
+	{
+		name:   "A negative watch limit is refused, naming the principal.",
+		policy: okRoles + "principals: [{name: a, limits: {watches: -4}}]",
+		want:   []string{`principals[0] (a).limits`, `watches -4`},
+	},
+	{
+		name:   "A negative default watch limit is refused, naming the defaults.",
+		policy: okRoles + "principals: [{name: a}]\ndefaults: {watches: -1}",
+		want:   []string{`defaults`, `watches -1`},
+	},
+	{
 		name:   "A negative default is refused, naming the defaults.",
 		policy: okRoles + "principals: [{name: a}]\ndefaults: {sessions: -1}",
 		want:   []string{`defaults`, `sessions -1`},
@@ -549,14 +564,16 @@ const limitsPolicy = `
 defaults:
   requests_per_second: 100
   sessions: 10
+  waits: 100
+  watches: 20
 roles: {r: [{namespaces: ["*"], verbs: [read]}]}
 principals:
   - name: "svc-*"
     roles: [r]
-    limits: {requests_per_second: 50, burst: 20, sessions: 8}
+    limits: {requests_per_second: 50, burst: 20, sessions: 8, waits: 30}
   - name: svc-batch
     roles: [r]
-    limits: {requests_per_second: 5, sessions: 12}
+    limits: {requests_per_second: 5, sessions: 12, waits: 40, watches: 6}
   - name: plain
     roles: [r]
   - name: rate-only
@@ -583,9 +600,10 @@ func TestGrantsLimits(t *testing.T) {
 		principal string
 		want      auth.Limits
 	}{
-		{"One entry's limits are the principal's.", "svc-web", auth.Limits{RequestsPerSecond: 50, Burst: 20, Sessions: 8}},
-		{"Of two entries, the lower value of each field wins.", "svc-batch", auth.Limits{RequestsPerSecond: 5, Burst: 20, Sessions: 8}},
-		{"With no entry setting limits, the defaults apply, the burst twice their rate.", "plain", auth.Limits{RequestsPerSecond: 100, Burst: 200, Sessions: 10}},
+		{"One entry's limits are the principal's.", "svc-web", auth.Limits{RequestsPerSecond: 50, Burst: 20, Sessions: 8, Waits: 30}},
+		{"Of two entries, the lower value of each field wins; a 0 (no limit) loses to any limit.", "svc-batch",
+			auth.Limits{RequestsPerSecond: 5, Burst: 20, Sessions: 8, Waits: 30, Watches: 6}},
+		{"With no entry setting limits, the defaults apply, the burst twice their rate.", "plain", auth.Limits{RequestsPerSecond: 100, Burst: 200, Sessions: 10, Waits: 100, Watches: 20}},
 		{"An entry that sets limits replaces the defaults: a field it leaves out is no limit.", "rate-only", auth.Limits{RequestsPerSecond: 3, Burst: 6, Sessions: 0}},
 		{"A burst below 1 is raised to 1.", "slow", auth.Limits{RequestsPerSecond: 0.2, Burst: 1, Sessions: 0}},
 		{"Limits too large for a float64 to hold exactly stay as written, and positive.", "huge",
