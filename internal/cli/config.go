@@ -28,6 +28,84 @@ import (
 // child TENURE_LEASE, TENURE_HOLDER and TENURE_FENCING_TOKEN; serve
 // ignores all of these (TestServeEnvNamesDoNotClash keeps it so).
 
+// clientEnv are the variables the client commands' persistent flags read
+// (root.go).
+var clientEnv = []string{"TENURE_ENDPOINTS", "TENURE_CACERT", "TENURE_CERT", "TENURE_KEY", "TENURE_TOKEN"}
+
+// otherEnv are TENURE_ variables that are neither a serve flag's nor a
+// client flag's, and who sets or reads them: envWarnings leaves them
+// alone, and no flag of serve may be read from one
+// (TestServeEnvNamesDoNotClash). A name ending in '_' is a prefix.
+var otherEnv = map[string]string{
+	"TENURE_LEASE":            "lock and elect give it to their child",
+	"TENURE_HOLDER":           "lock and elect give it to their child",
+	"TENURE_FENCING_TOKEN":    "lock and elect give it to their child",
+	"TENURE_SERVICE_HOST":     "a Kubernetes service link",
+	"TENURE_SERVICE_PORT":     "a Kubernetes service link",
+	"TENURE_PORT":             "a Kubernetes service link",
+	"TENURE_CLIENT_LOG":       "read by tests",
+	"TENURE_TEST_LOG":         "read by tests",
+	"TENURE_FAULT_ROUNDS":     "read by tests",
+	"TENURE_E2E_MARK":         "read by tests",
+	"TENURE_WRITE_SCREENSHOT": "read by tests",
+	"TENURE_FIGURES":          "read by the benchmarks",
+	"TENURE_FIGURES_KILLS":    "read by the benchmarks",
+	"TENURE_VERSION":          "read by scripts/build.sh",
+	"TENURE_COMMIT":           "read by scripts/build.sh",
+	"TENURE_COMMIT_TIME":      "read by scripts/build.sh",
+	"TENURE_PEERS_PORT":       "a Kubernetes service link",
+	"TENURE_PEERS_SERVICE_":   "a Kubernetes service link (prefix)",
+	"TENURE_PORT_":            "a Kubernetes service link (prefix)",
+	"TENURE_SERVICE_PORT_":    "a Kubernetes service link (prefix)",
+}
+
+// envWarnings warns of each TENURE_ variable in environ ("NAME=value")
+// that nothing reads: no flag of serve, no client flag, nothing in
+// otherEnv. A misspelt variable would otherwise be ignored in silence
+// while the same slip in a config file is an error; it is only a
+// warning here because the environment is shared with other programs
+// and outlives the command that was meant to read it. The nearest name
+// tenure reads is suggested.
+func envWarnings(root *cobra.Command, environ []string) []string {
+	known := slices.Clone(clientEnv)
+	known = append(known, envName(configFlag))
+	if serve, _, err := root.Find([]string{"serve"}); err == nil && serve != root {
+		for _, f := range configurable(serve) {
+			known = append(known, envName(f.Name))
+		}
+	}
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "TENURE_") || slices.Contains(known, name) || otherVar(name) {
+			continue
+		}
+		w := fmt.Sprintf("%s is set, but tenure reads no such variable; it is ignored", name)
+		best, bestDist := "", len(name)/3+2
+		for _, k := range known {
+			if d := editDistance(name, k); d < bestDist {
+				best, bestDist = k, d
+			}
+		}
+		if best != "" {
+			w += fmt.Sprintf(" (did you mean %s?)", best)
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// otherVar reports whether name is in otherEnv, or under one of its
+// prefixes.
+func otherVar(name string) bool {
+	for k := range otherEnv {
+		if name == k || strings.HasSuffix(k, "_") && strings.HasPrefix(name, k) {
+			return true
+		}
+	}
+	return false
+}
+
 // configFlag names the file; it is the one flag a file cannot set.
 const configFlag = "config"
 

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -231,28 +232,8 @@ func TestServeConfigCoversEveryFlag(t *testing.T) {
 // would define for Services named tenure, and the tests' own.
 func TestServeEnvNamesDoNotClash(t *testing.T) {
 	root := NewRootCommand()
-	taken := map[string]string{
-		"TENURE_LEASE":          "lock and elect give it to their child",
-		"TENURE_HOLDER":         "lock and elect give it to their child",
-		"TENURE_FENCING_TOKEN":  "lock and elect give it to their child",
-		"TENURE_SERVICE_HOST":   "a Kubernetes service link",
-		"TENURE_SERVICE_PORT":   "a Kubernetes service link",
-		"TENURE_PORT":           "a Kubernetes service link",
-		"TENURE_CLIENT_LOG":     "read by tests",
-		"TENURE_TEST_LOG":       "read by tests",
-		"TENURE_FAULT_ROUNDS":   "read by tests",
-		"TENURE_E2E_MARK":       "read by tests",
-		"TENURE_FIGURES":        "read by the benchmarks",
-		"TENURE_FIGURES_KILLS":  "read by the benchmarks",
-		envName(configFlag):     "names the config file",
-		"TENURE_VERSION":        "read by scripts/build.sh",
-		"TENURE_COMMIT":         "read by scripts/build.sh",
-		"TENURE_COMMIT_TIME":    "read by scripts/build.sh",
-		"TENURE_PEERS_PORT":     "a Kubernetes service link",
-		"TENURE_PEERS_SERVICE_": "a Kubernetes service link (prefix)",
-		"TENURE_PORT_":          "a Kubernetes service link (prefix)",
-		"TENURE_SERVICE_PORT_":  "a Kubernetes service link (prefix)",
-	}
+	taken := maps.Clone(otherEnv)
+	taken[envName(configFlag)] = "names the config file"
 	root.PersistentFlags().VisitAll(func(f *pflag.Flag) {
 		taken[envName(f.Name)] = "the client flag --" + f.Name
 	})
@@ -291,6 +272,36 @@ func TestSuggestFlag(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("suggestFlag(%q): got = %q, expected: %q", tt.key, got, want)
+		}
+	}
+}
+
+// TestMisspeltEnvVariablesAreWarnedOf: a TENURE_ variable that nothing
+// reads gets a warning naming the nearest one tenure does read, for serve
+// and the client commands alike; the variables that others set (lock's
+// child variables, Kubernetes service links) get none.
+func TestMisspeltEnvVariablesAreWarnedOf(t *testing.T) {
+	t.Setenv("TENURE_LEASE_GC_AFTR", "1h")
+	t.Setenv("TENURE_ENDPOINT", "127.0.0.1:1")
+	t.Setenv("TENURE_FROBNICATE", "1")
+	t.Setenv("TENURE_LEASE", "default/x")
+	t.Setenv("TENURE_PORT_7480_TCP", "tcp://10.0.0.1:7480")
+	_, stderr, code := runMain("version")
+	if code != ExitOK {
+		t.Fatalf("version: exit %d, %s", code, stderr)
+	}
+	for _, want := range []string{
+		"Warning: TENURE_LEASE_GC_AFTR is set, but tenure reads no such variable; it is ignored (did you mean TENURE_LEASE_GC_AFTER?)\n",
+		"Warning: TENURE_ENDPOINT is set, but tenure reads no such variable; it is ignored (did you mean TENURE_ENDPOINTS?)\n",
+		"Warning: TENURE_FROBNICATE is set, but tenure reads no such variable; it is ignored\n",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr got = %q, expected it to hold %q", stderr, want)
+		}
+	}
+	for _, quiet := range []string{"TENURE_LEASE ", "TENURE_PORT_7480_TCP"} {
+		if strings.Contains(stderr, quiet) {
+			t.Errorf("stderr got = %q, expected: no warning about %s, which others set", stderr, quiet)
 		}
 	}
 }

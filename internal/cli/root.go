@@ -53,6 +53,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	root := NewRootCommand()
+	for _, w := range envWarnings(root, os.Environ()) {
+		fmt.Fprintln(stderr, "Warning:", w)
+	}
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
