@@ -557,8 +557,12 @@ func openLogStore(dir string, cfg Config, snaps raft.SnapshotStore, space *space
 		// Each repair cuts at the earliest damage; open again until the
 		// log verifies, in case a cut left later damage in place.
 		for tries := 0; err == nil && damage != nil; tries++ {
-			if err = repairWAL(w, damage, snaps, log); err == nil {
-				if err = w.Close(); err == nil {
+			var cut func() error
+			if cut, err = repairWAL(w, damage, snaps, log); err == nil {
+				if err = w.Close(); err == nil && cut != nil {
+					err = cut()
+				}
+				if err == nil {
 					w, damage, err = openWAL(walDir, o)
 				}
 			}

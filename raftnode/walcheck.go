@@ -52,6 +52,13 @@ type CorruptLogError struct {
 	FirstIndex uint64
 	LastIndex  uint64
 	Reason     string
+
+	// cutAt, for damage in the newest segment, is where the last intact
+	// batch before the damage ends: a repair can cut the file back to it
+	// (-1 elsewhere). seen is the index of the last entry whose frame
+	// starts between cutAt and the damage, FirstIndex-1 when none does.
+	cutAt int64
+	seen  uint64
 }
 
 func (e *CorruptLogError) Error() string {
@@ -132,8 +139,16 @@ func verifySegment(path string, info types.SegmentInfo, sealed bool) error {
 	}
 	s := &segmentScan{r: bufio.NewReaderSize(file, 256<<10), size: st.Size()}
 	crc := crc32.New(castagnoli)
-	corrupt := func(offset int64, first, last uint64, reason string, args ...any) error {
-		return &CorruptLogError{File: path, Offset: offset, FirstIndex: first, LastIndex: last, Reason: fmt.Sprintf(reason, args...)}
+	corrupt := func(offset int64, first, last uint64, reason string, args ...any) *CorruptLogError {
+		return &CorruptLogError{File: path, Offset: offset, FirstIndex: first, LastIndex: last, Reason: fmt.Sprintf(reason, args...), cutAt: -1}
+	}
+	// tailDamage is damage in the newest segment at or after batchStart,
+	// the end of its last intact batch.
+	tailDamage := func(ce *CorruptLogError, batchStart int64, seen uint64) error {
+		if !sealed {
+			ce.cutAt, ce.seen = batchStart, seen
+		}
+		return ce
 	}
 	// live reports whether any entry from first to last (0: unknown) is
 	// still part of the log.
@@ -203,7 +218,11 @@ func verifySegment(path string, info types.SegmentInfo, sealed bool) error {
 			if !live(batchFirst, 0) {
 				return nil
 			}
-			return corrupt(offset, batchFirst, 0, "damaged frame header % x", fh)
+			seen := next - 1
+			if typ == walFrameEntry && allZero(fh[1:4]) {
+				seen = next // an entry frame cut short or running past the end
+			}
+			return tailDamage(corrupt(offset, batchFirst, 0, "damaged frame header % x", fh), batchStart, seen)
 		}
 		if typ == walFrameCommit {
 			if got := crc.Sum32(); got != length {
@@ -215,7 +234,7 @@ func verifySegment(path string, info types.SegmentInfo, sealed bool) error {
 					}
 				}
 				if live(batchFirst, next-1) {
-					return corrupt(batchStart, batchFirst, next-1, "checksum mismatch: the batch's CRC-32C is %08x, its commit frame says %08x", got, length)
+					return tailDamage(corrupt(batchStart, batchFirst, next-1, "checksum mismatch: the batch's CRC-32C is %08x, its commit frame says %08x", got, length), batchStart, next-1)
 				}
 			}
 			commits++
@@ -311,22 +330,31 @@ func padding(n int) int { return (walFrameHeaderLen - n%walFrameHeaderLen) & (wa
 // and nothing is lost; otherwise the damaged entries and everything after
 // them go, and the node has lost them unless another member still has
 // them (a follower then gets them again from the leader).
-func repairWAL(w *raftwal.WAL, damage *CorruptLogError, snaps raft.SnapshotStore, log *slog.Logger) error {
+//
+// Damage past the last entry raft-wal reads (bytes after the newest
+// segment's last intact batch, or that segment cut off inside a frame)
+// is in no entry raft-wal holds, so deleting entries cannot remove it:
+// repairWAL then returns cut, which the caller runs once w is closed, to
+// cut the file back to its last intact batch.
+func repairWAL(w *raftwal.WAL, damage *CorruptLogError, snaps raft.SnapshotStore, log *slog.Logger) (cut func() error, err error) {
 	first, err := w.FirstIndex()
 	if err != nil {
-		return fmt.Errorf("raftnode: repair log: %w", err)
+		return nil, fmt.Errorf("raftnode: repair log: %w", err)
 	}
 	last, err := w.LastIndex()
 	if err != nil {
-		return fmt.Errorf("raftnode: repair log: %w", err)
+		return nil, fmt.Errorf("raftnode: repair log: %w", err)
 	}
 	var snapshot uint64
 	metas, err := snaps.List()
 	if err != nil {
-		return fmt.Errorf("raftnode: repair log: list snapshots: %w", err)
+		return nil, fmt.Errorf("raftnode: repair log: list snapshots: %w", err)
 	}
 	if len(metas) > 0 {
 		snapshot = metas[0].Index // newest first
+	}
+	if damage.cutAt >= 0 && damage.FirstIndex > last {
+		return func() error { return cutSegment(damage, snapshot, log) }, nil
 	}
 	end := damage.LastIndex
 	if end == 0 || end > last {
@@ -343,15 +371,51 @@ func repairWAL(w *raftwal.WAL, damage *CorruptLogError, snaps raft.SnapshotStore
 	}
 	if lo <= hi {
 		if err := w.DeleteRange(lo, hi); err != nil {
-			return fmt.Errorf("raftnode: repair log: delete entries %d..%d: %w", lo, hi, err)
+			return nil, fmt.Errorf("raftnode: repair log: delete entries %d..%d: %w", lo, hi, err)
 		}
 	}
 	if lostFrom == 0 || lostFrom > last {
 		log.Warn("repaired the raft log: removed damaged entries a snapshot covers; nothing was lost",
 			"damage", damage.Error(), "removed_from", lo, "removed_to", hi, "snapshot_index", snapshot)
-		return nil
+		return nil, nil
 	}
 	log.Error("repaired the raft log: removed damaged entries and all after them; acknowledged writes in that range are lost on this node unless another member has them",
 		"damage", damage.Error(), "lost_from", lostFrom, "lost_to", last, "snapshot_index", snapshot)
+	return nil, nil
+}
+
+// cutSegment cuts the newest segment back to the end of its last intact
+// batch, keeping the file's size: what follows reads as zeros, as in a
+// preallocated segment never written that far. Entries whose frames
+// started in the cut-off bytes are lost, unless the snapshot holds them;
+// they were acknowledged only if the damage took their batch's commit
+// frame, which cannot be told from what is left.
+func cutSegment(damage *CorruptLogError, snapshot uint64, log *slog.Logger) error {
+	f, err := os.OpenFile(damage.File, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("raftnode: repair log: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("raftnode: repair log: %w", err)
+	}
+	if err := f.Truncate(damage.cutAt); err != nil {
+		return fmt.Errorf("raftnode: repair log: cut %s at offset %d: %w", damage.File, damage.cutAt, err)
+	}
+	if err := f.Truncate(max(st.Size(), damage.cutAt)); err != nil {
+		return fmt.Errorf("raftnode: repair log: zero %s after offset %d: %w", damage.File, damage.cutAt, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("raftnode: repair log: sync %s: %w", damage.File, err)
+	}
+	lostFrom, lostTo := max(damage.FirstIndex, snapshot+1), damage.seen
+	if lostFrom > lostTo {
+		log.Warn("repaired the raft log: cut the damage after the newest segment's last intact batch off; no entry was lost",
+			"damage", damage.Error(), "file", damage.File, "cut_at", damage.cutAt, "cut_bytes", st.Size()-damage.cutAt, "last_index", damage.FirstIndex-1, "snapshot_index", snapshot)
+		return nil
+	}
+	log.Error("repaired the raft log: cut the newest segment back to its last intact batch; the entries of the damaged batch are lost on this node unless another member has them (acknowledged only if the damage hit their commit frame)",
+		"damage", damage.Error(), "file", damage.File, "cut_at", damage.cutAt, "lost_from", lostFrom, "lost_to", lostTo, "last_index", damage.FirstIndex-1, "snapshot_index", snapshot)
 	return nil
 }

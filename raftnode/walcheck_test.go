@@ -2,12 +2,15 @@ package raftnode
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -205,4 +208,126 @@ func TestRepairLogKeepsEverythingWhenASnapshotCoversTheDamage(t *testing.T) {
 	if len(got) != 41 || got["k002"] != bigValue(2) || got["k040"] != "after the snapshot" {
 		t.Fatalf("got = %d keys (k002 ok=%v, k040=%q), expected: all 41 kept", len(got), got["k002"] == bigValue(2), got["k040"])
 	}
+}
+
+// tailEnd parses the newest segment's frames and returns where its last
+// commit frame ends and where its last entry frame starts, with that
+// entry's payload length.
+func tailEnd(t *testing.T, file string) (end, lastEntry int64, lastLen int) {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := int64(walFileHeaderLen); off+walFrameHeaderLen <= int64(len(data)); {
+		typ, n := data[off], int(binary.LittleEndian.Uint32(data[off+4:off+8]))
+		switch typ {
+		case walFrameCommit:
+			off += walFrameHeaderLen
+			end = off
+			continue
+		case walFrameEntry:
+			lastEntry, lastLen = off, n
+		case walFrameIndex:
+		default:
+			return end, lastEntry, lastLen
+		}
+		off += walFrameHeaderLen + int64(n+padding(n))
+	}
+	return end, lastEntry, lastLen
+}
+
+// Damage after the newest segment's last entry is in no entry raft-wal
+// reads, so deleting entries cannot remove it: the repair must cut the
+// file back to its last intact batch, name what it lost, and start.
+func TestRepairLogCutsDamageAfterTheLastEntry(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		damage func(t *testing.T, tail string)
+		kept   int    // keys k000..k(kept-1) survive
+		logged string // what the repair says it lost
+	}{
+		{
+			name: "non-zero bytes after the last frame lose nothing",
+			damage: func(t *testing.T, tail string) {
+				end, _, _ := tailEnd(t, tail)
+				f, err := os.OpenFile(tail, os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				if _, err := f.WriteAt(bytes.Repeat([]byte{0xab}, 100), end); err != nil {
+					t.Fatal(err)
+				}
+			},
+			kept: 10, logged: "no entry was lost",
+		},
+		{
+			name: "a file cut inside its last entry frame loses that entry's batch",
+			damage: func(t *testing.T, tail string) {
+				_, at, n := tailEnd(t, tail)
+				if err := os.Truncate(tail, at+walFrameHeaderLen+int64(n/2)); err != nil {
+					t.Fatal(err)
+				}
+			},
+			kept: 9, logged: "lost_from=",
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			fillWAL(t, dir, 10)
+			segs := segments(t, dir)
+			tt.damage(t, segs[len(segs)-1])
+
+			if _, err := open(walTestConfig(t, dir), newFake(nil)); !errors.Is(err, ErrCorruptLog) {
+				t.Fatalf("got = %v without RepairLog, expected: ErrCorruptLog", err)
+			}
+			var logs syncBuffer
+			cfg := walTestConfig(t, dir)
+			cfg.RepairLog = true
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			n, err := open(cfg, newFake(nil))
+			if err != nil {
+				t.Fatalf("got = %v with RepairLog, expected: it starts", err)
+			}
+			waitLeader(t, n)
+			if !strings.Contains(logs.String(), "repaired the raft log") || !strings.Contains(logs.String(), tt.logged) {
+				t.Fatalf("got = log %q, expected: the repair reported with %q", logs.String(), tt.logged)
+			}
+			got, _ := readKV(t, n)
+			for i := range 10 {
+				if _, ok := got[fmt.Sprintf("k%03d", i)]; ok != (i < tt.kept) {
+					t.Fatalf("got = k%03d present=%v, expected: %v", i, ok, i < tt.kept)
+				}
+			}
+			put(t, n, "after", "repair")
+			if err := n.Close(); err != nil {
+				t.Fatal(err)
+			}
+			n = openFake(t, walTestConfig(t, dir), nil)
+			waitLeader(t, n)
+			if got, _ := readKV(t, n); got["after"] != "repair" || len(got) != tt.kept+1 {
+				t.Fatalf("got = %d keys, after=%q, expected: %d and the write after the repair, without RepairLog", len(got), got["after"], tt.kept+1)
+			}
+		})
+	}
+}
+
+// syncBuffer is a log destination raft's goroutines may write to while
+// the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
