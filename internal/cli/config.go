@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/yaml"
+	yaml3 "sigs.k8s.io/yaml/goyaml.v3"
 )
 
 // How `tenure serve` takes its settings from a file and the environment.
@@ -209,7 +211,7 @@ func readConfigFile(path string) (map[string]any, error) {
 	}
 	j, err := yaml.YAMLToJSON(b)
 	if err != nil {
-		return nil, usage("config file %s: not valid YAML: %v", path, err)
+		return nil, usage("config file %s: not valid YAML: %v", path, yamlError(b, err))
 	}
 	var doc any
 	dec := json.NewDecoder(bytes.NewReader(j))
@@ -224,6 +226,31 @@ func readConfigFile(path string) (map[string]any, error) {
 		return d, nil
 	}
 	return nil, usage("config file %s: want a mapping of flag names to values (listen: 127.0.0.1:7480), not a %s", path, yamlKind(doc))
+}
+
+// yamlLine is how go-yaml words where it failed.
+var yamlLine = regexp.MustCompile(`^yaml: line ([0-9]+): (.*)$`)
+
+// yamlError is err, YAMLToJSON's failure to read b, with the line the
+// mistake is on. YAMLToJSON's go-yaml v2 often names the line after a
+// missing ':' and the one before a misplaced '- item'; v3 gets the first
+// right, but counts a parser error's line from 0 while counting a
+// scanner error's from 1, and its message does not say which it is.
+// Reading b up to v3's line tells: if that much parses, the mistake lies
+// on the next line.
+func yamlError(b []byte, err error) error {
+	var doc yaml3.Node
+	err3 := yaml3.Unmarshal(b, &doc)
+	m := yamlLine.FindStringSubmatch(fmt.Sprint(err3))
+	if m == nil {
+		return err
+	}
+	line, _ := strconv.Atoi(m[1])
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	if line < len(lines) && yaml3.Unmarshal(bytes.Join(lines[:line], nil), &doc) == nil {
+		line++
+	}
+	return fmt.Errorf("line %d: %s", line, m[2])
 }
 
 // setFromFile sets f from a value of the config file: a scalar as if

@@ -165,6 +165,9 @@ func TestServeConfigErrors(t *testing.T) {
 		{name: "a file that names another", yaml: "config: other.yaml\n", want: []string{`key "config"`}},
 		{name: "a file that is not a mapping", yaml: "- listen\n", want: []string{"want a mapping"}},
 		{name: "a file that is not YAML", yaml: "listen: [\n", want: []string{"not valid YAML"}},
+		{name: "a missing colon is on its own line, not the next", yaml: "listen: 127.0.0.1:7480\ndata-dir /var/lib/tenure\nlog-level: info\n", want: []string{"not valid YAML: line 2: could not find expected ':'"}},
+		{name: "a stray list item is on its own line, not the one before", yaml: "log-level: info\njoin:\n  - a:7480\n b:7480\n", want: []string{"not valid YAML: line 4: did not find expected key"}},
+		{name: "an unclosed quote is where it opens", yaml: "log-level: info\nlisten: \"127.0.0.1:7480\ndata-dir: d\n", want: []string{"not valid YAML: line 2: "}},
 		{name: "a bad variable names the variable and the flag", env: map[string]string{"TENURE_LEASE_GC_AFTER": "soon"}, want: []string{"TENURE_LEASE_GC_AFTER", "--lease-gc-after", `invalid duration "soon"`}},
 		{name: "a missing file", env: map[string]string{"TENURE_CONFIG": "/no/such/tenure.yaml"}, want: []string{"/no/such/tenure.yaml"}},
 	}
