@@ -120,6 +120,8 @@ func TestDashboardQueriesNameExportedMetricsAndLabels(t *testing.T) {
 		{"a quantile over buckets without le is caught", `histogram_quantile(0.99, max by (namespace) (rate(tenure_lease_wait_seconds_bucket[5m])))`, "without le"},
 		{"a join of different label sets is caught", `max by (instance) (tenure_raft_is_leader) - max by (namespace) (tenure_lease_holders)`, "no series match"},
 		{"a metric that is not Tenure's is caught", `up`, "not a Tenure metric"},
+		{"a summary read by buckets is caught", `rate(go_gc_duration_seconds_bucket[5m])`, "is not a histogram"},
+		{"a summary's sum has no quantile", `rate(go_gc_duration_seconds_sum{quantile="1"}[5m])`, `label "quantile"`},
 		{"a variable whose label the metric lacks is caught", `label_values(tenure_raft_is_leader, lease)`, `label "lease"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -177,6 +179,9 @@ func exerciseMetrics(t *testing.T, ts *testServer) {
 type metricInfo struct {
 	labels    map[string]bool
 	histogram bool
+	// summary: a quantile label on the family, and _sum and _count
+	// series (go_gc_duration_seconds).
+	summary bool
 	// described is set for a family known only from its descriptor: a
 	// vector none of whose series the test's operations created.
 	described bool
@@ -193,7 +198,10 @@ func exportedMetrics(t *testing.T, reg *prometheus.Registry) map[string]metricIn
 	}
 	out := map[string]metricInfo{}
 	for _, mf := range mfs {
-		info := metricInfo{labels: map[string]bool{}, histogram: mf.GetType() == dto.MetricType_HISTOGRAM}
+		info := metricInfo{labels: map[string]bool{}, histogram: mf.GetType() == dto.MetricType_HISTOGRAM, summary: mf.GetType() == dto.MetricType_SUMMARY}
+		if info.summary {
+			info.labels["quantile"] = true
+		}
 		for _, m := range mf.GetMetric() {
 			for _, lp := range m.GetLabel() {
 				info.labels[lp.GetName()] = true
@@ -709,7 +717,8 @@ func (c *promChecker) labelList() []string {
 }
 
 // selector resolves a metric name, a histogram's _bucket, _sum or
-// _count included, and checks the labels its matchers name.
+// _count and a summary's _sum or _count included, and checks the labels
+// its matchers name.
 func (c *promChecker) selector(name string) *promValue {
 	c.seen[name] = true
 	var matchers []string
@@ -729,7 +738,8 @@ func (c *promChecker) selector(name string) *promValue {
 		}
 		c.want("}")
 	}
-	if !strings.HasPrefix(name, "tenure_") {
+	// go_ and process_ are the standard collectors the server registers.
+	if !strings.HasPrefix(name, "tenure_") && !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") {
 		c.problem("%s is not a Tenure metric", name)
 		return nil
 	}
@@ -745,6 +755,11 @@ func (c *promChecker) selector(name string) *promValue {
 			h, found := c.metrics[base]
 			if !cut || !found {
 				continue
+			}
+			if h.summary && suffix != "_bucket" {
+				ok, labels = true, union(h.labels, nil)
+				delete(labels, "quantile")
+				break
 			}
 			if !h.histogram {
 				if h.described {

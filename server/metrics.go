@@ -3,10 +3,12 @@ package server
 import (
 	"context"
 	"errors"
+	"runtime"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tenurehq/tenure/statemachine"
 )
@@ -43,7 +45,40 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 	}
 	m.leases = newLeaseMetrics(reg, s.cfg.Limits.MetricsLeaseNames)
 	reg.MustRegister(m.requests, m.latency, m.waiting, m.forwarded, stateCollector{s})
+	// What pages an operator first: memory, goroutines, GC, file
+	// descriptors. They go on the server's registry, not the global one,
+	// so that tests running several servers in one process each get
+	// their own (the process's figures, the same in each).
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(s.cfg.Build))
 	return m
+}
+
+// BuildInfo names the running binary: tenure_build_info's labels.
+type BuildInfo struct {
+	Version string // "(devel)" when empty
+	Commit  string
+	// GoVersion is the toolchain that built it; runtime.Version() when
+	// empty.
+	GoVersion string
+}
+
+// buildInfo is tenure_build_info, always 1, so that a query can join
+// the version onto any series by instance, or count the versions a
+// rolling upgrade leaves running.
+func buildInfo(b BuildInfo) prometheus.Collector {
+	if b.Version == "" {
+		b.Version = "(devel)"
+	}
+	if b.GoVersion == "" {
+		b.GoVersion = runtime.Version()
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "tenure_build_info",
+		Help:        "Always 1; its labels name the running binary's version, commit and Go version.",
+		ConstLabels: prometheus.Labels{"version": b.Version, "commit": b.Commit, "go_version": b.GoVersion},
+	})
+	g.Set(1)
+	return g
 }
 
 // interceptor counts and times every call by method and connect code.

@@ -64,6 +64,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Registry receives every metric; nil makes a private one.
 	Registry *prometheus.Registry
+	// Build names the binary in tenure_build_info.
+	Build BuildInfo
 }
 
 // Server is one Tenure node: the replicated log, the lessor, the watch

@@ -247,6 +247,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if err != nil {
 		return &exitError{code: ExitUnreachable, err: fmt.Errorf("--listen %s: %w", o.listen, err)}
 	}
+	build := readBuildInfo()
 	srv, err := server.Open(server.Config{
 		Listener:        ln,
 		Advertise:       o.advertise,
@@ -258,6 +259,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		Audit:           audit,
 		Limits:          o.limits,
 		Logger:          logger,
+		Build:           server.BuildInfo{Version: build.Version, Commit: build.Commit, GoVersion: build.GoVersion},
 		Raft: raftnode.Config{
 			NodeID:    nodeID,
 			DataDir:   dataDir,
