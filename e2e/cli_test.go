@@ -833,7 +833,7 @@ func TestCLILockSignalsAndExitCodes(t *testing.T) {
 			args   []string
 			stderr string
 		}{
-			{[]string{"lock"}, "Error: requires at least 1 arg(s), only received 0\n"},
+			{[]string{"lock"}, "Error: tenure lock: missing NAME\nUsage: tenure lock NAME [-- CMD [ARGS...]] [flags]\nSee 'tenure lock --help'.\n"},
 			{[]string{"lock", "a", "b"}, "Error: lock takes one NAME; put the command after --\n"},
 			{[]string{"lock", "--bogus", "a"}, "Error: unknown flag: --bogus\nSee 'tenure lock --help'.\n"},
 			{[]string{"lock", "--ttl", "4s", "--kill-grace", "1s", "a", "--", "true"},

@@ -166,7 +166,63 @@ after the grant was lost).`,
 	// --version prints what `tenure version` prints.
 	root.Version = strings.TrimSuffix(readBuildInfo().String(), "\n")
 	root.SetVersionTemplate("{{.Version}}\n")
+	explainArgs(root)
 	return root
+}
+
+// explainArgs makes a wrong number of arguments, to cmd and every command
+// under it, a usage error that names what is missing and shows the usage
+// line, instead of cobra's bare "requires at least 1 arg(s), only
+// received 0". An error a check words itself (a bad lease name, an
+// unknown subcommand) passes through.
+func explainArgs(cmd *cobra.Command) {
+	if check := cmd.Args; check != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			err := check(c, args)
+			var ee *exitError
+			if err == nil || errors.As(err, &ee) {
+				return err
+			}
+			required, optional := useArgs(c.Use)
+			switch {
+			case len(args) < len(required):
+				err = fmt.Errorf("%s: missing %s", c.CommandPath(), strings.Join(required[len(args):], " and "))
+			case len(required)+optional == 0:
+				return usage("%v", err) // "unknown command": its own words say it
+			default:
+				err = fmt.Errorf("%s: too many arguments (%d)", c.CommandPath(), len(args))
+			}
+			return usage("%v\nUsage: %s\nSee '%s --help'.", err, c.UseLine(), c.CommandPath())
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		explainArgs(sub)
+	}
+}
+
+// useArgs reads the arguments of a Use line ("lock NAME [-- CMD
+// [ARGS...]]", "validate NAME --token N"): the required ones by name, and
+// how many optional groups follow. A word after a flag is its value.
+func useArgs(use string) (required []string, optional int) {
+	words := strings.Fields(use)
+	depth, flagValue := 0, false
+	for _, w := range words[min(1, len(words)):] {
+		open := strings.HasPrefix(w, "[")
+		if open && depth == 0 {
+			optional++
+		}
+		depth += strings.Count(w, "[") - strings.Count(w, "]")
+		switch {
+		case open || depth > 0 || strings.HasSuffix(w, "]"):
+		case strings.HasPrefix(w, "-"):
+			flagValue = true
+			continue
+		case !flagValue:
+			required = append(required, w)
+		}
+		flagValue = false
+	}
+	return required, optional
 }
 
 // addOutputFlags adds -o and -A to commands that list.
