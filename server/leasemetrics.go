@@ -16,15 +16,15 @@ import (
 // applies, so every node reports the same counts: aggregate across nodes
 // with max, not sum.
 //
-// Series carry the lease's namespace, and its name when the lease opts in
-// with the label tenure.dev/metrics=lease, or while fewer than
-// --metrics-lease-names names have had series of their own; other leases
-// are counted under lease="(other)". Names come and go (per-pod, per-job
-// locks), and one series set per name ever seen would grow without bound.
-
-// MetricsLabel is the lease label with which a lease asks for series of
-// its own, whatever the cap: tenure.dev/metrics=lease.
-const MetricsLabel = "tenure.dev/metrics"
+// Series carry the lease's namespace, and its name while fewer than
+// --metrics-lease-names leases have series of their own; every lease
+// after that, whoever created it and however it is labelled, is counted
+// under lease="(other)". Names come and go (per-pod, per-job locks), and
+// one series set per name ever seen would grow without bound: a lease's
+// series are deleted when its idle record is collected, which frees its
+// slot for the next name. (A lease labelled tenure.dev/metrics=lease once
+// had series of its own past the cap, which let one principal grow
+// /metrics without bound; the label no longer does anything.)
 
 const otherLeases = "(other)"
 
@@ -38,12 +38,13 @@ type leaseMetrics struct {
 	// then. Counting them again would show a burst at every restart.
 	start int64
 
-	mu     sync.Mutex // guards the maps below
-	named  map[statemachine.LeaseID]bool
-	cap    int
-	since  map[waitKey]int64 // when each waiting session began to wait (the waiters' key)
-	holds  map[int64]int64   // each grant's acquire time, by token
-	optins map[statemachine.LeaseID]bool
+	mu sync.Mutex // guards the maps below
+	// named are the leases with series of their own, at most cap, first
+	// come; a lease leaves when its record is collected.
+	named map[statemachine.LeaseID]bool
+	cap   int
+	since map[waitKey]int64 // when each waiting session began to wait (the waiters' key)
+	holds map[int64]int64   // each grant's acquire time, by token
 	// born holds the (namespace, lease) label pairs whose series exist:
 	// each is created at 0 when first named, so that rate() sees its
 	// first event, which a series born at 1 would hide.
@@ -87,13 +88,12 @@ func newLeaseMetrics(reg prometheus.Registerer, nameCap int) *leaseMetrics {
 			Name: "tenure_lease_records_collected_total",
 			Help: "Idle lease records deleted after their gc_after, by namespace.",
 		}, []string{"namespace"}),
-		start:  time.Now().UnixNano(),
-		named:  map[statemachine.LeaseID]bool{},
-		cap:    nameCap,
-		since:  map[waitKey]int64{},
-		holds:  map[int64]int64{},
-		optins: map[statemachine.LeaseID]bool{},
-		born:   map[[2]string]bool{},
+		start: time.Now().UnixNano(),
+		named: map[statemachine.LeaseID]bool{},
+		cap:   nameCap,
+		since: map[waitKey]int64{},
+		holds: map[int64]int64{},
+		born:  map[[2]string]bool{},
 	}
 	if reg != nil {
 		reg.MustRegister(lm.wait, lm.hold, lm.grants, lm.expired, lm.revoked, lm.lost, lm.stepDowns, lm.collected)
@@ -103,7 +103,7 @@ func newLeaseMetrics(reg prometheus.Registerer, nameCap int) *leaseMetrics {
 
 // nameLocked is the lease label of id's series.
 func (lm *leaseMetrics) nameLocked(id statemachine.LeaseID) string {
-	if lm.named[id] || lm.optins[id] {
+	if lm.named[id] {
 		return id.Name
 	}
 	if len(lm.named) < lm.cap {
@@ -113,9 +113,9 @@ func (lm *leaseMetrics) nameLocked(id statemachine.LeaseID) string {
 	return otherLeases
 }
 
-// observe counts one command's events, with m the state after it. It
-// runs on the FSM goroutine under the state lock: maps and counters only.
-func (lm *leaseMetrics) observe(m *statemachine.Machine, events []statemachine.Event) {
+// observe counts one command's events. It runs on the FSM goroutine
+// under the state lock: maps and counters only.
+func (lm *leaseMetrics) observe(events []statemachine.Event) {
 	lm.mu.Lock()
 	defer lm.mu.Unlock()
 	for i := range events {
@@ -124,15 +124,15 @@ func (lm *leaseMetrics) observe(m *statemachine.Machine, events []statemachine.E
 			continue
 		}
 		id := e.Lease
-		if m != nil && e.Type == statemachine.EventLeaseAcquired {
-			v, _ := m.LeaseLabel(id, MetricsLabel)
-			if v == "lease" {
-				lm.optins[id] = true
-			} else {
-				delete(lm.optins, id)
-			}
-		}
 		fresh := e.Time >= lm.start
+		if e.Type == statemachine.EventLeaseDeleted {
+			// Before naming it, or a collected lease would take a slot.
+			lm.forgetLocked(id)
+			if fresh {
+				lm.collected.WithLabelValues(id.Namespace).Inc()
+			}
+			continue
+		}
 		name := lm.nameLocked(id)
 		lm.bearLocked(id.Namespace, name)
 		switch e.Type {
@@ -174,11 +174,6 @@ func (lm *leaseMetrics) observe(m *statemachine.Machine, events []statemachine.E
 			if fresh {
 				lm.stepDowns.WithLabelValues(id.Namespace, name, causeOf(e.Reason, "preferred_holder")).Inc()
 			}
-		case statemachine.EventLeaseDeleted:
-			delete(lm.optins, id)
-			if fresh {
-				lm.collected.WithLabelValues(id.Namespace).Inc()
-			}
 		}
 	}
 }
@@ -200,6 +195,26 @@ func (lm *leaseMetrics) bearLocked(ns, name string) {
 	lm.collected.WithLabelValues(ns)
 }
 
+// forgetLocked deletes the series of id, whose record is gone, and frees
+// its slot under the cap. A lease counted under (other) has none.
+func (lm *leaseMetrics) forgetLocked(id statemachine.LeaseID) {
+	if !lm.named[id] {
+		return
+	}
+	delete(lm.named, id)
+	delete(lm.born, [2]string{id.Namespace, id.Name})
+	for _, v := range []*prometheus.HistogramVec{lm.wait, lm.hold} {
+		v.DeleteLabelValues(id.Namespace, id.Name)
+	}
+	for _, v := range []*prometheus.CounterVec{lm.grants, lm.expired, lm.lost} {
+		v.DeleteLabelValues(id.Namespace, id.Name)
+	}
+	// These have a cause label too.
+	for _, v := range []*prometheus.CounterVec{lm.revoked, lm.stepDowns} {
+		v.DeletePartialMatch(prometheus.Labels{"namespace": id.Namespace, "lease": id.Name})
+	}
+}
+
 // causeOf is max_hold for the server's max-hold reasons, else other.
 func causeOf(reason, other string) string {
 	if strings.HasPrefix(reason, maxHoldReason) {
@@ -218,16 +233,27 @@ var (
 )
 
 // collectGauges sends the per-lease gauges, leases past the cap summed
-// under (other) (held_seconds: their longest).
+// under (other) (held_seconds: their longest). leases are all the state
+// holds: a named lease not among them left it without a deleted event
+// reaching observe (a follower restored a snapshot taken after its
+// collection), and its series go now.
 func (lm *leaseMetrics) collectGauges(leases []statemachine.Lease, now time.Time, ch chan<- prometheus.Metric) {
 	type key struct{ ns, name string }
 	type agg struct{ holders, queued, held float64 }
 	out := map[key]*agg{}
 	lm.mu.Lock()
+	present := make(map[statemachine.LeaseID]bool, len(lm.named))
 	for _, l := range leases {
-		if v := l.Labels[MetricsLabel]; v == "lease" {
-			lm.optins[l.LeaseID] = true
+		if lm.named[l.LeaseID] {
+			present[l.LeaseID] = true
 		}
+	}
+	for id := range lm.named {
+		if !present[id] {
+			lm.forgetLocked(id)
+		}
+	}
+	for _, l := range leases {
 		k := key{l.Namespace, lm.nameLocked(l.LeaseID)}
 		a := out[k]
 		if a == nil {

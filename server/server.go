@@ -400,7 +400,7 @@ func (s *Server) observe(m *statemachine.Machine, events []statemachine.Event) {
 	s.hub.Publish(events)
 	s.lessor.Observe(events)
 	s.waiters.observe(events)
-	s.metrics.leases.observe(m, events)
+	s.metrics.leases.observe(events)
 }
 
 // leadershipLoop promotes the lessor when this node becomes leader and
