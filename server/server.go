@@ -15,7 +15,6 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tenurehq/tenure/api/framing"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -390,7 +389,7 @@ func (s *Server) routes() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	mux.Handle("GET /metrics", s.metricsAccess(promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{})))
+	mux.Handle("GET /metrics", s.metricsAccess(s.metricsHandler()))
 	return s.leaderHeader(limitBodies(s.authenticate(mux), s.cfg.Limits.MaxRequestBytes, s.cfg.Limits.RequestReadTimeout))
 }
 
