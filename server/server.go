@@ -365,6 +365,10 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/watch/keys", s.watchKeysHTTP)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		// A page that holds a client certificate must not be framed by
+		// another site and clickjacked into Revoke.
+		w.Header().Set("Content-Security-Policy", "frame-ancestors 'none'")
+		w.Header().Set("X-Frame-Options", "DENY")
 		_, _ = w.Write(indexHTML)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
