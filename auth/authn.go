@@ -33,6 +33,12 @@ type Caller struct {
 	Peer bool
 	// Err is why the caller is not authenticated; nil when it is.
 	Err error
+
+	// The credential, kept so that a stream or pipeline can check it
+	// again on every message (Recheck): a bearer token's hash, or the
+	// client certificate's NotAfter.
+	tokenHash string
+	notAfter  time.Time
 }
 
 // Authenticator finds the caller of a request.
@@ -75,11 +81,12 @@ func (a *Authenticator) Authenticate(r *http.Request) Caller {
 	token, err := ParseBearer(r.Header.Get("Authorization"))
 	switch {
 	case err == nil:
-		principal, err := a.Policy.Policy().TokenPrincipal(token, a.now())
+		hash := HashToken(token)
+		principal, err := a.Policy.Policy().hashPrincipal(hash, a.now())
 		if err != nil {
 			return Caller{Err: err}
 		}
-		return Caller{Principal: principal, By: ByToken}
+		return Caller{Principal: principal, By: ByToken, tokenHash: hash}
 	case !errors.Is(err, ErrNoCredentials):
 		return Caller{Err: err}
 	}
@@ -96,7 +103,34 @@ func (a *Authenticator) Authenticate(r *http.Request) Caller {
 	if name == "" {
 		return Caller{Err: errors.New("client certificate names nobody: no subject CN and no SAN")}
 	}
-	return Caller{Principal: name, By: ByCertificate}
+	return Caller{Principal: name, By: ByCertificate, notAfter: chain[0].NotAfter}
+}
+
+// Recheck checks c's credential again, against the policy in force and
+// the clock now: a request is authenticated once, but a stream or a
+// pipeline is used for as long as it stays open, and a token that
+// expired or left the policy, or a certificate past its NotAfter, must
+// stop working on it too. Nodes (peer certificates) are not rechecked:
+// their connections are the cluster's own.
+func (a *Authenticator) Recheck(c Caller) error {
+	if c.Err != nil {
+		return c.Err
+	}
+	switch c.By {
+	case ByToken:
+		principal, err := a.Policy.Policy().hashPrincipal(c.tokenHash, a.now())
+		if err != nil {
+			return fmt.Errorf("no longer valid: %w", err)
+		}
+		if principal != c.Principal {
+			return fmt.Errorf("no longer valid: the bearer token of %s now names %s", c.Principal, principal)
+		}
+	case ByCertificate:
+		if now := a.now(); !c.notAfter.IsZero() && now.After(c.notAfter) {
+			return fmt.Errorf("no longer valid: the client certificate of %s expired at %s", c.Principal, c.notAfter.UTC().Format(time.RFC3339))
+		}
+	}
+	return nil
 }
 
 func (a *Authenticator) verify(chain []*x509.Certificate, pool func() (*x509.CertPool, error)) error {

@@ -293,7 +293,12 @@ func (p *Policy) Metrics() MetricsAccess { return p.metrics }
 // TokenPrincipal returns the principal the token was issued to, or an
 // error that does not repeat the token.
 func (p *Policy) TokenPrincipal(token string, now time.Time) (string, error) {
-	e, ok := p.tokens[HashToken(token)]
+	return p.hashPrincipal(HashToken(token), now)
+}
+
+// hashPrincipal is TokenPrincipal for the token's hash.
+func (p *Policy) hashPrincipal(hash string, now time.Time) (string, error) {
+	e, ok := p.tokens[hash]
 	if !ok {
 		return "", errors.New("the bearer token is not one the policy knows")
 	}

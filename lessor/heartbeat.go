@@ -83,6 +83,17 @@ func (l *Lessor) Heartbeat(id int64) (time.Duration, error) {
 	return ttl, nil
 }
 
+// Leading reports whether the lessor answers heartbeats for id: whether
+// this node leads, as Heartbeat sees it. The server asks before it
+// answers a session its state does not hold as expired without renewing
+// anything (an ID nobody may heartbeat before its owner has it).
+func (l *Lessor) Leading(id int64) bool {
+	sh := l.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.active
+}
+
 // LastHeartbeat returns when this leader last renewed the session, for
 // display; zero if unknown, or if the session has not beaten since this
 // node became leader (the logged renew time is then the better answer).

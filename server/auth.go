@@ -27,6 +27,17 @@ import (
 // forwards, and the leader checks again as the principal the follower
 // names (believed only from a node's peer certificate), against its own
 // state. Without a policy none of this runs.
+//
+// Those checks are a fast path. Whether the caller owns the session or
+// grant a command acts on is decided when the command is applied
+// (statemachine.Actor, DESIGN.md rule 10): every such proposal carries
+// the caller's principal and identity patterns (actorFor), because the
+// state a check reads may not yet hold the session the command will meet.
+// The fast path therefore never lets an ID it does not know through as
+// allowed: it lets the state machine decide, or refuses. Credentials are
+// checked on every call, every stream message and every pipelined
+// operation against the policy in force (grants), not once per
+// connection.
 
 var (
 	errUnauthenticated  = errors.New("unauthenticated")
@@ -79,8 +90,8 @@ func (s *Server) grants(ctx context.Context, counts bool) (*auth.Grants, error) 
 	if !ok {
 		return nil, fmt.Errorf("%w: no caller on the request", errUnauthenticated)
 	}
-	if c.Err != nil {
-		return nil, fmt.Errorf("%w: %v", errUnauthenticated, c.Err)
+	if err := s.auth.authn.Recheck(c); err != nil {
+		return nil, fmt.Errorf("%w: %v", errUnauthenticated, err)
 	}
 	if c.Peer && c.Principal == "" {
 		return nil, nil
@@ -149,7 +160,10 @@ func (s *Server) check(ctx context.Context, msg any) (done func(), err error) {
 		}
 		return s.sessionQuota(g)
 	case *tenurev1.KeepAliveRequest:
-		return nil, s.ownSession(g, m.GetSessionId(), "heartbeat for", false)
+		// Heartbeats never enter the log, so no apply-time check backs
+		// this one up: the heartbeat itself checks the session's owner,
+		// in the same step that reaches the lessor (ownHeartbeat).
+		return nil, nil
 	case *tenurev1.CloseSessionRequest:
 		return nil, s.ownSession(g, m.GetSessionId(), "close", true)
 	case *tenurev1.GetSessionRequest, *tenurev1.ListSessionsRequest:
@@ -212,7 +226,13 @@ func (s *Server) check(ctx context.Context, msg any) (done func(), err error) {
 	case *tenurev1.DeleteRequest:
 		return nil, key(auth.Write, m.Key, m.Prefix)
 	case *tenurev1.CompareAndSwapRequest:
-		return nil, key(auth.Write, m.Key, false)
+		if err := key(auth.Write, m.Key, false); err != nil {
+			return nil, err
+		}
+		if m.SessionId != 0 && !m.Delete {
+			return nil, s.ownSession(g, m.SessionId, "bind a key to", false)
+		}
+		return nil, nil
 	case *tenurev1.MembersRequest, *tenurev1.StatusRequest:
 		return nil, nil // any principal the policy knows
 	case *tenurev1.JoinRequest, *tenurev1.IntroduceRequest:
@@ -234,49 +254,138 @@ func (s *Server) check(ctx context.Context, msg any) (done func(), err error) {
 // identity the policy does not give it. A cluster admin may break in
 // (close a session, release a grant: adminMay) but never act as its
 // holder (acquire, heartbeat, set a value). A session this node does not
-// know is let through: it may be newer than this node's state, and the
-// leader checks again; one nobody knows fails as not found.
+// know yet (it may be newer than this node's state) is not let through
+// as allowed: from cluster version 4 the command goes on and the state
+// machine decides when it applies it; before, it is refused.
 func (s *Server) ownSession(g *auth.Grants, id int64, what string, adminMay bool) error {
 	if adminMay && g.ClusterAdmin() {
 		return nil
 	}
 	var identity string
-	var found bool
+	var found, decidedAtApply bool
 	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
 		var sess statemachine.Session
 		sess, found = m.Session(id)
 		identity = sess.Identity
+		decidedAtApply = m.ClusterVersion() >= 4
 		return nil
 	})
-	if found && !g.Identity(identity) {
+	switch {
+	case !found && !decidedAtApply:
+		return deny("%s may not %s session %d: this node does not know it (yet)", g.Principal, what, id)
+	case found && !g.Identity(identity):
 		return deny("%s may not %s session %d of identity %q", g.Principal, what, id, identity)
 	}
 	return nil
 }
 
 // ownGrant refuses a grant held by a session the principal may not act
-// for.
+// for. An unknown token is treated as ownSession treats an unknown
+// session.
 func (s *Server) ownGrant(g *auth.Grants, namespace, name string, token int64, what string, adminMay bool) error {
 	if adminMay && g.ClusterAdmin() {
 		return nil
 	}
 	var holder string
+	var found, decidedAtApply bool
 	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
+		decidedAtApply = m.ClusterVersion() >= 4
 		l, ok := m.Lease(statemachine.LeaseID{Namespace: namespace, Name: name})
 		if !ok {
 			return nil
 		}
 		for _, h := range l.Holders {
 			if h.Token == token {
-				holder = h.Holder
+				holder, found = h.Holder, true
 			}
 		}
 		return nil
 	})
-	if holder != "" && !g.Identity(holder) {
+	switch {
+	case !found && !decidedAtApply:
+		return deny("%s may not %s token %d of %s/%s: this node knows no such grant (yet)", g.Principal, what, token, namespace, name)
+	case found && !g.Identity(holder):
 		return deny("%s may not %s the grant of %q (token %d)", g.Principal, what, holder, token)
 	}
 	return nil
+}
+
+// ownHeartbeat decides a heartbeat for session id by the caller of ctx,
+// on the leader, just before the lessor renews the session. Heartbeats
+// stay out of the log, so this is the only check: it reads the session
+// as it is now, and the lessor only knows sessions the state already
+// holds. known is false for a session the state does not hold (answered
+// as expired, as the lessor would); err refuses a session the caller may
+// not use, which ends its stream.
+func (s *Server) ownHeartbeat(ctx context.Context, id int64) (known bool, err error) {
+	var identity string
+	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
+		var sess statemachine.Session
+		sess, known = m.Session(id)
+		identity = sess.Identity
+		return nil
+	})
+	if !known || s.auth == nil {
+		return known, nil
+	}
+	g, err := s.grants(ctx, false)
+	if err != nil || g == nil {
+		return known, err
+	}
+	if !g.Identity(identity) {
+		return known, deny("%s may not heartbeat for session %d of identity %q", g.Principal, id, identity)
+	}
+	return known, nil
+}
+
+// actorFor is who the caller of ctx is to the state machine, for a
+// command that acts on a session or grant; nil without a policy or for a
+// node acting for itself. A caller the policy no longer knows gets an
+// actor that may act as nobody.
+func (s *Server) actorFor(ctx context.Context) *statemachine.Actor {
+	if s.auth == nil {
+		return nil
+	}
+	c, ok := callerOf(ctx)
+	if !ok || c.Peer && c.Principal == "" {
+		return nil
+	}
+	a := &statemachine.Actor{Principal: c.Principal}
+	if g, err := s.grants(ctx, false); err == nil && g != nil {
+		a.Identities, a.Breaker = g.Identities(), g.ClusterAdmin()
+	}
+	return a
+}
+
+// withActor sets the actor of a command that acts on a session or grant.
+func withActor(cmd statemachine.Command, a *statemachine.Actor) statemachine.Command {
+	if a == nil {
+		return cmd
+	}
+	switch c := cmd.(type) {
+	case statemachine.CloseSession:
+		c.Actor = a
+		return c
+	case statemachine.Acquire:
+		c.Actor = a
+		return c
+	case statemachine.Release:
+		c.Actor = a
+		return c
+	case statemachine.SetValue:
+		c.Actor = a
+		return c
+	case statemachine.CancelWait:
+		c.Actor = a
+		return c
+	case statemachine.Put:
+		c.Actor = a
+		return c
+	case statemachine.CompareAndSwap:
+		c.Actor = a
+		return c
+	}
+	return cmd
 }
 
 // sessionQuota holds the principal's Open lock while the session count
@@ -304,14 +413,16 @@ func (s *Server) sessionQuota(g *auth.Grants) (func(), error) {
 	return unlock, nil
 }
 
-// filter removes from a list what the caller may not read.
-func (s *Server) filter(ctx context.Context, res any) {
+// filter removes from a list what the caller may not read, and refuses
+// a session the caller may not see exactly as a session that does not
+// exist, so that Get is no oracle of which IDs are open.
+func (s *Server) filter(ctx context.Context, res any) error {
 	if s.auth == nil {
-		return
+		return nil
 	}
 	g, err := s.grants(ctx, false)
 	if err != nil || g == nil {
-		return
+		return nil
 	}
 	switch m := res.(type) {
 	case *tenurev1.ListLeasesResponse:
@@ -320,9 +431,20 @@ func (s *Server) filter(ctx context.Context, res any) {
 		m.Sessions = slices.DeleteFunc(m.Sessions, func(sess *tenurev1.Session) bool { return !s.showSession(g, sess) })
 	case *tenurev1.GetSessionResponse:
 		if m.Session != nil && !s.showSession(g, m.Session) {
-			m.Session = &tenurev1.Session{Id: m.Session.Id}
+			return toConnect(sessionNotFound(m.Session.Id))
 		}
 	}
+	return nil
+}
+
+// mayRead reports whether the caller of ctx may read key: a write-only
+// principal learns nothing of a key's value from a write's answer.
+func (s *Server) mayRead(ctx context.Context, key string) bool {
+	if s.auth == nil {
+		return true
+	}
+	g, err := s.grants(ctx, false)
+	return err == nil && (g == nil || g.Key(auth.Read, key))
 }
 
 // showSession reports whether g may see sess, and trims it to what g may
@@ -343,7 +465,9 @@ func (s *Server) showSession(g *auth.Grants, sess *tenurev1.Session) bool {
 
 // readable returns the filter of events the caller of ctx may read under
 // the policy in force at each event, or nil to send everything.
-func (s *Server) readable(ctx context.Context) func(*statemachine.Event) bool {
+// The credential is checked again at each event: an error ends the
+// stream.
+func (s *Server) readable(ctx context.Context) func(*statemachine.Event) (bool, error) {
 	if s.auth == nil {
 		return nil
 	}
@@ -351,17 +475,26 @@ func (s *Server) readable(ctx context.Context) func(*statemachine.Event) bool {
 	if c.Peer && c.Principal == "" {
 		return nil
 	}
-	return func(e *statemachine.Event) bool {
+	return func(e *statemachine.Event) (bool, error) {
+		if err := s.auth.authn.Recheck(c); err != nil {
+			return false, toConnect(fmt.Errorf("%w: %v", errUnauthenticated, err))
+		}
 		g := s.auth.authn.Policy.Policy().For(c.Principal)
 		if e.KV != nil {
-			return g.Key(auth.Read, e.KV.Key)
+			return g.Key(auth.Read, e.KV.Key), nil
 		}
 		if e.Lease.Namespace != "" {
-			return g.Namespace(auth.Read, e.Lease.Namespace) || g.Namespace(auth.Lock, e.Lease.Namespace)
+			return g.Namespace(auth.Read, e.Lease.Namespace) || g.Namespace(auth.Lock, e.Lease.Namespace), nil
 		}
-		return g.AllNamespaces(auth.Read)
+		return g.AllNamespaces(auth.Read), nil
 	}
 }
+
+// refusedAtApply reports whether err is the state machine's refusal of a
+// command whose caller does not own the session or grant it names: the
+// edge let it through as a fast path, so the audit line is written when
+// it comes back.
+func refusedAtApply(err error) bool { return errors.Is(err, statemachine.ErrNotOwner) }
 
 // audited are the administrative calls written to the audit log
 // whatever their outcome.
@@ -440,11 +573,13 @@ func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			defer done()
 		}
 		res, err := next(ctx, req)
-		if audited[procedure] {
+		if audited[procedure] || refusedAtApply(err) {
 			a.s.record(ctx, procedure, req.Any(), req.Peer().Addr, err)
 		}
 		if err == nil {
-			a.s.filter(ctx, res.Any())
+			if err := a.s.filter(ctx, res.Any()); err != nil {
+				return nil, err
+			}
 		}
 		return res, err
 	}
@@ -469,12 +604,15 @@ func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc)
 }
 
 // checkedConn checks every message a stream receives: a watch's request,
-// each heartbeat (a session checked once per stream), a snapshot's.
+// each heartbeat, a snapshot's, the credential of each pipelined
+// operation's message (pipeline.handle ends the pipeline when it fails;
+// dispatch checks the operation itself). Nothing is remembered from one
+// message to the next: a heartbeat for an ID that was unknown, or a
+// credential that was valid, proves nothing about the next one.
 type checkedConn struct {
 	connect.StreamingHandlerConn
-	s        *Server
-	ctx      context.Context
-	sessions map[int64]bool
+	s   *Server
+	ctx context.Context
 }
 
 func (c *checkedConn) Receive(msg any) error {
@@ -482,25 +620,13 @@ func (c *checkedConn) Receive(msg any) error {
 		return err
 	}
 	if _, ok := msg.(*tenurev1.PipelineRequest); ok {
-		return nil // dispatch checks each operation
-	}
-	hb, heartbeat := msg.(*tenurev1.KeepAliveRequest)
-	if heartbeat && c.sessions[hb.GetSessionId()] {
-		// Still counted against the principal's rate.
-		_, err := c.s.grants(c.ctx, true)
-		return toConnect(err)
+		return nil
 	}
 	procedure := c.Spec().Procedure
 	if _, err := c.s.check(c.ctx, msg); err != nil {
 		err = toConnect(err)
 		c.s.record(c.ctx, procedure, msg, c.Peer().Addr, err)
 		return err
-	}
-	if heartbeat {
-		if c.sessions == nil {
-			c.sessions = map[int64]bool{}
-		}
-		c.sessions[hb.GetSessionId()] = true
 	}
 	if audited[procedure] {
 		c.s.record(c.ctx, procedure, msg, c.Peer().Addr, nil)

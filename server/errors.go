@@ -55,6 +55,7 @@ var errorCodes = []struct {
 	{watch.ErrClosed, connect.CodeUnavailable, api.ReasonShuttingDown},
 	{errUnauthenticated, connect.CodeUnauthenticated, api.ReasonUnauthenticated},
 	{errPermissionDenied, connect.CodePermissionDenied, api.ReasonPermissionDenied},
+	{statemachine.ErrNotOwner, connect.CodePermissionDenied, api.ReasonPermissionDenied},
 	{errRateLimited, connect.CodeResourceExhausted, api.ReasonRateLimited},
 	{context.DeadlineExceeded, connect.CodeDeadlineExceeded, api.ReasonDeadlineExceeded},
 	{context.Canceled, connect.CodeCanceled, api.ReasonCanceled},

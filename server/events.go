@@ -110,8 +110,14 @@ func (s *Server) pumpEvents(ctx context.Context, w *watch.Watcher, send func(*st
 			}
 			return toConnect(err)
 		}
-		if readable != nil && !readable(&e) {
-			continue
+		if readable != nil {
+			ok, err := readable(&e)
+			if err != nil {
+				return err // the credential no longer holds: the stream ends
+			}
+			if !ok {
+				continue
+			}
 		}
 		if err := send(&e); err != nil {
 			return err

@@ -84,7 +84,11 @@ func (h *kvService) Put(ctx context.Context, req *connect.Request[tenurev1.PutRe
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&tenurev1.PutResponse{Revision: res.Revision, PrevKv: kvProto(res.PrevKV)}), nil
+	out := &tenurev1.PutResponse{Revision: res.Revision}
+	if h.s.mayRead(ctx, req.Msg.GetKey()) {
+		out.PrevKv = kvProto(res.PrevKV)
+	}
+	return connect.NewResponse(out), nil
 }
 
 func (h *kvService) Delete(ctx context.Context, req *connect.Request[tenurev1.DeleteRequest]) (*connect.Response[tenurev1.DeleteResponse], error) {
@@ -139,10 +143,22 @@ func (h *kvService) CompareAndSwap(ctx context.Context, req *connect.Request[ten
 	}
 	res, err := h.s.propose(ctx, cmd)
 	if err != nil {
+		if !errors.Is(err, statemachine.ErrCompareFailed) {
+			return nil, toConnect(err)
+		}
+		// What the key holds is for those who may read it: a write-only
+		// caller learns that the compare failed, and the revisions.
+		kv, readable := kvProto(res.KV), h.s.mayRead(ctx, msg.GetKey())
+		if !readable && kv != nil {
+			kv.Value = ""
+			if cmd.Target == statemachine.CompareValue {
+				err = fmt.Errorf("%w: the value of key %q is not the one expected (the caller may not read it)", statemachine.ErrCompareFailed, msg.GetKey())
+			}
+		}
 		ce := toConnect(err)
 		var cerr *connect.Error
-		if errors.Is(err, statemachine.ErrCompareFailed) && errors.As(ce, &cerr) {
-			if detail, derr := connect.NewErrorDetail(&tenurev1.GetResponse{Kv: kvProto(res.KV), Revision: res.Revision}); derr == nil {
+		if errors.As(ce, &cerr) {
+			if detail, derr := connect.NewErrorDetail(&tenurev1.GetResponse{Kv: kv, Revision: res.Revision}); derr == nil {
 				cerr.AddDetail(detail)
 			}
 		}

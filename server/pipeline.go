@@ -77,6 +77,26 @@ func (s *Server) newPipeline(send func(*tenurev1.PipelineResponse)) *pipeline {
 	return &pipeline{s: s, send: send, slots: make(chan struct{}, maxPipelined), ops: map[uint64]*pipelinedOp{}}
 }
 
+// admit checks the pipeline's credential again before each request, pings
+// and cancels included: a pipeline lives as long as its client, and a
+// token that expired or left the policy, or a certificate past its
+// NotAfter, must stop working on it as on a unary call. When it fails,
+// the request is answered unauthenticated and the returned error ends
+// the pipeline.
+func (p *pipeline) admit(ctx context.Context, req *tenurev1.PipelineRequest) error {
+	if p.s.auth == nil {
+		return nil
+	}
+	c, _ := callerOf(ctx)
+	if err := p.s.auth.authn.Recheck(c); err != nil {
+		err = toConnect(fmt.Errorf("%w: %v; the pipeline is closed", errUnauthenticated, err))
+		p.s.record(ctx, tenurev1connect.SessionServicePipelineProcedure, req, "", err)
+		p.send(pipelineError(req.GetId(), err))
+		return err
+	}
+	return nil
+}
+
 // handle starts one request. It is called in stream order by the one
 // goroutine that reads the stream, and blocks while maxPipelined
 // operations are in flight, or until ctx ends.
@@ -173,6 +193,10 @@ func (s *Server) runPipelined(ctx context.Context, req *tenurev1.PipelineRequest
 		err = toConnect(errStopping)
 	}
 	(&metricsInterceptor{s.metrics}).observe(procedure, start, err)
+	if refusedAtApply(err) {
+		msg, _ := pipelinedMessage(req.GetOp())
+		s.record(ctx, procedure, msg, "", err)
+	}
 	if err != nil {
 		return pipelineError(req.GetId(), err)
 	}
@@ -356,6 +380,9 @@ func (h *sessionService) Pipeline(ctx context.Context, stream *connect.BidiStrea
 		if req, err = stream.Receive(); err != nil {
 			break
 		}
+		if err = p.admit(ctx, req); err != nil {
+			break
+		}
 		p.handle(ctx, req)
 	}
 	if errors.Is(err, io.EOF) {
@@ -519,6 +546,9 @@ func (pc *pipeConn) serve() {
 			break
 		}
 		last = max(last, req.GetId()) // cancels and pings carry no ID of their own
+		if err = p.admit(ctx, req); err != nil {
+			break
+		}
 		p.handle(ctx, req)
 	}
 	select {

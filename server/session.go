@@ -49,9 +49,21 @@ func (h *sessionService) Open(ctx context.Context, req *connect.Request[tenurev1
 	return connect.NewResponse(&tenurev1.OpenSessionResponse{Session: out}), nil
 }
 
-func (h *sessionService) heartbeat(id int64) (*tenurev1.KeepAliveResponse, error) {
+func (h *sessionService) heartbeat(ctx context.Context, id int64) (*tenurev1.KeepAliveResponse, error) {
 	if id <= 0 {
 		return nil, invalid("session_id must be a positive session ID, got %d", id)
+	}
+	known, err := h.s.ownHeartbeat(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !known {
+		// Answered as the lessor would, but without renewing an ID
+		// that may become somebody else's session a moment later.
+		if !h.s.lessor.Leading(id) {
+			return nil, h.s.notLeader()
+		}
+		return &tenurev1.KeepAliveResponse{SessionId: id, Expired: true}, nil
 	}
 	ttl, err := h.s.lessor.Heartbeat(id)
 	if errors.Is(err, lessor.ErrSessionExpired) {
@@ -79,7 +91,7 @@ func (h *sessionService) KeepAlive(ctx context.Context, stream *connect.BidiStre
 		if err != nil {
 			return err
 		}
-		resp, err := h.heartbeat(req.GetSessionId())
+		resp, err := h.heartbeat(ctx, req.GetSessionId())
 		if err != nil {
 			return toConnect(err)
 		}
@@ -90,7 +102,7 @@ func (h *sessionService) KeepAlive(ctx context.Context, stream *connect.BidiStre
 }
 
 func (h *sessionService) Refresh(ctx context.Context, req *connect.Request[tenurev1.KeepAliveRequest]) (*connect.Response[tenurev1.KeepAliveResponse], error) {
-	resp, err := h.heartbeat(req.Msg.GetSessionId())
+	resp, err := h.heartbeat(ctx, req.Msg.GetSessionId())
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -119,7 +131,7 @@ func (h *sessionService) Get(ctx context.Context, req *connect.Request[tenurev1.
 	err := h.s.read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
 		sess, ok := m.Session(req.Msg.GetSessionId())
 		if !ok {
-			return fmt.Errorf("%w: session %d", statemachine.ErrSessionNotFound, req.Msg.GetSessionId())
+			return sessionNotFound(req.Msg.GetSessionId())
 		}
 		out = sessionProto(m, sess, h.s.lessor)
 		return nil
@@ -149,4 +161,10 @@ func (h *sessionService) List(ctx context.Context, req *connect.Request[tenurev1
 		return nil, toConnect(err)
 	}
 	return connect.NewResponse(out), nil
+}
+
+// sessionNotFound is the one answer for a session that does not exist,
+// and for one the caller may not see.
+func sessionNotFound(id int64) error {
+	return fmt.Errorf("%w: session %d", statemachine.ErrSessionNotFound, id)
 }

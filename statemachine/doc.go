@@ -18,4 +18,13 @@
 //     ExpireKeys and EndLockDelays with the epoch of its leadership. The
 //     machine ignores proposals from an older epoch, so a deposed leader's
 //     late expiry can never shorten a TTL.
+//   - Attach the proposer's Actor to every command that acts on a session
+//     or a grant (CloseSession, Acquire, Release, SetValue, CancelWait,
+//     and Put or CompareAndSwap with a session). The machine, not the API
+//     edge, decides ownership: it refuses the command with ErrNotOwner
+//     when the session's or grant's identity is not one the actor may
+//     use, at the moment the command is applied, so that a command aimed
+//     at an ID that did not exist when the edge checked it meets the
+//     session it will really act on. A nil Actor (a node acting for
+//     itself) is not checked.
 package statemachine

@@ -1,0 +1,322 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tenurehq/tenure/api/framing"
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/auth"
+	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/internal/attack"
+	"github.com/tenurehq/tenure/internal/certs"
+)
+
+// The attacks of issue 21 on one node: another principal aims its calls
+// at the IDs and tokens the victim is about to get, from many
+// goroutines, while the victim works. Ownership is decided when each
+// command is applied, so nothing of the victim's is touched, and each
+// refusal is audited.
+
+func (as *authServer) party(t *testing.T, credentials string) attack.Party {
+	return attack.NewParty(as.http(t, credentials), as.url)
+}
+
+func TestNoPrincipalWinsARaceForAnotherPrincipalsNextSession(t *testing.T) {
+	as := startAuthServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, attacker := range []string{"team-b", "reader"} {
+		t.Run(attacker, func(t *testing.T) {
+			rep, err := attack.Race{
+				Victim: as.party(t, "token:team-a"), Attacker: as.party(t, "token:"+attacker), Observer: as.party(t, "token:admin"),
+				SharedNamespace: "shared", AttackerNamespace: "team-b", AttackerKeys: "team-b/",
+				Sessions: 40, Goroutines: 8, Ahead: 4,
+			}.Run(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rep.Empty() {
+				t.Errorf("what %s did to team-a's sessions and grants: got = %s, expected: nothing", attacker, rep)
+			}
+			t.Logf("%s: %s", attacker, rep)
+			if rep.Refused == 0 {
+				t.Errorf("refused calls of %s: got = 0 of %d, expected: some (the race never reached a victim ID)", attacker, rep.Salvos)
+			}
+		})
+	}
+	if logs := as.logs.String(); !strings.Contains(logs, "not owner") || !strings.Contains(logs, "outcome=denied") {
+		t.Errorf("audit log: got no apply-time refusal line, expected: denied lines naming not owner")
+	}
+}
+
+// TestAHeartbeatForAnIDNotYetOpenedNeverKeepsItsSessionAlive: team-b
+// beats for the next IDs before team-a opens them, on a stream that
+// reopens whenever it is ended. team-a's session, never heartbeated by
+// team-a, expires after its TTL all the same, and team-b's streams are
+// refused once the session exists.
+func TestAHeartbeatForAnIDNotYetOpenedNeverKeepsItsSessionAlive(t *testing.T) {
+	as := startAuthServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	victim, attacker, admin := as.party(t, "token:team-a"), as.party(t, "token:team-b"), as.party(t, "token:admin")
+	rev := as.revision(t, ctx)
+	var denied atomic.Int64
+	beatCtx, stopBeating := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		denied.Store(attack.Heartbeats(beatCtx, attacker, func() []int64 { return []int64{rev + 1, rev + 2, rev + 3} }, 50*time.Millisecond))
+	}()
+	defer func() { stopBeating(); <-done }()
+	time.Sleep(200 * time.Millisecond) // the attacker beats before the session exists
+	open, err := victim.Sessions.Open(ctx, connect.NewRequest(&tenurev1.OpenSessionRequest{Ttl: durationpb.New(time.Second)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := open.Msg.GetSession().GetId()
+	if id > rev+3 {
+		t.Fatalf("victim's session ID: got = %d, expected: one the attacker aims at (%d..%d)", id, rev+1, rev+3)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := admin.Sessions.Get(ctx, connect.NewRequest(&tenurev1.GetSessionRequest{SessionId: id}))
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("team-a's session %d (TTL 1s) 10s later: got = still open (%v), expected: expired: team-b's heartbeats kept it alive", id, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopBeating()
+	<-done
+	if denied.Load() == 0 {
+		t.Errorf("team-b's heartbeat streams refused: got = 0, expected: at least one once the session existed")
+	}
+}
+
+// TestCompareAndSwapBindsKeysOnlyToTheCallersSessions: CompareAndSwap
+// checks the session it binds to as Put does, on a unary call and on
+// both pipeline transports.
+func TestCompareAndSwapBindsKeysOnlyToTheCallersSessions(t *testing.T) {
+	as := startAuthServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := as.clients(t, "token:team-a")
+	open, err := a.sessions.Open(ctx, connect.NewRequest(&tenurev1.OpenSessionRequest{Ttl: durationpb.New(time.Minute)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := open.Msg.GetSession().GetId()
+	cas := func(key string) *tenurev1.CompareAndSwapRequest {
+		return &tenurev1.CompareAndSwapRequest{Key: key, Value: "b", SessionId: victim, Compare: &tenurev1.Compare{Target: &tenurev1.Compare_Absent{Absent: true}}}
+	}
+	b := as.clients(t, "token:team-b")
+	_, err = b.kv.CompareAndSwap(ctx, connect.NewRequest(cas("team-b/unary")))
+	expect(t, "unary CompareAndSwap binding team-b/unary to team-a's session", connect.CodeOf(err), connect.CodePermissionDenied)
+
+	stream := b.sessions.Pipeline(ctx)
+	if err := stream.Send(&tenurev1.PipelineRequest{Id: 1, Op: &tenurev1.PipelineRequest_CompareAndSwap{CompareAndSwap: cas("team-b/stream")}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "pipelined (Connect stream) CompareAndSwap binding to team-a's session", connect.Code(resp.GetError().GetCode()), connect.CodePermissionDenied)
+	_ = stream.CloseRequest()
+	_ = stream.CloseResponse()
+
+	framed := as.dialPipeline(t, as.tokens["team-b"])
+	if err := framed.send(&tenurev1.PipelineRequest{Id: 1, Op: &tenurev1.PipelineRequest_CompareAndSwap{CompareAndSwap: cas("team-b/framed")}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err = framed.receive(); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "pipelined (upgraded connection) CompareAndSwap binding to team-a's session", connect.Code(resp.GetError().GetCode()), connect.CodePermissionDenied)
+	all := as.clients(t, "token:admin")
+	for _, k := range []string{"team-b/unary", "team-b/stream", "team-b/framed"} {
+		if _, err := all.kv.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{Key: k})); connect.CodeOf(err) != connect.CodeNotFound {
+			t.Errorf("key %s after the refused compare-and-swap: got = %v, expected: not found", k, err)
+		}
+	}
+}
+
+// dialPipeline upgrades a TLS connection with token by hand, as the Go
+// client does.
+func (as *authServer) dialPipeline(t *testing.T, token string) *upgradePipe {
+	t.Helper()
+	cfg, err := certs.ClientConfig(filepath.Join(as.dir, "ca.pem"), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tls.Dial("tcp", as.Addr(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: tenure\r\nAuthorization: Bearer %s\r\nConnection: Upgrade\r\nUpgrade: %s\r\nContent-Length: 0\r\n\r\n", framing.Path, token, framing.Protocol)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: got = %s, expected: 101 Switching Protocols", resp.Status)
+	}
+	return &upgradePipe{conn: conn, r: framing.NewReader(br, 1<<20), w: framing.NewWriter(conn)}
+}
+
+func expect[T comparable](t *testing.T, what string, got, expected T) {
+	t.Helper()
+	if got != expected {
+		t.Errorf("%s: got = %v, expected: %v", what, got, expected)
+	}
+}
+
+// goClient is the Go client (the upgraded pipeline) with a token.
+func (as *authServer) goClient(t *testing.T, ctx context.Context, token string) *client.Client {
+	t.Helper()
+	cfg, err := certs.ClientConfig(filepath.Join(as.dir, "ca.pem"), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(ctx, []string{as.Addr()}, client.WithTLS(cfg), client.WithToken(token),
+		client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestACredentialIsCheckedForAsLongAsItIsUsed: streams and pipelines
+// opened with team-a's token stop working the moment the token leaves
+// the policy, as a unary call does, and are ended unauthenticated.
+func TestACredentialIsCheckedForAsLongAsItIsUsed(t *testing.T) {
+	as := startAuthServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := as.clients(t, "token:team-a")
+	open, err := a.sessions.Open(ctx, connect.NewRequest(&tenurev1.OpenSessionRequest{Ttl: durationpb.New(time.Minute)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := open.Msg.GetSession().GetId()
+
+	heartbeats := a.sessions.KeepAlive(ctx)
+	beat := func() error {
+		if err := heartbeats.Send(&tenurev1.KeepAliveRequest{SessionId: sid}); err != nil {
+			_, err = heartbeats.Receive()
+			return err
+		}
+		_, err := heartbeats.Receive()
+		return err
+	}
+	pipe := a.sessions.Pipeline(ctx)
+	put := func(id uint64) error {
+		req := &tenurev1.PipelineRequest{Id: id, Op: &tenurev1.PipelineRequest_Put{Put: &tenurev1.PutRequest{Key: "team-a/k", Value: fmt.Sprint(id)}}}
+		if err := pipe.Send(req); err != nil {
+			_, err = pipe.Receive()
+			return err
+		}
+		resp, err := pipe.Receive()
+		if err != nil {
+			return err
+		}
+		if e := resp.GetError(); e != nil {
+			return connect.NewError(connect.Code(e.GetCode()), errors.New(e.GetMessage()))
+		}
+		return nil
+	}
+	goClient := as.goClient(t, ctx, as.tokens["team-a"])
+	if err := beat(); err != nil {
+		t.Fatalf("heartbeat before the change: %v", err)
+	}
+	if err := put(1); err != nil {
+		t.Fatalf("pipelined put before the change: %v", err)
+	}
+	// From revision 1, so that its first event (the put) is there at once.
+	watch, err := a.kv.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Key: "team-a/k", StartRevision: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !watch.Receive() {
+		t.Fatalf("watch before the change: %v", watch.Err())
+	}
+	if _, err := goClient.KV().Put(ctx, "team-a/g", "1"); err != nil {
+		t.Fatalf("Go client put before the change: %v", err)
+	}
+
+	// team-a's token leaves the policy: it is given a new one.
+	as.tokens["team-a"] = auth.NewToken()
+	writePolicy(t, as.policy.Path(), as.tokens, testPolicy)
+	if err := as.policy.Reload(); err != nil {
+		t.Fatal(err)
+	}
+
+	expect(t, "heartbeat on the stream opened before", connect.CodeOf(beat()), connect.CodeUnauthenticated)
+	expect(t, "put on the pipeline opened before", connect.CodeOf(put(2)), connect.CodeUnauthenticated)
+	expect(t, "the pipeline after its credential failed", connect.CodeOf(put(3)), connect.CodeUnauthenticated)
+	if _, err := as.clients(t, "token:admin").kv.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: "team-a/k", Value: "by admin"})); err != nil {
+		t.Fatal(err)
+	}
+	for watch.Receive() {
+		t.Errorf("watch opened before the change: got event %v, expected: none, the stream ended", watch.Msg())
+	}
+	expect(t, "watch stream's end", connect.CodeOf(watch.Err()), connect.CodeUnauthenticated)
+	if _, err := goClient.KV().Put(ctx, "team-a/g", "2"); !errors.Is(err, client.ErrUnauthenticated) {
+		t.Errorf("Go client put on its pipeline after the change: got = %v, expected: ErrUnauthenticated", err)
+	}
+	kv, err := as.clients(t, "token:admin").kv.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{Key: "team-a/g"}))
+	if err != nil || kv.Msg.GetKv().GetValue() != "1" {
+		t.Errorf("team-a/g after the change: got = %v, %v, expected: 1", kv, err)
+	}
+}
+
+// TestAnExpiredTokenStopsWorkingOnAnOpenStream: the token's expiry, not
+// only its removal, ends what it opened.
+func TestAnExpiredTokenStopsWorkingOnAnOpenStream(t *testing.T) {
+	as := startAuthServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	expires := time.Now().Add(2 * time.Second).UTC().Format(time.RFC3339)
+	body := strings.Replace(testPolicy, "roles: [team-a]\n    tokens: [{sha256: \"%s\"}]", "roles: [team-a]\n    tokens: [{sha256: \"%s\", expires: \""+expires+"\"}]", 1)
+	writePolicy(t, as.policy.Path(), as.tokens, body)
+	if err := as.policy.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	a := as.clients(t, "token:team-a")
+	open, err := a.sessions.Open(ctx, connect.NewRequest(&tenurev1.OpenSessionRequest{Ttl: durationpb.New(time.Minute)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	heartbeats := a.sessions.KeepAlive(ctx)
+	var last error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if err := heartbeats.Send(&tenurev1.KeepAliveRequest{SessionId: open.Msg.GetSession().GetId()}); err != nil {
+			_, last = heartbeats.Receive()
+			break
+		}
+		if _, last = heartbeats.Receive(); last != nil {
+			break
+		}
+	}
+	expect(t, "heartbeats on a stream whose token expired", connect.CodeOf(last), connect.CodeUnauthenticated)
+}
