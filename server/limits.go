@@ -29,8 +29,8 @@ type Limits struct {
 	// an idle lease record is kept. Zero keeps records forever.
 	LeaseGCAfter time.Duration
 	// MetricsLeaseNames bounds the lease names with series of their own
-	// in the per-lease metrics; others are counted as lease="(other)",
-	// unless labelled tenure.dev/metrics=lease.
+	// in the per-lease metrics, first come; others are counted as
+	// lease="(other)". A collected lease frees its slot.
 	MetricsLeaseNames int
 	// MaxHold bounds the max_hold a lease may ask for; 0 allows any.
 	MaxHold time.Duration

@@ -156,7 +156,7 @@ variables (TENURE_ENDPOINTS, TENURE_TOKEN, ...) do not apply to serve.`,
 	f.IntVar(&l.MaxWaitersPerLease, "max-waiters-per-lease", l.MaxWaitersPerLease, "sessions that may queue for one lease")
 	f.IntVar(&l.MaxCapacity, "max-capacity", l.MaxCapacity, "largest semaphore capacity")
 	f.IntVar(&l.MaxLabels, "max-labels", l.MaxLabels, "labels one session or lease may carry")
-	f.IntVar(&l.MetricsLeaseNames, "metrics-lease-names", l.MetricsLeaseNames, "lease names with per-lease metric series of their own (others count as lease=\"(other)\"; a lease labelled tenure.dev/metrics=lease always has its own)")
+	f.IntVar(&l.MetricsLeaseNames, "metrics-lease-names", l.MetricsLeaseNames, "lease names with per-lease metric series of their own (first come; the rest count as lease=\"(other)\"; a collected lease frees its slot)")
 	f.DurationVar(&l.MaxHold, "max-hold-limit", l.MaxHold, "the longest max_hold a lease may ask for; 0 allows any")
 	f.DurationVar(&l.MaxHoldGrace, "max-hold-grace", l.MaxHoldGrace, "after asking a holder past its lease's max_hold to step down, revoke its grant this much later")
 	f.DurationVar(&l.LeaseGCAfter, "lease-gc-after", l.LeaseGCAfter, "delete a lease record idle this long (no holders, waiters or lock-delay), unless its acquire named its own gc_after; 0 keeps records forever")
