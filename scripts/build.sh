@@ -13,8 +13,13 @@
 #
 # Usage: scripts/build.sh OUT    (OUT may be /dev/null to check a build)
 set -euo pipefail
+usage="usage: scripts/build.sh OUT    (the binary to write; /dev/null checks that it builds)"
+case "${1:-}" in
+"") echo "$usage" >&2; exit 2 ;;
+-h | --help) echo "$usage"; exit 0 ;;
+esac
+out="$1"
 cd "$(dirname "$0")/.."
-out="${1:?usage: scripts/build.sh OUT}"
 pkg=github.com/tenurehq/tenure/internal/cli
 ldflags="-s -w"
 if [ -n "${TENURE_VERSION:-}" ]; then ldflags+=" -X $pkg.buildVersion=${TENURE_VERSION}"; fi

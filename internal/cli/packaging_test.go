@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -983,5 +984,24 @@ func TestInstallDocs(t *testing.T) {
 	}
 	if commands < 5 || configs < 1 {
 		t.Errorf("docs/operations.md, Install and run: got = %d commands and %d configs checked, expected: at least 5 and 1", commands, configs)
+	}
+}
+
+// TestBuildScriptWithoutOutputPrintsUsage: scripts/build.sh without its
+// argument says how to call it and exits 2, rather than a shell error
+// ("line 17: 1: usage: ..."); --help prints the same and exits 0.
+func TestBuildScriptWithoutOutputPrintsUsage(t *testing.T) {
+	const want = "usage: scripts/build.sh OUT    (the binary to write; /dev/null checks that it builds)\n"
+	cmd := exec.Command("bash", filepath.Join(repoRoot, "scripts/build.sh"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || stderr.String() != want {
+		t.Errorf("scripts/build.sh: got = %v, stderr %q, expected: exit 2 and %q", err, stderr.String(), want)
+	}
+	out, err := exec.Command("bash", filepath.Join(repoRoot, "scripts/build.sh"), "--help").Output()
+	if err != nil || string(out) != want {
+		t.Errorf("scripts/build.sh --help: got = %v, %q, expected: exit 0 and %q", err, out, want)
 	}
 }
