@@ -59,7 +59,7 @@ learn the moment a node's lease ends:
 			out := cmd.ErrOrStderr()
 			lease := client.LeaseName{Namespace: ns, Name: node}
 			o.OnHeld = func(t client.Token) {
-				fmt.Fprintf(out, "tenure: %s is held (token %d); heartbeats every %v\n", lease, t.Token, ttl/3)
+				fmt.Fprintln(out, heldLine(lease, t.Token, ttl))
 			}
 			o.OnLost = func(err error) {
 				fmt.Fprintf(out, "tenure: %s was lost (%v); taking it again\n", lease, err)
@@ -80,4 +80,11 @@ learn the moment a node's lease ends:
 	f.DurationVar(&gcAfter, "gc-after", 0, "keep the record this long after the node is gone; 0 keeps it forever")
 	f.Lookup("gc-after").DefValue = "the server's --lease-gc-after"
 	return cmd
+}
+
+// heldLine is what heartbeat prints once it holds the node lease. The
+// interval is TTL/3, shown to the millisecond: a 4s TTL's is 1.333s, not
+// 1.333333333s.
+func heldLine(lease client.LeaseName, token int64, ttl time.Duration) string {
+	return fmt.Sprintf("tenure: %s is held (token %d); heartbeats every %v", lease, token, (ttl / 3).Round(time.Millisecond))
 }
