@@ -1635,3 +1635,102 @@ func TestWebPageTimelineStartsAtTheOldestEventKept(t *testing.T) {
 		t.Errorf("churn's lane: no hatching before the history, expected some")
 	}
 }
+
+// TestWebPageTimelineFitsAYoungHistoryAndWritesOneClock: on a server
+// whose history is 20 seconds old, the timeline opened on its default
+// window (up to 15 minutes) fits those 20 seconds, so a grant held all
+// along spans most of the width rather than a sliver at the right edge.
+// A holder identity too long for its column is whole in the tooltips of
+// the row and the bar. And every moment the page writes — the status
+// line, the range above the lanes, the recent events, the tooltips and
+// the detail — is in one format: local time to the millisecond, after
+// the date only when that is not today.
+func TestWebPageTimelineFitsAYoungHistoryAndWritesOneClock(t *testing.T) {
+	browser := chromium(t)
+	addr := testserver.Start(t, testserver.Limits())
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	const long = "payments-scheduler-replica-7f9c2d1e-eu-west-1b.prod.internal.example.com"
+	const key = "default/report"
+	born := time.Now()
+	done := jsonOpenSession(t, ctx, addr, "cron-1", "60s")
+	tok := jsonAcquireWith(t, ctx, addr, map[string]any{"sessionId": done, "name": "nightly"})
+	jsonCall(t, ctx, addr, "LeaseService/Release", map[string]any{"name": "nightly", "token": tok}, nil)
+	holder := jsonOpenSession(t, ctx, addr, long, "60s")
+	token := strconv.FormatInt(jsonAcquireWith(t, ctx, addr, map[string]any{"sessionId": holder, "name": "report"}), 10)
+	// The session is not heartbeated: it must outlive the test.
+	time.Sleep(time.Until(born.Add(20 * time.Second)))
+
+	tab := newTab(t, ctx, browser)
+	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/")); err != nil {
+		t.Fatal(err)
+	}
+	var lane *pageLane
+	within(t, 20*time.Second, "the report lane with its grant", func() bool {
+		lane = readLane(tab, key)
+		return lane != nil && len(lane.Bars) == 1
+	})
+	// 20s of a 15-minute window would be 2% of it.
+	if b := lane.Bars[0]; b.Holder != long || b.Token != token || b.Width < 80 {
+		t.Errorf("report's bar on a 20s-old history: got = %+v, expected: %s's token %s, over 80%% of the window", b, long, token)
+	}
+
+	// Long identities: cut short in the row, whole in its tooltip and in
+	// the bar's.
+	var row map[string]string
+	within(t, 20*time.Second, "the report row", func() bool {
+		row = pageLease(pageLeases(tab), "default", "report")
+		return row != nil
+	})
+	if cut := pageEval[bool](tab, `(() => {
+		const tr = document.querySelector('#leases tr[data-lease="default/report"]');
+		const td = tr && tr.cells[2];
+		return !!td && td.scrollWidth > td.clientWidth;
+	})()`); !cut {
+		t.Logf("the Holder cell shows %s whole at this width; its tooltip is checked all the same", long)
+	}
+	if !strings.Contains(row["Holder title"], long) {
+		t.Errorf("Holder tooltip: got = %q, expected: the whole identity %q", row["Holder title"], long)
+	}
+	tip := pointAt(t, tab, key, ".tl-bar", false)
+	if !strings.Contains(tip, long+", token "+token) {
+		t.Errorf("bar's tooltip: got = %q, expected: the whole identity %q and token %s", tip, long, token)
+	}
+
+	// One clock format everywhere.
+	if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`#leases tr[data-lease="default/report"]`))); err != nil {
+		t.Fatal(err)
+	}
+	texts := map[string]string{}
+	within(t, 20*time.Second, "the page's times", func() bool {
+		texts = pageEval[map[string]string](tab, `(() => {
+			const text = id => document.getElementById(id).innerText;
+			const nightly = document.querySelector('#leases tr[data-lease="default/nightly"]');
+			const report = document.querySelector('#d-holders tbody tr');
+			return {
+				status: text("status"), range: text("tl-range"), events: text("events"), detailEvents: text("d-events"),
+				nightlyStatus: nightly ? nightly.cells[3].title : "",
+				heldSince: report ? report.cells[2].title + "\n" + report.cells[3].title : "",
+			};
+		})()`)
+		return strings.Contains(texts["status"], "updated") && texts["nightlyStatus"] != "" && texts["heldSince"] != "" &&
+			strings.Contains(texts["events"], "acquired "+key) && strings.Contains(texts["detailEvents"], "acquired")
+	})
+	texts["bar tooltip"] = tip
+	// Any time of day, with what may come around it: a date, seconds,
+	// a fraction, a zone, AM or PM.
+	anyTime := regexp.MustCompile(`(\d{4}-\d{2}-\d{2}[T ])?\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?( ?[AaPp]\.?[Mm]\.?|Z|[+-]\d{2}:?\d{2})?`)
+	one := regexp.MustCompile(`^(\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}\.\d{3}$`)
+	for what, text := range texts {
+		found := anyTime.FindAllString(text, -1)
+		if len(found) == 0 {
+			t.Errorf("%s: got = %q, expected: a time in it", what, text)
+		}
+		for _, s := range found {
+			if !one.MatchString(s) {
+				t.Errorf("%s: got = time %q in %q, expected: HH:MM:SS.mmm, after YYYY-MM-DD when not today", what, s, text)
+			}
+		}
+	}
+}
