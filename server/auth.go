@@ -256,7 +256,10 @@ func (s *Server) check(ctx context.Context, msg any) (done func(), err error) {
 // holder (acquire, heartbeat, set a value). A session this node does not
 // know yet (it may be newer than this node's state) is not let through
 // as allowed: from cluster version 4 the command goes on and the state
-// machine decides when it applies it; before, it is refused.
+// machine decides when it applies it. Before (a rolling upgrade, when
+// replicas would apply it differently) a follower passes it on to the
+// leader, and the leader, whose state holds every session a client has
+// been told of, refuses it.
 func (s *Server) ownSession(g *auth.Grants, id int64, what string, adminMay bool) error {
 	if adminMay && g.ClusterAdmin() {
 		return nil
@@ -271,7 +274,7 @@ func (s *Server) ownSession(g *auth.Grants, id int64, what string, adminMay bool
 		return nil
 	})
 	switch {
-	case !found && !decidedAtApply:
+	case !found && !decidedAtApply && s.leading.Load():
 		return deny("%s may not %s session %d: this node does not know it (yet)", g.Principal, what, id)
 	case found && !g.Identity(identity):
 		return deny("%s may not %s session %d of identity %q", g.Principal, what, id, identity)
@@ -302,7 +305,7 @@ func (s *Server) ownGrant(g *auth.Grants, namespace, name string, token int64, w
 		return nil
 	})
 	switch {
-	case !found && !decidedAtApply:
+	case !found && !decidedAtApply && s.leading.Load():
 		return deny("%s may not %s token %d of %s/%s: this node knows no such grant (yet)", g.Principal, what, token, namespace, name)
 	case found && !g.Identity(holder):
 		return deny("%s may not %s the grant of %q (token %d)", g.Principal, what, holder, token)
