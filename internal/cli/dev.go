@@ -80,12 +80,16 @@ keeps running while a node is down. SIGINT or SIGTERM (Ctrl-C) are passed to
 every node, which shut down cleanly; a second one kills them. Running the
 same command again restarts the same cluster from its data: the nodes and
 ports are kept in --data-dir/cluster.json. Remove --data-dir to start
-afresh.`,
+afresh. Left out, --data-dir is tenure/dev-cluster in the user's cache
+directory, not the working directory; the first line printed names it.`,
 		Example: `  tenure dev cluster
   tenure dev cluster --nodes 5 --data-dir /tmp/tenure-5
   TENURE_ENDPOINTS=127.0.0.1:7480,127.0.0.1:7490,127.0.0.1:7500 tenure members`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.dataDir == "" {
+				o.dataDir = defaultDevDataDir()
+			}
 			layout, err := o.layout(cmd)
 			if err != nil {
 				return err
@@ -95,7 +99,8 @@ afresh.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.nodes, "nodes", 3, "how many nodes, each a voter")
-	f.StringVar(&o.dataDir, "data-dir", "./tenure-dev", "directory for every node's data and log")
+	f.StringVar(&o.dataDir, "data-dir", "", "directory for every node's data and log")
+	f.Lookup("data-dir").DefValue = "tenure/dev-cluster in the user's cache directory ($XDG_CACHE_HOME or ~/.cache on Linux)"
 	f.IntVar(&o.basePort, "base-port", 7480, "the first node's API port; node N's is this + 10(N-1), its raft port the next one")
 	f.IntSliceVar(&o.apiPorts, "api-ports", nil, "each node's API port, instead of --base-port (one per node)")
 	f.IntSliceVar(&o.peerPorts, "peer-ports", nil, "each node's raft port, with --api-ports")
@@ -214,6 +219,7 @@ func runDevCluster(cmd *cobra.Command, o devOptions, layout devLayout) error {
 	if err != nil {
 		return fmt.Errorf("find the tenure executable to run the nodes: %w", err)
 	}
+	fmt.Fprintf(out, "data in %s (remove it to start afresh)\n", o.dataDir)
 
 	// Caught here, besides Main's context, to learn which signal came so
 	// as to pass the same one on. Registered before any node starts, so
@@ -285,6 +291,19 @@ func runDevCluster(cmd *cobra.Command, o devOptions, layout devLayout) error {
 		return unmet(errors.New("every node exited"))
 	}
 	return nil
+}
+
+// defaultDevDataDir is where a dev cluster keeps its data unless told:
+// under the user's cache directory, so that trying Tenure out in a
+// checkout leaves nothing in it (an untracked directory there makes a
+// release build "dirty"), and the next run still finds the same
+// cluster. Without a cache directory ($HOME unset), the temporary one.
+func defaultDevDataDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), fmt.Sprintf("tenure-dev-cluster-%d", os.Getuid()))
+	}
+	return filepath.Join(dir, "tenure", "dev-cluster")
 }
 
 func exitText(err error) string {
