@@ -1,6 +1,8 @@
 package client_test
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -139,10 +141,27 @@ func TestClientModulesLeaveOutTheServer(t *testing.T) {
 	}
 }
 
-// TestReadmeGoClientBuildsAlone follows the README from a new module:
-// its setup commands (replace lines pointing at this checkout, then go
-// get), its Go example as the body of main, and package fence beside it.
-// The program builds, and its module graph holds nothing of the server.
+// forbiddingProxy is a module proxy that answers 403 to everything, as
+// some company proxies do for modules they do not know (where
+// proxy.golang.org answers 404, on which go falls back). It fails the test
+// if anything asks it about the tenure modules, and returns its URL.
+func forbiddingProxy(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "tenurehq") {
+			t.Errorf("module proxy asked for %s, expected: no question about the tenure modules", r.URL.Path)
+		}
+		http.Error(w, "forbidden", http.StatusForbidden)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestReadmeGoClientBuildsAlone follows the README from a new module,
+// behind a module proxy that answers 403 to everything: its setup
+// commands (replace and require lines pointing at this checkout), its Go
+// example as the body of main, and package fence beside it. The program
+// builds, and its module graph holds nothing of the server.
 func TestReadmeGoClientBuildsAlone(t *testing.T) {
 	root := repoRoot(t)
 	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
@@ -171,17 +190,15 @@ func TestReadmeGoClientBuildsAlone(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(app, "go.sum"), []byte(strings.Join(slices.Compact(sums), "")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The README's commands run with GOPROXY=off, on a module cache that
-	// holds what the client modules need (go mod download fetches only
-	// what is missing). Asked about these unpublished modules, the public
-	// proxy answers "not found" and go get falls back to the replace lines;
-	// a proxy that answers otherwise (403) would fail go get, and this
-	// test is about the module graph, not about the network.
+	// The README's commands run on a module cache that holds what the
+	// client modules need (go mod download fetches only what is missing),
+	// behind a proxy that refuses everything: they must not need one.
 	goCmd(t, filepath.Join(root, "client"), "readonly", "mod", "download")
 	goCmd(t, filepath.Join(root, "fence"), "readonly", "mod", "download")
+	t.Setenv("GOPROXY", forbiddingProxy(t))
 	sh := exec.Command("bash", "-euo", "pipefail", "-c", strings.ReplaceAll(setup, "/path/to/tenure", root))
 	sh.Dir = app
-	sh.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "GOPROXY=off")
+	sh.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
 	if out, err := sh.CombinedOutput(); err != nil {
 		t.Fatalf("README go-client-setup failed: %v\n%s", err, out)
 	}
@@ -224,6 +241,70 @@ func runReport(ctx context.Context, tok client.Token) {
 	}
 	if found := serverModulesIn(graphModules(t, app)); len(found) > 0 {
 		t.Errorf("server modules in the application's module graph got = %v, expected: none", found)
+	}
+}
+
+// TestReadmeGoWorkspaceBuildsOffline follows the README's other way, a
+// go.work beside a new module, with no module proxy at all, and builds a
+// program that imports the client and fence; its build list holds nothing
+// of the server.
+func TestReadmeGoWorkspaceBuildsOffline(t *testing.T) {
+	root := repoRoot(t)
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup := readmeBlock(t, string(readme), "go-client-workspace", "sh")
+	goCmd(t, filepath.Join(root, "client"), "readonly", "mod", "download")
+	goCmd(t, filepath.Join(root, "fence"), "readonly", "mod", "download")
+
+	app := t.TempDir()
+	goCmd(t, app, "mod", "mod", "init", "example.com/app")
+	program := `package main
+
+import (
+	"fmt"
+
+	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/fence"
+)
+
+func main() { fmt.Println(client.DefaultNamespace, fence.Header) }
+`
+	if err := os.WriteFile(filepath.Join(app, "main.go"), []byte(program), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// GOWORK empty: the go.work the README's command writes is found
+	// from app. GOFLAGS=-mod=mod would be refused in workspace mode, as
+	// the README says.
+	env := append(os.Environ(), "GOWORK=", "GOPROXY=off", "GOFLAGS=-mod=readonly")
+	run := func(name string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir = app
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	run("bash", "-euo", "pipefail", "-c", strings.ReplaceAll(setup, "/path/to/tenure", root))
+	if _, err := os.Stat(filepath.Join(app, "go.work")); err != nil {
+		t.Fatalf("after the README's go-client-workspace block: %v, expected: a go.work in the module", err)
+	}
+	run("go", "build", "-o", os.DevNull, ".")
+	var paths []string
+	for _, line := range strings.Split(strings.TrimSpace(run("go", "list", "-m", "all")), "\n") {
+		paths = append(paths, strings.Fields(line)[0])
+	}
+	for mod := range clientModules {
+		if !slices.Contains(paths, mod) {
+			t.Errorf("workspace build list got = %v, expected: %s in it", paths, mod)
+		}
+	}
+	if found := serverModulesIn(paths); len(found) > 0 {
+		t.Errorf("server modules in the workspace's build list got = %v, expected: none", found)
 	}
 }
 
