@@ -320,3 +320,106 @@ func TestAnExpiredTokenStopsWorkingOnAnOpenStream(t *testing.T) {
 	}
 	expect(t, "heartbeats on a stream whose token expired", connect.CodeOf(last), connect.CodeUnauthenticated)
 }
+
+// TestAWriteOnlyPrincipalReadsNoValueFromItsWrites: Put's prev_kv and a
+// failed compare-and-swap's message and details carry what the key held;
+// a principal that may write a key but not read it gets neither, on a
+// unary call and on a pipeline, while a reader-writer still does.
+func TestAWriteOnlyPrincipalReadsNoValueFromItsWrites(t *testing.T) {
+	as := startAuthServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The validator becomes a principal that may only write team-a/.
+	body := strings.Replace(testPolicy, "  validator:\n    - namespaces: [team-a]\n      verbs: [validate]", "  validator:\n    - keys: [team-a/]\n      verbs: [write]", 1)
+	writePolicy(t, as.policy.Path(), as.tokens, body)
+	if err := as.policy.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	const secret = "s3cret-value"
+	admin := as.clients(t, "token:admin")
+	if _, err := admin.kv.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: "team-a/secret", Value: secret})); err != nil {
+		t.Fatal(err)
+	}
+	w := as.clients(t, "token:validator")
+	put, err := w.kv.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: "team-a/secret", Value: secret}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if put.Msg.GetPrevKv() != nil {
+		t.Errorf("write-only Put's prev_kv: got = %v, expected: none", put.Msg.GetPrevKv())
+	}
+	_, err = w.kv.CompareAndSwap(ctx, connect.NewRequest(&tenurev1.CompareAndSwapRequest{
+		Key: "team-a/secret", Value: "new", Compare: &tenurev1.Compare{Target: &tenurev1.Compare_Value{Value: "guess"}},
+	}))
+	expect(t, "write-only CompareAndSwap with a wrong value", connect.CodeOf(err), connect.CodeFailedPrecondition)
+	if strings.Contains(err.Error(), secret) {
+		t.Errorf("write-only CompareAndSwap's message: got = %q, expected: no value", err.Error())
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		for _, d := range ce.Details() {
+			if v, derr := d.Value(); derr == nil {
+				if g, ok := v.(*tenurev1.GetResponse); ok && g.GetKv().GetValue() != "" {
+					t.Errorf("write-only CompareAndSwap's detail: got value %q, expected: none", g.GetKv().GetValue())
+				}
+			}
+		}
+	}
+
+	stream := w.sessions.Pipeline(ctx)
+	defer func() { _ = stream.CloseRequest(); _ = stream.CloseResponse() }()
+	if err := stream.Send(&tenurev1.PipelineRequest{Id: 1, Op: &tenurev1.PipelineRequest_Put{Put: &tenurev1.PutRequest{Key: "team-a/secret", Value: secret}}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := resp.GetPut().GetPrevKv(); p != nil {
+		t.Errorf("write-only pipelined Put's prev_kv: got = %v, expected: none", p)
+	}
+	if err := stream.Send(&tenurev1.PipelineRequest{Id: 2, Op: &tenurev1.PipelineRequest_CompareAndSwap{CompareAndSwap: &tenurev1.CompareAndSwapRequest{
+		Key: "team-a/secret", Value: "new", Compare: &tenurev1.Compare{Target: &tenurev1.Compare_Value{Value: "guess"}},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err = stream.Receive(); err != nil {
+		t.Fatal(err)
+	}
+	if e := resp.GetError(); e == nil || strings.Contains(e.GetMessage(), secret) {
+		t.Errorf("write-only pipelined CompareAndSwap: got = %v, expected: compare failed without the value", resp)
+	}
+
+	rw, err := as.clients(t, "token:team-a").kv.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: "team-a/secret", Value: "v2"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "a reader-writer's prev_kv value", rw.Msg.GetPrevKv().GetValue(), secret)
+}
+
+// TestGetOfAnotherPrincipalsSessionAnswersAsForNone: no session ID
+// oracle. team-b asking for team-a's session, and for an ID that does
+// not exist, gets the same answer but for the number.
+func TestGetOfAnotherPrincipalsSessionAnswersAsForNone(t *testing.T) {
+	as := startAuthServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	open, err := as.clients(t, "token:team-a").sessions.Open(ctx, connect.NewRequest(&tenurev1.OpenSessionRequest{Ttl: durationpb.New(time.Minute)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := open.Msg.GetSession().GetId()
+	b := as.clients(t, "token:team-b")
+	_, theirs := b.sessions.Get(ctx, connect.NewRequest(&tenurev1.GetSessionRequest{SessionId: id}))
+	_, none := b.sessions.Get(ctx, connect.NewRequest(&tenurev1.GetSessionRequest{SessionId: id + 1000}))
+	expect(t, "code for team-a's session", connect.CodeOf(theirs), connect.CodeNotFound)
+	expect(t, "code for no session", connect.CodeOf(none), connect.CodeNotFound)
+	if theirs != nil && none != nil {
+		got := strings.ReplaceAll(theirs.Error(), fmt.Sprint(id), "N")
+		expected := strings.ReplaceAll(none.Error(), fmt.Sprint(id+1000), "N")
+		expect(t, "message for team-a's session, the ID masked", got, expected)
+	}
+	if _, err := as.clients(t, "token:team-a").sessions.Get(ctx, connect.NewRequest(&tenurev1.GetSessionRequest{SessionId: id})); err != nil {
+		t.Errorf("team-a's Get of its own session: %v", err)
+	}
+}

@@ -315,6 +315,9 @@ const (
 	allowed = "allowed"           // past the gate: any answer but the two below
 	unauth  = "unauthenticated"   // connect.CodeUnauthenticated, HTTP 401
 	denied  = "permission_denied" // connect.CodePermissionDenied, HTTP 403
+	// notFound is connect.CodeNotFound: a session the caller may not
+	// see is answered as one that does not exist.
+	notFound = "not_found"
 )
 
 type matrixCall struct {
@@ -330,6 +333,8 @@ func codeOf(err error) string {
 		return unauth
 	case connect.CodePermissionDenied:
 		return denied
+	case connect.CodeNotFound:
+		return notFound
 	}
 	if err == nil {
 		return ok
@@ -559,15 +564,19 @@ func expected(caller, call string) string {
 		return denied
 	case "lock principal of another namespace":
 		switch call {
+		case "SessionService/Get":
+			return notFound
 		// Its own session; lists filtered to what it may read.
-		case "SessionService/Open", "SessionService/Get", "SessionService/List", "LeaseService/List all namespaces",
+		case "SessionService/Open", "SessionService/List", "LeaseService/List all namespaces",
 			"ClusterService/Members", "ClusterService/Status", "GET /metrics":
 			return ok
 		}
 		return denied
 	case "validate-only principal":
 		switch call {
-		case "LeaseService/Validate", "SessionService/Get", "SessionService/List", "LeaseService/List all namespaces",
+		case "SessionService/Get":
+			return notFound
+		case "LeaseService/Validate", "SessionService/List", "LeaseService/List all namespaces",
 			"ClusterService/Members", "ClusterService/Status", "GET /metrics":
 			return ok
 		}
