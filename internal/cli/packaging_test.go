@@ -239,7 +239,7 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("%s: build stage FROM %q: expected: a golang:%s.N image, the Go of go.mod", path, build.from, goLine[1])
 	}
 	if !slices.ContainsFunc(build.all("RUN"), func(r string) bool { return strings.Contains(r, "./scripts/build.sh ") }) {
-		t.Errorf("%s: the build stage does not RUN ./scripts/build.sh, the build CI runs (scripts/test.sh)", path)
+		t.Errorf("%s: the build stage does not RUN ./scripts/build.sh, the build CI runs (scripts/release-check.sh)", path)
 	}
 	script, err := os.ReadFile(filepath.Join(repoRoot, "scripts/build.sh"))
 	if err != nil {
