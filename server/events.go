@@ -72,8 +72,20 @@ func leaseFilter(ns, name string) func(*statemachine.Event) bool {
 
 // streamEvents feeds a Connect watch until the caller goes away, the
 // server stops, or the watcher falls behind (an explicit error naming the
-// revision to resync from).
+// revision to resync from). The watch holds one of the caller's
+// open-watch slots while it runs, and is refused without one.
 func (s *Server) streamEvents(ctx context.Context, spec watchSpec, send func(*statemachine.Event) error) error {
+	release, err := s.holdWatch(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return s.feedEvents(ctx, spec, send)
+}
+
+// feedEvents is streamEvents without the slot, for a grant watch, which
+// holds a wait slot instead.
+func (s *Server) feedEvents(ctx context.Context, spec watchSpec, send func(*statemachine.Event) error) error {
 	w, err := s.hub.Watch(spec.start, spec.filter)
 	if err != nil {
 		return toConnect(err)

@@ -104,8 +104,16 @@ func queryRevision(v string) (int64, error) {
 
 // watchHTTP registers the watcher, then sends 200 and the headers at once:
 // a client sees the status as soon as the watch is in place (every event
-// after it will be sent), and a bad request still gets a 4xx.
+// after it will be sent), and a bad request still gets a 4xx. The watch
+// holds one of the caller's open-watch slots, as streamEvents does; a
+// caller without one gets 429.
 func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, spec watchSpec, render func(*statemachine.Event) proto.Message) {
+	release, err := s.holdWatch(r.Context())
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	defer release()
 	watcher, err := s.hub.Watch(spec.start, spec.filter)
 	if err != nil {
 		httpError(w, toConnect(err))

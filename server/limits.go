@@ -42,6 +42,11 @@ type Limits struct {
 	// Streams are exempt: their bodies last as long as they do. Zero
 	// means no bound.
 	RequestReadTimeout time.Duration
+	// MaxWaits bounds the waits parked on this node at once (Acquires
+	// waiting in a queue, holders' grant watches), and MaxWatches the
+	// lease and key watches open on it, over every caller; 0 is no
+	// limit. The policy's waits and watches bound each principal.
+	MaxWaits, MaxWatches int
 }
 
 // DefaultLimits are DESIGN.md's limits.
@@ -55,6 +60,8 @@ func DefaultLimits() Limits {
 		DefaultTTL:             10 * time.Second,
 		MaxSessionsPerIdentity: 1024,
 		MaxWaitersPerLease:     10000,
+		MaxWaits:               100000,
+		MaxWatches:             100000,
 		MaxCapacity:            10000,
 		MaxLabels:              64,
 		WatchHistory:           65536,
@@ -72,9 +79,9 @@ var ErrInvalidLimits = errors.New("invalid limits")
 // Validate reports the first limit that is out of range, naming the
 // field and the serve flag that sets it. Open calls it, so that a
 // library user's partly filled Limits fails at once instead of refusing
-// every request later. A zero MaxSessionsPerIdentity or
-// MaxWaitersPerLease means no limit, and a zero RequestReadTimeout no
-// bound.
+// every request later. A zero MaxSessionsPerIdentity,
+// MaxWaitersPerLease, MaxWaits or MaxWatches means no limit, and a zero
+// RequestReadTimeout no bound.
 func (l Limits) Validate() error {
 	bad := func(field, flag string, v any, want string) error {
 		return fmt.Errorf("%w: %s is %v; it must be %s (--%s)", ErrInvalidLimits, field, v, want, flag)
@@ -98,6 +105,10 @@ func (l Limits) Validate() error {
 		return bad("MaxSessionsPerIdentity", "max-sessions-per-identity", l.MaxSessionsPerIdentity, "0 (no limit) or more")
 	case l.MaxWaitersPerLease < 0:
 		return bad("MaxWaitersPerLease", "max-waiters-per-lease", l.MaxWaitersPerLease, "0 (no limit) or more")
+	case l.MaxWaits < 0:
+		return bad("MaxWaits", "max-waits", l.MaxWaits, "0 (no limit) or more")
+	case l.MaxWatches < 0:
+		return bad("MaxWatches", "max-watches", l.MaxWatches, "0 (no limit) or more")
 	case l.MaxCapacity < 1:
 		return bad("MaxCapacity", "max-capacity", l.MaxCapacity, "at least 1")
 	case l.MaxLabels < 0:

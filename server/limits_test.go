@@ -23,6 +23,8 @@ func TestLimitsThatCannotWorkAreRefusedNamingTheField(t *testing.T) {
 		{"a default TTL outside the range", func(l *Limits) { l.DefaultTTL = time.Second }, "DefaultTTL is 1s; it must be within MinTTL 2s and MaxTTL 24h0m0s (--default-ttl)"},
 		{"no semaphore capacity", func(l *Limits) { l.MaxCapacity = 0 }, "MaxCapacity is 0; it must be at least 1 (--max-capacity)"},
 		{"negative label count", func(l *Limits) { l.MaxLabels = -1 }, "MaxLabels is -1"},
+		{"a negative cap on parked waits", func(l *Limits) { l.MaxWaits = -1 }, "MaxWaits is -1; it must be 0 (no limit) or more (--max-waits)"},
+		{"a negative cap on open watches", func(l *Limits) { l.MaxWatches = -5 }, "MaxWatches is -5; it must be 0 (no limit) or more (--max-watches)"},
 		{"no watch history", func(l *Limits) { l.WatchHistory = 0 }, "WatchHistory is 0; it must be at least 1 (--watch-history)"},
 	}
 	for _, c := range cases {
@@ -40,6 +42,7 @@ func TestLimitsThatCannotWorkAreRefusedNamingTheField(t *testing.T) {
 	}
 	zeroes := DefaultLimits()
 	zeroes.MaxSessionsPerIdentity, zeroes.MaxWaitersPerLease, zeroes.RequestReadTimeout = 0, 0, 0
+	zeroes.MaxWaits, zeroes.MaxWatches = 0, 0
 	if err := zeroes.Validate(); err != nil {
 		t.Fatalf("zero meaning no limit: got = %v, expected: valid", err)
 	}

@@ -322,17 +322,37 @@ func pipelineError(id uint64, err error) *tenurev1.PipelineResponse {
 var errGrantWatchEnded = errors.New("grant ended")
 
 // watchGrant waits until the grant with req's token ends, or its holder
-// is asked to step down, and returns the event that says so.
+// is asked to step down, and returns the event that says so. Only a
+// current grant parks, on one of the caller's wait slots; a grant that
+// has ended is answered at once, and a token that is no grant of the
+// lease is refused (grantWatchStart).
 func (h *leaseService) watchGrant(ctx context.Context, req *tenurev1.WatchGrantRequest) (*tenurev1.LeaseEvent, error) {
 	if req.GetToken() <= 0 {
 		return nil, toConnect(invalid("token must be a positive fencing token, got %d", req.GetToken()))
 	}
-	spec, err := h.s.cfg.Limits.leaseWatch(false, req.GetNamespace(), req.GetName(), req.GetStartRevision())
+	id, err := h.s.cfg.Limits.leaseID(req.GetNamespace(), req.GetName())
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	spec, err := h.s.cfg.Limits.leaseWatch(false, id.Namespace, id.Name, req.GetStartRevision())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	gone, from, err := h.s.grantWatchStart(ctx, id, req.GetToken(), spec.start)
+	switch {
+	case err != nil:
+		return nil, toConnect(err)
+	case gone != nil:
+		return leaseEventProto(gone), nil
+	}
+	spec.start = from
+	release, err := h.s.holdWait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	var ended *tenurev1.LeaseEvent
-	err = h.s.streamEvents(ctx, spec, func(e *statemachine.Event) error {
+	err = h.s.feedEvents(ctx, spec, func(e *statemachine.Event) error {
 		if e.Token != req.GetToken() {
 			return nil
 		}

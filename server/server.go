@@ -76,6 +76,7 @@ type Server struct {
 	lessor  *lessor.Lessor
 	hub     *watch.Hub
 	waiters *waiters
+	quota   *quota
 	http    *http.Server
 	metrics *metrics
 	peers   *peers
@@ -160,7 +161,8 @@ func Open(cfg Config) (*Server, error) {
 		s.auth = &authState{authn: cfg.Auth, audit: auth.NewAuditor(audit)}
 	}
 	s.metrics = newMetrics(cfg.Registry, s)
-	s.waiters = newWaiters(s.propose, s.metrics.waiting.Add, cfg.Logger)
+	s.quota = newQuota()
+	s.waiters = newWaiters(s.propose, s.holdWait, s.metrics.waiting.Add, cfg.Logger)
 	s.lessor = lessor.New(lessor.Config{
 		Proposer: proposer{s},
 		// Collections wait for the cluster version, which rises within a

@@ -65,8 +65,11 @@ type proposeFunc func(context.Context, statemachine.Command) (statemachine.Resul
 // be handed out as new (it would carry a released token).
 type waiters struct {
 	propose proposeFunc
-	onWait  func(delta float64) // counts calls parked past their proposal
-	log     *slog.Logger
+	// hold takes one of the caller's parked-wait slots (Server.holdWait)
+	// before a waiting Acquire parks; release gives it back.
+	hold   func(ctx context.Context) (release func(), err error)
+	onWait func(delta float64) // counts calls parked past their proposal
+	log    *slog.Logger
 
 	mu     sync.Mutex // guards parked, ended and every entry's refs and calls
 	parked map[waitKey]*waitEntry
@@ -80,8 +83,8 @@ type waitsEnded struct {
 	err error
 }
 
-func newWaiters(propose proposeFunc, onWait func(delta float64), log *slog.Logger) *waiters {
-	return &waiters{propose: propose, onWait: onWait, log: log, parked: map[waitKey]*waitEntry{}, ended: &waitsEnded{c: make(chan struct{})}}
+func newWaiters(propose proposeFunc, hold func(context.Context) (func(), error), onWait func(delta float64), log *slog.Logger) *waiters {
+	return &waiters{propose: propose, hold: hold, onWait: onWait, log: log, parked: map[waitKey]*waitEntry{}, ended: &waitsEnded{c: make(chan struct{})}}
 }
 
 // endWaits makes every parked call return err at once, leaving its
@@ -111,6 +114,8 @@ type acquired struct {
 // (when positive) passes, or ctx ends. It parks the
 // call before proposing, so that a grant applied right after the
 // proposal cannot be missed, and ignores outcomes applied before it.
+// It holds one of the caller's parked-wait slots from before it parks
+// until it returns, and is refused (resource_exhausted) without one.
 //
 // A call that times out still takes a grant that raced the timeout: its
 // caller is there to use it. A call whose ctx ends gives back a grant
@@ -127,6 +132,11 @@ func (w *waiters) acquire(ctx context.Context, cmd statemachine.Acquire, timeout
 		}
 		return acquired{token: res.Grant.Token, lease: res.Lease}, nil
 	}
+	release, err := w.hold(ctx)
+	if err != nil {
+		return acquired{}, err
+	}
+	defer release()
 	entry, call, ended := w.park(cmd.SessionID, cmd.Lease)
 	res, err := w.propose(ctx, cmd)
 	entry.turn.Unlock()

@@ -71,7 +71,7 @@ func TestParkedAcquireIgnoresOutcomesFromBeforeItsProposal(t *testing.T) {
 			var w *waiters
 			fp := &fakeProposer{queuedAt: 10}
 			fp.during = func() { w.observe(tc.before) }
-			w = newWaiters(fp.propose, func(float64) {}, slog.New(slog.DiscardHandler))
+			w = newWaiters(fp.propose, noQuota, func(float64) {}, slog.New(slog.DiscardHandler))
 			type result struct {
 				got acquired
 				err error
