@@ -154,6 +154,8 @@ variables (TENURE_ENDPOINTS, TENURE_TOKEN, ...) do not apply to serve.`,
 	f.DurationVar(&l.DefaultTTL, "default-ttl", l.DefaultTTL, "session TTL when a client names none")
 	f.IntVar(&l.MaxSessionsPerIdentity, "max-sessions-per-identity", l.MaxSessionsPerIdentity, "open sessions one holder identity may have")
 	f.IntVar(&l.MaxWaitersPerLease, "max-waiters-per-lease", l.MaxWaitersPerLease, "sessions that may queue for one lease")
+	f.IntVar(&l.MaxWaits, "max-waits", l.MaxWaits, "waits parked on this node at once (waiting acquires and holders' grant watches), over every caller; 0 for no limit (a policy's waits bounds each principal)")
+	f.IntVar(&l.MaxWatches, "max-watches", l.MaxWatches, "lease and key watches open on this node at once, over every caller; 0 for no limit (a policy's watches bounds each principal)")
 	f.IntVar(&l.MaxCapacity, "max-capacity", l.MaxCapacity, "largest semaphore capacity")
 	f.IntVar(&l.MaxLabels, "max-labels", l.MaxLabels, "labels one session or lease may carry")
 	f.IntVar(&l.MetricsLeaseNames, "metrics-lease-names", l.MetricsLeaseNames, "lease names with per-lease metric series of their own (first come; the rest count as lease=\"(other)\"; a collected lease frees its slot)")
