@@ -48,7 +48,7 @@ func (s *Server) grantWatchStart(ctx context.Context, id statemachine.LeaseID, t
 		return nil, start, nil
 	}
 	notGrant := func() error {
-		return fmt.Errorf("%w: token %d is not a grant of %s that is held or has ended (revision %d); only a holder may watch its grant",
+		return fmt.Errorf("%w: token %d is not a grant of %s, held or ended, as of revision %d; a grant watch is for a holder's own grant",
 			statemachine.ErrNotHolder, token, id, last)
 	}
 	if token > last {
