@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/tenurehq/tenure/api"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 )
 
@@ -26,11 +27,12 @@ type Client struct {
 	transport splitTransport
 	http      *http.Client
 
-	mu        sync.Mutex // guards endpoints, current, closed and conns
+	mu        sync.Mutex // guards endpoints, current, closed, conns and ttls
 	endpoints []*endpoint
 	current   int
 	closed    bool
 	conns     map[net.Conn]struct{} // open connections, closed by Close
+	ttls      map[time.Duration]int // how many heartbeating sessions have each TTL
 }
 
 type endpoint struct {
@@ -42,13 +44,24 @@ type endpoint struct {
 	// that just went away until it hears of the next.
 	failedAt int64
 	sessions tenurev1connect.SessionServiceClient
-	leases   tenurev1connect.LeaseServiceClient
-	kv       tenurev1connect.KVServiceClient
-	cluster  tenurev1connect.ClusterServiceClient
+	// unarySessions never takes the pipeline: heartbeats to a follower,
+	// which forwards them.
+	unarySessions tenurev1connect.SessionServiceClient
+	leases        tenurev1connect.LeaseServiceClient
+	kv            tenurev1connect.KVServiceClient
+	cluster       tenurev1connect.ClusterServiceClient
 
 	pipeMu sync.Mutex // guards pipe and noPipe; held while connecting
 	pipe   *pipe
 	noPipe bool // the server has no pipeline: unary calls only
+}
+
+// pipeless reports whether ep's server has no pipeline at all, as
+// opposed to one it refused because it does not lead.
+func (ep *endpoint) pipeless() bool {
+	ep.pipeMu.Lock()
+	defer ep.pipeMu.Unlock()
+	return ep.noPipe
 }
 
 type options struct {
@@ -135,7 +148,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	// be upgraded to a pipeline.
 	http1.SetHTTP1(true)
 	dialer := &net.Dialer{Timeout: o.dialTimeout, KeepAlive: 15 * time.Second}
-	c := &Client{opts: o, conns: map[net.Conn]struct{}{}}
+	c := &Client{opts: o, conns: map[net.Conn]struct{}{}, ttls: map[time.Duration]int{}}
 	c.transport = splitTransport{
 		// Unary calls and watches use HTTP/1.1 connections from a pool:
 		// on Go's HTTP/2 each call costs about twice the CPU (see
@@ -241,7 +254,8 @@ func (tc *trackedConn) Close() error {
 
 func (c *Client) newEndpoint(url string) *endpoint {
 	ep := &endpoint{c: c, url: url, cluster: tenurev1connect.NewClusterServiceClient(c.http, url)}
-	ep.sessions = pipedSessions{tenurev1connect.NewSessionServiceClient(c.http, url), ep}
+	ep.unarySessions = tenurev1connect.NewSessionServiceClient(c.http, url)
+	ep.sessions = pipedSessions{ep.unarySessions, ep}
 	ep.leases = pipedLeases{tenurev1connect.NewLeaseServiceClient(c.http, url), ep}
 	ep.kv = pipedKV{tenurev1connect.NewKVServiceClient(c.http, url), ep}
 	return ep
@@ -305,6 +319,35 @@ func (c *Client) follow(scheme, addr string) {
 	c.current = i
 }
 
+// carryTTL counts a session of the given TTL in (n = 1) when its
+// heartbeats start, or out (n = -1) when they end.
+func (c *Client) carryTTL(ttl time.Duration, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ttls[ttl] += n; c.ttls[ttl] <= 0 {
+		delete(c.ttls, ttl)
+	}
+}
+
+// pingBounds are the pipelines' liveness bounds (see pipe.watchdog):
+// how long a busy pipeline may stay silent before it is pinged, and how
+// much longer before it is given up. Every session of the client shares
+// its pipelines, so both follow the shortest TTL among them: an eighth
+// each, so that a frozen or cut-off node is left within about 5/16 of
+// the TTL of silence (a quarter, plus the watchdog's tick), well inside
+// the validity window (3/4), and a session's next heartbeat goes
+// elsewhere in time. A pong costs the server one small frame, answered
+// by its reader without touching raft, so pinging that often is cheap.
+func (c *Client) pingBounds() (every, timeout time.Duration) {
+	every, timeout = c.opts.pingEvery, c.opts.pingTimeout
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for ttl := range c.ttls {
+		every, timeout = min(every, ttl/8), min(timeout, ttl/8)
+	}
+	return every, timeout
+}
+
 // Endpoints lists the endpoint URLs, the one in use first: those given to
 // New and the leaders learnt since.
 func (c *Client) Endpoints() []string {
@@ -335,17 +378,40 @@ const distrustFailed = time.Second
 // A call that was cancelled says nothing about the endpoint: callers
 // whose own context ended must not fail over (every unlock would move
 // the client off the leader when its grant monitor's watch stops).
+//
+// It moves to the next endpoint that has not failed within
+// distrustFailed, if there is one. A follower that answered "not
+// leader" is alive and did not fail: moving on from it must not lead
+// back to a leader that went silent a moment ago (frozen, its
+// connections still accepted) while the followers have not yet elected
+// the next, which would cost a call its whole patience again.
 func (c *Client) failover(ep *endpoint, err error) {
 	if errors.Is(err, context.Canceled) {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ep.failedAt = time.Now().UnixNano()
+	now := time.Now()
+	if reasonOf(err) != api.ReasonNotLeader {
+		ep.failedAt = now.UnixNano()
+	}
 	if c.endpoints[c.current] != ep || len(c.endpoints) == 1 {
 		return
 	}
-	c.current = (c.current + 1) % len(c.endpoints)
+	// The next endpoint in turn that has not failed lately, else the one
+	// that failed longest ago.
+	next := -1
+	for i := range len(c.endpoints) - 1 {
+		j := (c.current + 1 + i) % len(c.endpoints)
+		if now.Sub(time.Unix(0, c.endpoints[j].failedAt)) >= distrustFailed {
+			next = j
+			break
+		}
+		if next < 0 || c.endpoints[j].failedAt < c.endpoints[next].failedAt {
+			next = j
+		}
+	}
+	c.current = next
 	c.opts.logger.Debug("tenure: switching endpoint", "from", ep.url, "to", c.endpoints[c.current].url, "err", err)
 }
 

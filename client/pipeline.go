@@ -216,7 +216,13 @@ func (c *Client) dialPipe(ctx context.Context, ep *endpoint) (*pipe, error) {
 			ep.noPipe = true
 			return nil, errUseUnary
 		case reason == api.ReasonNotLeader:
-			return nil, errUseUnary
+			// A follower: unary calls, which it forwards. The error says
+			// whom it named as the leader ("" for nobody yet), which the
+			// heartbeats go by during a failover.
+			ce := connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: %s does not lead", errUseUnary, ep.url))
+			ce.Meta().Set(api.ErrorHeader, string(reason))
+			ce.Meta().Set(leaderHeader, resp.Header.Get(leaderHeader))
+			return nil, ce
 		}
 		ce := connect.NewWireError(httpCode(resp.StatusCode), errors.New(strings.TrimSpace(string(body))))
 		if reason != "" {
@@ -430,16 +436,22 @@ func (p *pipe) readLoop() {
 
 // pingEvery is how long a pipe with requests in flight may stay silent
 // before it is asked for a pong, and pingTimeout how much longer before
-// it is given up: the same bounds the heartbeat stream's HTTP/2 pings
-// have. A parked Acquire is answered only when granted, so silence alone
-// proves nothing.
+// it is given up, while the client has no session with a shorter TTL
+// (Client.pingBounds scales both down to an eighth of the shortest): the
+// same bounds the heartbeat stream's HTTP/2 pings have. A parked Acquire
+// is answered only when granted, so silence alone proves nothing.
 const pingEvery, pingTimeout = 5 * time.Second, 5 * time.Second
 
 // watchdog pings a silent pipe with calls in flight and breaks it when
-// no pong comes: a node cut off by a partition never says goodbye.
+// no pong comes: a node cut off by a partition, or frozen (SIGSTOP, a
+// VM stall), never says goodbye. Breaking it takes the path of any
+// broken connection (fail): every call in flight fails as retryable,
+// and the read loop ends with the connection, so no answer can arrive
+// after that. The bounds are read again at every tick: sessions come
+// and go.
 func (p *pipe) watchdog() {
-	every, timeout := p.c.opts.pingEvery, p.c.opts.pingTimeout
-	t := time.NewTicker(every / 2)
+	every, timeout := p.c.pingBounds()
+	t := time.NewTimer(every / 2)
 	defer t.Stop()
 	for {
 		select {
@@ -447,6 +459,8 @@ func (p *pipe) watchdog() {
 			return
 		case <-t.C:
 		}
+		every, timeout = p.c.pingBounds()
+		t.Reset(every / 2)
 		p.mu.Lock()
 		busy := len(p.calls) > 0
 		p.mu.Unlock()

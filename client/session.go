@@ -42,6 +42,10 @@ type Session struct {
 	lostOnce sync.Once
 	lost     chan struct{}
 
+	// expiry fires when the validity window closes: Lost must not wait
+	// for the heartbeat loop, which may be connecting somewhere.
+	expiry *time.Timer
+
 	stop      chan struct{} // closed by Close to end the heartbeat loop
 	done      chan struct{} // closed when the heartbeat loop has ended
 	gaveUp    atomic.Bool   // the heartbeat loop ended the lost session on the server
@@ -148,8 +152,23 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 		gates:    map[LeaseName]chan struct{}{},
 	}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	// The pipelines' liveness checks follow the shortest TTL among the
+	// sessions they carry, from now until the heartbeats end.
+	c.carryTTL(s.ttl, 1)
+	s.expiry = time.AfterFunc(time.Hour, s.checkValidity)
+	s.expiry.Reset(time.Until(s.ValidUntil()))
 	go s.heartbeat()
 	return s, nil
+}
+
+// checkValidity runs on the expiry timer: it marks the session lost if
+// the validity window has closed, else waits for its new end.
+func (s *Session) checkValidity() {
+	if left := time.Until(s.ValidUntil()); left > 0 {
+		s.expiry.Reset(left)
+		return
+	}
+	s.markLost(fmt.Errorf("%w: %w", ErrSessionExpired, errValidityPassed))
 }
 
 // ID is the session's ID on the server.
@@ -217,6 +236,8 @@ var errClosed = errors.New("closed by its owner")
 // (on another endpoint if need be) while the validity lasts.
 func (s *Session) heartbeat() {
 	defer close(s.done)
+	defer s.c.carryTTL(s.ttl, -1)
+	defer s.expiry.Stop()
 	pause := s.c.opts.backoff
 	for {
 		select {
@@ -246,12 +267,15 @@ func (s *Session) heartbeat() {
 		if err == nil {
 			continue // stopped or lost: the select above says which
 		}
-		// A stream that worked for a while, or a node that named the
-		// leader to go to, is worth retrying at once: the backoff is for
-		// a cluster that keeps failing, not for the one failover that
-		// ended a healthy stream. Waiting out a backoff grown during an
-		// earlier outage could use up the validity window.
-		if acked || reasonOf(err).NotSent() {
+		s.c.opts.logger.Debug("tenure: heartbeats interrupted", "session", s.id, "err", err, "valid_for", time.Until(s.ValidUntil()).Round(time.Millisecond))
+		// A stream that worked for a while, a node that named the leader
+		// to go to, or a heartbeat the endpoint left unanswered (a frozen
+		// leader: another endpoint names the new one) is worth retrying
+		// at once: the backoff is for a cluster that keeps failing, not
+		// for the one failover that ended a healthy stream. Waiting out a
+		// backoff grown during an earlier outage could use up the
+		// validity window.
+		if acked || notSent(err) || errors.Is(err, errUnanswered) || errors.Is(err, errLeaderNamed) {
 			pause = s.c.opts.backoff
 		}
 		wait := time.NewTimer(pause)
@@ -273,6 +297,44 @@ func (s *Session) heartbeat() {
 
 var errValidityPassed = errors.New("no heartbeat acknowledged within the validity window")
 
+// errUnanswered ends a heartbeat stream whose endpoint left a heartbeat
+// unanswered for the patience (see patience): the heartbeat is sent
+// again through another endpoint.
+var errUnanswered = errors.New("heartbeat unanswered")
+
+// errLeaderNamed ends a heartbeat stream before it starts: the endpoint
+// does not lead and named the one that does, now the current endpoint.
+var errLeaderNamed = errors.New("the endpoint named another leader")
+
+// patience is how long a heartbeat may go unanswered before it is sent
+// again through another endpoint: one heartbeat interval.
+//
+// A leader answers a heartbeat from memory — no log entry, no disk — so a
+// live one, even a busy one, answers in milliseconds; an interval (at
+// least 667ms at the 2s minimum TTL) is a hundred times that, and waiting
+// longer buys nothing: the next heartbeat is due anyway. Waiting less
+// costs a live but slow leader its place as the current endpoint, and the
+// follower the retry goes to names that same leader, which is not
+// followed again for a second (distrustFailed). A frozen or cut-off
+// leader is usually found sooner, by the pipeline's pings, which scale
+// with the TTL (pingBounds): patience is the bound for what the pings
+// cannot see, a connected leader that does not answer, and the whole
+// bound on a stream without a pipeline. Either way the retry starts by
+// about 2/3 TTL after the last acknowledged send, before the validity
+// window (0.75 TTL) closes, and a new leader, elected within about a
+// second, takes the next heartbeat.
+func (s *Session) patience() time.Duration { return s.opts.interval }
+
+// heartbeatDeadline bounds one heartbeat sent at now: unanswered for
+// the patience, or past the validity window, it is given up.
+func (s *Session) heartbeatDeadline() time.Time {
+	d, until := time.Now().Add(s.patience()), s.ValidUntil()
+	if until.Before(d) {
+		return until
+	}
+	return d
+}
+
 // stream runs one KeepAlive stream until it fails (the error), or the
 // session is lost or stopped (nil), and reports whether any heartbeat on
 // it was acknowledged. It sends a heartbeat every interval and credits
@@ -288,14 +350,44 @@ func (s *Session) stream() (acked bool, err error) {
 	// current by now: a grant monitor may already have moved on, and
 	// moving again would send the heartbeats back to the dead endpoint.
 	defer func() {
-		if err != nil {
+		if err != nil && !errors.Is(err, errLeaderNamed) {
 			s.c.failover(ep, err)
 		}
 	}()
-	if p, perr := ep.pipeline(context.Background()); perr == nil {
-		return s.pipedHeartbeats(p)
-	} else if !errors.Is(perr, errUseUnary) {
+	// Connecting is bounded like a heartbeat: a frozen node's kernel
+	// still accepts the connection, and the upgrade is never answered.
+	dialCtx, dialCancel := context.WithDeadline(context.Background(), s.heartbeatDeadline())
+	p, perr := ep.pipeline(dialCtx)
+	dialCancel()
+	switch {
+	case perr == nil:
+		return s.pipedHeartbeats(ep, p)
+	case !errors.Is(perr, errUseUnary):
+		if errors.Is(perr, context.DeadlineExceeded) && s.Valid() {
+			perr = fmt.Errorf("%w: connecting to %s: %w", errUnanswered, ep.url, perr)
+		}
 		return false, perr
+	}
+	if cur, _ := s.c.endpoint(); cur != ep {
+		// A follower refused the pipeline and named the leader, which is
+		// now the current endpoint: go there rather than open a stream
+		// the follower would only end with "not leader".
+		return false, fmt.Errorf("%w: %s named %s", errLeaderNamed, ep.url, cur.url)
+	}
+	if !ep.pipeless() {
+		var ce *connect.Error
+		if errors.As(perr, &ce) && ce.Meta().Get(leaderHeader) != "" {
+			// The follower names a leader the client does not follow:
+			// one that went silent a moment ago (distrustFailed), still
+			// the leader to a follower that has not noticed yet. Ask the
+			// next node; perr, "not leader", moves on without blaming
+			// this one.
+			return false, perr
+		}
+		// No leader known yet: an election is under way. The follower
+		// waits for its end before it forwards, and answers itself if
+		// it is elected.
+		return s.forwardedHeartbeats(ep)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st := ep.sessions.KeepAlive(ctx)
@@ -326,8 +418,17 @@ func (s *Session) stream() (acked bool, err error) {
 	}()
 
 	var pending []time.Duration // send times of unanswered heartbeats
+	// unanswered fires when the oldest unanswered heartbeat has waited
+	// for the patience.
+	unanswered := time.NewTimer(time.Hour)
+	unanswered.Stop()
+	defer unanswered.Stop()
 	send := func() error {
-		pending = append(pending, s.validity.now())
+		now := s.validity.now()
+		if len(pending) == 0 {
+			unanswered.Reset(s.patience())
+		}
+		pending = append(pending, now)
 		return st.Send(&tenurev1.KeepAliveRequest{SessionId: s.id})
 	}
 	if err := send(); err != nil {
@@ -342,6 +443,8 @@ func (s *Session) stream() (acked bool, err error) {
 		case <-s.stop:
 			_ = st.CloseRequest()
 			return acked, nil
+		case <-unanswered.C:
+			return acked, fmt.Errorf("%w for %v by %s", errUnanswered, s.patience(), ep.url)
 		case <-expiry.C:
 			if time.Now().Before(s.ValidUntil()) {
 				expiry.Reset(time.Until(s.ValidUntil()))
@@ -362,6 +465,10 @@ func (s *Session) stream() (acked bool, err error) {
 			}
 			sentAt := pending[0]
 			pending = pending[1:]
+			unanswered.Stop()
+			if len(pending) > 0 {
+				unanswered.Reset(s.patience() - (s.validity.now() - pending[0]))
+			}
 			if a.resp.GetExpired() {
 				s.markLost(fmt.Errorf("%w: the server no longer has session %d", ErrSessionExpired, s.id))
 				return acked, nil
@@ -378,7 +485,32 @@ func (s *Session) stream() (acked bool, err error) {
 // the session is lost or stopped (nil). Every session of the client
 // shares the pipeline, so the server keeps no stream, and no goroutine,
 // per session, and heartbeats sent together share writes.
-func (s *Session) pipedHeartbeats(p *pipe) (acked bool, err error) {
+func (s *Session) pipedHeartbeats(ep *endpoint, p *pipe) (acked bool, err error) {
+	return s.callHeartbeats(ep, false, func(ctx context.Context, req *tenurev1.KeepAliveRequest) error {
+		_, err := p.call(ctx, &tenurev1.PipelineRequest{Op: &tenurev1.PipelineRequest_Refresh{Refresh: req}})
+		return err
+	})
+}
+
+// forwardedHeartbeats sends the heartbeats as unary Refresh calls to a
+// follower that knows no leader yet, which waits for the election to
+// end and forwards them to the winner, or answers them itself if it
+// wins: during a failover a follower knows the new leader before this
+// client does. Its answers name the leader, and the client follows; the
+// heartbeats then go there (errLeaderNamed). It returns like
+// pipedHeartbeats.
+func (s *Session) forwardedHeartbeats(ep *endpoint) (acked bool, err error) {
+	return s.callHeartbeats(ep, true, func(ctx context.Context, req *tenurev1.KeepAliveRequest) error {
+		_, err := ep.unarySessions.Refresh(ctx, connect.NewRequest(req))
+		return err
+	})
+}
+
+// callHeartbeats makes a refresh call on ep every interval, each
+// bounded by heartbeatDeadline, until one fails (the error), the session
+// is lost or stopped (nil), or, with untilMoved, the client moved to
+// another endpoint (errLeaderNamed).
+func (s *Session) callHeartbeats(ep *endpoint, untilMoved bool, refresh func(context.Context, *tenurev1.KeepAliveRequest) error) (acked bool, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stop := context.AfterFunc(s.ctx, cancel)
@@ -395,8 +527,8 @@ func (s *Session) pipedHeartbeats(p *pipe) (acked bool, err error) {
 	req := &tenurev1.KeepAliveRequest{SessionId: s.id}
 	for {
 		sentAt := s.validity.now()
-		callCtx, callCancel := context.WithDeadline(ctx, s.ValidUntil())
-		_, err := p.call(callCtx, &tenurev1.PipelineRequest{Op: &tenurev1.PipelineRequest_Refresh{Refresh: req}})
+		callCtx, callCancel := context.WithDeadline(ctx, s.heartbeatDeadline())
+		err := refresh(callCtx, req)
 		callCancel()
 		switch {
 		case ctx.Err() != nil:
@@ -407,11 +539,18 @@ func (s *Session) pipedHeartbeats(p *pipe) (acked bool, err error) {
 		case err != nil && !s.Valid():
 			s.markLost(fmt.Errorf("%w: %w (last error: %v)", ErrSessionExpired, errValidityPassed, err))
 			return acked, nil
+		case err != nil && connect.CodeOf(err) == connect.CodeDeadlineExceeded:
+			// Only this heartbeat is given up: a pipeline stays for the
+			// other calls on it, until its pings say otherwise.
+			return acked, fmt.Errorf("%w for %v by %s", errUnanswered, s.patience(), ep.url)
 		case err != nil:
 			return acked, err
 		}
 		s.validity.ack(sentAt)
 		acked = true
+		if cur, _ := s.c.endpoint(); untilMoved && cur != ep {
+			return acked, fmt.Errorf("%w: %s named %s", errLeaderNamed, ep.url, cur.url)
+		}
 		select {
 		case <-ctx.Done():
 			return acked, nil
