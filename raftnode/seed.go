@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/hashicorp/raft"
 
@@ -51,6 +52,15 @@ func Seed(cfg Config, state io.Reader) (revision int64, err error) {
 		return 0, err
 	}
 
+	// A running node's stores would block the open forever.
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return 0, fmt.Errorf("raftnode: seed: %w", err)
+	}
+	lock, err := LockDataDir(cfg.DataDir)
+	if err != nil {
+		return 0, err
+	}
+	defer lock.Unlock()
 	met, err := newMetrics(nil)
 	if err != nil {
 		return 0, err
