@@ -357,7 +357,7 @@ func openStores(cfg Config, m *metrics, log *slog.Logger) (stores, error) {
 			logs:   timedLogStore{LogStore: cfg.Stores.Log, hist: m.storeLogs},
 			stable: cfg.Stores.Stable,
 			snaps:  cfg.Stores.Snapshots,
-			space:  unmeasuredSpace(m), // not the node's files to watch
+			space:  unmeasuredSpace(m, log), // not the node's files to watch
 			kind:   "given",
 			close:  func() error { return nil },
 		}, nil
@@ -366,10 +366,8 @@ func openStores(cfg Config, m *metrics, log *slog.Logger) (stores, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return stores{}, fmt.Errorf("raftnode: %w", err)
 	}
-	space := newSpaceCheck(dir, cfg, m)
-	if err := space.check(); err != nil {
-		log.Warn("low on disk space at start; writes are refused until space is freed", "err", err)
-	}
+	space := newSpaceCheck(dir, cfg, m, log)
+	space.measure()
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, retainSnapshots, newHCLogger(log, "snapshot"))
 	if err != nil {
 		return stores{}, fmt.Errorf("raftnode: snapshot store: %w", err)
@@ -552,7 +550,7 @@ func openLogStore(dir string, cfg Config, snaps raft.SnapshotStore, space *space
 		if err := os.MkdirAll(walDir, 0o750); err != nil {
 			return nil, nil, nil, fmt.Errorf("raftnode: %w", err)
 		}
-		o := walOptions{segmentSize: cfg.WALSegmentSize, repair: cfg.RepairLog, logger: log}
+		o := walOptions{segmentSize: cfg.WALSegmentSize, repair: cfg.RepairLog, logger: log, space: space}
 		w, damage, err := openWAL(walDir, o)
 		// Each repair cuts at the earliest damage; open again until the
 		// log verifies, in case a cut left later damage in place.
@@ -608,7 +606,8 @@ func openLogStore(dir string, cfg Config, snaps raft.SnapshotStore, space *space
 // segment size, since each segment is preallocated whole.
 func walOpenError(dir string, cfg Config, err error) error {
 	var ce *CorruptLogError
-	if errors.As(err, &ce) {
+	var full *DiskFullError
+	if errors.As(err, &ce) || errors.As(err, &full) {
 		return err
 	}
 	if isNoSpace(err) {
@@ -696,7 +695,8 @@ func (n *Node) Close() error {
 // back in Result.Err.
 //
 // Errors: a *NotLeaderError (errors.Is ErrNotLeader) means the command was
-// not appended. A context error, ErrLeadershipLost or ErrClosed after the
+// not appended; so does a *DiskFullError (errors.Is ErrDiskFull), returned
+// instead while no node leads because this node's log ran out of space. A context error, ErrLeadershipLost or ErrClosed after the
 // entry was enqueued mean the outcome is unknown: the entry may still
 // commit.
 func (n *Node) Propose(ctx context.Context, cmd statemachine.Command) (statemachine.Result, error) {
@@ -925,8 +925,16 @@ func (n *Node) raftError(op string, err error) error {
 	}
 }
 
+// notLeader is the error for a call that needs the leader: a
+// *NotLeaderError, or the *DiskFullError that keeps this node from
+// leading while no other leads.
 func (n *Node) notLeader() error {
 	addr, id := n.raft.LeaderWithID()
+	if id == "" || string(id) == n.id {
+		if err := n.LogFull(); err != nil {
+			return err
+		}
+	}
 	return &NotLeaderError{Leader: string(addr), LeaderID: string(id)}
 }
 

@@ -76,15 +76,35 @@ func (e *CorruptLogError) Is(target error) bool { return target == ErrCorruptLog
 // checksums verified when the WAL opens it. With repair set it does not
 // refuse a damaged segment but records the earliest damage in found, for
 // open to cut the log there.
+//
+// It also measures free space around every segment it creates: before,
+// to refuse one that would not fit, and after, so that the reserve
+// counts the new segment's preallocation from the moment it is taken.
 type verifyingFiler struct {
 	*segment.Filer
 	dir    string
 	repair bool
+	space  *spaceCheck // nil: not measured
 	found  *CorruptLogError
 }
 
-func newVerifyingFiler(dir string, f *segment.Filer, repair bool) *verifyingFiler {
-	return &verifyingFiler{Filer: f, dir: dir, repair: repair}
+func newVerifyingFiler(dir string, f *segment.Filer, repair bool, space *spaceCheck) *verifyingFiler {
+	return &verifyingFiler{Filer: f, dir: dir, repair: repair, space: space}
+}
+
+// Create is called when raft-wal rotates to a new segment, after the
+// append that sealed the old one. A refusal wedges the WAL as a failed
+// preallocation would, and walStore reopens it once space is back.
+func (f *verifyingFiler) Create(info types.SegmentInfo) (types.SegmentWriter, error) {
+	if f.space == nil {
+		return f.Filer.Create(info)
+	}
+	if err := f.space.room(uint64(info.SizeLimit)); err != nil {
+		return nil, err
+	}
+	w, err := f.Filer.Create(info)
+	f.space.measure()
+	return w, err
 }
 
 func (f *verifyingFiler) Open(info types.SegmentInfo) (types.SegmentReader, error) {

@@ -51,6 +51,7 @@ type walOptions struct {
 	segmentSize int
 	repair      bool
 	logger      *slog.Logger
+	space       *spaceCheck // measured around every new segment
 }
 
 // openWAL opens raft-wal in dir with every segment's checksums verified.
@@ -58,7 +59,7 @@ type walOptions struct {
 // returned, for the caller to cut off; without it a damaged log is a
 // *CorruptLogError.
 func openWAL(dir string, o walOptions) (*raftwal.WAL, *CorruptLogError, error) {
-	filer := newVerifyingFiler(dir, segment.NewFiler(dir, fs.New()), o.repair)
+	filer := newVerifyingFiler(dir, segment.NewFiler(dir, fs.New()), o.repair, o.space)
 	// raft-wal leaves its meta store open when Open fails, and its file
 	// lock would block the next open in this process forever.
 	meta := &metadb.BoltMetaDB{}
@@ -78,6 +79,9 @@ func openWAL(dir string, o walOptions) (*raftwal.WAL, *CorruptLogError, error) {
 func (s *walStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
 func (s *walStore) StoreLogs(logs []*raft.Log) error {
+	// Writes are refused from the append that finds the reserve gone,
+	// not up to a second later.
+	s.space.measure()
 	s.mu.RLock()
 	w, broken := s.w, s.broken
 	var err error

@@ -1,0 +1,93 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tenurehq/tenure/statemachine"
+)
+
+// spaceConfig is a wal node with 1 MiB segments, a 2 MiB reserve and a
+// free-space reading the test sets, measured by the ticker only once an
+// hour: whatever the node notices, it notices on its own write path.
+func spaceConfig(t *testing.T, free *atomic.Uint64) Config {
+	cfg := walTestConfig(t, t.TempDir())
+	cfg.MinFreeBytes = 2 << 20
+	cfg.DiskCheckInterval = time.Hour
+	cfg.FreeSpace = func(string) (uint64, error) { return free.Load(), nil }
+	return cfg
+}
+
+// A burst of writes fills segments far faster than a periodic check: the
+// reserve must be found gone on the append that uses it.
+func TestTheReserveIsMeasuredOnEveryAppend(t *testing.T) {
+	var free atomic.Uint64
+	free.Store(1 << 30)
+	n := openFake(t, spaceConfig(t, &free), nil)
+	waitLeader(t, n)
+	put(t, n, "k0", "v")
+	if err := n.DiskFull(); err != nil {
+		t.Fatalf("got = %v with room, expected: nil", err)
+	}
+	free.Store(1 << 20)
+	put(t, n, "k1", "v")
+	var full *DiskFullError
+	if err := n.DiskFull(); !errors.As(err, &full) || full.Reserve != 2<<20 || full.Free != 1<<20 {
+		t.Fatalf("got = %v right after an append with 1 MiB free, expected: the reserve reported gone", err)
+	}
+	// Nothing is wrong with the log: it still leads and reads.
+	if got, _ := readKV(t, n); got["k1"] != "v" {
+		t.Fatalf("got = k1 %q, expected: v", got["k1"])
+	}
+	if err := n.LogFull(); err != nil {
+		t.Fatalf("got = LogFull %v, expected: nil while the log takes appends", err)
+	}
+}
+
+// When a new segment would not fit, the rotation is refused; the log
+// cannot be appended to, and every call that needs a leader says the disk
+// is full rather than that no leader is known. Once space is back the
+// node reopens its log and takes writes again, without a restart.
+func TestANewSegmentThatWouldNotFitIsRefusedAndNamed(t *testing.T) {
+	var free atomic.Uint64
+	free.Store(1 << 30)
+	cfg := spaceConfig(t, &free)
+	cfg.MinFreeBytes = -1 // no reserve: the log itself runs out
+	n := openFake(t, cfg, nil)
+	waitLeader(t, n)
+	free.Store(512 << 10) // less than a 1 MiB segment
+
+	var err error
+	for i := 0; i < 100 && err == nil; i++ { // 100 × 60 KB fill a segment
+		_, err = n.Propose(ctxT(t), statemachine.Put{Key: fmt.Sprintf("k%03d", i), Value: bigValue(i)})
+	}
+	if err == nil {
+		t.Fatalf("got = 100 big puts taken with 512 KiB free and 1 MiB segments, expected: the rotation refused")
+	}
+	// Raft steps down when its log fails; from then on every call that
+	// needs the leader names the disk.
+	waitFor(t, "calls to name the full disk", func() bool {
+		_, err := n.Propose(ctxT(t), statemachine.Put{Key: "x", Value: "v"})
+		return errors.Is(err, ErrDiskFull)
+	})
+	err = n.Read(ctxT(t), func(*statemachine.Machine) error { return nil })
+	var full *DiskFullError
+	if !errors.As(err, &full) || !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("got = read %v while the log cannot be written, expected: a *DiskFullError", err)
+	}
+
+	free.Store(1 << 30)
+	waitFor(t, "writes to resume without a restart", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := n.Propose(ctx, statemachine.Put{Key: "after", Value: "v"})
+		return err == nil
+	})
+	if err := n.LogFull(); err != nil {
+		t.Fatalf("got = LogFull %v after the log was reopened, expected: nil", err)
+	}
+}
