@@ -245,12 +245,23 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		return err
 	}
 	defer closeAudit()
+	// Before any port is bound: a second node on this data dir would
+	// otherwise wait for the log store's own lock, forever and silently.
+	lock, err := raftnode.LockDataDir(dataDir)
+	if errors.Is(err, raftnode.ErrDataDirInUse) {
+		return &exitError{code: ExitUnmet, err: err}
+	}
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+	ctx := cmd.Context()
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return &exitError{code: ExitUnreachable, err: fmt.Errorf("--listen %s: %w", o.listen, err)}
 	}
 	build := readBuildInfo()
-	srv, err := server.Open(server.Config{
+	srv, err := openServer(ctx, server.Config{
 		Listener:        ln,
 		Advertise:       o.advertise,
 		Join:            o.join,
@@ -286,10 +297,8 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		},
 	})
 	if err != nil {
-		ln.Close()
 		return startError(err)
 	}
-	ctx := cmd.Context()
 	if authn != nil {
 		watchCtx, stopWatch := context.WithCancel(ctx)
 		defer stopWatch()
@@ -323,6 +332,36 @@ wait:
 	}
 	logger.Info("stopped", "took", time.Since(start).Round(time.Millisecond))
 	return err
+}
+
+// openServer runs server.Open, which replays the log and can take a
+// while, but returns as soon as ctx ends (SIGINT, SIGTERM); a server that
+// opens after that is closed again. It closes cfg.Listener when the
+// server does not open.
+func openServer(ctx context.Context, cfg server.Config) (*server.Server, error) {
+	type opened struct {
+		srv *server.Server
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		srv, err := server.Open(cfg)
+		if err != nil {
+			cfg.Listener.Close()
+		}
+		done <- opened{srv, err}
+	}()
+	select {
+	case o := <-done:
+		return o.srv, o.err
+	case <-ctx.Done():
+		go func() {
+			if o := <-done; o.err == nil {
+				o.srv.Close()
+			}
+		}()
+		return nil, &exitError{code: ExitUnmet, err: errors.New("interrupted by a signal while starting; the node did not start")}
+	}
 }
 
 // tls is the API's TLS configuration from --cert-file, --key-file and
