@@ -615,6 +615,9 @@ func (s *Server) read(ctx context.Context, stale bool, fn func(m *statemachine.M
 // naming the leader when another node is it.
 func (s *Server) notLeader() error {
 	_, id := s.node.Leader()
+	if err := s.node.LogFull(); err != nil && (id == "" || id == s.node.ID()) {
+		return err // no leader because this node's log is out of space
+	}
 	if id == s.node.ID() {
 		return &notLeaderError{} // elected, but not yet caught up
 	}
