@@ -247,3 +247,86 @@ func verifyAcked(t *testing.T, ctx context.Context, p *serverProc, n int, value 
 	p.start(ctx)
 	check("after kill -9 and restart")
 }
+
+// A burst of writers fills log segments far faster than free space was
+// measured (once a second), and each new segment takes its whole size at
+// once: the reserve must still hold. Every refused write names the disk,
+// reads keep answering, and once space is freed the node takes writes
+// again without a restart, with everything acknowledged kept.
+func TestABurstOfWritesCannotOutrunTheReserve(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// 1 MiB segments and the default reserve, two of them.
+	mnt, p := serveOnSmallDisk(t, ctx, "40m", "--wal-segment-size", "1MiB", "--snapshot-threshold", "100000")
+	pid := p.cmd.Process.Pid
+	filler := fillDisk(t, mnt, 8<<20) // room for a few segments, then the reserve
+
+	const writers = 8
+	value := strings.Repeat("b", 32<<10)
+	type outcome struct {
+		acked   []int
+		refused []error
+	}
+	results := make(chan outcome, writers)
+	for w := range writers {
+		go func() {
+			var o outcome
+			// Each writer goes on past its first refusal, as a client
+			// retrying would.
+			for i := w * 1000; i < (w+1)*1000 && len(o.refused) < 5 && ctx.Err() == nil; i++ {
+				if err := putKey(ctx, p, i, value); err != nil {
+					o.refused = append(o.refused, err)
+				} else {
+					o.acked = append(o.acked, i)
+				}
+			}
+			results <- o
+		}()
+	}
+	var acked []int
+	refused := 0
+	for range writers {
+		o := <-results
+		acked = append(acked, o.acked...)
+		for _, err := range o.refused {
+			refused++
+			if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "disk full") {
+				t.Errorf("got = %v, expected: every refusal resource_exhausted naming the full disk", err)
+			}
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	if refused == 0 {
+		t.Fatalf("got = %d puts of 32 KiB all taken with 8 MiB free, expected: refusals once the reserve is reached", len(acked))
+	}
+	t.Logf("%d writers: %d puts acknowledged, %d refused", writers, len(acked), refused)
+
+	got, err := call(ctx, func(ctx context.Context) (*connect.Response[tenurev1.GetResponse], error) {
+		return p.api.kv.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{Key: fmt.Sprintf("k%04d", acked[0])}))
+	})
+	if err != nil || got.Msg.GetKv().GetValue() != value {
+		t.Fatalf("read on a full disk: got = %v, expected: the value", err)
+	}
+	if code, body := httpStatus(t, p.url+"/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "disk full") {
+		t.Fatalf("got = /healthz %d %q, expected: 503 naming the full disk", code, body)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "writes to resume", func() bool { return putKey(ctx, p, 9999, value) == nil })
+	if p.cmd.Process.Pid != pid || p.starts != 1 {
+		t.Fatalf("got = the server restarted, expected: writes resumed in the same process")
+	}
+	for _, i := range append(acked, 9999) {
+		key := fmt.Sprintf("k%04d", i)
+		got, err := call(ctx, func(ctx context.Context) (*connect.Response[tenurev1.GetResponse], error) {
+			return p.api.kv.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{Key: key}))
+		})
+		if err != nil || got.Msg.GetKv().GetValue() != value {
+			t.Fatalf("acknowledged %s: got = %v, expected: its value", key, err)
+		}
+	}
+}

@@ -432,7 +432,7 @@ func cutSegment(damage *CorruptLogError, snapshot uint64, log *slog.Logger) erro
 	lostFrom, lostTo := max(damage.FirstIndex, snapshot+1), damage.seen
 	if lostFrom > lostTo {
 		log.Warn("repaired the raft log: cut the damage after the newest segment's last intact batch off; no entry was lost",
-			"damage", damage.Error(), "file", damage.File, "cut_at", damage.cutAt, "cut_bytes", st.Size()-damage.cutAt, "last_index", damage.FirstIndex-1, "snapshot_index", snapshot)
+			"damage", damage.Error(), "file", damage.File, "cut_at", damage.cutAt, "last_index", damage.FirstIndex-1, "snapshot_index", snapshot)
 		return nil
 	}
 	log.Error("repaired the raft log: cut the newest segment back to its last intact batch; the entries of the damaged batch are lost on this node unless another member has them (acknowledged only if the damage hit their commit frame)",
