@@ -158,10 +158,17 @@ func (c *spaceCheck) publish() {
 	}
 }
 
-// failed records an append that failed for lack of space.
+// failed records an append, or the creation of a segment, that failed
+// for lack of space. The first failure is kept until recovered: it names
+// the cause, where the appends after a failed rotation only say that
+// the segment is sealed.
 func (c *spaceCheck) failed(err error) {
-	free, _, _ := c.free(c.dir)
-	c.writeErr.Store(&DiskFullError{Dir: c.dir, Free: free, Err: err})
+	var full *DiskFullError
+	if !errors.As(err, &full) {
+		free, _, _ := c.free(c.dir)
+		full = &DiskFullError{Dir: c.dir, Free: free, Err: err}
+	}
+	c.writeErr.CompareAndSwap(nil, full)
 	c.publish()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,6 +79,9 @@ func TestANewSegmentThatWouldNotFitIsRefusedAndNamed(t *testing.T) {
 	var full *DiskFullError
 	if !errors.As(err, &full) || !errors.Is(err, ErrDiskFull) {
 		t.Fatalf("got = read %v while the log cannot be written, expected: a *DiskFullError", err)
+	}
+	if want := "the log preallocates segments of 1.0 MiB (WALSegmentSize) and 512.0 KiB is free"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("got = %q, expected: the cause named, %q", err, want)
 	}
 
 	free.Store(1 << 30)

@@ -84,12 +84,12 @@ type verifyingFiler struct {
 	*segment.Filer
 	dir    string
 	repair bool
-	space  *spaceCheck // nil: not measured
+	space  *spaceCheck // nil: not measured (set once the WAL is open)
 	found  *CorruptLogError
 }
 
-func newVerifyingFiler(dir string, f *segment.Filer, repair bool, space *spaceCheck) *verifyingFiler {
-	return &verifyingFiler{Filer: f, dir: dir, repair: repair, space: space}
+func newVerifyingFiler(dir string, f *segment.Filer, repair bool) *verifyingFiler {
+	return &verifyingFiler{Filer: f, dir: dir, repair: repair}
 }
 
 // Create is called when raft-wal rotates to a new segment, after the
@@ -100,9 +100,13 @@ func (f *verifyingFiler) Create(info types.SegmentInfo) (types.SegmentWriter, er
 		return f.Filer.Create(info)
 	}
 	if err := f.space.room(uint64(info.SizeLimit)); err != nil {
+		f.space.failed(err) // the cause, before the appends that fail of it
 		return nil, err
 	}
 	w, err := f.Filer.Create(info)
+	if err != nil && isNoSpace(err) {
+		f.space.failed(err)
+	}
 	f.space.measure()
 	return w, err
 }

@@ -59,7 +59,7 @@ type walOptions struct {
 // returned, for the caller to cut off; without it a damaged log is a
 // *CorruptLogError.
 func openWAL(dir string, o walOptions) (*raftwal.WAL, *CorruptLogError, error) {
-	filer := newVerifyingFiler(dir, segment.NewFiler(dir, fs.New()), o.repair, o.space)
+	filer := newVerifyingFiler(dir, segment.NewFiler(dir, fs.New()), o.repair)
 	// raft-wal leaves its meta store open when Open fails, and its file
 	// lock would block the next open in this process forever.
 	meta := &metadb.BoltMetaDB{}
@@ -73,6 +73,12 @@ func openWAL(dir string, o walOptions) (*raftwal.WAL, *CorruptLogError, error) {
 		meta.Close()
 		return nil, nil, err
 	}
+	// Only rotations are measured. A segment created by the open itself
+	// is as raft-wal recorded it before, at the size it had then (the
+	// file may be missing after a crash or a full disk): refusing it for
+	// that size would keep the node from ever starting with smaller
+	// segments. Raft appends, and so rotates, only after Open returns.
+	filer.space = o.space
 	return w, filer.found, nil
 }
 
