@@ -51,16 +51,31 @@ type endpoint struct {
 	kv            tenurev1connect.KVServiceClient
 	cluster       tenurev1connect.ClusterServiceClient
 
-	pipeMu sync.Mutex // guards pipe and noPipe; held while connecting
-	pipe   *pipe
-	noPipe bool // the server has no pipeline: unary calls only
+	// pipeLock (a one-slot semaphore, taken by lockPipe) guards pipe and
+	// noPipe, and is held while connecting: a caller can stop waiting for
+	// another's connection to a node that does not answer.
+	pipeLock chan struct{}
+	pipe     *pipe
+	noPipe   bool // the server has no pipeline: unary calls only
 }
+
+// lockPipe takes ep.pipeLock, unless ctx ends first.
+func (ep *endpoint) lockPipe(ctx context.Context) error {
+	select {
+	case ep.pipeLock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (ep *endpoint) unlockPipe() { <-ep.pipeLock }
 
 // pipeless reports whether ep's server has no pipeline at all, as
 // opposed to one it refused because it does not lead.
 func (ep *endpoint) pipeless() bool {
-	ep.pipeMu.Lock()
-	defer ep.pipeMu.Unlock()
+	_ = ep.lockPipe(context.Background())
+	defer ep.unlockPipe()
 	return ep.noPipe
 }
 
@@ -204,11 +219,11 @@ func (c *Client) Close() error {
 	endpoints := c.endpoints
 	c.mu.Unlock()
 	for _, ep := range endpoints {
-		ep.pipeMu.Lock()
+		_ = ep.lockPipe(context.Background())
 		if ep.pipe != nil {
 			ep.pipe.close()
 		}
-		ep.pipeMu.Unlock()
+		ep.unlockPipe()
 	}
 	// Closing only idle connections would leave one whose last stream
 	// was still ending open for good, with its read loop.
@@ -253,7 +268,7 @@ func (tc *trackedConn) Close() error {
 }
 
 func (c *Client) newEndpoint(url string) *endpoint {
-	ep := &endpoint{c: c, url: url, cluster: tenurev1connect.NewClusterServiceClient(c.http, url)}
+	ep := &endpoint{c: c, url: url, cluster: tenurev1connect.NewClusterServiceClient(c.http, url), pipeLock: make(chan struct{}, 1)}
 	ep.unarySessions = tenurev1connect.NewSessionServiceClient(c.http, url)
 	ep.sessions = pipedSessions{ep.unarySessions, ep}
 	ep.leases = pipedLeases{tenurev1connect.NewLeaseServiceClient(c.http, url), ep}

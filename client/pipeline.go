@@ -166,8 +166,14 @@ var errNotSent = errors.New("request not sent")
 // pipeline returns ep's pipeline, connecting one if there is none or the
 // last one broke.
 func (ep *endpoint) pipeline(ctx context.Context) (*pipe, error) {
-	ep.pipeMu.Lock()
-	defer ep.pipeMu.Unlock()
+	if err := ep.lockPipe(ctx); err != nil {
+		code := connect.CodeCanceled
+		if errors.Is(err, context.DeadlineExceeded) {
+			code = connect.CodeDeadlineExceeded
+		}
+		return nil, connect.NewError(code, fmt.Errorf("waiting for the pipeline to %s: %w", ep.url, err))
+	}
+	defer ep.unlockPipe()
 	if ep.noPipe {
 		return nil, errUseUnary
 	}
@@ -185,8 +191,12 @@ func (ep *endpoint) pipeline(ctx context.Context) (*pipe, error) {
 // dialPipe upgrades a new connection to ep.
 func (c *Client) dialPipe(ctx context.Context, ep *endpoint) (*pipe, error) {
 	// The connection outlives this call: only the dial and the answer to
-	// the upgrade are bounded, by the caller and by the dial timeout.
-	ctx, cancel := context.WithTimeout(ctx, c.opts.dialTimeout)
+	// the upgrade are bounded, by the caller, by the dial timeout, and by
+	// the silence the pipeline's pings allow: a live server answers the
+	// upgrade at once, and a frozen one's kernel still accepts the
+	// connection, so only the wait for the answer finds it.
+	every, timeout := c.pingBounds()
+	ctx, cancel := context.WithTimeout(ctx, min(c.opts.dialTimeout, every+timeout))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.url+framing.Path, nil)
 	if err != nil {
