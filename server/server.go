@@ -396,7 +396,7 @@ func (s *Server) routes() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /metrics", s.metricsAccess(s.metricsHandler()))
-	return s.leaderHeader(limitBodies(s.authenticate(mux), s.cfg.Limits.MaxRequestBytes, s.cfg.Limits.RequestReadTimeout))
+	return s.leaderHeader(limitBodies(s.authenticate(s.requireClientCert(mux)), s.cfg.Limits.MaxRequestBytes, s.cfg.Limits.RequestReadTimeout))
 }
 
 // observe receives every applied command's events, in log order, on the

@@ -15,9 +15,12 @@ import (
 
 // ServerConfig is the TLS configuration of the API port: the certificate
 // in certFile and keyFile, and, with clientCAFile, client certificates
-// required and checked against that CA (etcd's --client-cert-auth), or
-// against peerCAFile, from which the other nodes of a cluster present
-// theirs when they call this one. The files are read again when they
+// checked against that CA (etcd's --client-cert-auth), or against
+// peerCAFile, from which the other nodes of a cluster present theirs when
+// they call this one. A certificate is asked for, not required: the
+// server's HTTP layer refuses every call without one but the health
+// checks (server.requireClientCert), which probes and readiness loops
+// without a certificate must reach. The files are read again when they
 // change on disk, checked at most once a second on a new connection, so
 // that a renewed certificate is used without a restart; a file that fails
 // to load keeps the last good one.
@@ -52,7 +55,11 @@ func ServerConfig(certFile, keyFile, clientCAFile, peerCAFile string) (*tls.Conf
 	if _, err := cas.get(); err != nil {
 		return nil, err
 	}
-	base.ClientAuth = tls.RequireAndVerifyClientCert
+	// Not RequireAndVerifyClientCert: the handshake cannot tell /readyz
+	// from a call, and a caller refused after it learns why ("a client
+	// certificate is required") rather than from a bare TLS alert. A
+	// certificate that is given must still verify here.
+	base.ClientAuth = tls.VerifyClientCertIfGiven
 	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
 		pool, err := cas.get()
 		if err != nil {

@@ -482,3 +482,25 @@ func TestGroupCommandsWithoutSubcommandPrintHelp(t *testing.T) {
 		}
 	}
 }
+
+// TestServeChecksAddressesFirst: an address without a port, or with one
+// that is no port, is a usage error (2) saying so, not advice to add TLS
+// (the host cannot be judged without a port) nor a failed listen (3).
+func TestServeChecksAddressesFirst(t *testing.T) {
+	dataDir := t.TempDir()
+	for _, tt := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"--listen", "127.0.0.1"}, `Error: --listen "127.0.0.1": want host:port, e.g. 127.0.0.1:7480 (address 127.0.0.1: missing port in address)`},
+		{[]string{"--listen", "127.0.0.1:99999"}, `Error: --listen "127.0.0.1:99999": port "99999" is not a number from 0 to 65535`},
+		{[]string{"--peer-listen", "localhost"}, `Error: --peer-listen "localhost": want host:port, e.g. 127.0.0.1:7481`},
+		{[]string{"--advertise", "10.0.0.5"}, `Error: --advertise "10.0.0.5": want host:port, e.g. 10.0.0.5:7480`},
+	} {
+		args := append([]string{"serve", "--data-dir", dataDir}, tt.args...)
+		_, stderr, code := runMain(args...)
+		if code != ExitUsage || !strings.HasPrefix(stderr, tt.stderr) {
+			t.Errorf("tenure %s: got = exit %d, %q, expected: exit %d and %q", strings.Join(args, " "), code, stderr, ExitUsage, tt.stderr)
+		}
+	}
+}

@@ -4,10 +4,12 @@ package cli
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -64,6 +66,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return ExitOK
 	}
+	if hint, code, ok := tlsHint(err); ok {
+		fmt.Fprintf(stderr, "Error: %v\n%s\n", err, hint)
+		return code
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
@@ -89,6 +95,33 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return ExitUnmet
 	}
 	return ExitUsage
+}
+
+// tlsHint says what to do about a failure that comes from the client's
+// and the server's TLS settings not matching, and the exit code it
+// deserves: the server answered, so these are not "unreachable" (3) but
+// a missing flag (2), or credentials the server did not accept (1, as a
+// policy's refusal). ok is false for any other failure.
+func tlsHint(err error) (hint string, code int, ok bool) {
+	var unknownCA x509.UnknownAuthorityError
+	var wrongHost x509.HostnameError
+	var remote *net.OpError
+	switch {
+	case errors.As(err, &unknownCA):
+		return "The server's certificate is not signed by a CA tenure was told to trust: pass the CA that signed it with --cacert or TENURE_CACERT (tenure certs init writes it as ca.pem).", ExitUsage, true
+	case errors.As(err, &wrongHost):
+		return "The server's certificate does not name the address in --endpoints: use an endpoint named in it.", ExitUsage, true
+	case errors.As(err, &remote) && remote.Op == "remote error" && strings.Contains(remote.Err.Error(), "certificate"):
+		// crypto/tls reports the server's alert ("tls: bad certificate",
+		// "tls: certificate required") only as text, in an unexported
+		// type.
+		return "The server did not accept this client's certificate, or wants one: pass --cert and --key (or TENURE_CERT, TENURE_KEY) with a certificate from the server's client CA.", ExitUnmet, true
+	case strings.Contains(err.Error(), "Client sent an HTTP request to an HTTPS server"):
+		// net/http's fixed answer to cleartext on a TLS port, which
+		// reaches the client only as the body of a 400.
+		return "The server speaks TLS: pass the CA that signed its certificate with --cacert or TENURE_CACERT, or give the endpoint as https://HOST:PORT.", ExitUsage, true
+	}
+	return "", 0, false
 }
 
 // globals are the flags every command shares.

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -209,6 +211,17 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if o.bootstrapExpect > 1 && len(o.join) == 0 {
 		return usage("--bootstrap-expect %d: give the other nodes' API addresses with --join", o.bootstrapExpect)
 	}
+	for _, a := range []struct{ flag, addr, example string }{
+		{"--listen", o.listen, "127.0.0.1:7480"}, {"--peer-listen", o.peerListen, "127.0.0.1:7481"},
+		{"--advertise", o.advertise, "10.0.0.5:7480"}, {"--peer-advertise", o.peerAdvertise, "10.0.0.5:7481"},
+	} {
+		if a.addr == "" && strings.HasSuffix(a.flag, "advertise") {
+			continue // left out: the listen address
+		}
+		if err := checkHostPort(a.addr, a.example); err != nil {
+			return usage("%s %q: %v", a.flag, a.addr, err)
+		}
+	}
 	if host, _, err := net.SplitHostPort(o.listen); err == nil && o.advertise == "" {
 		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 			return usage("--listen %s listens on every interface: give the address other nodes and clients reach this node at with --advertise", o.listen)
@@ -391,6 +404,21 @@ func (o *serveOptions) tls() (*tls.Config, error) {
 		return nil, usage("%v", err)
 	}
 	return cfg, nil
+}
+
+// checkHostPort checks that addr is host:port with a port net.Listen
+// takes, before anything judges the host: "127.0.0.1" alone must be
+// told of its missing port, not that it is reachable from other
+// machines.
+func checkHostPort(addr, example string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port, e.g. %s (%w)", example, err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	return nil
 }
 
 // checkExposure refuses to serve an address beyond this machine in the
