@@ -22,7 +22,12 @@
 // concurrent use and every apply mutates it in place.
 //
 // Caller's duties:
-//   - Propose only on the leader; forward on *NotLeaderError. Treat
+//   - Hold LockDataDir on DataDir from before Open until after Close
+//     when another process might open it: the log store waits forever
+//     for its own file lock, without a word.
+//   - Propose only on the leader; forward on *NotLeaderError; a
+//     *DiskFullError means no node leads because this one's log is out
+//     of space, and is for the client to see, not to retry. Treat
 //     ErrLeadershipLost and context errors after enqueueing as "may have
 //     been applied": commands that must not run twice should be made
 //     idempotent by the state machine (e.g. naming a token or revision).
