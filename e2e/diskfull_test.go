@@ -195,6 +195,20 @@ func TestFullDiskWithoutReserveRecoversWithoutRestart(t *testing.T) {
 		t.Fatalf("got = %v (%v) when the disk filled, expected: resource_exhausted (or unavailable while the leader steps down)", failed, code)
 	}
 	t.Logf("the disk filled after %d puts: %v", acked, failed)
+	// The log cannot be written, so no node leads: every call that needs
+	// the leader, reads included, names the full disk rather than say
+	// that no leader is known yet.
+	for i := range 3 {
+		err := put(acked)
+		_, rerr := call(ctx, func(ctx context.Context) (*connect.Response[tenurev1.GetResponse], error) {
+			return p.api.kv.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{Key: "k0000"}))
+		})
+		for _, err := range []error{err, rerr} {
+			if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "disk full") {
+				t.Fatalf("call %d on a full disk: got = %v, expected: resource_exhausted naming the full disk", i, err)
+			}
+		}
+	}
 
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)

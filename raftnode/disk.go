@@ -10,6 +10,7 @@ import (
 	"time"
 
 	raftwal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/types"
 )
 
 // walSegmentSize is the size each raft-wal segment preallocates.
@@ -75,6 +76,11 @@ type spaceCheck struct {
 
 	low      atomic.Pointer[DiskFullError] // free space below the reserve
 	writeErr atomic.Pointer[DiskFullError] // an append failed; cleared when the log works again
+	// rotateErr is why the last new segment was not created: the cause
+	// of the "segment is sealed" the next append fails with. It refuses
+	// nothing itself, since only an append that fails makes raft step
+	// down, elect again and so retry the log, which reopens it.
+	rotateErr atomic.Pointer[DiskFullError]
 }
 
 func newSpaceCheck(dir string, cfg Config, m *metrics, log *slog.Logger) *spaceCheck {
@@ -158,23 +164,32 @@ func (c *spaceCheck) publish() {
 	}
 }
 
-// failed records an append, or the creation of a segment, that failed
-// for lack of space. The first failure is kept until recovered: it names
-// the cause, where the appends after a failed rotation only say that
-// the segment is sealed.
+// failed records an append that failed for lack of space, naming the
+// failed rotation behind it when there was one.
 func (c *spaceCheck) failed(err error) {
+	full := c.rotateErr.Load()
+	if full == nil || !errors.Is(err, types.ErrSealed) {
+		free, _, _ := c.free(c.dir)
+		full = &DiskFullError{Dir: c.dir, Free: free, Err: err}
+	}
+	c.writeErr.Store(full)
+	c.publish()
+}
+
+// rotationFailed records why a new segment was not created.
+func (c *spaceCheck) rotationFailed(err error) {
 	var full *DiskFullError
 	if !errors.As(err, &full) {
 		free, _, _ := c.free(c.dir)
 		full = &DiskFullError{Dir: c.dir, Free: free, Err: err}
 	}
-	c.writeErr.CompareAndSwap(nil, full)
-	c.publish()
+	c.rotateErr.Store(full)
 }
 
 // recovered clears a failed append once the log takes writes again.
 func (c *spaceCheck) recovered() {
 	c.writeErr.Store(nil)
+	c.rotateErr.Store(nil)
 	c.publish()
 }
 

@@ -100,12 +100,12 @@ func (f *verifyingFiler) Create(info types.SegmentInfo) (types.SegmentWriter, er
 		return f.Filer.Create(info)
 	}
 	if err := f.space.room(uint64(info.SizeLimit)); err != nil {
-		f.space.failed(err) // the cause, before the appends that fail of it
+		f.space.rotationFailed(err)
 		return nil, err
 	}
 	w, err := f.Filer.Create(info)
 	if err != nil && isNoSpace(err) {
-		f.space.failed(err)
+		f.space.rotationFailed(err)
 	}
 	f.space.measure()
 	return w, err
