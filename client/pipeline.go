@@ -167,11 +167,8 @@ var errNotSent = errors.New("request not sent")
 // last one broke.
 func (ep *endpoint) pipeline(ctx context.Context) (*pipe, error) {
 	if err := ep.lockPipe(ctx); err != nil {
-		code := connect.CodeCanceled
-		if errors.Is(err, context.DeadlineExceeded) {
-			code = connect.CodeDeadlineExceeded
-		}
-		return nil, connect.NewError(code, fmt.Errorf("waiting for the pipeline to %s: %w", ep.url, err))
+		// Nothing left this machine: safe to send anywhere else.
+		return nil, notSentError(fmt.Errorf("waiting for the pipeline to %s: %w", ep.url, err))
 	}
 	defer ep.unlockPipe()
 	if ep.noPipe {
