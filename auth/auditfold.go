@@ -15,17 +15,21 @@ import (
 // operations as fast as it can writes megabytes of audit log a second
 // and buries the lines that matter. So denials are counted per remote
 // host (the address without its port: a new connection must not buy a
-// new allowance) in fixed windows: the first DeniedPerWindow of a window
-// are written as they come, the rest only counted, and when the window
-// ends one line says how many were folded and from where. Nothing is
+// new allowance) and principal (so that one principal's flood does not
+// hide another's refusals behind the same address, a NAT or a proxy) in
+// fixed windows: the first DeniedPerWindow of a window are written as
+// they come, the rest only counted, and when the window ends one line
+// says how many were folded and from where. Nothing is
 // lost from the count, so "how much was refused" stays answerable, and
 // what is written per host is bounded by the window, not by the caller.
 // Allowed and failed entries (administrative calls) are never folded.
 
 const (
-	// DeniedPerWindow is how many denied lines a remote host gets
-	// written in full per FoldWindow.
-	DeniedPerWindow = 20
+	// DeniedPerWindow is how many denied lines a remote host and
+	// principal get written in full per FoldWindow: plenty for a client
+	// that is refused by mistake, about 75 KB a second for one that
+	// tries on purpose.
+	DeniedPerWindow = 100
 	// FoldWindow is the window denials are counted in.
 	FoldWindow = time.Second
 	// MaxTargetBytes and MaxReasonBytes bound an entry's target and
@@ -34,15 +38,18 @@ const (
 	// it.
 	MaxTargetBytes = 256
 	MaxReasonBytes = 1024
-	// maxFoldRemotes bounds the hosts counted at once; past it, windows
-	// that are over are pruned, and if every host is still in its
-	// window, new hosts share one window named overflowRemote.
+	// maxFoldRemotes bounds the hosts (and principals) counted at once;
+	// past it, windows that are over are pruned, and if every one is
+	// still in its window, new ones share one window named
+	// overflowRemote.
 	maxFoldRemotes = 4096
 	overflowRemote = "(many remotes)"
 )
 
-// remoteWindow counts one remote host's denials in the current window.
+// remoteWindow counts one remote host's and principal's denials in the
+// current window.
 type remoteWindow struct {
+	host   string
 	start  time.Time
 	lines  int // denied lines written in this window
 	folded int // denied entries counted, not written
@@ -56,6 +63,7 @@ type remoteWindow struct {
 // summaries of windows it found over, to be written first.
 func (a *Auditor) admit(e Entry, now time.Time) (write bool, summaries []summary) {
 	host := remoteHost(e.Remote)
+	key := host + "\x00" + e.Principal
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -64,9 +72,9 @@ func (a *Auditor) admit(e Entry, now time.Time) (write bool, summaries []summary
 	if a.remotes == nil {
 		a.remotes = map[string]*remoteWindow{}
 	}
-	w := a.remotes[host]
+	w := a.remotes[key]
 	if w != nil && now.Sub(w.start) >= a.window {
-		summaries = append(summaries, a.endLocked(host, w)...)
+		summaries = append(summaries, a.endLocked(key, w)...)
 		w = nil
 	}
 	if w == nil {
@@ -74,15 +82,15 @@ func (a *Auditor) admit(e Entry, now time.Time) (write bool, summaries []summary
 			summaries = append(summaries, a.pruneLocked(now)...)
 		}
 		if len(a.remotes) >= a.maxRemotes {
-			host = overflowRemote
-			if w = a.remotes[host]; w != nil && now.Sub(w.start) >= a.window {
-				summaries = append(summaries, a.endLocked(host, w)...)
+			key, host = overflowRemote, overflowRemote
+			if w = a.remotes[key]; w != nil && now.Sub(w.start) >= a.window {
+				summaries = append(summaries, a.endLocked(key, w)...)
 				w = nil
 			}
 		}
 		if w == nil {
-			w = &remoteWindow{start: now}
-			a.remotes[host] = w
+			w = &remoteWindow{host: host, start: now}
+			a.remotes[key] = w
 		}
 	}
 	if w.lines < a.limit {
@@ -93,7 +101,7 @@ func (a *Auditor) admit(e Entry, now time.Time) (write bool, summaries []summary
 		w.principal, w.action, w.target = e.Principal, e.Action, e.Target
 		// The summary must be written even if this host never sends
 		// again: the window's end is the last moment it is due.
-		w.timer = time.AfterFunc(w.start.Add(a.window).Sub(now), func() { a.expire(host, w) })
+		w.timer = time.AfterFunc(w.start.Add(a.window).Sub(now), func() { a.expire(key, w) })
 	}
 	w.folded++
 	w.principal = same(w.principal, e.Principal)
@@ -104,11 +112,11 @@ func (a *Auditor) admit(e Entry, now time.Time) (write bool, summaries []summary
 
 // expire ends w's window when its timer fires, unless an entry ended it
 // first.
-func (a *Auditor) expire(host string, w *remoteWindow) {
+func (a *Auditor) expire(key string, w *remoteWindow) {
 	a.mu.Lock()
 	var summaries []summary
-	if a.remotes[host] == w {
-		summaries = a.endLocked(host, w)
+	if a.remotes[key] == w {
+		summaries = a.endLocked(key, w)
 	}
 	a.mu.Unlock()
 	a.writeSummaries(summaries)
@@ -120,10 +128,10 @@ type summary struct {
 	folded int
 }
 
-// endLocked forgets host's window w and returns its summary, if it
-// folded anything.
-func (a *Auditor) endLocked(host string, w *remoteWindow) []summary {
-	delete(a.remotes, host)
+// endLocked forgets the window w under key and returns its summary, if
+// it folded anything.
+func (a *Auditor) endLocked(key string, w *remoteWindow) []summary {
+	delete(a.remotes, key)
 	if w.folded == 0 {
 		return nil
 	}
@@ -135,17 +143,17 @@ func (a *Auditor) endLocked(host string, w *remoteWindow) []summary {
 		Action:    w.action,
 		Target:    w.target,
 		Outcome:   "denied",
-		Reason:    fmt.Sprintf("folded %d denied entries from %s (%d written in full, at most %d per %v)", w.folded, host, w.lines, a.limit, a.window),
-		Remote:    host,
+		Reason:    fmt.Sprintf("folded %d denied entries from %s (%d written in full, at most %d per %v)", w.folded, w.host, w.lines, a.limit, a.window),
+		Remote:    w.host,
 	}}}
 }
 
 // pruneLocked ends every window that is over.
 func (a *Auditor) pruneLocked(now time.Time) []summary {
 	var summaries []summary
-	for host, w := range a.remotes {
+	for key, w := range a.remotes {
 		if now.Sub(w.start) >= a.window {
-			summaries = append(summaries, a.endLocked(host, w)...)
+			summaries = append(summaries, a.endLocked(key, w)...)
 		}
 	}
 	return summaries
@@ -167,8 +175,8 @@ func (a *Auditor) Close() {
 	a.mu.Lock()
 	a.closed = true
 	var summaries []summary
-	for host, w := range a.remotes {
-		summaries = append(summaries, a.endLocked(host, w)...)
+	for key, w := range a.remotes {
+		summaries = append(summaries, a.endLocked(key, w)...)
 	}
 	a.mu.Unlock()
 	a.writeSummaries(summaries)

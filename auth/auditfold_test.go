@@ -112,7 +112,8 @@ func TestAuditorFoldsDenialsPerRemoteAndWritesTheSummaryWhenTheWindowEnds(t *tes
 }
 
 // Allowed and failed entries are never folded, however many denials
-// surround them; another host has its own allowance.
+// surround them; another host, and another principal from the same
+// host, have allowances of their own.
 func TestAuditorNeverFoldsAllowedEntriesAndCountsHostsApart(t *testing.T) {
 	a, l := newTestAuditor(3, time.Hour)
 	for i := range 100 {
@@ -122,12 +123,15 @@ func TestAuditorNeverFoldsAllowedEntriesAndCountsHostsApart(t *testing.T) {
 	}
 	for i := range 3 {
 		a.Record(context.Background(), denial("10.0.0.2:1", i))
+		other := denial("10.0.0.1:2", i)
+		other.Principal = "trudy"
+		a.Record(context.Background(), other)
 	}
 	counts := map[string]int{}
 	for _, m := range l.lines(t) {
 		counts[m["outcome"].(string)+" "+m["remote"].(string)]++
 	}
-	want := map[string]int{"allowed 10.0.0.1:1": 100, "failed 10.0.0.1:1": 100, "denied 10.0.0.1:1": 3, "denied 10.0.0.2:1": 3}
+	want := map[string]int{"allowed 10.0.0.1:1": 100, "failed 10.0.0.1:1": 100, "denied 10.0.0.1:1": 3, "denied 10.0.0.2:1": 3, "denied 10.0.0.1:2": 3}
 	for k, n := range want {
 		if counts[k] != n {
 			t.Errorf("%s: got = %d lines, expected: %d", k, counts[k], n)

@@ -510,10 +510,14 @@ var audited = map[string]bool{
 	tenurev1connect.ClusterServiceSnapshotProcedure:           true,
 }
 
-// record writes one audit entry for the call of ctx.
+// record writes one audit entry for the call of ctx. remote "" takes the
+// address a pipeline put on ctx.
 func (s *Server) record(ctx context.Context, action string, msg any, remote string, err error) {
 	if s.auth == nil {
 		return
+	}
+	if remote == "" {
+		remote = remoteOf(ctx)
 	}
 	c, _ := callerOf(ctx)
 	e := auth.Entry{Principal: c.Principal, Action: action, Target: target(msg), Outcome: "allowed", Remote: remote}

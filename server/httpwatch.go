@@ -60,10 +60,12 @@ func (s *Server) watchKeysHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkHTTP checks an NDJSON endpoint's request as its Connect twin's,
-// and audits a refusal.
+// and audits a refusal with the code first ("permission_denied: ..."),
+// as every other path writes it.
 func (s *Server) checkHTTP(r *http.Request, msg any) error {
 	_, err := s.check(r.Context(), msg)
 	if err != nil {
+		err = toConnect(err)
 		s.record(r.Context(), r.URL.Path, msg, r.RemoteAddr, err)
 	}
 	return err

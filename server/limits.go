@@ -42,6 +42,11 @@ type Limits struct {
 	// Streams are exempt: their bodies last as long as they do. Zero
 	// means no bound.
 	RequestReadTimeout time.Duration
+	// PipelineIdleTimeout closes an upgraded pipeline connection (with a
+	// GoAway, so its client simply dials again) that has had no
+	// operation in flight and read none for this long; pings do not
+	// count. Zero means no bound.
+	PipelineIdleTimeout time.Duration
 	// MaxWaits bounds the waits parked on this node at once (Acquires
 	// waiting in a queue, holders' grant watches), and MaxWatches the
 	// lease and key watches open on it, over every caller; 0 is no
@@ -66,6 +71,7 @@ func DefaultLimits() Limits {
 		MaxLabels:              64,
 		WatchHistory:           65536,
 		RequestReadTimeout:     10 * time.Second,
+		PipelineIdleTimeout:    5 * time.Minute,
 		LeaseGCAfter:           time.Hour,
 		MaxHoldGrace:           30 * time.Second,
 		MetricsLeaseNames:      100,
@@ -81,7 +87,7 @@ var ErrInvalidLimits = errors.New("invalid limits")
 // library user's partly filled Limits fails at once instead of refusing
 // every request later. A zero MaxSessionsPerIdentity,
 // MaxWaitersPerLease, MaxWaits or MaxWatches means no limit, and a zero
-// RequestReadTimeout no bound.
+// RequestReadTimeout or PipelineIdleTimeout no bound.
 func (l Limits) Validate() error {
 	bad := func(field, flag string, v any, want string) error {
 		return fmt.Errorf("%w: %s is %v; it must be %s (--%s)", ErrInvalidLimits, field, v, want, flag)
@@ -95,6 +101,8 @@ func (l Limits) Validate() error {
 		return bad("MaxRequestBytes", "max-request-bytes", l.MaxRequestBytes, "at least 1024")
 	case l.RequestReadTimeout < 0:
 		return bad("RequestReadTimeout", "request-read-timeout", l.RequestReadTimeout, "0 (no bound) or more")
+	case l.PipelineIdleTimeout < 0:
+		return bad("PipelineIdleTimeout", "pipeline-idle-timeout", l.PipelineIdleTimeout, "0 (no bound) or more")
 	case l.MinTTL <= 0:
 		return bad("MinTTL", "min-ttl", l.MinTTL, "positive")
 	case l.MaxTTL < l.MinTTL:

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -389,6 +390,7 @@ func (h *sessionService) Pipeline(ctx context.Context, stream *connect.BidiStrea
 	if !h.s.leading.Load() {
 		return toConnect(h.s.notLeader())
 	}
+	ctx = withRemote(ctx, stream.Peer().Addr)
 	q := newSendQueue()
 	p := h.s.newPipeline(q.push)
 	sendErr := make(chan error, 1)
@@ -481,11 +483,23 @@ func (q *sendQueue) run(send func(*tenurev1.PipelineResponse) error, w *batching
 	}
 }
 
-// servePipelineUpgrade serves the Go client's upgraded connection.
+// servePipelineUpgrade serves the Go client's upgraded connection. With a
+// policy the caller is checked before the connection is taken over, as
+// the NDJSON endpoints check theirs: without valid credentials it is
+// answered 401, as a principal the policy does not know 403, so that
+// nobody gets a connection to hold open without being somebody.
 func (s *Server) servePipelineUpgrade(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Upgrade") != framing.Protocol {
 		http.Error(w, fmt.Sprintf("pipeline: send Upgrade: %s", framing.Protocol), http.StatusUpgradeRequired)
 		return
+	}
+	if s.auth != nil {
+		if _, err := s.grants(r.Context(), false); err != nil {
+			err = toConnect(err)
+			s.record(r.Context(), framing.Path, nil, r.RemoteAddr, err)
+			httpError(w, err)
+			return
+		}
 	}
 	if !s.leading.Load() || s.closing.Load() {
 		var err error = s.notLeader()
@@ -507,9 +521,10 @@ func (s *Server) servePipelineUpgrade(w http.ResponseWriter, r *http.Request) {
 		conn.Close()
 		return
 	}
-	pc := &pipeConn{s: s, conn: conn, r: framing.NewReader(brw.Reader, s.cfg.Limits.MaxRequestBytes), w: framing.NewWriter(conn)}
+	pc := &pipeConn{s: s, conn: conn, br: brw.Reader, r: framing.NewReader(brw.Reader, s.cfg.Limits.MaxRequestBytes), w: framing.NewWriter(conn)}
+	pc.touch()
 	// The operations outlive the upgrade request, but not its caller.
-	base := context.Background()
+	base := withRemote(context.Background(), conn.RemoteAddr().String())
 	if c, ok := callerOf(r.Context()); ok {
 		base = withCaller(base, c)
 	}
@@ -526,8 +541,13 @@ func (s *Server) servePipelineUpgrade(w http.ResponseWriter, r *http.Request) {
 type pipeConn struct {
 	s    *Server
 	conn net.Conn
+	br   *bufio.Reader // what r reads from
 	r    *framing.Reader
 	w    *framing.Writer
+	// lastActive is when an operation was last read or answered (unix
+	// ns), and deadline the read deadline serve last set (pipeidle.go).
+	lastActive atomic.Int64
+	deadline   time.Time
 	// ctx is the operations' context; stop cancels it, as a reader
 	// waiting for a free slot would not see the read deadline.
 	ctx    context.Context
@@ -539,6 +559,7 @@ type pipeConn struct {
 }
 
 func (pc *pipeConn) send(resp *tenurev1.PipelineResponse) {
+	pc.answered(resp)
 	if _, err := pc.w.Append(resp); err != nil {
 		return
 	}
@@ -556,6 +577,9 @@ func (pc *pipeConn) serve() {
 	var last uint64
 	var err error
 	for {
+		if err = pc.awaitFrame(p); err != nil {
+			break
+		}
 		var frame []byte
 		if frame, err = pc.r.Next(); err != nil {
 			break
@@ -569,6 +593,7 @@ func (pc *pipeConn) serve() {
 		if err = p.admit(ctx, req); err != nil {
 			break
 		}
+		pc.read(req)
 		p.handle(ctx, req)
 	}
 	select {
@@ -580,6 +605,13 @@ func (pc *pipeConn) serve() {
 		p.wait()
 		pc.send(&tenurev1.PipelineResponse{Result: &tenurev1.PipelineResponse_GoAway{GoAway: &tenurev1.GoAway{LastId: last}}})
 	default:
+		if errors.Is(err, errPipeIdle) {
+			// Nothing was in flight when awaitFrame decided; an answer
+			// that was just leaving goes before the GoAway.
+			p.wait()
+			pc.send(&tenurev1.PipelineResponse{Result: &tenurev1.PipelineResponse_GoAway{GoAway: &tenurev1.GoAway{LastId: last}}})
+			break
+		}
 		if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 			pc.s.log.Debug("pipeline connection ended", "remote", pc.conn.RemoteAddr().String(), "err", err)
 			if errors.Is(err, framing.ErrTooLarge) || errors.Is(err, proto.Error) {

@@ -263,6 +263,10 @@ func (s *Server) Close() error {
 		s.closeErr = s.node.Close()
 		s.wg.Wait()
 		s.peers.close()
+		if s.auth != nil {
+			// Last, when nothing audits any more: writes what was folded.
+			s.auth.audit.Close()
+		}
 	})
 	return s.closeErr
 }

@@ -151,6 +151,7 @@ variables (TENURE_ENDPOINTS, TENURE_TOKEN, ...) do not apply to serve.`,
 	f.IntVar(&l.MaxValueBytes, "max-value-bytes", l.MaxValueBytes, "largest key or lease value")
 	f.IntVar(&l.MaxRequestBytes, "max-request-bytes", l.MaxRequestBytes, "largest request message")
 	f.DurationVar(&l.RequestReadTimeout, "request-read-timeout", l.RequestReadTimeout, "longest time to receive a request's body, 0 for no bound (streams such as heartbeats are exempt)")
+	f.DurationVar(&l.PipelineIdleTimeout, "pipeline-idle-timeout", l.PipelineIdleTimeout, "close a client's pipeline connection after this long with nothing in flight (its client dials again), 0 for no bound")
 	f.DurationVar(&l.MinTTL, "min-ttl", l.MinTTL, "shortest session or key TTL")
 	f.DurationVar(&l.MaxTTL, "max-ttl", l.MaxTTL, "longest session or key TTL")
 	f.DurationVar(&l.DefaultTTL, "default-ttl", l.DefaultTTL, "session TTL when a client names none")
