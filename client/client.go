@@ -33,6 +33,11 @@ type Client struct {
 	closed    bool
 	conns     map[net.Conn]struct{} // open connections, closed by Close
 	ttls      map[time.Duration]int // how many heartbeating sessions have each TTL
+
+	// closing is closed by Close: the sessions' heartbeat loops end on
+	// it, rather than at their next heartbeat.
+	closing   chan struct{}
+	closeOnce sync.Once
 }
 
 type endpoint struct {
@@ -163,7 +168,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 	// be upgraded to a pipeline.
 	http1.SetHTTP1(true)
 	dialer := &net.Dialer{Timeout: o.dialTimeout, KeepAlive: 15 * time.Second}
-	c := &Client{opts: o, conns: map[net.Conn]struct{}{}, ttls: map[time.Duration]int{}}
+	c := &Client{opts: o, conns: map[net.Conn]struct{}{}, ttls: map[time.Duration]int{}, closing: make(chan struct{})}
 	c.transport = splitTransport{
 		// Unary calls and watches use HTTP/1.1 connections from a pool:
 		// on Go's HTTP/2 each call costs about twice the CPU (see
@@ -212,6 +217,7 @@ func New(ctx context.Context, endpoints []string, opts ...Option) (*Client, erro
 // call or a stream, which then fail. Sessions opened through it stop
 // heartbeating; close them first to release what they hold at once.
 func (c *Client) Close() error {
+	c.closeOnce.Do(func() { close(c.closing) })
 	c.mu.Lock()
 	c.closed = true
 	conns := c.conns

@@ -243,6 +243,12 @@ func (s *Session) heartbeat() {
 		select {
 		case <-s.stop:
 			return
+		case <-s.c.closing:
+			// The client's connections are gone: nothing will renew the
+			// session, so its holder is told now, not when the window
+			// closes.
+			s.markLost(fmt.Errorf("%w: session %d: %w", ErrSessionExpired, s.id, errClientClosed))
+			return
 		case <-s.lost:
 			// Give up the server side too, so that others need not wait
 			// a TTL for what this client no longer trusts it holds. Close
@@ -282,6 +288,7 @@ func (s *Session) heartbeat() {
 		validity := time.NewTimer(time.Until(s.ValidUntil()))
 		select {
 		case <-s.stop:
+		case <-s.c.closing:
 		case <-s.lost:
 		case <-validity.C:
 			s.markLost(fmt.Errorf("%w: %w (last stream error: %v)", ErrSessionExpired, errValidityPassed, err))
@@ -296,6 +303,9 @@ func (s *Session) heartbeat() {
 }
 
 var errValidityPassed = errors.New("no heartbeat acknowledged within the validity window")
+
+// errClientClosed is why a session whose client was closed is lost.
+var errClientClosed = errors.New("its client was closed")
 
 // errUnanswered ends a heartbeat stream whose endpoint left a heartbeat
 // unanswered for the patience (see patience): the heartbeat is sent
@@ -518,6 +528,8 @@ func (s *Session) callHeartbeats(ep *endpoint, untilMoved bool, refresh func(con
 	go func() {
 		select {
 		case <-s.stop:
+			cancel()
+		case <-s.c.closing:
 			cancel()
 		case <-ctx.Done():
 		}
