@@ -153,8 +153,10 @@ func zeroJSON(fd protoreflect.FieldDescriptor) json.RawMessage {
 const durationForms = `a duration such as "1h", "90s", "1m30s" or "500ms" (Go's time.ParseDuration), or protobuf's "3600s"`
 
 // protoDuration is protojson's own spelling of a Duration, passed
-// through untouched so that its full range and precision stay.
-var protoDuration = regexp.MustCompile(`^-?[0-9]+(\.[0-9]{1,9})?s$`)
+// through untouched so that its full range and precision stay, and so
+// that what protojson refuses in it (more than nine decimals) is refused
+// with its error rather than rounded by time.ParseDuration.
+var protoDuration = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?s$`)
 
 // goDurations rewrites, in the JSON object data decoded as md, every
 // google.protobuf.Duration given as a Go duration ("1h", "1m30s") into

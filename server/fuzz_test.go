@@ -209,7 +209,16 @@ func FuzzDecodeJSONRequests(f *testing.F) {
 		unsure := lastUnsure
 		lastUnsure = false
 
-		decodeErr := protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(body, m.req())
+		// The server takes Go durations ("1h") where protobuf's JSON
+		// wants seconds ("3600s"): the oracle reads them as it does.
+		decodeErr := func() error {
+			req := m.req()
+			b, err := goDurations(body, req.ProtoReflect().Descriptor(), "")
+			if err != nil {
+				return err
+			}
+			return protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(b, req)
+		}()
 		if status == http.StatusOK {
 			if len(body) > limits.MaxRequestBytes {
 				t.Fatalf("%s: a %d-byte body over MaxRequestBytes %d got 200", m.procedure, len(body), limits.MaxRequestBytes)
@@ -382,7 +391,8 @@ func TestInvalidJSONIsInvalidArgument(t *testing.T) {
 		{"an object where a string goes", tenurev1connect.KVServicePutProcedure, `{"key":{"a":1},"value":"v"}`, "invalid_argument", "unmarshal"},
 		{"a session ID that is not a number", tenurev1connect.SessionServiceCloseProcedure, `{"sessionId":"one"}`, "invalid_argument", "unmarshal"},
 		{"a capacity over int32", tenurev1connect.LeaseServiceAcquireProcedure, `{"sessionId":"1","name":"x","capacity":2147483648}`, "invalid_argument", "unmarshal"},
-		{"a duration with a bad unit", tenurev1connect.SessionServiceOpenProcedure, `{"ttl":"10m"}`, "invalid_argument", "unmarshal"},
+		{"a duration with a bad unit", tenurev1connect.SessionServiceOpenProcedure, `{"ttl":"10 parsecs"}`, "invalid_argument", "not a duration"},
+		{"seconds with more than nine decimals", tenurev1connect.SessionServiceOpenProcedure, `{"ttl":"1.000000000001s"}`, "invalid_argument", "unmarshal"},
 		{"both targets of the compare oneof", tenurev1connect.KVServiceCompareAndSwapProcedure, `{"key":"k","compare":{"absent":true,"value":"v"}}`, "invalid_argument", "unmarshal"},
 		{"a duplicate field", tenurev1connect.KVServicePutProcedure, `{"key":"k","key":"j"}`, "invalid_argument", "unmarshal"},
 		{"invalid UTF-8 in a string", tenurev1connect.KVServicePutProcedure, "{\"key\":\"\xff\"}", "invalid_argument", "unmarshal"},
