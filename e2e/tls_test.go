@@ -37,11 +37,13 @@ func TestTLSInThreeCommands(t *testing.T) {
 	if r := e.runAt(api, append(tlsFlags, "kv", "get", "k")...); r.code != 0 || !strings.Contains(r.stdout, "over-tls") {
 		t.Errorf("kv get over TLS: got = %v, expected: exit 0 and over-tls", r)
 	}
-	if r := e.runAt("https://"+api, "--cacert", "certs/ca.pem", "kv", "get", "k"); r.code != 3 || !strings.Contains(r.stderr, "certificate") {
-		t.Errorf("without a client certificate: got = %v, expected: exit 3 naming the certificate", r)
+	// The server answered: a refused credential is exit 1, a TLS flag
+	// that does not fit the server exit 2, each saying what to pass.
+	if r := e.runAt("https://"+api, "--cacert", "certs/ca.pem", "kv", "get", "k"); r.code != 1 || !strings.Contains(r.stderr, "--cert and --key") {
+		t.Errorf("without a client certificate: got = %v, expected: exit 1 asking for --cert and --key", r)
 	}
-	if r := e.runAt("https://"+api, "kv", "get", "k"); r.code != 3 || !strings.Contains(r.stderr, "certificate") {
-		t.Errorf("without the CA: got = %v, expected: exit 3 naming the certificate", r)
+	if r := e.runAt("https://"+api, "kv", "get", "k"); r.code != 2 || !strings.Contains(r.stderr, "--cacert") {
+		t.Errorf("without the CA: got = %v, expected: exit 2 asking for --cacert", r)
 	}
 	if r := e.runAt(api, "--cert", "certs/client.pem", "kv", "get", "k"); r.code != 2 || !strings.Contains(r.stderr, "--key") {
 		t.Errorf("--cert without --key: got = %v, expected: exit 2 naming --key", r)
