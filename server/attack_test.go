@@ -108,6 +108,9 @@ func TestAHeartbeatForAnIDNotYetOpenedNeverKeepsItsSessionAlive(t *testing.T) {
 	if denied.Load() == 0 {
 		t.Errorf("team-b's heartbeat streams refused: got = 0, expected: at least one once the session existed")
 	}
+	if want := "principal=team-b action=/tenure.v1.SessionService/KeepAlive target=\"session " + fmt.Sprint(id) + "\" outcome=denied"; !strings.Contains(as.logs.String(), want) {
+		t.Errorf("audit log lacks %q", want)
+	}
 }
 
 // TestCompareAndSwapBindsKeysOnlyToTheCallersSessions: CompareAndSwap

@@ -76,7 +76,9 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := s.auth.authn.Authenticate(r)
-		next.ServeHTTP(w, r.WithContext(withCaller(r.Context(), c)))
+		// The address goes with the caller, for the audit lines of
+		// checks made far from the request (a heartbeat's owner).
+		next.ServeHTTP(w, r.WithContext(withCaller(withRemote(r.Context(), r.RemoteAddr), c)))
 	})
 }
 

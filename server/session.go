@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/lessor"
 	"github.com/tenurehq/tenure/statemachine"
 )
@@ -49,12 +50,15 @@ func (h *sessionService) Open(ctx context.Context, req *connect.Request[tenurev1
 	return connect.NewResponse(&tenurev1.OpenSessionResponse{Session: out}), nil
 }
 
-func (h *sessionService) heartbeat(ctx context.Context, id int64) (*tenurev1.KeepAliveResponse, error) {
+func (h *sessionService) heartbeat(ctx context.Context, procedure string, id int64) (*tenurev1.KeepAliveResponse, error) {
 	if id <= 0 {
 		return nil, invalid("session_id must be a positive session ID, got %d", id)
 	}
 	known, err := h.s.ownHeartbeat(ctx, id)
 	if err != nil {
+		// Audited here: the edge let the heartbeat through to this
+		// check, which only the leader's state can make.
+		h.s.record(ctx, procedure, &tenurev1.KeepAliveRequest{SessionId: id}, "", toConnect(err))
 		return nil, err
 	}
 	if !known {
@@ -91,7 +95,7 @@ func (h *sessionService) KeepAlive(ctx context.Context, stream *connect.BidiStre
 		if err != nil {
 			return err
 		}
-		resp, err := h.heartbeat(ctx, req.GetSessionId())
+		resp, err := h.heartbeat(ctx, tenurev1connect.SessionServiceKeepAliveProcedure, req.GetSessionId())
 		if err != nil {
 			return toConnect(err)
 		}
@@ -102,7 +106,7 @@ func (h *sessionService) KeepAlive(ctx context.Context, stream *connect.BidiStre
 }
 
 func (h *sessionService) Refresh(ctx context.Context, req *connect.Request[tenurev1.KeepAliveRequest]) (*connect.Response[tenurev1.KeepAliveResponse], error) {
-	resp, err := h.heartbeat(ctx, req.Msg.GetSessionId())
+	resp, err := h.heartbeat(ctx, tenurev1connect.SessionServiceRefreshProcedure, req.Msg.GetSessionId())
 	if err != nil {
 		return nil, toConnect(err)
 	}
