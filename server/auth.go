@@ -362,37 +362,6 @@ func (s *Server) actorFor(ctx context.Context) *statemachine.Actor {
 	return a
 }
 
-// withActor sets the actor of a command that acts on a session or grant.
-func withActor(cmd statemachine.Command, a *statemachine.Actor) statemachine.Command {
-	if a == nil {
-		return cmd
-	}
-	switch c := cmd.(type) {
-	case statemachine.CloseSession:
-		c.Actor = a
-		return c
-	case statemachine.Acquire:
-		c.Actor = a
-		return c
-	case statemachine.Release:
-		c.Actor = a
-		return c
-	case statemachine.SetValue:
-		c.Actor = a
-		return c
-	case statemachine.CancelWait:
-		c.Actor = a
-		return c
-	case statemachine.Put:
-		c.Actor = a
-		return c
-	case statemachine.CompareAndSwap:
-		c.Actor = a
-		return c
-	}
-	return cmd
-}
-
 // sessionQuota holds the principal's Open lock while the session count
 // is checked and the session opened.
 func (s *Server) sessionQuota(g *auth.Grants) (func(), error) {

@@ -575,7 +575,7 @@ func (s *Server) propose(ctx context.Context, cmd statemachine.Command) (statema
 	s.proposing.Add(1)
 	s.drainMu.RUnlock()
 	defer s.proposing.Done()
-	res, err := s.node.Propose(ctx, withActor(cmd, s.actorFor(ctx)))
+	res, err := s.node.Propose(ctx, statemachine.WithActor(cmd, s.actorFor(ctx)))
 	if errors.Is(err, raftnode.ErrNotLeader) {
 		return res, s.notLeader()
 	}

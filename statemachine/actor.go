@@ -33,6 +33,56 @@ type Actor struct {
 	Breaker bool `json:"breaker,omitempty"`
 }
 
+// WithActor returns cmd with its Actor set to a, when cmd acts on a
+// session or a grant; any other command is returned as it is.
+func WithActor(cmd Command, a *Actor) Command {
+	switch c := cmd.(type) {
+	case CloseSession:
+		c.Actor = a
+		return c
+	case Acquire:
+		c.Actor = a
+		return c
+	case Release:
+		c.Actor = a
+		return c
+	case SetValue:
+		c.Actor = a
+		return c
+	case CancelWait:
+		c.Actor = a
+		return c
+	case Put:
+		c.Actor = a
+		return c
+	case CompareAndSwap:
+		c.Actor = a
+		return c
+	}
+	return cmd
+}
+
+// ActorOf is the Actor cmd carries, nil for a command that has none.
+func ActorOf(cmd Command) *Actor {
+	switch c := cmd.(type) {
+	case CloseSession:
+		return c.Actor
+	case Acquire:
+		return c.Actor
+	case Release:
+		return c.Actor
+	case SetValue:
+		return c.Actor
+	case CancelWait:
+		return c.Actor
+	case Put:
+		return c.Actor
+	case CompareAndSwap:
+		return c.Actor
+	}
+	return nil
+}
+
 // may reports whether the actor may act as identity.
 func (a *Actor) may(identity string) bool {
 	if a == nil {

@@ -95,3 +95,28 @@ func TestACommandAimedAtAFutureSessionIDMeetsItsOwnerAtApply(t *testing.T) {
 }
 
 func isNotOwner(err error) bool { return errors.Is(err, ErrNotOwner) }
+
+// The actor travels in the log entry: every command that acts on a
+// session or grant carries it through Encode and Decode, and a command
+// that acts on neither is left as it is.
+func TestTheActorIsWrittenToTheLogWithItsCommand(t *testing.T) {
+	for _, cmd := range []Command{
+		CloseSession{SessionID: 1}, acquire(1, leaseA), release(leaseA, 2), SetValue{Lease: leaseA, Token: 2},
+		CancelWait{SessionID: 1, Lease: leaseA}, Put{Key: "k", SessionID: 1}, CompareAndSwap{Key: "k", SessionID: 1},
+	} {
+		data, err := Encode(1, WithActor(cmd, teamA))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, back, err := Decode(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := ActorOf(back); a == nil || a.Principal != teamA.Principal || len(a.Identities) != len(teamA.Identities) {
+			t.Errorf("%T's actor after the log: got = %+v, expected: %+v", cmd, a, teamA)
+		}
+	}
+	if cmd := WithActor(Revoke{Lease: leaseA}, teamA); ActorOf(cmd) != nil {
+		t.Errorf("Revoke with an actor: got = %+v, expected: no actor (it acts as an admin, not as an owner)", ActorOf(cmd))
+	}
+}

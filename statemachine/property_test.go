@@ -281,7 +281,7 @@ func (w *world) step(t *rapid.T, now int64, cmd Command) Result {
 	res := m.Apply(now, cmd)
 	checkRevisions(t, rev, m, res)
 	if got := errors.Is(res.Err, ErrNotOwner); got != refuse {
-		t.Fatalf("%T %+v (actor %+v): refused as not owner: got = %v (%v), expected: %v", cmd, cmd, actorOf(cmd), got, res.Err, refuse)
+		t.Fatalf("%T %+v (actor %+v): refused as not owner: got = %v (%v), expected: %v", cmd, cmd, ActorOf(cmd), got, res.Err, refuse)
 	}
 
 	if res.Err != nil {
@@ -315,7 +315,7 @@ func (w *world) step(t *rapid.T, now int64, cmd Command) Result {
 // 4, an actor acting on a session or a grant whose identity it may not
 // use, unless it only ends it as an admin. pre is the leases before cmd.
 func (w *world) ownerRefuses(cmd Command, pre map[LeaseID]Lease) bool {
-	a := actorOf(cmd)
+	a := ActorOf(cmd)
 	if a == nil || w.m.ClusterVersion() < 4 {
 		return false
 	}
@@ -359,26 +359,6 @@ func (w *world) ownerRefuses(cmd Command, pre map[LeaseID]Lease) bool {
 		return false
 	}
 	return !slices.ContainsFunc(a.Identities, func(p string) bool { return matchPattern(p, identity) })
-}
-
-func actorOf(cmd Command) *Actor {
-	switch c := cmd.(type) {
-	case CloseSession:
-		return c.Actor
-	case Acquire:
-		return c.Actor
-	case CancelWait:
-		return c.Actor
-	case Put:
-		return c.Actor
-	case CompareAndSwap:
-		return c.Actor
-	case Release:
-		return c.Actor
-	case SetValue:
-		return c.Actor
-	}
-	return nil
 }
 
 // matchPattern is the policy's '*' pattern, written again so that the
