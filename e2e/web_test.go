@@ -1529,10 +1529,22 @@ func TestWebPageWithTenThousandLeases(t *testing.T) {
 	}
 
 	// A revoke is an event: the page fetches that one lease again, not
-	// all 10,000. The page's own safety net (a List every 30s, or 20
-	// Lists' time, past 1,000 leases) is held off for the check: on a
-	// busy machine it came due while the revoke was awaited, and it is
-	// not the revoke's doing.
+	// all 10,000. On a busy machine the page may still be catching up
+	// with the 10,000 acquires (a List after its watch fell behind is
+	// right), so the check starts once it has caught up: the store's
+	// revision shown, nothing dirty, no fetch running. The page's own
+	// safety net (a List every 30s, or 20 Lists' time, past 1,000
+	// leases) is held off: it is not the revoke's doing.
+	var kv struct {
+		Revision string `json:"revision"`
+	}
+	jsonCall(t, ctx, addr, "KVService/Range", map[string]any{"limit": 1}, &kv)
+	within(t, 60*time.Second, "the page to catch up with revision "+kv.Revision, func() bool {
+		return pageEval[bool](tab, `(() => {
+			const m = /revision (\d+)/.exec(document.getElementById("status").textContent);
+			return !!m && +m[1] >= `+kv.Revision+` && dirty.size === 0 && !leases.busy;
+		})()`)
+	})
 	pageEval[bool](tab, `leases.lastList = Date.now() + 3600e3, performance.setResourceTimingBufferSize(100000), performance.clearResourceTimings(), true`)
 	jsonCall(t, ctx, addr, "LeaseService/Revoke", map[string]any{"namespace": "ns-0", "name": "lease-00000", "reason": "test"}, nil)
 	if _, err := chromedp.Run(tab, chromedp.Evaluate[bool](`document.getElementById("lease-scroll").scrollTop = 0, true`)); err != nil {
