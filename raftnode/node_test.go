@@ -547,10 +547,16 @@ func TestVotersJoinOverTCP(t *testing.T) {
 	}
 	r := put(t, leader, "a", "1")
 
-	// A follower names the leader, so the API can forward the write.
+	// A follower names the leader, so the API can forward the write,
+	// once the leader's first heartbeat has reached it (on a busy
+	// machine, some time after AddVoter returns).
 	follower := nodes[1]
-	_, err := follower.Propose(ctxT(t), statemachine.Put{Key: "b"})
+	var err error
 	var nle *NotLeaderError
+	waitFor(t, "the new voter to hear from the leader", func() bool {
+		_, err = follower.Propose(ctxT(t), statemachine.Put{Key: "b"})
+		return !errors.As(err, &nle) || nle.LeaderID != ""
+	})
 	if !errors.As(err, &nle) || nle.LeaderID != "n1" || nle.Leader != leader.Addr() {
 		t.Errorf("propose on a follower: err = %v, expected: a *NotLeaderError naming n1 at %s", err, leader.Addr())
 	}
