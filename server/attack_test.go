@@ -40,6 +40,7 @@ func TestNoPrincipalWinsARaceForAnotherPrincipalsNextSession(t *testing.T) {
 	as := startAuthServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	var atApply atomic.Int64
 	for _, attacker := range []string{"team-b", "reader"} {
 		t.Run(attacker, func(t *testing.T) {
 			rep, err := attack.Race{
@@ -54,13 +55,16 @@ func TestNoPrincipalWinsARaceForAnotherPrincipalsNextSession(t *testing.T) {
 				t.Errorf("what %s did to team-a's sessions and grants: got = %s, expected: nothing", attacker, rep)
 			}
 			t.Logf("%s: %s", attacker, rep)
+			atApply.Add(rep.RefusedAtApply)
 			if rep.Refused == 0 {
 				t.Errorf("refused calls of %s: got = 0 of %d, expected: some (the race never reached a victim ID)", attacker, rep.Salvos)
 			}
 		})
 	}
-	if logs := as.logs.String(); !strings.Contains(logs, "not owner") || !strings.Contains(logs, "outcome=denied") {
-		t.Errorf("audit log: got no apply-time refusal line, expected: denied lines naming not owner")
+	// Whether a call wins the race past the edge is up to the scheduler;
+	// each one that did is refused by the state machine and audited.
+	if atApply.Load() > 0 && !strings.Contains(as.logs.String(), "not owner") {
+		t.Errorf("audit log: got no apply-time refusal line, expected: one for each of the %d refused at apply", atApply.Load())
 	}
 }
 

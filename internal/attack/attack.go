@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,8 +70,10 @@ type Report struct {
 	ChangedValues  []string // victim grants whose value the attacker set
 	BoundKeys      []string // attacker keys bound to a victim session
 	// Salvos is how many attacking calls were sent; Refused how many
-	// were refused as permission denied (at the edge or at apply).
-	Salvos, Refused int64
+	// were refused as permission denied (at the edge or at apply), and
+	// RefusedAtApply how many of those the state machine refused (its
+	// "not owner"): the calls that won the race past the edge.
+	Salvos, Refused, RefusedAtApply int64
 }
 
 // Empty reports whether the attacker touched nothing of the victim's.
@@ -79,8 +82,8 @@ func (r Report) Empty() bool {
 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("closed sessions %v, grants under victim sessions %v, released %v, values set %v, keys bound %v (%d calls, %d refused)",
-		r.ClosedSessions, r.ForeignGrants, r.ReleasedGrants, r.ChangedValues, r.BoundKeys, r.Salvos, r.Refused)
+	return fmt.Sprintf("closed sessions %v, grants under victim sessions %v, released %v, values set %v, keys bound %v (%d calls, %d refused, %d of them at apply)",
+		r.ClosedSessions, r.ForeignGrants, r.ReleasedGrants, r.ChangedValues, r.BoundKeys, r.Salvos, r.Refused, r.RefusedAtApply)
 }
 
 const poisoned = "attacker was here"
@@ -90,7 +93,7 @@ const poisoned = "attacker was here"
 // the victim itself cannot work.
 func (r Race) Run(ctx context.Context) (Report, error) {
 	var rep Report
-	var salvos, refused atomic.Int64
+	var salvos, refused, atApply atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := range r.Goroutines {
@@ -107,6 +110,9 @@ func (r Race) Run(ctx context.Context) (Report, error) {
 						salvos.Add(1)
 						if err := call(ctx); connect.CodeOf(err) == connect.CodePermissionDenied {
 							refused.Add(1)
+							if strings.Contains(err.Error(), "not owner") {
+								atApply.Add(1)
+							}
 						}
 					}
 				}
@@ -145,7 +151,7 @@ func (r Race) Run(ctx context.Context) (Report, error) {
 	}
 	close(stop)
 	wg.Wait()
-	rep.Salvos, rep.Refused = salvos.Load(), refused.Load()
+	rep.Salvos, rep.Refused, rep.RefusedAtApply = salvos.Load(), refused.Load(), atApply.Load()
 	if victimErr != nil {
 		return rep, victimErr
 	}
