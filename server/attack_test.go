@@ -125,16 +125,12 @@ func TestCompareAndSwapBindsKeysOnlyToTheCallersSessions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	a := as.clients(t, "token:team-a")
-	open, err := a.sessions.Open(ctx, connect.NewRequest(&tenurev1.OpenSessionRequest{Ttl: durationpb.New(time.Minute)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	victim := open.Msg.GetSession().GetId()
+	victim := a.openSession(t, ctx)
 	cas := func(key string) *tenurev1.CompareAndSwapRequest {
 		return &tenurev1.CompareAndSwapRequest{Key: key, Value: "b", SessionId: victim, Compare: &tenurev1.Compare{Target: &tenurev1.Compare_Absent{Absent: true}}}
 	}
 	b := as.clients(t, "token:team-b")
-	_, err = b.kv.CompareAndSwap(ctx, connect.NewRequest(cas("team-b/unary")))
+	_, err := b.kv.CompareAndSwap(ctx, connect.NewRequest(cas("team-b/unary")))
 	expect(t, "unary CompareAndSwap binding team-b/unary to team-a's session", connect.CodeOf(err), connect.CodePermissionDenied)
 
 	stream := b.sessions.Pipeline(ctx)
@@ -221,11 +217,7 @@ func TestACredentialIsCheckedForAsLongAsItIsUsed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	a := as.clients(t, "token:team-a")
-	open, err := a.sessions.Open(ctx, connect.NewRequest(&tenurev1.OpenSessionRequest{Ttl: durationpb.New(time.Minute)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := open.Msg.GetSession().GetId()
+	sid := a.openSession(t, ctx)
 
 	heartbeats := a.sessions.KeepAlive(ctx)
 	beat := func() error {
@@ -310,14 +302,11 @@ func TestAnExpiredTokenStopsWorkingOnAnOpenStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := as.clients(t, "token:team-a")
-	open, err := a.sessions.Open(ctx, connect.NewRequest(&tenurev1.OpenSessionRequest{Ttl: durationpb.New(time.Minute)}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sid := a.openSession(t, ctx)
 	heartbeats := a.sessions.KeepAlive(ctx)
 	var last error
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if err := heartbeats.Send(&tenurev1.KeepAliveRequest{SessionId: open.Msg.GetSession().GetId()}); err != nil {
+		if err := heartbeats.Send(&tenurev1.KeepAliveRequest{SessionId: sid}); err != nil {
 			_, last = heartbeats.Receive()
 			break
 		}
@@ -411,11 +400,7 @@ func TestGetOfAnotherPrincipalsSessionAnswersAsForNone(t *testing.T) {
 	as := startAuthServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	open, err := as.clients(t, "token:team-a").sessions.Open(ctx, connect.NewRequest(&tenurev1.OpenSessionRequest{Ttl: durationpb.New(time.Minute)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := open.Msg.GetSession().GetId()
+	id := as.clients(t, "token:team-a").openSession(t, ctx)
 	b := as.clients(t, "token:team-b")
 	_, theirs := b.sessions.Get(ctx, connect.NewRequest(&tenurev1.GetSessionRequest{SessionId: id}))
 	_, none := b.sessions.Get(ctx, connect.NewRequest(&tenurev1.GetSessionRequest{SessionId: id + 1000}))
@@ -429,4 +414,14 @@ func TestGetOfAnotherPrincipalsSessionAnswersAsForNone(t *testing.T) {
 	if _, err := as.clients(t, "token:team-a").sessions.Get(ctx, connect.NewRequest(&tenurev1.GetSessionRequest{SessionId: id})); err != nil {
 		t.Errorf("team-a's Get of its own session: %v", err)
 	}
+}
+
+// openSession opens a session of a minute for c and returns its ID.
+func (c *authClients) openSession(t *testing.T, ctx context.Context) int64 {
+	t.Helper()
+	open, err := c.sessions.Open(ctx, connect.NewRequest(&tenurev1.OpenSessionRequest{Ttl: durationpb.New(time.Minute)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return open.Msg.GetSession().GetId()
 }
