@@ -58,6 +58,9 @@ func WithActor(cmd Command, a *Actor) Command {
 	case CompareAndSwap:
 		c.Actor = a
 		return c
+	case Txn:
+		c.Actor = a
+		return c
 	}
 	return cmd
 }
@@ -78,6 +81,8 @@ func ActorOf(cmd Command) *Actor {
 	case Put:
 		return c.Actor
 	case CompareAndSwap:
+		return c.Actor
+	case Txn:
 		return c.Actor
 	}
 	return nil

@@ -30,8 +30,10 @@ const (
 	KindSetPreferred   Kind = 17
 	KindSetVersion     Kind = 18
 	KindAskStepDown    Kind = 19
+	KindTxn            Kind = 20
+	KindCompact        Kind = 21
 
-	lastKind = KindAskStepDown
+	lastKind = KindCompact
 )
 
 // Command is one state change proposed to the log.
@@ -46,6 +48,10 @@ type OpenSession struct {
 	TTL            int64             `json:"ttl"`
 	Labels         map[string]string `json:"labels,omitempty"`
 	MaxPerIdentity int               `json:"max_per_identity,omitempty"`
+	// LeaseID is the etcd lease ID a client chose for the session (etcd's
+	// LeaseGrant with an ID); 0 lets the session's ID be its lease ID.
+	// Refused with ErrLeaseExists while an open session answers to it.
+	LeaseID int64 `json:"lease_id,omitempty"`
 }
 
 // CloseSession ends a session cleanly: no lock-delay.
@@ -202,6 +208,10 @@ type SetMember struct {
 	// Version is the highest cluster version the member's build runs
 	// (0, from builds before versions, means 1).
 	Version int `json:"version,omitempty"`
+	// EtcdAddress is the member's etcd API address, if it serves one:
+	// what etcd's MemberList calls its client URL, and where followers
+	// forward etcd calls that need the leader.
+	EtcdAddress string `json:"etcd_address,omitempty"`
 }
 
 // AskStepDown asks the holder of the grant named by Token to step down,
@@ -257,6 +267,8 @@ func (CollectLeases) Kind() Kind  { return KindCollectLeases }
 func (SetPreferred) Kind() Kind   { return KindSetPreferred }
 func (SetVersion) Kind() Kind     { return KindSetVersion }
 func (AskStepDown) Kind() Kind    { return KindAskStepDown }
+func (Txn) Kind() Kind            { return KindTxn }
+func (Compact) Kind() Kind        { return KindCompact }
 
 const headerLen = 1 + 8
 
@@ -319,6 +331,10 @@ func Decode(data []byte) (now int64, cmd Command, err error) {
 		cmd, err = decodeAs[SetVersion](body)
 	case KindAskStepDown:
 		cmd, err = decodeAs[AskStepDown](body)
+	case KindTxn:
+		cmd, err = decodeAs[Txn](body)
+	case KindCompact:
+		cmd, err = decodeAs[Compact](body)
 	default:
 		return 0, nil, fmt.Errorf("%w: kind %d", ErrUnknownCommand, data[0])
 	}

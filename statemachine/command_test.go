@@ -11,7 +11,7 @@ import (
 // sampleCommands has one command of every kind, with every field set.
 func sampleCommands() []Command {
 	return []Command{
-		OpenSession{Identity: "web-1", TTL: ttl, Labels: map[string]string{"zone": "a"}, MaxPerIdentity: 3},
+		OpenSession{Identity: "web-1", TTL: ttl, Labels: map[string]string{"zone": "a"}, MaxPerIdentity: 3, LeaseID: 0x7f},
 		CloseSession{SessionID: 7},
 		ExpireSessions{Epoch: 2, IDs: []int64{1, 5}, Renewed: []int64{1_700_000_000_000_000_000, 0}},
 		Acquire{SessionID: 1, Lease: leaseA, Capacity: 2, Wait: true, Value: "addr", Labels: map[string]string{"app": "x"}, LockDelay: lockDelay, MaxWaiters: 4, Exclusive: true, GCAfter: gcAfter, MaxHold: ttl},
@@ -25,11 +25,18 @@ func sampleCommands() []Command {
 		ExpireKeys{Epoch: 1, Keys: []KeyTTL{{Key: "k", ModRevision: 3, TTL: keyTTL}}},
 		EndLockDelays{Epoch: 1, Delays: []LockDelay{{Lease: leaseA, Revision: 5, Delay: lockDelay}}},
 		NewEpoch{},
-		SetMember{ID: "n1", APIAddress: "10.0.0.1:7480", Version: 2},
+		SetMember{ID: "n1", APIAddress: "10.0.0.1:7480", Version: 2, EtcdAddress: "10.0.0.1:2379"},
 		CollectLeases{Epoch: 3, Leases: []IdleLease{{Lease: leaseA, Revision: 8, GCAfter: gcAfter, IdleSince: 1_700_000_000_000_000_000}}},
 		SetPreferred{Lease: leaseA, Identity: "web-2"},
 		SetVersion{Version: 2},
 		AskStepDown{Lease: leaseA, Token: 9, Reason: "max-hold"},
+		Txn{
+			Compares: []TxnCompare{{Key: "k", End: "l", Target: TargetMod, Op: CmpLess, Number: 4, Value: "v"}},
+			Success:  []TxnOp{{Type: OpPut, Key: "k", Value: "v", Lease: 7, IgnoreValue: true, IgnoreLease: true}, {Type: OpRange, Key: "a", End: "\x00", Revision: 3}},
+			Failure:  []TxnOp{{Type: OpTxn, Txn: &Txn{Success: []TxnOp{{Type: OpDelete, Key: "a", End: "b"}}}}},
+			Actor:    &Actor{Principal: "alice", Identities: []string{"web-*"}},
+		},
+		Compact{Revision: 12},
 	}
 }
 

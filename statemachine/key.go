@@ -22,8 +22,11 @@ func (m *Machine) put(c Put) Result {
 }
 
 func (m *Machine) putKey(key, value string, ttl, sessionID int64) (kv, prev *KeyValue) {
-	rev := m.revision + 1
+	rev, sub := m.nextKeyRevision()
 	next := &KeyValue{Key: key, Value: value, CreateRevision: rev, ModRevision: rev, Version: 1, TTL: ttl, SessionID: sessionID}
+	if sessionID != 0 {
+		next.LeaseID = m.sessions[sessionID].LeaseID
+	}
 	if old, ok := m.keys.Get(&KeyValue{Key: key}); ok {
 		p := *old
 		prev = &p
@@ -37,6 +40,9 @@ func (m *Machine) putKey(key, value string, ttl, sessionID int64) (kv, prev *Key
 		m.sessions[sessionID].keys[key] = struct{}{}
 	}
 	m.keys.ReplaceOrInsert(next)
+	if m.usesKVRevision() {
+		m.recordVersion(&version{Key: key, Main: rev, Sub: sub, KV: next})
+	}
 	out := *next
 	m.emit(Event{Type: EventKeyPut, SessionID: sessionID, KV: &out, PrevKV: prev})
 	return &out, prev
@@ -50,7 +56,11 @@ func (m *Machine) deleteKey(kv *KeyValue, typ EventType) {
 		}
 	}
 	prev := *kv
-	m.emit(Event{Type: typ, SessionID: kv.SessionID, KV: &KeyValue{Key: kv.Key, ModRevision: m.revision + 1}, PrevKV: &prev})
+	rev, sub := m.nextKeyRevision()
+	if m.usesKVRevision() {
+		m.recordVersion(&version{Key: kv.Key, Main: rev, Sub: sub})
+	}
+	m.emit(Event{Type: typ, SessionID: kv.SessionID, KV: &KeyValue{Key: kv.Key, ModRevision: rev}, PrevKV: &prev})
 }
 
 func (m *Machine) delete(c Delete) Result {

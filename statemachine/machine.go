@@ -20,7 +20,9 @@ import (
 //   - 3: max hold (AskStepDown).
 //   - 4: commands that act on a session or a grant are refused when
 //     their Actor may not act for its identity (ErrNotOwner).
-const Version = 4
+//   - 5: keys take KV revisions and keep their history (mvcc.go); Txn,
+//     Compact, and sessions opened with an etcd lease ID.
+const Version = 5
 
 // Machine is the whole replicated state. It is not safe for concurrent
 // use: the replication layer applies commands one at a time and guards
@@ -36,10 +38,22 @@ type Machine struct {
 	versions   map[string]int    // raft server ID → the version its build runs
 	version    int               // the cluster version; 0 means 1
 
+	// kvRevision, compactRevision and history are the keys' own clock
+	// and their versions since compaction (mvcc.go). leaseIDs maps the
+	// etcd lease IDs chosen by clients to the sessions that took them.
+	kvRevision      int64
+	compactRevision int64
+	history         history
+	leaseIDs        map[int64]int64
+	etcdAddrs       map[string]string // raft server ID → advertised etcd API address
+
 	// now, events and touched belong to the command being applied.
 	now     int64
 	events  []Event
 	touched []LeaseID // leases the command emitted events about
+	// kvChanges counts the command's key changes: the first moves the
+	// KV revision, and each is a sub-revision of it.
+	kvChanges int64
 }
 
 // New returns an empty machine at revision 0.
@@ -51,6 +65,9 @@ func New() *Machine {
 		keys:       btree.NewG(32, keyLess),
 		members:    map[string]string{},
 		versions:   map[string]int{},
+		history:    newHistory(),
+		leaseIDs:   map[int64]int64{},
+		etcdAddrs:  map[string]string{},
 	}
 }
 
@@ -71,6 +88,7 @@ func (m *Machine) Epoch() int64 { return m.epoch }
 func (m *Machine) Apply(now int64, cmd Command) Result {
 	m.now = now
 	m.events, m.touched = nil, m.touched[:0]
+	m.kvChanges = 0
 	var res Result
 	switch c := cmd.(type) {
 	case OpenSession:
@@ -112,8 +130,16 @@ func (m *Machine) Apply(now int64, cmd Command) Result {
 		res = m.askStepDownCmd(c)
 	case SetVersion:
 		if c.Version > m.ClusterVersion() && c.Version <= Version {
+			from := m.ClusterVersion()
 			m.version = c.Version
+			if from < 5 && c.Version >= 5 {
+				m.startKVRevision()
+			}
 		}
+	case Txn:
+		res = m.txn(c)
+	case Compact:
+		res = m.compact(c)
 	default:
 		res.Err = fmt.Errorf("%w: %T", ErrUnknownCommand, cmd)
 	}
@@ -127,6 +153,7 @@ func (m *Machine) Apply(now int64, cmd Command) Result {
 	m.settleIdle()
 	res.Events = m.events
 	res.Revision = m.revision
+	res.KVRevision = m.kvRevision
 	m.events = nil
 	return res
 }
@@ -179,8 +206,14 @@ func (m *Machine) setMember(c SetMember) Result {
 	case c.APIAddress == "":
 		delete(m.members, c.ID)
 		delete(m.versions, c.ID)
+		delete(m.etcdAddrs, c.ID)
 	default:
 		m.members[c.ID] = c.APIAddress
+		if c.EtcdAddress != "" {
+			m.etcdAddrs[c.ID] = c.EtcdAddress
+		} else {
+			delete(m.etcdAddrs, c.ID)
+		}
 		if c.Version > 0 {
 			m.versions[c.ID] = c.Version
 		} else {
@@ -202,6 +235,13 @@ func (m *Machine) MemberVersion(id string) int {
 // MemberAddress is the API address member id advertised, if it did.
 func (m *Machine) MemberAddress(id string) (string, bool) {
 	a, ok := m.members[id]
+	return a, ok
+}
+
+// MemberEtcdAddress is the etcd API address member id advertised, if it
+// serves one.
+func (m *Machine) MemberEtcdAddress(id string) (string, bool) {
+	a, ok := m.etcdAddrs[id]
 	return a, ok
 }
 

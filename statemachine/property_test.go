@@ -590,8 +590,12 @@ func checkInvariants(t tb, m *Machine) {
 			}
 			bound[kv.SessionID]++
 		}
-		if kv.Version < 1 || kv.CreateRevision > kv.ModRevision || kv.ModRevision > m.Revision() {
-			t.Fatalf("key %+v at revision %d", kv, m.Revision())
+		keyClock := m.Revision()
+		if m.usesKVRevision() {
+			keyClock = m.KVRevision()
+		}
+		if kv.Version < 1 || kv.CreateRevision > kv.ModRevision || kv.ModRevision > keyClock {
+			t.Fatalf("key %+v at revision %d, KV revision %d", kv, m.Revision(), m.KVRevision())
 		}
 	}
 	for id := range sessions {

@@ -28,8 +28,36 @@ func (m *Machine) openSession(c OpenSession) Result {
 	if c.MaxPerIdentity > 0 && c.Identity != "" && m.identities[c.Identity] >= c.MaxPerIdentity {
 		return Result{Err: fmt.Errorf("%w: %q has %d open sessions (limit %d)", ErrTooManySessions, c.Identity, m.identities[c.Identity], c.MaxPerIdentity)}
 	}
+	if c.LeaseID != 0 {
+		if !m.usesKVRevision() {
+			return Result{Err: fmt.Errorf("%w: a chosen lease ID needs cluster version 5", ErrNotSupported)}
+		}
+		if c.LeaseID < 0 {
+			return Result{Err: fmt.Errorf("%w: lease ID %d is negative", ErrLeaseNotFound, c.LeaseID)}
+		}
+		if _, taken := m.sessionByLease(c.LeaseID); taken {
+			return Result{Err: fmt.Errorf("%w: %d", ErrLeaseExists, c.LeaseID)}
+		}
+	}
 	id := m.revision + 1
-	s := Session{ID: id, Identity: c.Identity, TTL: c.TTL, Labels: cloneLabels(c.Labels), OpenTime: m.now}
+	s := Session{ID: id, Identity: c.Identity, TTL: c.TTL, Labels: cloneLabels(c.Labels), OpenTime: m.now, LeaseID: c.LeaseID}
+	if s.LeaseID == 0 {
+		// A client chose this session's own ID for an earlier one: the
+		// etcd API names this one by the first free ID above 2^62,
+		// where revisions never reach.
+		for alias := id | 1<<62; ; alias++ {
+			if _, taken := m.leaseIDs[id]; !taken {
+				break
+			}
+			if _, taken := m.sessionByLease(alias); !taken {
+				s.LeaseID = alias
+				break
+			}
+		}
+	}
+	if s.LeaseID != 0 {
+		m.leaseIDs[s.LeaseID] = id
+	}
 	if s.Identity == "" {
 		s.Identity = fmt.Sprintf("session-%d", id)
 	}
@@ -123,6 +151,9 @@ func (m *Machine) endSession(s *sessionState, expired bool, renewed int64) []Lea
 		m.deleteKey(kv, EventKeyDeleted)
 	}
 	delete(m.sessions, s.ID)
+	if s.LeaseID != 0 {
+		delete(m.leaseIDs, s.LeaseID)
+	}
 	if m.identities[s.Identity]--; m.identities[s.Identity] <= 0 {
 		delete(m.identities, s.Identity)
 	}
@@ -150,6 +181,36 @@ func (m *Machine) Session(id int64) (Session, bool) {
 	out := s.Session
 	out.Labels = cloneLabels(s.Labels)
 	return out, true
+}
+
+// SessionByLease returns a copy of the session that answers to etcd lease
+// ID lease.
+func (m *Machine) SessionByLease(lease int64) (Session, bool) {
+	s, ok := m.sessionByLease(lease)
+	if !ok {
+		return Session{}, false
+	}
+	return m.Session(s.ID)
+}
+
+func (m *Machine) sessionByLease(lease int64) (*sessionState, bool) {
+	if id, ok := m.leaseIDs[lease]; ok {
+		return m.sessions[id], true
+	}
+	s, ok := m.sessions[lease]
+	if !ok || s.LeaseID != 0 {
+		return nil, false
+	}
+	return s, true
+}
+
+// SessionKeys returns the keys bound to a session, sorted.
+func (m *Machine) SessionKeys(id int64) []string {
+	s, ok := m.sessions[id]
+	if !ok {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(s.keys))
 }
 
 // SessionHoldings returns what a session holds and waits for, sorted, and

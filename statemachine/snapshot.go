@@ -24,6 +24,20 @@ type snapshot struct {
 	// and the cluster run version 1.
 	Versions       map[string]int `json:"versions,omitempty"`
 	ClusterVersion int            `json:"cluster_version,omitempty"`
+	// From cluster version 5: the keys' clock and their history since
+	// the compact revision, oldest first (a nil KV is a deletion), and
+	// the members' etcd API addresses.
+	KVRevision      int64             `json:"kv_revision,omitempty"`
+	CompactRevision int64             `json:"compact_revision,omitempty"`
+	History         []keyVersion      `json:"history,omitempty"`
+	EtcdAddresses   map[string]string `json:"etcd_addresses,omitempty"`
+}
+
+type keyVersion struct {
+	Key  string    `json:"key"`
+	Main int64     `json:"main"`
+	Sub  int64     `json:"sub,omitempty"`
+	KV   *KeyValue `json:"kv,omitempty"`
 }
 
 // Snapshot writes the whole state. Two machines that applied the same
@@ -39,6 +53,13 @@ func (m *Machine) Snapshot(w io.Writer) error {
 
 		Versions:       m.versions,
 		ClusterVersion: m.version,
+
+		KVRevision:      m.kvRevision,
+		CompactRevision: m.compactRevision,
+		EtcdAddresses:   m.etcdAddrs,
+	}
+	for _, v := range m.history.byRev {
+		snap.History = append(snap.History, keyVersion{Key: v.Key, Main: v.Main, Sub: v.Sub, KV: v.KV})
 	}
 	snap.Keys, _ = m.Range("", 0)
 	if err := json.NewEncoder(w).Encode(&snap); err != nil {
@@ -66,6 +87,10 @@ func (m *Machine) Restore(r io.Reader) error {
 		next.versions[id] = v
 	}
 	next.version = snap.ClusterVersion
+	next.kvRevision, next.compactRevision = snap.KVRevision, snap.CompactRevision
+	for id, addr := range snap.EtcdAddresses {
+		next.etcdAddrs[id] = addr
+	}
 	for _, s := range snap.Sessions {
 		next.sessions[s.ID] = newSessionState(s)
 		next.identities[s.Identity]++
@@ -105,6 +130,20 @@ func (m *Machine) Restore(r io.Reader) error {
 			s.keys[kv.Key] = struct{}{}
 		}
 		next.keys.ReplaceOrInsert(kv)
+	}
+	for _, s := range snap.Sessions {
+		if s.LeaseID != 0 {
+			next.leaseIDs[s.LeaseID] = s.ID
+		}
+	}
+	// A version that is the key as it is shares its KeyValue with the
+	// key tree, as it did before the snapshot.
+	for _, sv := range snap.History {
+		v := &version{Key: sv.Key, Main: sv.Main, Sub: sv.Sub, KV: sv.KV}
+		if cur, ok := next.keys.Get(&KeyValue{Key: sv.Key}); ok && sv.KV != nil && *cur == *sv.KV {
+			v.KV = cur
+		}
+		next.recordVersion(v)
 	}
 	*m = *next
 	return nil

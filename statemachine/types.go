@@ -51,6 +51,18 @@ type Session struct {
 	TTL      int64             `json:"ttl"` // nanoseconds
 	Labels   map[string]string `json:"labels,omitempty"`
 	OpenTime int64             `json:"open_time"` // unix nanoseconds, display only
+	// LeaseID is the etcd lease ID the session answers to when it is not
+	// its ID: one a client chose in etcd's LeaseGrant. See EtcdLeaseID.
+	LeaseID int64 `json:"lease_id,omitempty"`
+}
+
+// EtcdLeaseID is the ID the etcd API knows the session by: an etcd lease
+// is a session. It is the session's ID unless a client chose another.
+func (s Session) EtcdLeaseID() int64 {
+	if s.LeaseID != 0 {
+		return s.LeaseID
+	}
+	return s.ID
 }
 
 // LeaseID names a lease.
@@ -168,6 +180,17 @@ type KeyValue struct {
 	Version        int64  `json:"version"`
 	TTL            int64  `json:"ttl,omitempty"` // nanoseconds; 0 = no TTL of its own
 	SessionID      int64  `json:"session_id,omitempty"`
+	// LeaseID is the etcd lease ID of the session, when a client chose
+	// one other than SessionID; see EtcdLease.
+	LeaseID int64 `json:"lease_id,omitempty"`
+}
+
+// EtcdLease is the etcd lease the key is attached to (0: none).
+func (kv *KeyValue) EtcdLease() int64 {
+	if kv.LeaseID != 0 {
+		return kv.LeaseID
+	}
+	return kv.SessionID
 }
 
 // EventType says what an event records.
@@ -269,6 +292,8 @@ type Event struct {
 type Result struct {
 	// Revision is the store's revision after the command.
 	Revision int64
+	// KVRevision is the keys' revision after the command (mvcc.go).
+	KVRevision int64
 	// Err is a sentinel error from this package, possibly wrapped with
 	// detail. A command that fails changes nothing and has no events.
 	Err    error
@@ -283,6 +308,7 @@ type Result struct {
 	Deleted int64   // Delete
 	Revoked []int64 // Revoke: tokens revoked
 	Epoch   int64   // NewEpoch
+	Txn     *TxnResponse
 }
 
 // Deadlines lists everything the leader's lessor must time, read from the

@@ -1,0 +1,49 @@
+package etcdapi
+
+import (
+	"context"
+	"errors"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tenurehq/tenure/statemachine"
+)
+
+// toGRPC turns an error of the state machine or the Backend into the
+// error etcd would answer, with its code and text: clients match on
+// both. An error that already is a gRPC status passes as it is.
+func toGRPC(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, ErrNotLeader):
+		return rpctypes.ErrGRPCNoLeader
+	case errors.Is(err, statemachine.ErrCompacted):
+		return rpctypes.ErrGRPCCompacted
+	case errors.Is(err, statemachine.ErrFutureRevision):
+		return rpctypes.ErrGRPCFutureRev
+	case errors.Is(err, statemachine.ErrSessionNotFound):
+		return rpctypes.ErrGRPCLeaseNotFound
+	case errors.Is(err, statemachine.ErrLeaseExists):
+		return rpctypes.ErrGRPCLeaseExist
+	case errors.Is(err, statemachine.ErrKeyNotFound):
+		return rpctypes.ErrGRPCKeyNotFound
+	case errors.Is(err, statemachine.ErrNotOwner):
+		return rpctypes.ErrGRPCPermissionDenied
+	case errors.Is(err, statemachine.ErrTooManySessions):
+		return rpctypes.ErrGRPCRequestTooManyRequests
+	case errors.Is(err, statemachine.ErrNotSupported):
+		return status.Error(codes.Unavailable, "etcdserver: not capable: "+err.Error())
+	case errors.Is(err, context.Canceled):
+		return rpctypes.ErrGRPCCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return rpctypes.ErrGRPCTimeout
+	}
+	return status.Error(codes.Unknown, err.Error())
+}
