@@ -198,23 +198,24 @@ func (s *Server) join(ctx context.Context, r *tenurev1.JoinRequest) error {
 			return err
 		}
 	}
-	return s.register(ctx, r.GetId(), r.GetApiAddress(), int(r.GetVersion()))
+	return s.register(ctx, r.GetId(), r.GetApiAddress(), r.GetEtcdAddress(), int(r.GetVersion()))
 }
 
 // register records a member's API address and the cluster version its
 // build runs in the log, unless they are already there.
-func (s *Server) register(ctx context.Context, id, api string, version int) error {
-	var known string
+func (s *Server) register(ctx context.Context, id, api, etcdAPI string, version int) error {
+	var known, knownEtcd string
 	var knownVersion int
 	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
 		known, _ = m.MemberAddress(id)
+		knownEtcd, _ = m.MemberEtcdAddress(id)
 		knownVersion = m.MemberVersion(id)
 		return nil
 	})
-	if known == api && knownVersion == max(version, 1) {
+	if known == api && knownEtcd == etcdAPI && knownVersion == max(version, 1) {
 		return nil
 	}
-	_, err := s.node.Propose(ctx, statemachine.SetMember{ID: id, APIAddress: api, Version: version})
+	_, err := s.node.Propose(ctx, statemachine.SetMember{ID: id, APIAddress: api, Version: version, EtcdAddress: etcdAPI})
 	return err
 }
 

@@ -212,7 +212,7 @@ func (m *membership) joinAny() error {
 }
 
 func (m *membership) joinRequest(voter bool) *tenurev1.JoinRequest {
-	return &tenurev1.JoinRequest{Id: m.s.node.ID(), PeerAddress: m.s.node.Addr(), ApiAddress: m.s.advertise, Voter: voter, Version: statemachine.Version}
+	return &tenurev1.JoinRequest{Id: m.s.node.ID(), PeerAddress: m.s.node.Addr(), ApiAddress: m.s.advertise, Voter: voter, Version: statemachine.Version, EtcdAddress: m.s.etcdAdvertise}
 }
 
 // keep registers this node's API address and asks for its vote, through
@@ -228,10 +228,11 @@ func (m *membership) keep() error {
 		return nil // not added yet, or removed: nothing to keep
 	}
 	self := members[i]
-	var registered string
+	var registered, registeredEtcd string
 	var version int
 	_ = s.node.ReadLocal(func(st *statemachine.Machine) error {
 		registered, _ = st.MemberAddress(self.ID)
+		registeredEtcd, _ = st.MemberEtcdAddress(self.ID)
 		version = st.MemberVersion(self.ID)
 		return nil
 	})
@@ -244,7 +245,7 @@ func (m *membership) keep() error {
 		}
 	}
 	switch {
-	case registered != s.advertise || version != statemachine.Version || self.Address != s.node.Addr():
+	case registered != s.advertise || registeredEtcd != s.etcdAdvertise || version != statemachine.Version || self.Address != s.node.Addr():
 		res, err := m.join(false)
 		if err == nil && m.caughtUpAt == 0 {
 			m.caughtUpAt = res.GetCommitIndex()

@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"github.com/tenurehq/tenure/api/framing"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -65,6 +66,8 @@ type Config struct {
 	Registry *prometheus.Registry
 	// Build names the binary in tenure_build_info.
 	Build BuildInfo
+	// Etcd turns on the etcd v3 API (etcd.go); off without a listener.
+	Etcd EtcdConfig
 }
 
 // Server is one Tenure node: the replicated log, the lessor, the watch
@@ -84,7 +87,12 @@ type Server struct {
 	auth    *authState // nil without a policy
 	// advertise is the API address this node is known by.
 	advertise string
-	discovery discovery
+	// etcd serves the etcd v3 API when it is on; etcdAdvertise is its
+	// address, etcdPeers the connections to the leader's.
+	etcd          *grpc.Server
+	etcdAdvertise string
+	etcdPeers     etcdConns
+	discovery     discovery
 
 	// draining is set by Close: no new client proposal is taken while
 	// those in flight finish and leadership moves elsewhere. proposing
@@ -145,13 +153,14 @@ func Open(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		hub:       watch.NewHub(cfg.Limits.WatchHistory),
-		peers:     newPeers(cfg.PeerAPITLS),
-		advertise: cfg.Advertise,
-		stopC:     make(chan struct{}),
-		serveErr:  make(chan error, 1),
+		cfg:           cfg,
+		log:           cfg.Logger,
+		hub:           watch.NewHub(cfg.Limits.WatchHistory),
+		peers:         newPeers(cfg.PeerAPITLS),
+		advertise:     cfg.Advertise,
+		etcdAdvertise: cfg.Etcd.Advertise,
+		stopC:         make(chan struct{}),
+		serveErr:      make(chan error, 1),
 	}
 	if cfg.Auth != nil {
 		audit := cfg.Audit
@@ -226,6 +235,10 @@ func Open(cfg Config) (*Server, error) {
 			s.serveErr <- err
 		}
 	}()
+	if err := s.startEtcd(); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
 	s.log.Info("tenure serving", "addr", cfg.Listener.Addr().String(), "advertise", s.advertise, "node", node.ID(), "peer", node.Addr(), "data", rc.DataDir)
 	return s, nil
 }
@@ -259,10 +272,12 @@ func (s *Server) Close() error {
 		// Shutdown waits for the unary calls, then Close cuts the rest.
 		_ = s.http.Shutdown(ctx)
 		_ = s.http.Close()
+		s.stopEtcd()
 		s.lessor.Stop()
 		s.closeErr = s.node.Close()
 		s.wg.Wait()
 		s.peers.close()
+		s.etcdPeers.close()
 		if s.auth != nil {
 			// Last, when nothing audits any more: writes what was folded.
 			s.auth.audit.Close()
@@ -499,7 +514,7 @@ func (s *Server) tryPromote(ctx context.Context) error {
 	}
 	// Followers forward to the address the leader advertised. Serving
 	// does not wait on it: the membership loop tries again.
-	if err := s.register(ctx, s.node.ID(), s.advertise, statemachine.Version); err != nil {
+	if err := s.register(ctx, s.node.ID(), s.advertise, s.etcdAdvertise, statemachine.Version); err != nil {
 		s.log.Warn("API address not advertised yet; followers cannot forward until it is", "err", err)
 	} else if err := s.raiseClusterVersion(ctx); err != nil {
 		s.log.Warn("cluster version not raised yet; the membership loop tries again", "err", err)

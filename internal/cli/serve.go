@@ -39,6 +39,8 @@ type serveOptions struct {
 	peerCertFile, peerKeyFile, peerCAFile                   string
 	policyFile, auditLog                                    string
 	insecure                                                bool
+	etcdListen, etcdAdvertise                               string
+	autoCompactionMode, autoCompactionRetention             string
 	limits                                                  server.Limits
 	sources                                                 settingSources // where --config and TENURE_* set flags
 }
@@ -130,6 +132,10 @@ variables (TENURE_ENDPOINTS, TENURE_TOKEN, ...) do not apply to serve.`,
 	f.StringVar(&o.peerCAFile, "peer-ca-file", "", "the PEM CA every node's peer certificate must come from; a node without one can neither join nor exchange raft traffic")
 	f.StringVar(&o.policyFile, "policy", "", "authenticate every caller (bearer token or client certificate) and check each call against this YAML policy, re-read when it changes and on SIGHUP (see docs/security.md)")
 	f.StringVar(&o.auditLog, "audit-log", "", "with --policy, append the audit trail (admin actions, denied calls, policy reloads) to this file as JSON lines (default: the log)")
+	f.StringVar(&o.etcdListen, "etcd-listen", "", "also serve the etcd v3 API (gRPC) on this address, for etcdctl and every etcd client (docs/etcd.md); off when empty")
+	f.StringVar(&o.etcdAdvertise, "etcd-advertise", "", "etcd API address clients and other nodes reach this node at (default --etcd-listen; required when it is 0.0.0.0)")
+	f.StringVar(&o.autoCompactionMode, "auto-compaction-mode", "revision", `how the keys' history is compacted, as etcd's flag: "revision" keeps the last --auto-compaction-retention revisions, "periodic" those of the last --auto-compaction-retention duration`)
+	f.StringVar(&o.autoCompactionRetention, "auto-compaction-retention", "10000", `revisions to keep ("revision" mode) or a duration ("periodic" mode: 1h, or a bare number of hours as etcd takes it); 0 keeps everything until a client compacts`)
 	f.BoolVar(&o.insecure, "insecure", false, "allow listening on a non-loopback address without TLS and a policy (anybody who can reach the port can do anything)")
 	f.BoolVar(&o.forceNewCluster, "force-new-cluster", false, "restore a copied data dir onto this node: rewrite its cluster configuration to this node alone at --peer-listen, keeping the data (never on a member of a live cluster; see docs/operations.md)")
 	o.walSegmentSize = 64 << 20
@@ -215,9 +221,10 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	for _, a := range []struct{ flag, addr, example string }{
 		{"--listen", o.listen, "127.0.0.1:7480"}, {"--peer-listen", o.peerListen, "127.0.0.1:7481"},
 		{"--advertise", o.advertise, "10.0.0.5:7480"}, {"--peer-advertise", o.peerAdvertise, "10.0.0.5:7481"},
+		{"--etcd-listen", o.etcdListen, "127.0.0.1:2379"}, {"--etcd-advertise", o.etcdAdvertise, "10.0.0.5:2379"},
 	} {
-		if a.addr == "" && strings.HasSuffix(a.flag, "advertise") {
-			continue // left out: the listen address
+		if a.addr == "" && (strings.HasSuffix(a.flag, "advertise") || a.flag == "--etcd-listen") {
+			continue // left out: the listen address, or no etcd API
 		}
 		if err := checkHostPort(a.addr, a.example); err != nil {
 			return usage("%s %q: %v", a.flag, a.addr, err)
@@ -239,6 +246,17 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	minFree := int64(o.minFreeSpace) // 0: the default, twice the segment size
 	if cmd.Flags().Changed("min-free-space") && minFree == 0 {
 		minFree = -1 // asked for no reserve
+	}
+	if o.etcdListen != "" && o.etcdAdvertise == "" {
+		if host, _, err := net.SplitHostPort(o.etcdListen); err == nil {
+			if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+				return usage("--etcd-listen %s listens on every interface: give the address clients reach this node's etcd API at with --etcd-advertise", o.etcdListen)
+			}
+		}
+	}
+	compaction, err := o.compaction()
+	if err != nil {
+		return err
 	}
 	if err := o.checkExposure(); err != nil {
 		return err
@@ -274,8 +292,16 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if err != nil {
 		return &exitError{code: ExitUnreachable, err: fmt.Errorf("--listen %s: %w", o.listen, err)}
 	}
+	var etcdLn net.Listener
+	if o.etcdListen != "" {
+		if etcdLn, err = net.Listen("tcp", o.etcdListen); err != nil {
+			ln.Close()
+			return &exitError{code: ExitUnreachable, err: fmt.Errorf("--etcd-listen %s: %w", o.etcdListen, err)}
+		}
+	}
 	build := readBuildInfo()
 	srv, err := openServer(ctx, server.Config{
+		Etcd:            server.EtcdConfig{Listener: etcdLn, Advertise: o.etcdAdvertise, Compaction: compaction},
 		Listener:        ln,
 		Advertise:       o.advertise,
 		Join:            o.join,
@@ -431,10 +457,40 @@ func (o *serveOptions) checkExposure() error {
 	if !loopback(o.listen) && (o.certFile == "" || o.policyFile == "") {
 		return usage("--listen %s is reachable from other machines, and without TLS (--cert-file, --key-file) and a policy (--policy) anybody who reaches it could take or revoke any lock; add them (docs/security.md), or pass --insecure to serve it unprotected anyway", o.listen)
 	}
+	if o.etcdListen != "" && !loopback(o.etcdListen) && (o.certFile == "" || o.policyFile == "") {
+		return usage("--etcd-listen %s is reachable from other machines, and without TLS (--cert-file, --key-file) and a policy (--policy) anybody who reaches it could take or revoke any lock; add them (docs/security.md), or pass --insecure to serve it unprotected anyway", o.etcdListen)
+	}
 	if !loopback(o.peerListen) && o.peerCertFile == "" {
 		return usage("--peer-listen %s is reachable from other machines, and without peer TLS (--peer-cert-file, --peer-key-file, --peer-ca-file) anybody who reaches it could join the cluster or forge raft traffic; add them (docs/security.md), or pass --insecure to serve it unprotected anyway", o.peerListen)
 	}
 	return nil
+}
+
+// compaction reads --auto-compaction-mode and -retention as etcd does: a
+// number of revisions, or a duration where a bare number is hours.
+func (o *serveOptions) compaction() (server.Compaction, error) {
+	r := strings.TrimSpace(o.autoCompactionRetention)
+	if r == "0" || r == "" {
+		return server.Compaction{}, nil
+	}
+	switch o.autoCompactionMode {
+	case "revision":
+		n, err := strconv.ParseInt(r, 10, 64)
+		if err != nil || n < 0 {
+			return server.Compaction{}, usage("--auto-compaction-retention %q: revision mode keeps a whole number of revisions", r)
+		}
+		return server.Compaction{Mode: "revision", Revisions: n}, nil
+	case "periodic":
+		if h, err := strconv.ParseFloat(r, 64); err == nil && h > 0 {
+			return server.Compaction{Mode: "periodic", Period: time.Duration(h * float64(time.Hour))}, nil
+		}
+		d, err := time.ParseDuration(r)
+		if err != nil || d <= 0 {
+			return server.Compaction{}, usage("--auto-compaction-retention %q: periodic mode keeps a duration (1h, 30m) or a number of hours", r)
+		}
+		return server.Compaction{Mode: "periodic", Period: d}, nil
+	}
+	return server.Compaction{}, usage(`--auto-compaction-mode %q: must be "revision" or "periodic"`, o.autoCompactionMode)
 }
 
 // loopback reports whether addr ("host:port") listens on loopback only.

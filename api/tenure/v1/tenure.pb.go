@@ -4685,7 +4685,11 @@ type JoinRequest struct {
 	Voter       bool                   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
 	// The highest cluster version the node's build runs; 0 (older builds)
 	// means 1.
-	Version       int32 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	Version int32 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	// The node's etcd API address, when it serves one (tenure serve
+	// --etcd-listen): etcd's MemberList client URL, and where followers
+	// forward etcd calls.
+	EtcdAddress   string `protobuf:"bytes,6,opt,name=etcd_address,json=etcdAddress,proto3" json:"etcd_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4753,6 +4757,13 @@ func (x *JoinRequest) GetVersion() int32 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *JoinRequest) GetEtcdAddress() string {
+	if x != nil {
+		return x.EtcdAddress
+	}
+	return ""
 }
 
 type JoinResponse struct {
@@ -5612,14 +5623,15 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\brevision\x18\f \x01(\x03R\brevision\x12\x14\n" +
 	"\x05ready\x18\r \x01(\bR\x05ready\x12\x18\n" +
 	"\aversion\x18\x0e \x01(\x05R\aversion\x12'\n" +
-	"\x0fcluster_version\x18\x0f \x01(\x05R\x0eclusterVersion\"\x91\x01\n" +
+	"\x0fcluster_version\x18\x0f \x01(\x05R\x0eclusterVersion\"\xb4\x01\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fpeer_address\x18\x02 \x01(\tR\vpeerAddress\x12\x1f\n" +
 	"\vapi_address\x18\x03 \x01(\tR\n" +
 	"apiAddress\x12\x14\n" +
 	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x05R\aversion\"^\n" +
+	"\aversion\x18\x05 \x01(\x05R\aversion\x12!\n" +
+	"\fetcd_address\x18\x06 \x01(\tR\vetcdAddress\"^\n" +
 	"\fJoinResponse\x12!\n" +
 	"\fcommit_index\x18\x01 \x01(\x04R\vcommitIndex\x12+\n" +
 	"\amembers\x18\x02 \x03(\v2\x11.tenure.v1.MemberR\amembers\"%\n" +

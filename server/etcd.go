@@ -1,0 +1,382 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/tenurehq/tenure/etcdapi"
+	"github.com/tenurehq/tenure/lessor"
+	"github.com/tenurehq/tenure/raftnode"
+	"github.com/tenurehq/tenure/statemachine"
+	"github.com/tenurehq/tenure/watch"
+)
+
+// EtcdConfig turns on the etcd v3 API (package etcdapi) on a listener of
+// its own: gRPC over HTTP/2, with the API's TLS configuration when it
+// has one.
+type EtcdConfig struct {
+	// Listener serves it; nil leaves it off. Close closes it.
+	Listener net.Listener
+	// Advertise is the address clients and other nodes reach it at
+	// (default the listener's address): MemberList's client URL and
+	// where followers forward what needs the leader.
+	Advertise string
+	// Compaction is the automatic compaction of the keys' history.
+	Compaction Compaction
+}
+
+// Compaction configures automatic compaction, as etcd's
+// --auto-compaction-mode and --auto-compaction-retention do.
+type Compaction struct {
+	// Mode is "revision" (keep the last Revisions KV revisions),
+	// "periodic" (keep the revisions of the last Period), or "" (none:
+	// history grows until a client compacts).
+	Mode      string
+	Revisions int64
+	Period    time.Duration
+}
+
+// DefaultCompaction keeps the last 10,000 KV revisions: etcd keeps
+// everything unless told otherwise, but Tenure keeps its history in
+// memory, so the default bounds it.
+func DefaultCompaction() Compaction { return Compaction{Mode: "revision", Revisions: 10000} }
+
+// Validate checks a Compaction.
+func (c Compaction) Validate() error {
+	switch c.Mode {
+	case "":
+	case "revision":
+		if c.Revisions <= 0 {
+			return fmt.Errorf("--auto-compaction-retention %d: revision mode keeps a positive number of revisions", c.Revisions)
+		}
+	case "periodic":
+		if c.Period <= 0 {
+			return fmt.Errorf("--auto-compaction-retention %v: periodic mode keeps a positive duration", c.Period)
+		}
+	default:
+		return fmt.Errorf(`--auto-compaction-mode %q: must be "revision" or "periodic"`, c.Mode)
+	}
+	return nil
+}
+
+// etcdScheme is the URL scheme of the etcd API: https when it serves TLS.
+func (s *Server) etcdScheme() string {
+	if s.cfg.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// startEtcd serves the etcd API when it is configured.
+func (s *Server) startEtcd() error {
+	ec := s.cfg.Etcd
+	if ec.Listener == nil {
+		return nil
+	}
+	if err := ec.Compaction.Validate(); err != nil {
+		return err
+	}
+	if s.etcdAdvertise == "" {
+		s.etcdAdvertise = ec.Listener.Addr().String()
+	}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(s.cfg.Limits.MaxRequestBytes + 4096),
+		grpc.ChainUnaryInterceptor(s.etcdUnaryInterceptors()...),
+		grpc.ChainStreamInterceptor(s.etcdStreamInterceptors()...),
+		// As etcd: clients' keep-alive pings every 5s or more are fine.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	}
+	if s.cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS)))
+	}
+	s.etcd = grpc.NewServer(opts...)
+	etcdapi.Register(s.etcd, etcdBackend{s})
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		if err := s.etcd.Serve(ec.Listener); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			select {
+			case s.serveErr <- fmt.Errorf("etcd API: %w", err):
+			default:
+			}
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.compactionLoop(ec.Compaction)
+	}()
+	s.log.Info("etcd API serving", "addr", ec.Listener.Addr().String(), "advertise", s.etcdAdvertise, "auto_compaction", ec.Compaction.Mode)
+	return nil
+}
+
+// stopEtcd ends the etcd API's calls and streams: unary calls finish,
+// streams are cut, as the HTTP server does them.
+func (s *Server) stopEtcd() {
+	if s.etcd == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		s.etcd.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		s.etcd.Stop()
+		<-done
+	}
+}
+
+// etcdBackend is the node as the etcd services see it.
+type etcdBackend struct{ s *Server }
+
+// etcdError turns a node's error into etcd's: the state machine's own
+// errors pass, for etcdapi to map.
+func etcdError(err error) error {
+	var nl *notLeaderError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &nl), errors.Is(err, raftnode.ErrNotLeader), errors.Is(err, lessor.ErrNotLeader):
+		return fmt.Errorf("%w: %v", etcdapi.ErrNotLeader, err)
+	case errors.Is(err, raftnode.ErrDiskFull):
+		return rpctypes.ErrGRPCNoSpace
+	case errors.Is(err, raftnode.ErrClosed):
+		return rpctypes.ErrGRPCStopped
+	}
+	return err
+}
+
+func (b etcdBackend) Propose(ctx context.Context, cmd statemachine.Command) (statemachine.Result, error) {
+	res, err := b.s.propose(ctx, cmd)
+	return res, etcdError(err)
+}
+
+func (b etcdBackend) Read(ctx context.Context, serializable bool, fn func(m *statemachine.Machine) error) error {
+	return etcdError(b.s.read(ctx, serializable, fn))
+}
+
+func (b etcdBackend) Renew(ctx context.Context, id int64) (time.Duration, error) {
+	known, err := b.s.ownHeartbeat(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if !known {
+		if !b.s.lessor.Leading(id) {
+			return 0, etcdError(b.s.notLeader())
+		}
+		return 0, fmt.Errorf("%w: %d", statemachine.ErrSessionNotFound, id)
+	}
+	ttl, err := b.s.lessor.Heartbeat(id)
+	if errors.Is(err, lessor.ErrSessionExpired) {
+		return 0, fmt.Errorf("%w: %d expired", statemachine.ErrSessionNotFound, id)
+	}
+	return ttl, etcdError(err)
+}
+
+func (b etcdBackend) Remaining(ctx context.Context, id int64) (time.Duration, error) {
+	if !b.s.leading.Load() {
+		return 0, etcdError(b.s.notLeader())
+	}
+	left, ok := b.s.lessor.Remaining(id)
+	if !ok {
+		if !b.s.lessor.Leading(id) {
+			return 0, etcdError(b.s.notLeader())
+		}
+		return 0, fmt.Errorf("%w: %d", statemachine.ErrSessionNotFound, id)
+	}
+	return left, nil
+}
+
+func (b etcdBackend) Watch(start int64, filter func(*statemachine.Event) bool) (*watch.Watcher, error) {
+	return b.s.hub.Watch(start, filter)
+}
+
+func (b etcdBackend) Authorize(ctx context.Context, verb etcdapi.Verb, key, end string) error {
+	return b.s.etcdAuthorize(ctx, verb, key, end)
+}
+
+func (b etcdBackend) Identity(ctx context.Context) string { return b.s.etcdIdentity(ctx) }
+
+func (b etcdBackend) SessionTTL() (time.Duration, time.Duration) {
+	return b.s.cfg.Limits.MinTTL, b.s.cfg.Limits.MaxTTL
+}
+
+func (b etcdBackend) Authenticate(ctx context.Context, name, password string) (string, error) {
+	return b.s.etcdAuthenticate(ctx, name, password)
+}
+
+func (b etcdBackend) AuthEnabled() bool { return b.s.auth != nil }
+
+func (b etcdBackend) Done() <-chan struct{} { return b.s.stopC }
+
+func (b etcdBackend) Ident() (cluster, member, term uint64) {
+	st := b.s.node.Status()
+	return b.s.etcdClusterID(), memberID(st.ID), st.Term
+}
+
+// memberID is the etcd member ID of a raft server ID: etcd's IDs are
+// numbers, Tenure's are names.
+func memberID(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
+}
+
+// etcdClusterID names the cluster by the member that sorts first. Tenure
+// has no cluster ID of its own; clients only show this one.
+func (s *Server) etcdClusterID() uint64 {
+	members, err := s.node.Members()
+	if err != nil || len(members) == 0 {
+		return memberID(s.node.ID())
+	}
+	ids := make([]string, 0, len(members))
+	for _, m := range members {
+		ids = append(ids, m.ID)
+	}
+	return memberID("cluster/" + slices.Min(ids))
+}
+
+func (b etcdBackend) Node(ctx context.Context) (etcdapi.NodeInfo, error) {
+	s := b.s
+	st := s.node.Status()
+	info := etcdapi.NodeInfo{
+		ClusterID: s.etcdClusterID(),
+		MemberID:  memberID(st.ID),
+		Name:      st.ID,
+		RaftTerm:  st.Term,
+		RaftIndex: st.CommitIndex,
+		Applied:   st.AppliedIndex,
+		DBSize:    dirSize(s.cfg.Raft.DataDir),
+		Version:   s.cfg.Build.Version,
+	}
+	if st.LeaderID != "" {
+		info.LeaderID = memberID(st.LeaderID)
+	}
+	if err := s.node.DiskFull(); err != nil {
+		info.NoSpace = err.Error()
+	}
+	members, err := s.node.Members()
+	if err != nil {
+		return info, etcdError(err)
+	}
+	var etcdAddrs map[string]string
+	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
+		etcdAddrs = map[string]string{}
+		for _, mem := range members {
+			if a, ok := m.MemberEtcdAddress(mem.ID); ok {
+				etcdAddrs[mem.ID] = a
+			}
+		}
+		return nil
+	})
+	if a := s.etcdAdvertise; a != "" {
+		etcdAddrs[st.ID] = a // before its registration is applied
+	}
+	for _, mem := range members {
+		em := etcdapi.Member{ID: memberID(mem.ID), Name: mem.ID, PeerURLs: []string{"http://" + mem.Address}, IsLearner: !mem.Voter}
+		if s.cfg.Raft.PeerTLS != nil {
+			em.PeerURLs = []string{"https://" + mem.Address}
+		}
+		if a, ok := etcdAddrs[mem.ID]; ok {
+			em.ClientURLs = []string{s.etcdScheme() + "://" + a}
+		}
+		if mem.ID == st.ID {
+			info.Learner = !mem.Voter
+		}
+		info.Members = append(info.Members, em)
+	}
+	return info, nil
+}
+
+// dirSize is the bytes of the files under dir: the log and snapshots,
+// what etcd calls the size of its database.
+func dirSize(dir string) int64 {
+	if dir == "" {
+		return 0
+	}
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// compactionLoop, on the leader, compacts the keys' history as the
+// configured mode says, every minute.
+func (s *Server) compactionLoop(c Compaction) {
+	if c.Mode == "" {
+		return
+	}
+	every := time.Minute
+	if c.Mode == "periodic" {
+		// etcd checks a periodic retention ten times over its length,
+		// at most hourly.
+		every = min(max(c.Period/10, time.Second), time.Hour)
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	type sample struct {
+		at  time.Time
+		rev int64
+	}
+	var samples []sample // periodic: the KV revision as time went by
+	for {
+		select {
+		case <-s.stopC:
+			return
+		case now := <-tick.C:
+			if !s.leading.Load() {
+				samples = nil
+				continue
+			}
+			var rev, compacted int64
+			_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
+				rev, compacted = m.KVRevision(), m.CompactRevision()
+				return nil
+			})
+			target := int64(0)
+			switch c.Mode {
+			case "revision":
+				target = rev - c.Revisions
+			case "periodic":
+				samples = append(samples, sample{now, rev})
+				i := 0
+				for i < len(samples) && now.Sub(samples[i].at) >= c.Period {
+					target = samples[i].rev
+					i++
+				}
+				samples = samples[max(i-1, 0):]
+			}
+			if target <= compacted {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := s.node.Propose(ctx, statemachine.Compact{Revision: target})
+			cancel()
+			if err != nil {
+				s.log.Warn("automatic compaction failed; trying again at the next tick", "revision", target, "err", err)
+				continue
+			}
+			s.log.Info("compacted the keys' history", "revision", target, "mode", c.Mode)
+		}
+	}
+}

@@ -1,0 +1,235 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3election/v3electionpb"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/tenurehq/tenure/auth"
+	"github.com/tenurehq/tenure/statemachine"
+)
+
+// A follower serves what its own state can answer (serializable reads,
+// watches, status) and forwards the rest to the leader's etcd API, as
+// the native API forwards: the caller never learns which node leads.
+// Unary calls are tried here first and forwarded when they fail for want
+// of the leader; the streams that need the leader (lease keep-alives,
+// election observation) are forwarded whole when they open.
+
+// etcdForwardedKey marks a forwarded call: it is never forwarded again,
+// so two nodes that each think the other leads cannot pass a call back
+// and forth.
+const etcdForwardedKey = "tenure-forwarded-by"
+
+// etcdPrincipalKey is auth.ForwardedPrincipalHeader as gRPC metadata:
+// the leader believes it only from a node's certificate.
+var etcdPrincipalKey = strings.ToLower(auth.ForwardedPrincipalHeader)
+
+// etcdReplies makes an empty reply of each unary method a follower may
+// have to forward.
+var etcdReplies = map[string]func() any{
+	"/etcdserverpb.KV/Range":              func() any { return new(pb.RangeResponse) },
+	"/etcdserverpb.KV/Put":                func() any { return new(pb.PutResponse) },
+	"/etcdserverpb.KV/DeleteRange":        func() any { return new(pb.DeleteRangeResponse) },
+	"/etcdserverpb.KV/Txn":                func() any { return new(pb.TxnResponse) },
+	"/etcdserverpb.KV/Compact":            func() any { return new(pb.CompactionResponse) },
+	"/etcdserverpb.Lease/LeaseGrant":      func() any { return new(pb.LeaseGrantResponse) },
+	"/etcdserverpb.Lease/LeaseRevoke":     func() any { return new(pb.LeaseRevokeResponse) },
+	"/etcdserverpb.Lease/LeaseTimeToLive": func() any { return new(pb.LeaseTimeToLiveResponse) },
+	"/etcdserverpb.Lease/LeaseLeases":     func() any { return new(pb.LeaseLeasesResponse) },
+	"/v3lockpb.Lock/Lock":                 func() any { return new(v3lockpb.LockResponse) },
+	"/v3lockpb.Lock/Unlock":               func() any { return new(v3lockpb.UnlockResponse) },
+	"/v3electionpb.Election/Campaign":     func() any { return new(v3electionpb.CampaignResponse) },
+	"/v3electionpb.Election/Proclaim":     func() any { return new(v3electionpb.ProclaimResponse) },
+	"/v3electionpb.Election/Leader":       func() any { return new(v3electionpb.LeaderResponse) },
+	"/v3electionpb.Election/Resign":       func() any { return new(v3electionpb.ResignResponse) },
+}
+
+// etcdLeaderStreams are the streams that need the leader from the start.
+var etcdLeaderStreams = map[string]bool{
+	"/etcdserverpb.Lease/LeaseKeepAlive": true,
+	"/v3electionpb.Election/Observe":     true,
+}
+
+func (s *Server) etcdUnaryInterceptors() []grpc.UnaryServerInterceptor {
+	return []grpc.UnaryServerInterceptor{s.etcdUnaryAuth(), s.etcdForwardUnary}
+}
+
+func (s *Server) etcdStreamInterceptors() []grpc.StreamServerInterceptor {
+	return []grpc.StreamServerInterceptor{s.etcdStreamAuth(), s.etcdForwardStream}
+}
+
+// isNoLeader reports whether err is the answer of a node that needed the
+// leader and is not it.
+func isNoLeader(err error) bool {
+	st, ok := status.FromError(err)
+	want, _ := status.FromError(rpctypes.ErrGRPCNoLeader)
+	return ok && st.Code() == want.Code() && st.Message() == want.Message()
+}
+
+func (s *Server) etcdForwardUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	res, err := handler(ctx, req)
+	newReply, ok := etcdReplies[info.FullMethod]
+	if err == nil || !ok || !isNoLeader(err) || forwardedCall(ctx) {
+		return res, err
+	}
+	conn, ferr := s.etcdLeaderConn(ctx)
+	if ferr != nil {
+		return res, err // no leader to forward to: the caller retries
+	}
+	reply := newReply()
+	if ferr := conn.Invoke(s.etcdForwardContext(ctx), info.FullMethod, req, reply); ferr != nil {
+		return nil, ferr
+	}
+	return reply, nil
+}
+
+func (s *Server) etcdForwardStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if !etcdLeaderStreams[info.FullMethod] || s.leading.Load() || forwardedCall(ss.Context()) {
+		return handler(srv, ss)
+	}
+	conn, err := s.etcdLeaderConn(ss.Context())
+	if err != nil {
+		return handler(srv, ss) // answered here: it fails as etcd would without a leader
+	}
+	ctx, cancel := context.WithCancel(s.etcdForwardContext(ss.Context()))
+	defer cancel()
+	desc := &grpc.StreamDesc{StreamName: info.FullMethod, ServerStreams: info.IsServerStream, ClientStreams: info.IsClientStream}
+	up, err := conn.NewStream(ctx, desc, info.FullMethod)
+	if err != nil {
+		return err
+	}
+	return pipeStreams(ss, up, info.FullMethod)
+}
+
+// pipeStreams copies the caller's messages to the leader and the
+// leader's back until either side ends; the leader's error is the
+// caller's.
+func pipeStreams(down grpc.ServerStream, up grpc.ClientStream, method string) error {
+	newReq, newRes := streamMessages(method)
+	upDone := make(chan error, 1)
+	go func() {
+		for {
+			m := newReq()
+			if err := down.RecvMsg(m); err != nil {
+				_ = up.CloseSend()
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+				upDone <- err
+				return
+			}
+			if err := up.SendMsg(m); err != nil {
+				upDone <- nil // the leader's side ends the call with its error
+				return
+			}
+		}
+	}()
+	for {
+		m := newRes()
+		if err := up.RecvMsg(m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if err := down.SendMsg(m); err != nil {
+			return err
+		}
+	}
+}
+
+func streamMessages(method string) (req, res func() any) {
+	switch method {
+	case "/etcdserverpb.Lease/LeaseKeepAlive":
+		return func() any { return new(pb.LeaseKeepAliveRequest) }, func() any { return new(pb.LeaseKeepAliveResponse) }
+	case "/v3electionpb.Election/Observe":
+		return func() any { return new(v3electionpb.LeaderRequest) }, func() any { return new(v3electionpb.LeaderResponse) }
+	}
+	panic(fmt.Sprintf("server: no messages known for stream %s", method))
+}
+
+func forwardedCall(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return len(md.Get(etcdForwardedKey)) > 0
+}
+
+// etcdForwardContext is the outgoing context of a forwarded call: the
+// caller's credentials, this node's mark, and the principal it
+// authenticated, which the leader takes only from a node's certificate.
+func (s *Server) etcdForwardContext(ctx context.Context) context.Context {
+	in, _ := metadata.FromIncomingContext(ctx)
+	out := metadata.MD{}
+	for _, k := range []string{rpctypes.TokenFieldNameGRPC, "authorization"} {
+		if v := in.Get(k); len(v) > 0 {
+			out.Set(k, v...)
+		}
+	}
+	out.Set(etcdForwardedKey, s.node.ID())
+	if c, ok := callerOf(ctx); ok && c.Principal != "" && c.Err == nil {
+		out.Set(etcdPrincipalKey, c.Principal)
+	}
+	return metadata.NewOutgoingContext(ctx, out)
+}
+
+// etcdConns holds one connection per leader etcd address.
+type etcdConns struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func (c *etcdConns) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, conn := range c.conns {
+		_ = conn.Close()
+	}
+	c.conns = nil
+}
+
+// etcdLeaderConn is a connection to the leader's etcd API.
+func (s *Server) etcdLeaderConn(ctx context.Context) (*grpc.ClientConn, error) {
+	_, id := s.node.Leader()
+	if id == "" || id == s.node.ID() {
+		return nil, errors.New("no other node leads")
+	}
+	var addr string
+	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
+		addr, _ = m.MemberEtcdAddress(id)
+		return nil
+	})
+	if addr == "" {
+		return nil, fmt.Errorf("the leader %s serves no etcd API", id)
+	}
+	s.etcdPeers.mu.Lock()
+	defer s.etcdPeers.mu.Unlock()
+	if conn, ok := s.etcdPeers.conns[addr]; ok {
+		return conn, nil
+	}
+	creds := insecure.NewCredentials()
+	if s.cfg.PeerAPITLS != nil {
+		creds = credentials.NewTLS(s.cfg.PeerAPITLS.Clone())
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, err
+	}
+	if s.etcdPeers.conns == nil {
+		s.etcdPeers.conns = map[string]*grpc.ClientConn{}
+	}
+	s.etcdPeers.conns[addr] = conn
+	return conn, nil
+}
