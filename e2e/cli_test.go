@@ -1284,9 +1284,9 @@ func TestDevClusterLeavesTheWorkingDirectoryAlone(t *testing.T) {
 	cwd, cache := t.TempDir(), t.TempDir()
 	t.Chdir(cwd)
 	t.Setenv("XDG_CACHE_HOME", cache)
-	free := testnet.FreeN(t, 2)
+	free := testnet.FreeN(t, 3)
 	port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
-	dev := startDev(t, bin, "dev", "cluster", "--nodes", "1", "--api-ports", port(free[0]), "--peer-ports", port(free[1]), "--log-level", "warn")
+	dev := startDev(t, bin, "dev", "cluster", "--nodes", "1", "--api-ports", port(free[0]), "--peer-ports", port(free[1]), "--etcd-ports", port(free[2]), "--log-level", "warn")
 	dev.waitReady(t)
 	dev.signal(syscall.SIGTERM)
 	select {

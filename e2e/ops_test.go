@@ -536,15 +536,16 @@ func TestDevClusterServesThroughANodeLossAndRestarts(t *testing.T) {
 	}
 	bin := tenureBinary(t)
 	dir := filepath.Join(t.TempDir(), "dev")
-	var apiPorts, peerPorts, apis []string
-	free := testnet.FreeN(t, 6)
+	var apiPorts, peerPorts, etcdPorts, apis, etcds []string
+	free := testnet.FreeN(t, 9)
 	for i := range 3 {
-		api, peer := free[2*i], free[2*i+1]
-		apis = append(apis, api)
+		api, peer, etcd := free[3*i], free[3*i+1], free[3*i+2]
+		apis, etcds = append(apis, api), append(etcds, etcd)
 		apiPorts = append(apiPorts, api[strings.LastIndex(api, ":")+1:])
 		peerPorts = append(peerPorts, peer[strings.LastIndex(peer, ":")+1:])
+		etcdPorts = append(etcdPorts, etcd[strings.LastIndex(etcd, ":")+1:])
 	}
-	args := []string{"dev", "cluster", "--data-dir", dir, "--api-ports", strings.Join(apiPorts, ","), "--peer-ports", strings.Join(peerPorts, ","), "--log-level", "warn"}
+	args := []string{"dev", "cluster", "--data-dir", dir, "--api-ports", strings.Join(apiPorts, ","), "--peer-ports", strings.Join(peerPorts, ","), "--etcd-ports", strings.Join(etcdPorts, ","), "--log-level", "warn"}
 	eps := strings.Join(apis, ",")
 
 	dev := startDev(t, bin, args...)
@@ -555,6 +556,9 @@ func TestDevClusterServesThroughANodeLossAndRestarts(t *testing.T) {
 	if want := "export TENURE_ENDPOINTS=" + eps; !strings.Contains(dev.stdout.String(), want) {
 		t.Errorf("stdout got = %q, expected it to contain %q", dev.stdout.String(), want)
 	}
+	within(t, 5*time.Second, "the etcd endpoints printed", func() bool {
+		return strings.Contains(dev.stdout.String(), "export ETCDCTL_API=3 ETCDCTL_ENDPOINTS="+strings.Join(etcds, ","))
+	})
 	if _, stderr, code := tenureRun(t, bin, "--endpoints", eps, "kv", "put", "dev/k", "before"); code != 0 {
 		t.Fatalf("kv put: exit %d: %s", code, stderr)
 	}

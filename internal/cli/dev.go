@@ -50,6 +50,19 @@ type devNode struct {
 	ID   string `json:"id"`
 	API  string `json:"api"`
 	Peer string `json:"peer"`
+	// Etcd is the node's etcd API address; layouts written before it
+	// had one take the API port + 2 (etcdAddr).
+	Etcd string `json:"etcd,omitempty"`
+}
+
+// etcdAddr is the node's etcd API address.
+func (n devNode) etcdAddr() string {
+	if n.Etcd != "" {
+		return n.Etcd
+	}
+	host, port, _ := strings.Cut(n.API, ":")
+	p, _ := strconv.Atoi(port)
+	return host + ":" + strconv.Itoa(p+2)
 }
 
 type devLayout struct {
@@ -61,6 +74,7 @@ type devOptions struct {
 	dataDir             string
 	basePort            int
 	apiPorts, peerPorts []int
+	etcdPorts           []int
 	logLevel            string
 }
 
@@ -72,8 +86,10 @@ func newDevClusterCommand() *cobra.Command {
 		Long: `Run a cluster of --nodes tenure serve processes on 127.0.0.1, each with its
 data in --data-dir/nodeN and its log in --data-dir/nodeN.log, and print each
 node's endpoint, then a "ready" line once they have elected a leader. Node N
-(from 1) serves its API on --base-port + 10(N-1) and raft on the port after;
---api-ports and --peer-ports choose the ports instead.
+(from 1) serves its API on --base-port + 10(N-1), raft on the port after,
+and the etcd v3 API (for etcdctl and etcd clients) on the one after that;
+--api-ports, --peer-ports and --etcd-ports choose the ports instead
+(without --etcd-ports, each node's etcd port is its API port + 2).
 
 Kill a node (its pid is printed) to watch the others carry on; the cluster
 keeps running while a node is down. SIGINT or SIGTERM (Ctrl-C) are passed to
@@ -104,9 +120,11 @@ directory, not the working directory; the first line printed names it.`,
 	f.IntVar(&o.basePort, "base-port", 7480, "the first node's API port; node N's is this + 10(N-1), its raft port the next one")
 	f.IntSliceVar(&o.apiPorts, "api-ports", nil, "each node's API port, instead of --base-port (one per node)")
 	f.IntSliceVar(&o.peerPorts, "peer-ports", nil, "each node's raft port, with --api-ports")
+	f.IntSliceVar(&o.etcdPorts, "etcd-ports", nil, "each node's etcd API port, with --api-ports (default each API port + 2)")
 	f.StringVar(&o.logLevel, "log-level", "info", "the nodes' --log-level")
 	cmd.MarkFlagsRequiredTogether("api-ports", "peer-ports")
 	cmd.MarkFlagsMutuallyExclusive("base-port", "api-ports")
+	cmd.MarkFlagsMutuallyExclusive("base-port", "etcd-ports")
 	return cmd
 }
 
@@ -141,18 +159,36 @@ func (o devOptions) layout(cmd *cobra.Command) (devLayout, error) {
 			}
 			seen[p] = true
 		}
-	} else if top := o.basePort + 10*(nodes-1) + 1; o.basePort < 1 || top > 65535 {
+		if fl.Changed("etcd-ports") {
+			if len(o.etcdPorts) != nodes {
+				return devLayout{}, usage("--etcd-ports needs one port per node: got %d for %d nodes", len(o.etcdPorts), nodes)
+			}
+		} else {
+			o.etcdPorts = nil
+			for _, p := range o.apiPorts {
+				o.etcdPorts = append(o.etcdPorts, p+2)
+			}
+		}
+		for i, p := range o.etcdPorts {
+			if p < 1 || p > 65535 || seen[p] {
+				return devLayout{}, usage("etcd port %d of node %d: out of range, or given already (choose them with --etcd-ports)", p, i+1)
+			}
+			seen[p] = true
+		}
+	} else if top := o.basePort + 10*(nodes-1) + 2; o.basePort < 1 || top > 65535 {
 		return devLayout{}, usage("--base-port %d: the ports of %d nodes must lie in 1 to 65535", o.basePort, nodes)
 	}
 	for i := range nodes {
 		api, peer := o.basePort+10*i, o.basePort+10*i+1
+		etcd := api + 2
 		if fl.Changed("api-ports") {
-			api, peer = o.apiPorts[i], o.peerPorts[i]
+			api, peer, etcd = o.apiPorts[i], o.peerPorts[i], o.etcdPorts[i]
 		}
 		want.Nodes = append(want.Nodes, devNode{
 			ID:   "node" + strconv.Itoa(i+1),
 			API:  "127.0.0.1:" + strconv.Itoa(api),
 			Peer: "127.0.0.1:" + strconv.Itoa(peer),
+			Etcd: "127.0.0.1:" + strconv.Itoa(etcd),
 		})
 	}
 
@@ -166,6 +202,9 @@ func (o devOptions) layout(cmd *cobra.Command) (devLayout, error) {
 	var have devLayout
 	if err := json.Unmarshal(b, &have); err != nil || len(have.Nodes) == 0 {
 		return devLayout{}, fmt.Errorf("%s: not a dev cluster's layout (%v): remove --data-dir %s to start afresh", filepath.Join(o.dataDir, devLayoutFile), err, o.dataDir)
+	}
+	for i := range have.Nodes {
+		have.Nodes[i].Etcd = have.Nodes[i].etcdAddr()
 	}
 	changed := fl.Changed("nodes") || fl.Changed("base-port") || fl.Changed("api-ports")
 	if changed && !slices.Equal(have.Nodes, want.Nodes) {
@@ -187,6 +226,14 @@ func (l devLayout) endpoints() string {
 	eps := make([]string, len(l.Nodes))
 	for i, n := range l.Nodes {
 		eps[i] = n.API
+	}
+	return strings.Join(eps, ",")
+}
+
+func (l devLayout) etcdEndpoints() string {
+	eps := make([]string, len(l.Nodes))
+	for i, n := range l.Nodes {
+		eps[i] = n.etcdAddr()
 	}
 	return strings.Join(eps, ",")
 }
@@ -250,7 +297,7 @@ func runDevCluster(cmd *cobra.Command, o devOptions, layout devLayout) error {
 		procs[i] = p
 		running++
 		go func() { exits <- devExit{i, p.cmd.Wait()} }()
-		fmt.Fprintf(out, "%s  pid %d  api %s  peer %s  log %s\n", n.ID, p.cmd.Process.Pid, n.API, n.Peer, devLogPath(o.dataDir, n))
+		fmt.Fprintf(out, "%s  pid %d  api %s  peer %s  etcd %s  log %s\n", n.ID, p.cmd.Process.Pid, n.API, n.Peer, n.etcdAddr(), devLogPath(o.dataDir, n))
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -267,6 +314,7 @@ func runDevCluster(cmd *cobra.Command, o devOptions, layout devLayout) error {
 		select {
 		case leader := <-ready:
 			fmt.Fprintf(out, "ready: %s leads; export TENURE_ENDPOINTS=%s\n", leader, layout.endpoints())
+			fmt.Fprintf(out, "etcd clients: export ETCDCTL_API=3 ETCDCTL_ENDPOINTS=%s\n", layout.etcdEndpoints())
 		case sig := <-sigs:
 			if stopping {
 				fmt.Fprintf(errOut, "killing %d nodes\n", running)
@@ -323,7 +371,7 @@ func devLogPath(dataDir string, n devNode) string {
 // the node's data dir and ignore both flags.
 func startDevNode(exe string, o devOptions, layout devLayout, n devNode) (*devProc, error) {
 	args := []string{"serve",
-		"--listen", n.API, "--peer-listen", n.Peer, "--node-id", n.ID,
+		"--listen", n.API, "--peer-listen", n.Peer, "--node-id", n.ID, "--etcd-listen", n.etcdAddr(),
 		"--data-dir", filepath.Join(o.dataDir, n.ID), "--log-level", o.logLevel,
 		// Segments are preallocated whole: raft-wal's 64MiB per node is
 		// a lot of disk for a cluster that holds little.
