@@ -46,6 +46,9 @@ type Compaction struct {
 	Mode      string
 	Revisions int64
 	Period    time.Duration
+	// Interval is how often the leader checks (default: a minute, or a
+	// tenth of Period in periodic mode).
+	Interval time.Duration
 }
 
 // DefaultCompaction keeps the last 10,000 KV revisions: etcd keeps
@@ -332,6 +335,9 @@ func (s *Server) compactionLoop(c Compaction) {
 		// at most hourly.
 		every = min(max(c.Period/10, time.Second), time.Hour)
 	}
+	if c.Interval > 0 {
+		every = c.Interval
+	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	type sample struct {
@@ -353,6 +359,9 @@ func (s *Server) compactionLoop(c Compaction) {
 				rev, compacted = m.KVRevision(), m.CompactRevision()
 				return nil
 			})
+			if rev == 0 {
+				continue // the cluster version has not reached 5
+			}
 			target := int64(0)
 			switch c.Mode {
 			case "revision":

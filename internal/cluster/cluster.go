@@ -31,7 +31,12 @@ type options struct {
 	limits server.Limits
 	raft   []func(*raftnode.Config)
 	logger *slog.Logger
+	etcd   *server.Compaction // nil: no etcd API
 }
+
+// WithEtcd serves the etcd v3 API on every node too (Node.EtcdAddr),
+// with automatic compaction c.
+func WithEtcd(c server.Compaction) Option { return func(o *options) { o.etcd = &c } }
 
 // WithLimits sets every node's limits; the default is
 // server.DefaultLimits with a 100ms minimum TTL, so that expiry tests
@@ -77,6 +82,7 @@ type Node struct {
 	id   string // raft ID, also its raft address on the in-memory network
 	dir  string
 	addr string // the API's "127.0.0.1:port", the same across restarts
+	etcd string // the etcd API's, with WithEtcd; also kept across restarts
 	api  API
 	// http carries api's calls. Stop closes its idle connections first:
 	// an idle HTTP/2 connection holds the server's Shutdown for the
@@ -135,6 +141,14 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 			t.Fatalf("cluster: %v", err)
 		}
 		node.addr = ln.Addr().String()
+		if o.etcd != nil {
+			eln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatalf("cluster: %v", err)
+			}
+			node.etcd = eln.Addr().String()
+			eln.Close() // start listens on it again, as Restart does
+		}
 		var protocols http.Protocols
 		protocols.SetUnencryptedHTTP2(true)
 		node.http = &http.Transport{Protocols: &protocols}
@@ -180,15 +194,28 @@ func (c *Cluster) start(node *Node, ln net.Listener) error {
 		change(&rc)
 	}
 	reg := prometheus.NewRegistry()
-	srv, err := server.Open(server.Config{
+	cfg := server.Config{
 		Listener: ln,
 		Raft:     rc,
 		Limits:   c.opts.limits,
 		Logger:   c.opts.logger.With("node", node.id),
 		Registry: reg,
-	})
+	}
+	if c.opts.etcd != nil {
+		eln, err := net.Listen("tcp", node.etcd)
+		if err != nil {
+			ln.Close()
+			tr.Close()
+			return fmt.Errorf("start %s: etcd API: %w", node.id, err)
+		}
+		cfg.Etcd = server.EtcdConfig{Listener: eln, Compaction: *c.opts.etcd}
+	}
+	srv, err := server.Open(cfg)
 	if err != nil {
 		ln.Close()
+		if cfg.Etcd.Listener != nil {
+			cfg.Etcd.Listener.Close()
+		}
 		tr.Close()
 		return fmt.Errorf("start %s: %w", node.id, err)
 	}
@@ -382,6 +409,10 @@ func (n *Node) ID() string { return n.id }
 // Addr is the node's API endpoint, "127.0.0.1:port", the same across
 // restarts.
 func (n *Node) Addr() string { return n.addr }
+
+// EtcdAddr is the node's etcd API endpoint, "127.0.0.1:port", the same
+// across restarts; "" unless the cluster was made WithEtcd.
+func (n *Node) EtcdAddr() string { return n.etcd }
 
 // DataDir is the node's data directory, which outlives its restarts.
 func (n *Node) DataDir() string { return n.dir }
