@@ -95,8 +95,14 @@ type Node struct {
 	// node's raft ID.
 	Peer                string
 	peerListen          string
+	// Etcd is the address etcd clients reach the node's etcd API at (its
+	// proxy, which partitions cut like the others); etcdListen is the
+	// node's own listener.
+	Etcd                string
+	etcdListen          string
 	dataDir, logPath    string
 	apiProxy, peerProxy *proxy
+	etcdProxy           *proxy
 	args                []string
 	starts              int
 
@@ -117,27 +123,29 @@ func Start(t testing.TB, n int, extra ...string) *Cluster {
 	// The proxies' listeners first, held from here on: the ports FreeN
 	// releases could otherwise be handed to a proxy (node 2's peer proxy
 	// once took node 1's --peer-listen port, and node 1 could not bind).
-	lns := make([]net.Listener, 2*n)
+	lns := make([]net.Listener, 3*n)
 	for i := range lns {
 		lns[i] = testnet.Listen(t)
 	}
-	free := testnet.FreeN(t, 2*n)
+	free := testnet.FreeN(t, 3*n)
 	for i := range n {
 		node := &Node{
 			c:          c,
 			Index:      i,
-			Direct:     free[2*i],
-			peerListen: free[2*i+1],
+			Direct:     free[3*i],
+			peerListen: free[3*i+1],
+			etcdListen: free[3*i+2],
 			dataDir:    filepath.Join(dir, fmt.Sprintf("node%d", i)),
 			logPath:    filepath.Join(dir, fmt.Sprintf("node%d.log", i)),
 		}
-		node.API, node.Peer = lns[2*i].Addr().String(), lns[2*i+1].Addr().String()
+		node.API, node.Peer, node.Etcd = lns[3*i].Addr().String(), lns[3*i+1].Addr().String(), lns[3*i+2].Addr().String()
 		c.Nodes = append(c.Nodes, node)
 	}
 	// Proxies start once c.Nodes is complete: they read it.
 	for i, node := range c.Nodes {
-		node.apiProxy = newProxy(c, i, lns[2*i], node.Direct)
-		node.peerProxy = newProxy(c, i, lns[2*i+1], node.peerListen)
+		node.apiProxy = newProxy(c, i, lns[3*i], node.Direct)
+		node.peerProxy = newProxy(c, i, lns[3*i+1], node.peerListen)
+		node.etcdProxy = newProxy(c, i, lns[3*i+2], node.etcdListen)
 	}
 	for _, node := range c.Nodes {
 		var join []string
@@ -149,6 +157,7 @@ func Start(t testing.TB, n int, extra ...string) *Cluster {
 		node.args = append([]string{"serve",
 			"--listen", node.Direct, "--advertise", node.API,
 			"--peer-listen", node.peerListen, "--peer-advertise", node.Peer,
+			"--etcd-listen", node.etcdListen, "--etcd-advertise", node.Etcd,
 			"--data-dir", node.dataDir,
 			"--bootstrap-expect", fmt.Sprint(n), "--join", strings.Join(join, ","),
 		}, extra...)
@@ -160,6 +169,7 @@ func Start(t testing.TB, n int, extra ...string) *Cluster {
 		for _, node := range c.Nodes {
 			node.apiProxy.close()
 			node.peerProxy.close()
+			node.etcdProxy.close()
 		}
 		if t.Failed() {
 			for _, node := range c.Nodes {
@@ -190,6 +200,16 @@ func (c *Cluster) Endpoints(first int) []string {
 	return out
 }
 
+// EtcdEndpoints are the nodes' etcd API (proxy) addresses, rotated as
+// Endpoints are.
+func (c *Cluster) EtcdEndpoints(first int) []string {
+	var out []string
+	for i := range c.Nodes {
+		out = append(out, c.Nodes[(first+i)%len(c.Nodes)].Etcd)
+	}
+	return out
+}
+
 // --- processes ---
 
 func (n *Node) launch() {
@@ -204,6 +224,10 @@ func (n *Node) launch() {
 	if err := n.apiProxy.listen(); err != nil {
 		f.Close()
 		t.Fatalf("node %d: listen for clients again: %v", n.Index, err)
+	}
+	if err := n.etcdProxy.listen(); err != nil {
+		f.Close()
+		t.Fatalf("node %d: listen for etcd clients again: %v", n.Index, err)
 	}
 	cmd := exec.Command(n.c.bin, n.args...)
 	cmd.Stdout, cmd.Stderr = f, f
@@ -273,6 +297,7 @@ func (n *Node) Kill() {
 	_ = cmd.Process.Kill()
 	<-exited
 	n.apiProxy.refuse()
+	n.etcdProxy.refuse()
 }
 
 // Stop sends SIGTERM and waits for the node to exit by itself: a clean
@@ -448,6 +473,7 @@ func (c *Cluster) enforce() {
 	for _, n := range c.Nodes {
 		n.apiProxy.enforce(owners)
 		n.peerProxy.enforce(owners)
+		n.etcdProxy.enforce(owners)
 	}
 }
 
