@@ -18,6 +18,10 @@ import (
 type Config struct {
 	// Against lists the systems to compare Tenure with: nil, or Etcd.
 	Against []System
+	// Client is what drives Tenure ("": ClientTenure). With ClientEtcd
+	// only the workloads that have an etcd-client form may run
+	// (CheckClient).
+	Client Client
 	// Duration is each measured window of the throughput workloads.
 	Duration time.Duration
 	// Rounds is how often every workload runs against every system.
@@ -34,8 +38,10 @@ type Config struct {
 
 // Report is what a run measured.
 type Report struct {
-	Machine   Machine   `json:"machine"`
-	Command   string    `json:"command,omitempty"`
+	Machine Machine `json:"machine"`
+	Command string  `json:"command,omitempty"`
+	// Client is what drove Tenure; etcd is always driven by its own.
+	Client    Client    `json:"client"`
 	Started   time.Time `json:"started"`
 	Seconds   float64   `json:"seconds"`
 	Rounds    int       `json:"rounds"`
@@ -91,6 +97,45 @@ func ParseWorkloads(list []string) ([]int, error) {
 	return ids, nil
 }
 
+// ErrNotThroughEtcdClient is returned by CheckClient for a workload
+// that is not run through etcd's client.
+var ErrNotThroughEtcdClient = errors.New("not run through etcd's client")
+
+// CheckClient checks that every workload in ids (nil: the default set)
+// can drive Tenure through client, and returns the IDs to run: with
+// ClientEtcd and no ids, those that can.
+func CheckClient(client Client, ids []int) ([]int, error) {
+	switch client {
+	case "", ClientTenure:
+		return ids, nil
+	case ClientEtcd:
+	default:
+		return nil, fmt.Errorf("client %q: only %q and %q are known", client, ClientTenure, ClientEtcd)
+	}
+	var can, cannot []string
+	var out []int
+	for _, w := range Workloads {
+		if w.etcdClient {
+			can = append(can, fmt.Sprintf("%d %s", w.ID, w.Name))
+			if len(ids) == 0 {
+				out = append(out, w.ID)
+			}
+		}
+	}
+	for _, id := range ids {
+		w := Workloads[slices.IndexFunc(Workloads, func(w workload) bool { return w.ID == id })]
+		if !w.etcdClient {
+			cannot = append(cannot, fmt.Sprintf("%d %s", w.ID, w.Name))
+			continue
+		}
+		out = append(out, id)
+	}
+	if len(cannot) > 0 {
+		return nil, fmt.Errorf("workload %s: %w, which runs %s", strings.Join(cannot, ", "), ErrNotThroughEtcdClient, strings.Join(can, ", "))
+	}
+	return out, nil
+}
+
 // Run runs cfg's workloads, every round against every system, each run
 // on a fresh server, and returns what it measured. A workload that fails
 // is recorded with its error and the run goes on; the error returned
@@ -116,7 +161,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			systems = append(systems, s)
 		}
 	}
-	ids := cfg.Workloads
+	ids, err := CheckClient(cfg.Client, cfg.Workloads)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Client == "" {
+		cfg.Client = ClientTenure
+	}
+	cfg.Servers.EtcdAPI = cfg.Client == ClientEtcd
 	if len(ids) == 0 {
 		for _, w := range Workloads {
 			ids = append(ids, w.ID)
@@ -124,6 +176,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep := &Report{
 		Machine: machine(cfg.Servers.EtcdBinary, slices.Contains(systems, Etcd)),
+		Client:  cfg.Client,
 		Started: time.Now(), Rounds: cfg.Rounds, Duration: cfg.Duration.String(), Short: cfg.Short,
 		Systems: systems, Workloads: ids,
 	}
@@ -147,7 +200,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 					return rep, errors.Join(append(errs, ctx.Err())...)
 				}
 				log.Info("bench: running", "round", round, "workload", fmt.Sprintf("(%d) %s", w.ID, w.Title), "system", sys)
-				results := runOne(ctx, cfg.Servers, sys, w, sz, log)
+				results := runOne(ctx, cfg.Servers, sys, cfg.Client, w, sz, log)
 				for i := range results {
 					results[i].Round = round
 					if results[i].Err != "" {
@@ -184,7 +237,7 @@ func (r *Report) finish() {
 // runOne starts a fresh server, runs w against it, and stops it. A
 // workload has a hard bound of ten minutes; a workload still running
 // then has hung.
-func runOne(ctx context.Context, spec ServerSpec, sys System, w workload, sz sizes, log *slog.Logger) []Result {
+func runOne(ctx context.Context, spec ServerSpec, sys System, client Client, w workload, sz sizes, log *slog.Logger) []Result {
 	start := time.Now()
 	fail := func(err error) []Result {
 		return []Result{{Workload: w.ID, System: sys, Err: err.Error(), Seconds: time.Since(start).Seconds()}}
@@ -196,7 +249,7 @@ func runOne(ctx context.Context, spec ServerSpec, sys System, w workload, sz siz
 		return fail(err)
 	}
 	defer srv.Stop()
-	results, err := w.run(ctx, &env{sys: sys, srv: srv, sz: sz, log: log})
+	results, err := w.run(ctx, &env{sys: sys, client: client, srv: srv, sz: sz, log: log})
 	if rerr := srv.Running(); rerr != nil {
 		err = errors.Join(err, rerr)
 	}

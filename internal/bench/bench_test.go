@@ -149,3 +149,50 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
 }
+
+// TestShortRunThroughEtcdClient drives Tenure, and etcd when it is
+// installed, through etcd's client (--client etcd): lock pairs, a
+// resign, compare-and-swap and lease keep-alives on Tenure's etcd API,
+// each result with its server CPU per operation.
+func TestShortRunThroughEtcdClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers; skipped with -short")
+	}
+	cfg := Config{Client: ClientEtcd, Workloads: []int{1, 4, 5, 7}}
+	want := map[System]int{Tenure: 4}
+	if etcd, err := exec.LookPath("etcd"); err == nil {
+		cfg.Against, cfg.Servers.EtcdBinary = []System{Etcd}, etcd
+		want[Etcd] = 4
+	}
+	rep := runShort(t, cfg)
+	if rep.Client != ClientEtcd {
+		t.Errorf("report client got = %q, expected: %q", rep.Client, ClientEtcd)
+	}
+	figures := map[int][]string{
+		1: {"pairs/s", "server CPU/pair"},
+		4: {"sessions kept alive", "heartbeats/s", "server CPU/heartbeat"},
+		5: {"resign→next p50", "server CPU/handover"},
+		7: {"CAS/s", "server CPU/CAS"},
+	}
+	got := map[System]int{}
+	for _, r := range rep.Results {
+		if r.Err != "" {
+			t.Errorf("workload %d, %s: %s", r.Workload, r.System, r.Err)
+			continue
+		}
+		got[r.System]++
+		for _, name := range figures[r.Workload] {
+			if f, ok := r.figure(name); !ok || f.Value <= 0 {
+				t.Errorf("workload %d, %s: %s got = %v (present %v), expected: above 0", r.Workload, r.System, name, f.Value, ok)
+			}
+		}
+	}
+	if len(got) != len(want) || got[Tenure] != want[Tenure] || got[Etcd] != want[Etcd] {
+		t.Errorf("results per system got = %v, expected: %v", got, want)
+	}
+	var b strings.Builder
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s", b.String())
+}

@@ -22,15 +22,19 @@ type dialOptions struct {
 // env is what a workload runs with: one system, its fresh server, and
 // the sizes of this run.
 type env struct {
-	sys System
-	srv *Server
-	sz  sizes
-	log *slog.Logger
+	sys    System
+	client Client // what drives Tenure
+	srv    *Server
+	sz     sizes
+	log    *slog.Logger
 }
 
 func (e *env) dial(ctx context.Context, o dialOptions) (conn, error) {
 	if e.sys == Etcd {
 		return dialEtcd(ctx, e.srv.Endpoints, o)
+	}
+	if e.client == ClientEtcd {
+		return dialEtcd(ctx, e.srv.EtcdEndpoints, o)
 	}
 	return dialTenure(ctx, e.srv.Endpoints)
 }

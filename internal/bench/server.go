@@ -22,15 +22,21 @@ import (
 type Server struct {
 	System    System
 	Endpoints []string // client addresses, host:port
-	procs     []*proc
-	dir       string
-	metrics   []string // each node's /metrics URL
+	// EtcdEndpoints are Tenure's etcd API addresses, when the spec
+	// asked for them (EtcdAPI).
+	EtcdEndpoints []string
+	procs         []*proc
+	dir           string
+	metrics       []string // each node's /metrics URL
 }
 
 // ServerSpec says how to start the servers.
 type ServerSpec struct {
 	TenureBinary string // runs "serve"
 	EtcdBinary   string
+	// EtcdAPI has Tenure also serve its etcd API (--etcd-listen), for
+	// etcd's client to drive it.
+	EtcdAPI bool
 	// Dir is where data directories and logs are made ("" = the system's
 	// temporary directory).
 	Dir string
@@ -61,15 +67,22 @@ func (sp ServerSpec) start(ctx context.Context, sys System, nodes int) (*Server,
 		return nil, fmt.Errorf("make a data directory: %w", err)
 	}
 	s := &Server{System: sys, dir: dir}
-	ports, err := freePorts(2 * nodes)
+	ports, err := freePorts(3 * nodes)
 	if err != nil {
 		s.Stop()
 		return nil, err
 	}
-	api := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[2*i]) }
-	peer := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[2*i+1]) }
+	api := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[3*i]) }
+	peer := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[3*i+1]) }
+	etcdAPI := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[3*i+2]) }
 	for i := range nodes {
 		s.Endpoints = append(s.Endpoints, api(i))
+		switch {
+		case sys == Etcd:
+			s.EtcdEndpoints = append(s.EtcdEndpoints, api(i))
+		case sp.EtcdAPI:
+			s.EtcdEndpoints = append(s.EtcdEndpoints, etcdAPI(i))
+		}
 		s.metrics = append(s.metrics, "http://"+api(i)+"/metrics")
 	}
 	for i := range nodes {
@@ -82,6 +95,9 @@ func (sp ServerSpec) start(ctx context.Context, sys System, nodes int) (*Server,
 		case Tenure:
 			bin = sp.TenureBinary
 			args = []string{"serve", "--listen", api(i), "--peer-listen", peer(i), "--data-dir", data, "--log-level", "warn"}
+			if sp.EtcdAPI {
+				args = append(args, "--etcd-listen", etcdAPI(i))
+			}
 			if nodes > 1 {
 				var others []string
 				for j := range nodes {

@@ -14,6 +14,20 @@ const (
 	Etcd   System = "etcd"
 )
 
+// Client names the client Tenure is driven through; etcd is always
+// driven through its own.
+type Client string
+
+// The clients Tenure can be driven through.
+const (
+	// ClientTenure is Tenure's own Go client on its native API.
+	ClientTenure Client = "tenure"
+	// ClientEtcd is etcd's clientv3 and concurrency packages on
+	// Tenure's etcd API (tenure serve --etcd-listen): the same code, the
+	// same calls, as against etcd.
+	ClientEtcd Client = "etcd"
+)
+
 // The workloads reach a system only through these interfaces, each
 // implemented once per system with its own Go client used as its
 // documentation shows, so that a workload is written once and measures

@@ -19,6 +19,7 @@ import (
 
 type benchOptions struct {
 	against      string
+	client       string
 	duration     time.Duration
 	rounds       int
 	workloads    []string
@@ -49,6 +50,12 @@ systems alternate, and the order flips every round, so that load that drifts
 on the machine favours neither. Both servers fsync every acknowledged write.
 Install etcd with scripts/install-etcd.sh (Debian's etcd-server).
 
+With --client etcd, Tenure too is driven through etcd's Go client (clientv3
+and its concurrency package) on its etcd API, tenure serve --etcd-listen:
+the same code as etcd, so the comparison is of the servers alone. It runs
+workloads 1-5 and 7, and the goals shown are issue 23's (1.5x etcd's
+throughput, less server CPU per operation).
+
 Workloads (names or numbers for --workloads):
   1 one-client   one client, Lock+Unlock pairs
   2 64-clients   64 goroutines on their own locks over 4 connections
@@ -69,6 +76,9 @@ an hour on two cores; --short takes under a minute, Tenure only.`,
   # A quick look at two workloads
   tenure bench --against etcd --workloads 1,contended --duration 2s --rounds 1
 
+  # Both servers through etcd's own client
+  tenure bench --against etcd --client etcd
+
   # Tenure alone, about a second per workload
   tenure bench --short`,
 		Args: cobra.NoArgs,
@@ -78,6 +88,7 @@ an hour on two cores; --short takes under a minute, Tenure only.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.against, "against", "", `compare with this system: "etcd" (default: Tenure only)`)
+	f.StringVar(&o.client, "client", string(bench.ClientTenure), `drive Tenure through "tenure" (its own Go client) or "etcd" (etcd's clientv3 on its etcd API)`)
 	f.DurationVar(&o.duration, "duration", 5*time.Second, "measured time of each throughput run (--short: 1s)")
 	f.IntVar(&o.rounds, "rounds", 3, "rounds: every workload runs this often against each system (--short: 1)")
 	f.StringSliceVar(&o.workloads, "workloads", nil, "workloads to run, by number or name (default all)")
@@ -120,6 +131,10 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	ids, err := bench.ParseWorkloads(o.workloads)
 	if err != nil {
 		return usage("--workloads: %v", err)
+	}
+	cfg.Client = bench.Client(o.client)
+	if _, err := bench.CheckClient(cfg.Client, ids); err != nil {
+		return usage("--client %s: %v", o.client, err)
 	}
 	cfg.Workloads = ids
 	cfg.Servers.TenureBinary = o.tenureBinary

@@ -22,6 +22,10 @@ func TestBenchUsageErrors(t *testing.T) {
 			[]string{"bench", "--rounds", "0"}, "--rounds 0 must be at least 1"},
 		{"no time",
 			[]string{"bench", "--duration", "0s"}, "--duration 0s must be positive"},
+		{"an unknown client",
+			[]string{"bench", "--client", "grpcurl"}, `--client grpcurl: client "grpcurl": only "tenure" and "etcd" are known`},
+		{"a workload with no etcd-client form",
+			[]string{"bench", "--client", "etcd", "--workloads", "1,memory"}, "--client etcd: workload 8 memory: not run through etcd's client, which runs 1 one-client,"},
 		{"an etcd binary that is not there",
 			[]string{"bench", "--against", "etcd", "--etcd", "/nonexistent/etcd"}, "install it with scripts/install-etcd.sh"},
 	}
