@@ -22,13 +22,6 @@ type watchServer struct {
 
 func newWatch(b Backend) *watchServer { return &watchServer{b: b} }
 
-type leaseServer struct {
-	pb.UnimplementedLeaseServer
-	b Backend
-}
-
-func newLease(b Backend) *leaseServer { return &leaseServer{b: b} }
-
 type clusterServer struct {
 	pb.UnimplementedClusterServer
 	b Backend
