@@ -23,10 +23,10 @@ import (
 )
 
 // The pipeline: a session's operations — acquire, release, set value,
-// validate, key get/put/delete/compare-and-swap, refresh, and the watch
-// that tells a holder its grant ended — go to the leader as messages on
-// one upgraded connection per endpoint, each tagged with an ID and
-// answered out of order (package framing has the why and the format).
+// validate, key get/put/delete/compare-and-swap/validate, refresh, and
+// the watch that tells a holder its grant ended — go to the leader as
+// messages on one upgraded connection per endpoint, each tagged with an
+// ID and answered out of order (package framing has the why and the format).
 // Everything else (opening and closing sessions, lists, stale reads,
 // watches, admin calls) stays unary, as do all calls to a server that
 // has no pipeline.
@@ -69,8 +69,8 @@ func (l pipedLeases) Validate(ctx context.Context, req *connect.Request[tenurev1
 		(*tenurev1.PipelineResponse).GetValidate)
 }
 
-// pipedKV sends linearizable Gets and all single-key writes on the
-// pipeline. A stale Get is for the node called, which need not lead.
+// pipedKV sends linearizable Gets, ValidateKey and all single-key writes
+// on the pipeline. A stale Get is for the node called, which need not lead.
 type pipedKV struct {
 	tenurev1connect.KVServiceClient
 	ep *endpoint
@@ -101,6 +101,12 @@ func (k pipedKV) CompareAndSwap(ctx context.Context, req *connect.Request[tenure
 	return piped(ctx, k.ep, k.KVServiceClient.CompareAndSwap, req,
 		&tenurev1.PipelineRequest{Op: &tenurev1.PipelineRequest_CompareAndSwap{CompareAndSwap: req.Msg}},
 		(*tenurev1.PipelineResponse).GetCompareAndSwap)
+}
+
+func (k pipedKV) ValidateKey(ctx context.Context, req *connect.Request[tenurev1.ValidateKeyRequest]) (*connect.Response[tenurev1.ValidateKeyResponse], error) {
+	return piped(ctx, k.ep, k.KVServiceClient.ValidateKey, req,
+		&tenurev1.PipelineRequest{Op: &tenurev1.PipelineRequest_ValidateKey{ValidateKey: req.Msg}},
+		(*tenurev1.PipelineResponse).GetValidateKey)
 }
 
 // pipedSessions sends Refresh on the pipeline.

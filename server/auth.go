@@ -213,6 +213,8 @@ func (s *Server) check(ctx context.Context, msg any) (done func(), err error) {
 		return nil, namespace(auth.Read, m.Namespace)
 	case *tenurev1.GetRequest:
 		return nil, key(auth.Read, m.Key, false)
+	case *tenurev1.ValidateKeyRequest:
+		return nil, key(auth.Read, m.Key, false)
 	case *tenurev1.RangeRequest:
 		return nil, key(auth.Read, m.Prefix, true)
 	case *tenurev1.WatchRequest:

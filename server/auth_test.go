@@ -455,6 +455,10 @@ var matrixCalls = []matrixCall{
 		_, err := c.kv.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{Key: f.key}))
 		return err
 	}},
+	{"KVService/ValidateKey", false, func(ctx context.Context, c *authClients, f fixture) error {
+		_, err := c.kv.ValidateKey(ctx, connect.NewRequest(&tenurev1.ValidateKeyRequest{Key: f.key, Revision: 2}))
+		return err
+	}},
 	{"KVService/Range", false, func(ctx context.Context, c *authClients, f fixture) error {
 		_, err := c.kv.Range(ctx, connect.NewRequest(&tenurev1.RangeRequest{Prefix: "team-a/"}))
 		return err
@@ -557,7 +561,7 @@ func expected(caller, call string) string {
 		switch call {
 		case "SessionService/Get", "SessionService/List", "LeaseService/Get", "LeaseService/List",
 			"LeaseService/List all namespaces", "LeaseService/Validate", "LeaseService/Watch",
-			"KVService/Get", "KVService/Range", "KVService/Watch", "ClusterService/Members",
+			"KVService/Get", "KVService/ValidateKey", "KVService/Range", "KVService/Watch", "ClusterService/Members",
 			"ClusterService/Status", "GET /v1/watch/leases", "GET /v1/watch/keys", "GET /metrics":
 			return ok
 		}

@@ -188,6 +188,7 @@ var forwards = map[string]forwardFunc{
 	tenurev1connect.KVServicePutProcedure:            forwarded((*peerClients).kvClient, tenurev1connect.KVServiceClient.Put),
 	tenurev1connect.KVServiceDeleteProcedure:         forwarded((*peerClients).kvClient, tenurev1connect.KVServiceClient.Delete),
 	tenurev1connect.KVServiceCompareAndSwapProcedure: forwarded((*peerClients).kvClient, tenurev1connect.KVServiceClient.CompareAndSwap),
+	tenurev1connect.KVServiceValidateKeyProcedure:    forwarded((*peerClients).kvClient, tenurev1connect.KVServiceClient.ValidateKey),
 
 	tenurev1connect.ClusterServiceJoinProcedure:               forwarded((*peerClients).clusterClient, tenurev1connect.ClusterServiceClient.Join),
 	tenurev1connect.ClusterServiceRemoveMemberProcedure:       forwarded((*peerClients).clusterClient, tenurev1connect.ClusterServiceClient.RemoveMember),

@@ -177,3 +177,35 @@ func (h *kvService) Watch(ctx context.Context, req *connect.Request[tenurev1.Wat
 		return stream.Send(keyEventProto(e))
 	})
 }
+
+// ValidateKey is Validate for an etcd-style lock: the holder knows the
+// key it made and a revision at which it held it. The key's incarnation
+// at that revision is still the key exactly when the key exists now and
+// was created at or before it: a delete ends an incarnation and a new
+// create starts one at a later revision. Linearizable, like Validate.
+func (h *kvService) ValidateKey(ctx context.Context, req *connect.Request[tenurev1.ValidateKeyRequest]) (*connect.Response[tenurev1.ValidateKeyResponse], error) {
+	key, rev := req.Msg.GetKey(), req.Msg.GetRevision()
+	if err := h.s.cfg.Limits.name("key", key); err != nil {
+		return nil, toConnect(err)
+	}
+	if rev <= 0 {
+		return nil, toConnect(invalid("revision must be a positive KV revision, got %d", rev))
+	}
+	out := &tenurev1.ValidateKeyResponse{}
+	err := h.s.read(ctx, false, func(m *statemachine.Machine) error {
+		// Before cluster version 5 keys take the global revision.
+		out.KvRevision = m.KVRevision()
+		if out.KvRevision == 0 {
+			out.KvRevision = m.Revision()
+		}
+		if kv, ok := m.Key(key); ok {
+			out.CreateRevision = kv.CreateRevision
+		}
+		out.Valid = out.CreateRevision > 0 && out.CreateRevision <= rev && rev <= out.KvRevision
+		return nil
+	})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(out), nil
+}

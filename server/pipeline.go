@@ -243,6 +243,11 @@ func (s *Server) dispatch(ctx context.Context, op any) (string, *tenurev1.Pipeli
 		return tenurev1connect.KVServiceCompareAndSwapProcedure, result(r, func(o *tenurev1.PipelineResponse) {
 			o.Result = &tenurev1.PipelineResponse_CompareAndSwap{CompareAndSwap: r.Msg}
 		}), err
+	case *tenurev1.PipelineRequest_ValidateKey:
+		r, err := kv.ValidateKey(ctx, connect.NewRequest(op.ValidateKey))
+		return tenurev1connect.KVServiceValidateKeyProcedure, result(r, func(o *tenurev1.PipelineResponse) {
+			o.Result = &tenurev1.PipelineResponse_ValidateKey{ValidateKey: r.Msg}
+		}), err
 	case *tenurev1.PipelineRequest_Refresh:
 		r, err := sessions.Refresh(ctx, connect.NewRequest(op.Refresh))
 		return tenurev1connect.SessionServiceRefreshProcedure, result(r, func(o *tenurev1.PipelineResponse) { o.Result = &tenurev1.PipelineResponse_Refresh{Refresh: r.Msg} }), err
@@ -278,6 +283,8 @@ func pipelinedMessage(op any) (any, string) {
 		return op.Delete, tenurev1connect.KVServiceDeleteProcedure
 	case *tenurev1.PipelineRequest_CompareAndSwap:
 		return op.CompareAndSwap, tenurev1connect.KVServiceCompareAndSwapProcedure
+	case *tenurev1.PipelineRequest_ValidateKey:
+		return op.ValidateKey, tenurev1connect.KVServiceValidateKeyProcedure
 	case *tenurev1.PipelineRequest_Refresh:
 		return op.Refresh, tenurev1connect.SessionServiceRefreshProcedure
 	case *tenurev1.PipelineRequest_WatchGrant:

@@ -189,6 +189,7 @@ type PipelineRequest struct {
 	//	*PipelineRequest_CompareAndSwap
 	//	*PipelineRequest_Refresh
 	//	*PipelineRequest_WatchGrant
+	//	*PipelineRequest_ValidateKey
 	//	*PipelineRequest_Cancel
 	//	*PipelineRequest_Ping
 	Op            isPipelineRequest_Op `protobuf_oneof:"op"`
@@ -330,6 +331,15 @@ func (x *PipelineRequest) GetWatchGrant() *WatchGrantRequest {
 	return nil
 }
 
+func (x *PipelineRequest) GetValidateKey() *ValidateKeyRequest {
+	if x != nil {
+		if x, ok := x.Op.(*PipelineRequest_ValidateKey); ok {
+			return x.ValidateKey
+		}
+	}
+	return nil
+}
+
 func (x *PipelineRequest) GetCancel() uint64 {
 	if x != nil {
 		if x, ok := x.Op.(*PipelineRequest_Cancel); ok {
@@ -392,6 +402,10 @@ type PipelineRequest_WatchGrant struct {
 	WatchGrant *WatchGrantRequest `protobuf:"bytes,11,opt,name=watch_grant,json=watchGrant,proto3,oneof"`
 }
 
+type PipelineRequest_ValidateKey struct {
+	ValidateKey *ValidateKeyRequest `protobuf:"bytes,17,opt,name=validate_key,json=validateKey,proto3,oneof"`
+}
+
 type PipelineRequest_Cancel struct {
 	// cancel ends the request in flight with this ID, as a cancelled
 	// context ends a unary call: a parked Acquire gives up its place, a
@@ -426,6 +440,8 @@ func (*PipelineRequest_CompareAndSwap) isPipelineRequest_Op() {}
 func (*PipelineRequest_Refresh) isPipelineRequest_Op() {}
 
 func (*PipelineRequest_WatchGrant) isPipelineRequest_Op() {}
+
+func (*PipelineRequest_ValidateKey) isPipelineRequest_Op() {}
 
 func (*PipelineRequest_Cancel) isPipelineRequest_Op() {}
 
@@ -531,6 +547,7 @@ type PipelineResponse struct {
 	//	*PipelineResponse_CompareAndSwap
 	//	*PipelineResponse_Refresh
 	//	*PipelineResponse_WatchGrant
+	//	*PipelineResponse_ValidateKey
 	//	*PipelineResponse_Pong
 	//	*PipelineResponse_Error
 	//	*PipelineResponse_GoAway
@@ -673,6 +690,15 @@ func (x *PipelineResponse) GetWatchGrant() *WatchGrantResponse {
 	return nil
 }
 
+func (x *PipelineResponse) GetValidateKey() *ValidateKeyResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_ValidateKey); ok {
+			return x.ValidateKey
+		}
+	}
+	return nil
+}
+
 func (x *PipelineResponse) GetPong() *Ping {
 	if x != nil {
 		if x, ok := x.Result.(*PipelineResponse_Pong); ok {
@@ -744,6 +770,10 @@ type PipelineResponse_WatchGrant struct {
 	WatchGrant *WatchGrantResponse `protobuf:"bytes,11,opt,name=watch_grant,json=watchGrant,proto3,oneof"`
 }
 
+type PipelineResponse_ValidateKey struct {
+	ValidateKey *ValidateKeyResponse `protobuf:"bytes,17,opt,name=validate_key,json=validateKey,proto3,oneof"`
+}
+
 type PipelineResponse_Pong struct {
 	Pong *Ping `protobuf:"bytes,13,opt,name=pong,proto3,oneof"`
 }
@@ -775,6 +805,8 @@ func (*PipelineResponse_CompareAndSwap) isPipelineResponse_Result() {}
 func (*PipelineResponse_Refresh) isPipelineResponse_Result() {}
 
 func (*PipelineResponse_WatchGrant) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_ValidateKey) isPipelineResponse_Result() {}
 
 func (*PipelineResponse_Pong) isPipelineResponse_Result() {}
 
@@ -4144,6 +4176,131 @@ func (x *CompareAndSwapResponse) GetKv() *KeyValue {
 	return nil
 }
 
+type ValidateKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// The holder's create revision of key (what a Mutex's IsOwner compares),
+	// or any later KV revision at which it held the key, such as etcdctl
+	// lock's ETCD_LOCK_REV (the revision the lock was acquired at, later
+	// than the key's creation when the holder waited). Must be positive.
+	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateKeyRequest) Reset() {
+	*x = ValidateKeyRequest{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateKeyRequest) ProtoMessage() {}
+
+func (x *ValidateKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateKeyRequest.ProtoReflect.Descriptor instead.
+func (*ValidateKeyRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ValidateKeyRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ValidateKeyRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type ValidateKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// valid is true when key exists with create_revision <= revision <=
+	// kv_revision: the incarnation of the key the holder had at revision is
+	// still the key, so the holder was not replaced. Otherwise the key is
+	// absent (create_revision 0), was deleted and created again by a newer
+	// holder (create_revision > revision), or revision is later than any
+	// the keys have reached.
+	Valid bool `protobuf:"varint,1,opt,name=valid,proto3" json:"valid,omitempty"`
+	// The key's create revision now, 0 when it does not exist.
+	CreateRevision int64 `protobuf:"varint,2,opt,name=create_revision,json=createRevision,proto3" json:"create_revision,omitempty"`
+	// The current KV revision: the keys' clock, which revisions are on
+	// (etcd's header revision).
+	KvRevision    int64 `protobuf:"varint,3,opt,name=kv_revision,json=kvRevision,proto3" json:"kv_revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateKeyResponse) Reset() {
+	*x = ValidateKeyResponse{}
+	mi := &file_tenure_v1_tenure_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateKeyResponse) ProtoMessage() {}
+
+func (x *ValidateKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_v1_tenure_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateKeyResponse.ProtoReflect.Descriptor instead.
+func (*ValidateKeyResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ValidateKeyResponse) GetValid() bool {
+	if x != nil {
+		return x.Valid
+	}
+	return false
+}
+
+func (x *ValidateKeyResponse) GetCreateRevision() int64 {
+	if x != nil {
+		return x.CreateRevision
+	}
+	return 0
+}
+
+func (x *ValidateKeyResponse) GetKvRevision() int64 {
+	if x != nil {
+		return x.KvRevision
+	}
+	return 0
+}
+
 type WatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -4157,7 +4314,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[52]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4169,7 +4326,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[52]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4182,7 +4339,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{52}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WatchRequest) GetKey() string {
@@ -4218,7 +4375,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[53]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4230,7 +4387,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[53]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4243,7 +4400,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{53}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WatchEvent) GetRevision() int64 {
@@ -4282,7 +4439,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[54]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4294,7 +4451,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[54]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4307,7 +4464,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{54}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{56}
 }
 
 type Member struct {
@@ -4332,7 +4489,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[55]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4344,7 +4501,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[55]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4357,7 +4514,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{55}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Member) GetId() string {
@@ -4428,7 +4585,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[56]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4440,7 +4597,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[56]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4453,7 +4610,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{56}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -4485,7 +4642,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[57]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4497,7 +4654,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[57]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4510,7 +4667,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{57}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{59}
 }
 
 type StatusResponse struct {
@@ -4544,7 +4701,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[58]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4556,7 +4713,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[58]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4569,7 +4726,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{58}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *StatusResponse) GetId() string {
@@ -4696,7 +4853,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[59]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4708,7 +4865,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[59]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4721,7 +4878,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{59}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -4778,7 +4935,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[60]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4790,7 +4947,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[60]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4803,7 +4960,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{60}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *JoinResponse) GetCommitIndex() uint64 {
@@ -4829,7 +4986,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[61]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4841,7 +4998,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[61]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4854,7 +5011,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{61}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RemoveMemberRequest) GetId() string {
@@ -4872,7 +5029,7 @@ type RemoveMemberResponse struct {
 
 func (x *RemoveMemberResponse) Reset() {
 	*x = RemoveMemberResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[62]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4884,7 +5041,7 @@ func (x *RemoveMemberResponse) String() string {
 func (*RemoveMemberResponse) ProtoMessage() {}
 
 func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[62]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4897,7 +5054,7 @@ func (x *RemoveMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberResponse.ProtoReflect.Descriptor instead.
 func (*RemoveMemberResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{62}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{64}
 }
 
 type TransferLeadershipRequest struct {
@@ -4910,7 +5067,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[63]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4922,7 +5079,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[63]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4935,7 +5092,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{63}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -4955,7 +5112,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[64]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4967,7 +5124,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[64]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4980,7 +5137,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{64}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -5001,7 +5158,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[65]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5013,7 +5170,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[65]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5026,7 +5183,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{65}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *NodeInfo) GetId() string {
@@ -5062,7 +5219,7 @@ type IntroduceRequest struct {
 
 func (x *IntroduceRequest) Reset() {
 	*x = IntroduceRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[66]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5074,7 +5231,7 @@ func (x *IntroduceRequest) String() string {
 func (*IntroduceRequest) ProtoMessage() {}
 
 func (x *IntroduceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[66]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5087,7 +5244,7 @@ func (x *IntroduceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntroduceRequest.ProtoReflect.Descriptor instead.
 func (*IntroduceRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{66}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *IntroduceRequest) GetNode() *NodeInfo {
@@ -5118,7 +5275,7 @@ type IntroduceResponse struct {
 
 func (x *IntroduceResponse) Reset() {
 	*x = IntroduceResponse{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[67]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5130,7 +5287,7 @@ func (x *IntroduceResponse) String() string {
 func (*IntroduceResponse) ProtoMessage() {}
 
 func (x *IntroduceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[67]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5143,7 +5300,7 @@ func (x *IntroduceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntroduceResponse.ProtoReflect.Descriptor instead.
 func (*IntroduceResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{67}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *IntroduceResponse) GetNode() *NodeInfo {
@@ -5175,7 +5332,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[68]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5187,7 +5344,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[68]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5200,7 +5357,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{68}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{70}
 }
 
 // The stream's chunks concatenated are the snapshot file; the last chunk
@@ -5217,7 +5374,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_tenure_v1_tenure_proto_msgTypes[69]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5229,7 +5386,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_v1_tenure_proto_msgTypes[69]
+	mi := &file_tenure_v1_tenure_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5242,7 +5399,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{69}
+	return file_tenure_v1_tenure_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -5270,7 +5427,7 @@ var File_tenure_v1_tenure_proto protoreflect.FileDescriptor
 
 const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\n" +
-	"\x16tenure/v1/tenure.proto\x12\ttenure.v1\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9d\x05\n" +
+	"\x16tenure/v1/tenure.proto\x12\ttenure.v1\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe1\x05\n" +
 	"\x0fPipelineRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x125\n" +
 	"\aacquire\x18\x02 \x01(\v2\x19.tenure.v1.AcquireRequestH\x00R\aacquire\x125\n" +
@@ -5284,13 +5441,14 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\arefresh\x18\n" +
 	" \x01(\v2\x1b.tenure.v1.KeepAliveRequestH\x00R\arefresh\x12?\n" +
 	"\vwatch_grant\x18\v \x01(\v2\x1c.tenure.v1.WatchGrantRequestH\x00R\n" +
-	"watchGrant\x12\x18\n" +
+	"watchGrant\x12B\n" +
+	"\fvalidate_key\x18\x11 \x01(\v2\x1d.tenure.v1.ValidateKeyRequestH\x00R\vvalidateKey\x12\x18\n" +
 	"\x06cancel\x18\f \x01(\x04H\x00R\x06cancel\x12%\n" +
 	"\x04ping\x18\r \x01(\v2\x0f.tenure.v1.PingH\x00R\x04pingB\x04\n" +
 	"\x02op\"\x06\n" +
 	"\x04Ping\"!\n" +
 	"\x06GoAway\x12\x17\n" +
-	"\alast_id\x18\x01 \x01(\x04R\x06lastId\"\xf2\x05\n" +
+	"\alast_id\x18\x01 \x01(\x04R\x06lastId\"\xb7\x06\n" +
 	"\x10PipelineResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
 	"\aacquire\x18\x02 \x01(\v2\x1a.tenure.v1.AcquireResponseH\x00R\aacquire\x126\n" +
@@ -5304,7 +5462,8 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\arefresh\x18\n" +
 	" \x01(\v2\x1c.tenure.v1.KeepAliveResponseH\x00R\arefresh\x12@\n" +
 	"\vwatch_grant\x18\v \x01(\v2\x1d.tenure.v1.WatchGrantResponseH\x00R\n" +
-	"watchGrant\x12%\n" +
+	"watchGrant\x12C\n" +
+	"\fvalidate_key\x18\x11 \x01(\v2\x1e.tenure.v1.ValidateKeyResponseH\x00R\vvalidateKey\x12%\n" +
 	"\x04pong\x18\r \x01(\v2\x0f.tenure.v1.PingH\x00R\x04pong\x120\n" +
 	"\x05error\x18\x0f \x01(\v2\x18.tenure.v1.PipelineErrorH\x00R\x05error\x12,\n" +
 	"\ago_away\x18\x10 \x01(\v2\x11.tenure.v1.GoAwayH\x00R\x06goAwayB\b\n" +
@@ -5579,7 +5738,15 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"session_id\x18\x06 \x01(\x03R\tsessionId\"Y\n" +
 	"\x16CompareAndSwapResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12#\n" +
-	"\x02kv\x18\x02 \x01(\v2\x13.tenure.v1.KeyValueR\x02kv\"_\n" +
+	"\x02kv\x18\x02 \x01(\v2\x13.tenure.v1.KeyValueR\x02kv\"B\n" +
+	"\x12ValidateKeyRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"u\n" +
+	"\x13ValidateKeyResponse\x12\x14\n" +
+	"\x05valid\x18\x01 \x01(\bR\x05valid\x12'\n" +
+	"\x0fcreate_revision\x18\x02 \x01(\x03R\x0ecreateRevision\x12\x1f\n" +
+	"\vkv_revision\x18\x03 \x01(\x03R\n" +
+	"kvRevision\"_\n" +
 	"\fWatchRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\bR\x06prefix\x12%\n" +
@@ -5695,14 +5862,15 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x04List\x12\x1c.tenure.v1.ListLeasesRequest\x1a\x1d.tenure.v1.ListLeasesResponse\x12C\n" +
 	"\bValidate\x12\x1a.tenure.v1.ValidateRequest\x1a\x1b.tenure.v1.ValidateResponse\x12?\n" +
 	"\x05Watch\x12\x1d.tenure.v1.WatchLeasesRequest\x1a\x15.tenure.v1.LeaseEvent0\x01\x12a\n" +
-	"\x12SetPreferredHolder\x12$.tenure.v1.SetPreferredHolderRequest\x1a%.tenure.v1.SetPreferredHolderResponse2\x84\x03\n" +
+	"\x12SetPreferredHolder\x12$.tenure.v1.SetPreferredHolderRequest\x1a%.tenure.v1.SetPreferredHolderResponse2\xd2\x03\n" +
 	"\tKVService\x124\n" +
 	"\x03Get\x12\x15.tenure.v1.GetRequest\x1a\x16.tenure.v1.GetResponse\x12:\n" +
 	"\x05Range\x12\x17.tenure.v1.RangeRequest\x1a\x18.tenure.v1.RangeResponse\x124\n" +
 	"\x03Put\x12\x15.tenure.v1.PutRequest\x1a\x16.tenure.v1.PutResponse\x12=\n" +
 	"\x06Delete\x12\x18.tenure.v1.DeleteRequest\x1a\x19.tenure.v1.DeleteResponse\x12U\n" +
 	"\x0eCompareAndSwap\x12 .tenure.v1.CompareAndSwapRequest\x1a!.tenure.v1.CompareAndSwapResponse\x129\n" +
-	"\x05Watch\x12\x17.tenure.v1.WatchRequest\x1a\x15.tenure.v1.WatchEvent0\x012\x8a\x04\n" +
+	"\x05Watch\x12\x17.tenure.v1.WatchRequest\x1a\x15.tenure.v1.WatchEvent0\x01\x12L\n" +
+	"\vValidateKey\x12\x1d.tenure.v1.ValidateKeyRequest\x1a\x1e.tenure.v1.ValidateKeyResponse2\x8a\x04\n" +
 	"\x0eClusterService\x12@\n" +
 	"\aMembers\x12\x19.tenure.v1.MembersRequest\x1a\x1a.tenure.v1.MembersResponse\x12=\n" +
 	"\x06Status\x12\x18.tenure.v1.StatusRequest\x1a\x19.tenure.v1.StatusResponse\x127\n" +
@@ -5725,7 +5893,7 @@ func file_tenure_v1_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_v1_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tenure_v1_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_tenure_v1_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_tenure_v1_tenure_proto_goTypes = []any{
 	(LeaseEventType)(0),                // 0: tenure.v1.LeaseEventType
 	(WatchEventType)(0),                // 1: tenure.v1.WatchEventType
@@ -5781,31 +5949,33 @@ var file_tenure_v1_tenure_proto_goTypes = []any{
 	(*Compare)(nil),                    // 51: tenure.v1.Compare
 	(*CompareAndSwapRequest)(nil),      // 52: tenure.v1.CompareAndSwapRequest
 	(*CompareAndSwapResponse)(nil),     // 53: tenure.v1.CompareAndSwapResponse
-	(*WatchRequest)(nil),               // 54: tenure.v1.WatchRequest
-	(*WatchEvent)(nil),                 // 55: tenure.v1.WatchEvent
-	(*MembersRequest)(nil),             // 56: tenure.v1.MembersRequest
-	(*Member)(nil),                     // 57: tenure.v1.Member
-	(*MembersResponse)(nil),            // 58: tenure.v1.MembersResponse
-	(*StatusRequest)(nil),              // 59: tenure.v1.StatusRequest
-	(*StatusResponse)(nil),             // 60: tenure.v1.StatusResponse
-	(*JoinRequest)(nil),                // 61: tenure.v1.JoinRequest
-	(*JoinResponse)(nil),               // 62: tenure.v1.JoinResponse
-	(*RemoveMemberRequest)(nil),        // 63: tenure.v1.RemoveMemberRequest
-	(*RemoveMemberResponse)(nil),       // 64: tenure.v1.RemoveMemberResponse
-	(*TransferLeadershipRequest)(nil),  // 65: tenure.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 66: tenure.v1.TransferLeadershipResponse
-	(*NodeInfo)(nil),                   // 67: tenure.v1.NodeInfo
-	(*IntroduceRequest)(nil),           // 68: tenure.v1.IntroduceRequest
-	(*IntroduceResponse)(nil),          // 69: tenure.v1.IntroduceResponse
-	(*SnapshotRequest)(nil),            // 70: tenure.v1.SnapshotRequest
-	(*SnapshotChunk)(nil),              // 71: tenure.v1.SnapshotChunk
-	nil,                                // 72: tenure.v1.Session.LabelsEntry
-	nil,                                // 73: tenure.v1.OpenSessionRequest.LabelsEntry
-	nil,                                // 74: tenure.v1.Lease.LabelsEntry
-	nil,                                // 75: tenure.v1.AcquireRequest.LabelsEntry
-	(*anypb.Any)(nil),                  // 76: google.protobuf.Any
-	(*durationpb.Duration)(nil),        // 77: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),      // 78: google.protobuf.Timestamp
+	(*ValidateKeyRequest)(nil),         // 54: tenure.v1.ValidateKeyRequest
+	(*ValidateKeyResponse)(nil),        // 55: tenure.v1.ValidateKeyResponse
+	(*WatchRequest)(nil),               // 56: tenure.v1.WatchRequest
+	(*WatchEvent)(nil),                 // 57: tenure.v1.WatchEvent
+	(*MembersRequest)(nil),             // 58: tenure.v1.MembersRequest
+	(*Member)(nil),                     // 59: tenure.v1.Member
+	(*MembersResponse)(nil),            // 60: tenure.v1.MembersResponse
+	(*StatusRequest)(nil),              // 61: tenure.v1.StatusRequest
+	(*StatusResponse)(nil),             // 62: tenure.v1.StatusResponse
+	(*JoinRequest)(nil),                // 63: tenure.v1.JoinRequest
+	(*JoinResponse)(nil),               // 64: tenure.v1.JoinResponse
+	(*RemoveMemberRequest)(nil),        // 65: tenure.v1.RemoveMemberRequest
+	(*RemoveMemberResponse)(nil),       // 66: tenure.v1.RemoveMemberResponse
+	(*TransferLeadershipRequest)(nil),  // 67: tenure.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 68: tenure.v1.TransferLeadershipResponse
+	(*NodeInfo)(nil),                   // 69: tenure.v1.NodeInfo
+	(*IntroduceRequest)(nil),           // 70: tenure.v1.IntroduceRequest
+	(*IntroduceResponse)(nil),          // 71: tenure.v1.IntroduceResponse
+	(*SnapshotRequest)(nil),            // 72: tenure.v1.SnapshotRequest
+	(*SnapshotChunk)(nil),              // 73: tenure.v1.SnapshotChunk
+	nil,                                // 74: tenure.v1.Session.LabelsEntry
+	nil,                                // 75: tenure.v1.OpenSessionRequest.LabelsEntry
+	nil,                                // 76: tenure.v1.Lease.LabelsEntry
+	nil,                                // 77: tenure.v1.AcquireRequest.LabelsEntry
+	(*anypb.Any)(nil),                  // 78: google.protobuf.Any
+	(*durationpb.Duration)(nil),        // 79: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),      // 80: google.protobuf.Timestamp
 }
 var file_tenure_v1_tenure_proto_depIdxs = []int32{
 	26,  // 0: tenure.v1.PipelineRequest.acquire:type_name -> tenure.v1.AcquireRequest
@@ -5818,141 +5988,145 @@ var file_tenure_v1_tenure_proto_depIdxs = []int32{
 	52,  // 7: tenure.v1.PipelineRequest.compare_and_swap:type_name -> tenure.v1.CompareAndSwapRequest
 	12,  // 8: tenure.v1.PipelineRequest.refresh:type_name -> tenure.v1.KeepAliveRequest
 	7,   // 9: tenure.v1.PipelineRequest.watch_grant:type_name -> tenure.v1.WatchGrantRequest
-	3,   // 10: tenure.v1.PipelineRequest.ping:type_name -> tenure.v1.Ping
-	27,  // 11: tenure.v1.PipelineResponse.acquire:type_name -> tenure.v1.AcquireResponse
-	29,  // 12: tenure.v1.PipelineResponse.release:type_name -> tenure.v1.ReleaseResponse
-	31,  // 13: tenure.v1.PipelineResponse.set_value:type_name -> tenure.v1.SetValueResponse
-	39,  // 14: tenure.v1.PipelineResponse.validate:type_name -> tenure.v1.ValidateResponse
-	44,  // 15: tenure.v1.PipelineResponse.get:type_name -> tenure.v1.GetResponse
-	48,  // 16: tenure.v1.PipelineResponse.put:type_name -> tenure.v1.PutResponse
-	50,  // 17: tenure.v1.PipelineResponse.delete:type_name -> tenure.v1.DeleteResponse
-	53,  // 18: tenure.v1.PipelineResponse.compare_and_swap:type_name -> tenure.v1.CompareAndSwapResponse
-	13,  // 19: tenure.v1.PipelineResponse.refresh:type_name -> tenure.v1.KeepAliveResponse
-	8,   // 20: tenure.v1.PipelineResponse.watch_grant:type_name -> tenure.v1.WatchGrantResponse
-	3,   // 21: tenure.v1.PipelineResponse.pong:type_name -> tenure.v1.Ping
-	6,   // 22: tenure.v1.PipelineResponse.error:type_name -> tenure.v1.PipelineError
-	4,   // 23: tenure.v1.PipelineResponse.go_away:type_name -> tenure.v1.GoAway
-	76,  // 24: tenure.v1.PipelineError.details:type_name -> google.protobuf.Any
-	41,  // 25: tenure.v1.WatchGrantResponse.event:type_name -> tenure.v1.LeaseEvent
-	77,  // 26: tenure.v1.Session.ttl:type_name -> google.protobuf.Duration
-	72,  // 27: tenure.v1.Session.labels:type_name -> tenure.v1.Session.LabelsEntry
-	78,  // 28: tenure.v1.Session.open_time:type_name -> google.protobuf.Timestamp
-	78,  // 29: tenure.v1.Session.last_heartbeat:type_name -> google.protobuf.Timestamp
-	77,  // 30: tenure.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
-	73,  // 31: tenure.v1.OpenSessionRequest.labels:type_name -> tenure.v1.OpenSessionRequest.LabelsEntry
-	9,   // 32: tenure.v1.OpenSessionResponse.session:type_name -> tenure.v1.Session
-	77,  // 33: tenure.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
-	9,   // 34: tenure.v1.GetSessionResponse.session:type_name -> tenure.v1.Session
-	9,   // 35: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.Session
-	25,  // 36: tenure.v1.SetPreferredHolderResponse.lease:type_name -> tenure.v1.Lease
-	78,  // 37: tenure.v1.Grant.acquire_time:type_name -> google.protobuf.Timestamp
-	78,  // 38: tenure.v1.Grant.renew_time:type_name -> google.protobuf.Timestamp
-	78,  // 39: tenure.v1.EndedGrant.acquire_time:type_name -> google.protobuf.Timestamp
-	78,  // 40: tenure.v1.EndedGrant.renew_time:type_name -> google.protobuf.Timestamp
-	78,  // 41: tenure.v1.EndedGrant.end_time:type_name -> google.protobuf.Timestamp
-	78,  // 42: tenure.v1.Waiter.since:type_name -> google.protobuf.Timestamp
-	77,  // 43: tenure.v1.Lease.lease_duration:type_name -> google.protobuf.Duration
-	78,  // 44: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
-	78,  // 45: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
-	74,  // 46: tenure.v1.Lease.labels:type_name -> tenure.v1.Lease.LabelsEntry
-	22,  // 47: tenure.v1.Lease.holders:type_name -> tenure.v1.Grant
-	24,  // 48: tenure.v1.Lease.waiters:type_name -> tenure.v1.Waiter
-	77,  // 49: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
-	23,  // 50: tenure.v1.Lease.last:type_name -> tenure.v1.EndedGrant
-	77,  // 51: tenure.v1.Lease.gc_after:type_name -> google.protobuf.Duration
-	78,  // 52: tenure.v1.Lease.delete_time:type_name -> google.protobuf.Timestamp
-	77,  // 53: tenure.v1.Lease.max_hold:type_name -> google.protobuf.Duration
-	77,  // 54: tenure.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
-	75,  // 55: tenure.v1.AcquireRequest.labels:type_name -> tenure.v1.AcquireRequest.LabelsEntry
-	77,  // 56: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
-	77,  // 57: tenure.v1.AcquireRequest.gc_after:type_name -> google.protobuf.Duration
-	77,  // 58: tenure.v1.AcquireRequest.max_hold:type_name -> google.protobuf.Duration
-	25,  // 59: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
-	25,  // 60: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
-	25,  // 61: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
-	0,   // 62: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.LeaseEventType
-	78,  // 63: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
-	77,  // 64: tenure.v1.KeyValue.ttl:type_name -> google.protobuf.Duration
-	42,  // 65: tenure.v1.GetResponse.kv:type_name -> tenure.v1.KeyValue
-	42,  // 66: tenure.v1.RangeResponse.kvs:type_name -> tenure.v1.KeyValue
-	77,  // 67: tenure.v1.PutRequest.ttl:type_name -> google.protobuf.Duration
-	42,  // 68: tenure.v1.PutResponse.prev_kv:type_name -> tenure.v1.KeyValue
-	51,  // 69: tenure.v1.CompareAndSwapRequest.compare:type_name -> tenure.v1.Compare
-	77,  // 70: tenure.v1.CompareAndSwapRequest.ttl:type_name -> google.protobuf.Duration
-	42,  // 71: tenure.v1.CompareAndSwapResponse.kv:type_name -> tenure.v1.KeyValue
-	1,   // 72: tenure.v1.WatchEvent.type:type_name -> tenure.v1.WatchEventType
-	42,  // 73: tenure.v1.WatchEvent.kv:type_name -> tenure.v1.KeyValue
-	42,  // 74: tenure.v1.WatchEvent.prev_kv:type_name -> tenure.v1.KeyValue
-	60,  // 75: tenure.v1.Member.status:type_name -> tenure.v1.StatusResponse
-	57,  // 76: tenure.v1.MembersResponse.members:type_name -> tenure.v1.Member
-	77,  // 77: tenure.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
-	57,  // 78: tenure.v1.JoinResponse.members:type_name -> tenure.v1.Member
-	67,  // 79: tenure.v1.IntroduceRequest.node:type_name -> tenure.v1.NodeInfo
-	67,  // 80: tenure.v1.IntroduceResponse.node:type_name -> tenure.v1.NodeInfo
-	67,  // 81: tenure.v1.IntroduceResponse.known:type_name -> tenure.v1.NodeInfo
-	10,  // 82: tenure.v1.SessionService.Open:input_type -> tenure.v1.OpenSessionRequest
-	12,  // 83: tenure.v1.SessionService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
-	12,  // 84: tenure.v1.SessionService.Refresh:input_type -> tenure.v1.KeepAliveRequest
-	14,  // 85: tenure.v1.SessionService.Close:input_type -> tenure.v1.CloseSessionRequest
-	16,  // 86: tenure.v1.SessionService.Get:input_type -> tenure.v1.GetSessionRequest
-	18,  // 87: tenure.v1.SessionService.List:input_type -> tenure.v1.ListSessionsRequest
-	2,   // 88: tenure.v1.SessionService.Pipeline:input_type -> tenure.v1.PipelineRequest
-	26,  // 89: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
-	28,  // 90: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
-	30,  // 91: tenure.v1.LeaseService.SetValue:input_type -> tenure.v1.SetValueRequest
-	32,  // 92: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
-	34,  // 93: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetLeaseRequest
-	36,  // 94: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListLeasesRequest
-	38,  // 95: tenure.v1.LeaseService.Validate:input_type -> tenure.v1.ValidateRequest
-	40,  // 96: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchLeasesRequest
-	20,  // 97: tenure.v1.LeaseService.SetPreferredHolder:input_type -> tenure.v1.SetPreferredHolderRequest
-	43,  // 98: tenure.v1.KVService.Get:input_type -> tenure.v1.GetRequest
-	45,  // 99: tenure.v1.KVService.Range:input_type -> tenure.v1.RangeRequest
-	47,  // 100: tenure.v1.KVService.Put:input_type -> tenure.v1.PutRequest
-	49,  // 101: tenure.v1.KVService.Delete:input_type -> tenure.v1.DeleteRequest
-	52,  // 102: tenure.v1.KVService.CompareAndSwap:input_type -> tenure.v1.CompareAndSwapRequest
-	54,  // 103: tenure.v1.KVService.Watch:input_type -> tenure.v1.WatchRequest
-	56,  // 104: tenure.v1.ClusterService.Members:input_type -> tenure.v1.MembersRequest
-	59,  // 105: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
-	61,  // 106: tenure.v1.ClusterService.Join:input_type -> tenure.v1.JoinRequest
-	63,  // 107: tenure.v1.ClusterService.RemoveMember:input_type -> tenure.v1.RemoveMemberRequest
-	65,  // 108: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
-	68,  // 109: tenure.v1.ClusterService.Introduce:input_type -> tenure.v1.IntroduceRequest
-	70,  // 110: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
-	11,  // 111: tenure.v1.SessionService.Open:output_type -> tenure.v1.OpenSessionResponse
-	13,  // 112: tenure.v1.SessionService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
-	13,  // 113: tenure.v1.SessionService.Refresh:output_type -> tenure.v1.KeepAliveResponse
-	15,  // 114: tenure.v1.SessionService.Close:output_type -> tenure.v1.CloseSessionResponse
-	17,  // 115: tenure.v1.SessionService.Get:output_type -> tenure.v1.GetSessionResponse
-	19,  // 116: tenure.v1.SessionService.List:output_type -> tenure.v1.ListSessionsResponse
-	5,   // 117: tenure.v1.SessionService.Pipeline:output_type -> tenure.v1.PipelineResponse
-	27,  // 118: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
-	29,  // 119: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
-	31,  // 120: tenure.v1.LeaseService.SetValue:output_type -> tenure.v1.SetValueResponse
-	33,  // 121: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
-	35,  // 122: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetLeaseResponse
-	37,  // 123: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListLeasesResponse
-	39,  // 124: tenure.v1.LeaseService.Validate:output_type -> tenure.v1.ValidateResponse
-	41,  // 125: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.LeaseEvent
-	21,  // 126: tenure.v1.LeaseService.SetPreferredHolder:output_type -> tenure.v1.SetPreferredHolderResponse
-	44,  // 127: tenure.v1.KVService.Get:output_type -> tenure.v1.GetResponse
-	46,  // 128: tenure.v1.KVService.Range:output_type -> tenure.v1.RangeResponse
-	48,  // 129: tenure.v1.KVService.Put:output_type -> tenure.v1.PutResponse
-	50,  // 130: tenure.v1.KVService.Delete:output_type -> tenure.v1.DeleteResponse
-	53,  // 131: tenure.v1.KVService.CompareAndSwap:output_type -> tenure.v1.CompareAndSwapResponse
-	55,  // 132: tenure.v1.KVService.Watch:output_type -> tenure.v1.WatchEvent
-	58,  // 133: tenure.v1.ClusterService.Members:output_type -> tenure.v1.MembersResponse
-	60,  // 134: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
-	62,  // 135: tenure.v1.ClusterService.Join:output_type -> tenure.v1.JoinResponse
-	64,  // 136: tenure.v1.ClusterService.RemoveMember:output_type -> tenure.v1.RemoveMemberResponse
-	66,  // 137: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
-	69,  // 138: tenure.v1.ClusterService.Introduce:output_type -> tenure.v1.IntroduceResponse
-	71,  // 139: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotChunk
-	111, // [111:140] is the sub-list for method output_type
-	82,  // [82:111] is the sub-list for method input_type
-	82,  // [82:82] is the sub-list for extension type_name
-	82,  // [82:82] is the sub-list for extension extendee
-	0,   // [0:82] is the sub-list for field type_name
+	54,  // 10: tenure.v1.PipelineRequest.validate_key:type_name -> tenure.v1.ValidateKeyRequest
+	3,   // 11: tenure.v1.PipelineRequest.ping:type_name -> tenure.v1.Ping
+	27,  // 12: tenure.v1.PipelineResponse.acquire:type_name -> tenure.v1.AcquireResponse
+	29,  // 13: tenure.v1.PipelineResponse.release:type_name -> tenure.v1.ReleaseResponse
+	31,  // 14: tenure.v1.PipelineResponse.set_value:type_name -> tenure.v1.SetValueResponse
+	39,  // 15: tenure.v1.PipelineResponse.validate:type_name -> tenure.v1.ValidateResponse
+	44,  // 16: tenure.v1.PipelineResponse.get:type_name -> tenure.v1.GetResponse
+	48,  // 17: tenure.v1.PipelineResponse.put:type_name -> tenure.v1.PutResponse
+	50,  // 18: tenure.v1.PipelineResponse.delete:type_name -> tenure.v1.DeleteResponse
+	53,  // 19: tenure.v1.PipelineResponse.compare_and_swap:type_name -> tenure.v1.CompareAndSwapResponse
+	13,  // 20: tenure.v1.PipelineResponse.refresh:type_name -> tenure.v1.KeepAliveResponse
+	8,   // 21: tenure.v1.PipelineResponse.watch_grant:type_name -> tenure.v1.WatchGrantResponse
+	55,  // 22: tenure.v1.PipelineResponse.validate_key:type_name -> tenure.v1.ValidateKeyResponse
+	3,   // 23: tenure.v1.PipelineResponse.pong:type_name -> tenure.v1.Ping
+	6,   // 24: tenure.v1.PipelineResponse.error:type_name -> tenure.v1.PipelineError
+	4,   // 25: tenure.v1.PipelineResponse.go_away:type_name -> tenure.v1.GoAway
+	78,  // 26: tenure.v1.PipelineError.details:type_name -> google.protobuf.Any
+	41,  // 27: tenure.v1.WatchGrantResponse.event:type_name -> tenure.v1.LeaseEvent
+	79,  // 28: tenure.v1.Session.ttl:type_name -> google.protobuf.Duration
+	74,  // 29: tenure.v1.Session.labels:type_name -> tenure.v1.Session.LabelsEntry
+	80,  // 30: tenure.v1.Session.open_time:type_name -> google.protobuf.Timestamp
+	80,  // 31: tenure.v1.Session.last_heartbeat:type_name -> google.protobuf.Timestamp
+	79,  // 32: tenure.v1.OpenSessionRequest.ttl:type_name -> google.protobuf.Duration
+	75,  // 33: tenure.v1.OpenSessionRequest.labels:type_name -> tenure.v1.OpenSessionRequest.LabelsEntry
+	9,   // 34: tenure.v1.OpenSessionResponse.session:type_name -> tenure.v1.Session
+	79,  // 35: tenure.v1.KeepAliveResponse.ttl:type_name -> google.protobuf.Duration
+	9,   // 36: tenure.v1.GetSessionResponse.session:type_name -> tenure.v1.Session
+	9,   // 37: tenure.v1.ListSessionsResponse.sessions:type_name -> tenure.v1.Session
+	25,  // 38: tenure.v1.SetPreferredHolderResponse.lease:type_name -> tenure.v1.Lease
+	80,  // 39: tenure.v1.Grant.acquire_time:type_name -> google.protobuf.Timestamp
+	80,  // 40: tenure.v1.Grant.renew_time:type_name -> google.protobuf.Timestamp
+	80,  // 41: tenure.v1.EndedGrant.acquire_time:type_name -> google.protobuf.Timestamp
+	80,  // 42: tenure.v1.EndedGrant.renew_time:type_name -> google.protobuf.Timestamp
+	80,  // 43: tenure.v1.EndedGrant.end_time:type_name -> google.protobuf.Timestamp
+	80,  // 44: tenure.v1.Waiter.since:type_name -> google.protobuf.Timestamp
+	79,  // 45: tenure.v1.Lease.lease_duration:type_name -> google.protobuf.Duration
+	80,  // 46: tenure.v1.Lease.acquire_time:type_name -> google.protobuf.Timestamp
+	80,  // 47: tenure.v1.Lease.renew_time:type_name -> google.protobuf.Timestamp
+	76,  // 48: tenure.v1.Lease.labels:type_name -> tenure.v1.Lease.LabelsEntry
+	22,  // 49: tenure.v1.Lease.holders:type_name -> tenure.v1.Grant
+	24,  // 50: tenure.v1.Lease.waiters:type_name -> tenure.v1.Waiter
+	79,  // 51: tenure.v1.Lease.lock_delay:type_name -> google.protobuf.Duration
+	23,  // 52: tenure.v1.Lease.last:type_name -> tenure.v1.EndedGrant
+	79,  // 53: tenure.v1.Lease.gc_after:type_name -> google.protobuf.Duration
+	80,  // 54: tenure.v1.Lease.delete_time:type_name -> google.protobuf.Timestamp
+	79,  // 55: tenure.v1.Lease.max_hold:type_name -> google.protobuf.Duration
+	79,  // 56: tenure.v1.AcquireRequest.wait_timeout:type_name -> google.protobuf.Duration
+	77,  // 57: tenure.v1.AcquireRequest.labels:type_name -> tenure.v1.AcquireRequest.LabelsEntry
+	79,  // 58: tenure.v1.AcquireRequest.lock_delay:type_name -> google.protobuf.Duration
+	79,  // 59: tenure.v1.AcquireRequest.gc_after:type_name -> google.protobuf.Duration
+	79,  // 60: tenure.v1.AcquireRequest.max_hold:type_name -> google.protobuf.Duration
+	25,  // 61: tenure.v1.AcquireResponse.lease:type_name -> tenure.v1.Lease
+	25,  // 62: tenure.v1.GetLeaseResponse.lease:type_name -> tenure.v1.Lease
+	25,  // 63: tenure.v1.ListLeasesResponse.leases:type_name -> tenure.v1.Lease
+	0,   // 64: tenure.v1.LeaseEvent.type:type_name -> tenure.v1.LeaseEventType
+	80,  // 65: tenure.v1.LeaseEvent.time:type_name -> google.protobuf.Timestamp
+	79,  // 66: tenure.v1.KeyValue.ttl:type_name -> google.protobuf.Duration
+	42,  // 67: tenure.v1.GetResponse.kv:type_name -> tenure.v1.KeyValue
+	42,  // 68: tenure.v1.RangeResponse.kvs:type_name -> tenure.v1.KeyValue
+	79,  // 69: tenure.v1.PutRequest.ttl:type_name -> google.protobuf.Duration
+	42,  // 70: tenure.v1.PutResponse.prev_kv:type_name -> tenure.v1.KeyValue
+	51,  // 71: tenure.v1.CompareAndSwapRequest.compare:type_name -> tenure.v1.Compare
+	79,  // 72: tenure.v1.CompareAndSwapRequest.ttl:type_name -> google.protobuf.Duration
+	42,  // 73: tenure.v1.CompareAndSwapResponse.kv:type_name -> tenure.v1.KeyValue
+	1,   // 74: tenure.v1.WatchEvent.type:type_name -> tenure.v1.WatchEventType
+	42,  // 75: tenure.v1.WatchEvent.kv:type_name -> tenure.v1.KeyValue
+	42,  // 76: tenure.v1.WatchEvent.prev_kv:type_name -> tenure.v1.KeyValue
+	62,  // 77: tenure.v1.Member.status:type_name -> tenure.v1.StatusResponse
+	59,  // 78: tenure.v1.MembersResponse.members:type_name -> tenure.v1.Member
+	79,  // 79: tenure.v1.StatusResponse.last_contact:type_name -> google.protobuf.Duration
+	59,  // 80: tenure.v1.JoinResponse.members:type_name -> tenure.v1.Member
+	69,  // 81: tenure.v1.IntroduceRequest.node:type_name -> tenure.v1.NodeInfo
+	69,  // 82: tenure.v1.IntroduceResponse.node:type_name -> tenure.v1.NodeInfo
+	69,  // 83: tenure.v1.IntroduceResponse.known:type_name -> tenure.v1.NodeInfo
+	10,  // 84: tenure.v1.SessionService.Open:input_type -> tenure.v1.OpenSessionRequest
+	12,  // 85: tenure.v1.SessionService.KeepAlive:input_type -> tenure.v1.KeepAliveRequest
+	12,  // 86: tenure.v1.SessionService.Refresh:input_type -> tenure.v1.KeepAliveRequest
+	14,  // 87: tenure.v1.SessionService.Close:input_type -> tenure.v1.CloseSessionRequest
+	16,  // 88: tenure.v1.SessionService.Get:input_type -> tenure.v1.GetSessionRequest
+	18,  // 89: tenure.v1.SessionService.List:input_type -> tenure.v1.ListSessionsRequest
+	2,   // 90: tenure.v1.SessionService.Pipeline:input_type -> tenure.v1.PipelineRequest
+	26,  // 91: tenure.v1.LeaseService.Acquire:input_type -> tenure.v1.AcquireRequest
+	28,  // 92: tenure.v1.LeaseService.Release:input_type -> tenure.v1.ReleaseRequest
+	30,  // 93: tenure.v1.LeaseService.SetValue:input_type -> tenure.v1.SetValueRequest
+	32,  // 94: tenure.v1.LeaseService.Revoke:input_type -> tenure.v1.RevokeRequest
+	34,  // 95: tenure.v1.LeaseService.Get:input_type -> tenure.v1.GetLeaseRequest
+	36,  // 96: tenure.v1.LeaseService.List:input_type -> tenure.v1.ListLeasesRequest
+	38,  // 97: tenure.v1.LeaseService.Validate:input_type -> tenure.v1.ValidateRequest
+	40,  // 98: tenure.v1.LeaseService.Watch:input_type -> tenure.v1.WatchLeasesRequest
+	20,  // 99: tenure.v1.LeaseService.SetPreferredHolder:input_type -> tenure.v1.SetPreferredHolderRequest
+	43,  // 100: tenure.v1.KVService.Get:input_type -> tenure.v1.GetRequest
+	45,  // 101: tenure.v1.KVService.Range:input_type -> tenure.v1.RangeRequest
+	47,  // 102: tenure.v1.KVService.Put:input_type -> tenure.v1.PutRequest
+	49,  // 103: tenure.v1.KVService.Delete:input_type -> tenure.v1.DeleteRequest
+	52,  // 104: tenure.v1.KVService.CompareAndSwap:input_type -> tenure.v1.CompareAndSwapRequest
+	56,  // 105: tenure.v1.KVService.Watch:input_type -> tenure.v1.WatchRequest
+	54,  // 106: tenure.v1.KVService.ValidateKey:input_type -> tenure.v1.ValidateKeyRequest
+	58,  // 107: tenure.v1.ClusterService.Members:input_type -> tenure.v1.MembersRequest
+	61,  // 108: tenure.v1.ClusterService.Status:input_type -> tenure.v1.StatusRequest
+	63,  // 109: tenure.v1.ClusterService.Join:input_type -> tenure.v1.JoinRequest
+	65,  // 110: tenure.v1.ClusterService.RemoveMember:input_type -> tenure.v1.RemoveMemberRequest
+	67,  // 111: tenure.v1.ClusterService.TransferLeadership:input_type -> tenure.v1.TransferLeadershipRequest
+	70,  // 112: tenure.v1.ClusterService.Introduce:input_type -> tenure.v1.IntroduceRequest
+	72,  // 113: tenure.v1.ClusterService.Snapshot:input_type -> tenure.v1.SnapshotRequest
+	11,  // 114: tenure.v1.SessionService.Open:output_type -> tenure.v1.OpenSessionResponse
+	13,  // 115: tenure.v1.SessionService.KeepAlive:output_type -> tenure.v1.KeepAliveResponse
+	13,  // 116: tenure.v1.SessionService.Refresh:output_type -> tenure.v1.KeepAliveResponse
+	15,  // 117: tenure.v1.SessionService.Close:output_type -> tenure.v1.CloseSessionResponse
+	17,  // 118: tenure.v1.SessionService.Get:output_type -> tenure.v1.GetSessionResponse
+	19,  // 119: tenure.v1.SessionService.List:output_type -> tenure.v1.ListSessionsResponse
+	5,   // 120: tenure.v1.SessionService.Pipeline:output_type -> tenure.v1.PipelineResponse
+	27,  // 121: tenure.v1.LeaseService.Acquire:output_type -> tenure.v1.AcquireResponse
+	29,  // 122: tenure.v1.LeaseService.Release:output_type -> tenure.v1.ReleaseResponse
+	31,  // 123: tenure.v1.LeaseService.SetValue:output_type -> tenure.v1.SetValueResponse
+	33,  // 124: tenure.v1.LeaseService.Revoke:output_type -> tenure.v1.RevokeResponse
+	35,  // 125: tenure.v1.LeaseService.Get:output_type -> tenure.v1.GetLeaseResponse
+	37,  // 126: tenure.v1.LeaseService.List:output_type -> tenure.v1.ListLeasesResponse
+	39,  // 127: tenure.v1.LeaseService.Validate:output_type -> tenure.v1.ValidateResponse
+	41,  // 128: tenure.v1.LeaseService.Watch:output_type -> tenure.v1.LeaseEvent
+	21,  // 129: tenure.v1.LeaseService.SetPreferredHolder:output_type -> tenure.v1.SetPreferredHolderResponse
+	44,  // 130: tenure.v1.KVService.Get:output_type -> tenure.v1.GetResponse
+	46,  // 131: tenure.v1.KVService.Range:output_type -> tenure.v1.RangeResponse
+	48,  // 132: tenure.v1.KVService.Put:output_type -> tenure.v1.PutResponse
+	50,  // 133: tenure.v1.KVService.Delete:output_type -> tenure.v1.DeleteResponse
+	53,  // 134: tenure.v1.KVService.CompareAndSwap:output_type -> tenure.v1.CompareAndSwapResponse
+	57,  // 135: tenure.v1.KVService.Watch:output_type -> tenure.v1.WatchEvent
+	55,  // 136: tenure.v1.KVService.ValidateKey:output_type -> tenure.v1.ValidateKeyResponse
+	60,  // 137: tenure.v1.ClusterService.Members:output_type -> tenure.v1.MembersResponse
+	62,  // 138: tenure.v1.ClusterService.Status:output_type -> tenure.v1.StatusResponse
+	64,  // 139: tenure.v1.ClusterService.Join:output_type -> tenure.v1.JoinResponse
+	66,  // 140: tenure.v1.ClusterService.RemoveMember:output_type -> tenure.v1.RemoveMemberResponse
+	68,  // 141: tenure.v1.ClusterService.TransferLeadership:output_type -> tenure.v1.TransferLeadershipResponse
+	71,  // 142: tenure.v1.ClusterService.Introduce:output_type -> tenure.v1.IntroduceResponse
+	73,  // 143: tenure.v1.ClusterService.Snapshot:output_type -> tenure.v1.SnapshotChunk
+	114, // [114:144] is the sub-list for method output_type
+	84,  // [84:114] is the sub-list for method input_type
+	84,  // [84:84] is the sub-list for extension type_name
+	84,  // [84:84] is the sub-list for extension extendee
+	0,   // [0:84] is the sub-list for field type_name
 }
 
 func init() { file_tenure_v1_tenure_proto_init() }
@@ -5971,6 +6145,7 @@ func file_tenure_v1_tenure_proto_init() {
 		(*PipelineRequest_CompareAndSwap)(nil),
 		(*PipelineRequest_Refresh)(nil),
 		(*PipelineRequest_WatchGrant)(nil),
+		(*PipelineRequest_ValidateKey)(nil),
 		(*PipelineRequest_Cancel)(nil),
 		(*PipelineRequest_Ping)(nil),
 	}
@@ -5985,6 +6160,7 @@ func file_tenure_v1_tenure_proto_init() {
 		(*PipelineResponse_CompareAndSwap)(nil),
 		(*PipelineResponse_Refresh)(nil),
 		(*PipelineResponse_WatchGrant)(nil),
+		(*PipelineResponse_ValidateKey)(nil),
 		(*PipelineResponse_Pong)(nil),
 		(*PipelineResponse_Error)(nil),
 		(*PipelineResponse_GoAway)(nil),
@@ -6000,7 +6176,7 @@ func file_tenure_v1_tenure_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_v1_tenure_proto_rawDesc), len(file_tenure_v1_tenure_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   74,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -98,6 +98,8 @@ const (
 	KVServiceCompareAndSwapProcedure = "/tenure.v1.KVService/CompareAndSwap"
 	// KVServiceWatchProcedure is the fully-qualified name of the KVService's Watch RPC.
 	KVServiceWatchProcedure = "/tenure.v1.KVService/Watch"
+	// KVServiceValidateKeyProcedure is the fully-qualified name of the KVService's ValidateKey RPC.
+	KVServiceValidateKeyProcedure = "/tenure.v1.KVService/ValidateKey"
 	// ClusterServiceMembersProcedure is the fully-qualified name of the ClusterService's Members RPC.
 	ClusterServiceMembersProcedure = "/tenure.v1.ClusterService/Members"
 	// ClusterServiceStatusProcedure is the fully-qualified name of the ClusterService's Status RPC.
@@ -688,6 +690,11 @@ type KVServiceClient interface {
 	CompareAndSwap(context.Context, *connect.Request[v1.CompareAndSwapRequest]) (*connect.Response[v1.CompareAndSwapResponse], error)
 	// Watch streams key events in revision order from start_revision.
 	Watch(context.Context, *connect.Request[v1.WatchRequest]) (*connect.ServerStreamForClient[v1.WatchEvent], error)
+	// ValidateKey is Validate for a lock held through etcd's recipes (a
+	// clientv3/concurrency Mutex, etcdctl lock, the Lock service): is the
+	// key the holder made still there, the same incarnation of it?
+	// Linearizable. Needs read on the key.
+	ValidateKey(context.Context, *connect.Request[v1.ValidateKeyRequest]) (*connect.Response[v1.ValidateKeyResponse], error)
 }
 
 // NewKVServiceClient constructs a client for the tenure.v1.KVService service. By default, it uses
@@ -737,6 +744,12 @@ func NewKVServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...c
 			connect.WithSchema(kVServiceMethods.ByName("Watch")),
 			connect.WithClientOptions(opts...),
 		),
+		validateKey: connect.NewClient[v1.ValidateKeyRequest, v1.ValidateKeyResponse](
+			httpClient,
+			baseURL+KVServiceValidateKeyProcedure,
+			connect.WithSchema(kVServiceMethods.ByName("ValidateKey")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -748,6 +761,7 @@ type kVServiceClient struct {
 	delete         *connect.Client[v1.DeleteRequest, v1.DeleteResponse]
 	compareAndSwap *connect.Client[v1.CompareAndSwapRequest, v1.CompareAndSwapResponse]
 	watch          *connect.Client[v1.WatchRequest, v1.WatchEvent]
+	validateKey    *connect.Client[v1.ValidateKeyRequest, v1.ValidateKeyResponse]
 }
 
 // Get calls tenure.v1.KVService.Get.
@@ -780,6 +794,11 @@ func (c *kVServiceClient) Watch(ctx context.Context, req *connect.Request[v1.Wat
 	return c.watch.CallServerStream(ctx, req)
 }
 
+// ValidateKey calls tenure.v1.KVService.ValidateKey.
+func (c *kVServiceClient) ValidateKey(ctx context.Context, req *connect.Request[v1.ValidateKeyRequest]) (*connect.Response[v1.ValidateKeyResponse], error) {
+	return c.validateKey.CallUnary(ctx, req)
+}
+
 // KVServiceHandler is an implementation of the tenure.v1.KVService service.
 type KVServiceHandler interface {
 	Get(context.Context, *connect.Request[v1.GetRequest]) (*connect.Response[v1.GetResponse], error)
@@ -791,6 +810,11 @@ type KVServiceHandler interface {
 	CompareAndSwap(context.Context, *connect.Request[v1.CompareAndSwapRequest]) (*connect.Response[v1.CompareAndSwapResponse], error)
 	// Watch streams key events in revision order from start_revision.
 	Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchEvent]) error
+	// ValidateKey is Validate for a lock held through etcd's recipes (a
+	// clientv3/concurrency Mutex, etcdctl lock, the Lock service): is the
+	// key the holder made still there, the same incarnation of it?
+	// Linearizable. Needs read on the key.
+	ValidateKey(context.Context, *connect.Request[v1.ValidateKeyRequest]) (*connect.Response[v1.ValidateKeyResponse], error)
 }
 
 // NewKVServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -836,6 +860,12 @@ func NewKVServiceHandler(svc KVServiceHandler, opts ...connect.HandlerOption) (s
 		connect.WithSchema(kVServiceMethods.ByName("Watch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	kVServiceValidateKeyHandler := connect.NewUnaryHandler(
+		KVServiceValidateKeyProcedure,
+		svc.ValidateKey,
+		connect.WithSchema(kVServiceMethods.ByName("ValidateKey")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tenure.v1.KVService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case KVServiceGetProcedure:
@@ -850,6 +880,8 @@ func NewKVServiceHandler(svc KVServiceHandler, opts ...connect.HandlerOption) (s
 			kVServiceCompareAndSwapHandler.ServeHTTP(w, r)
 		case KVServiceWatchProcedure:
 			kVServiceWatchHandler.ServeHTTP(w, r)
+		case KVServiceValidateKeyProcedure:
+			kVServiceValidateKeyHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -881,6 +913,10 @@ func (UnimplementedKVServiceHandler) CompareAndSwap(context.Context, *connect.Re
 
 func (UnimplementedKVServiceHandler) Watch(context.Context, *connect.Request[v1.WatchRequest], *connect.ServerStream[v1.WatchEvent]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.KVService.Watch is not implemented"))
+}
+
+func (UnimplementedKVServiceHandler) ValidateKey(context.Context, *connect.Request[v1.ValidateKeyRequest]) (*connect.Response[v1.ValidateKeyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("tenure.v1.KVService.ValidateKey is not implemented"))
 }
 
 // ClusterServiceClient is a client for the tenure.v1.ClusterService service.
