@@ -16,6 +16,7 @@ const ForwardedPrincipalHeader = "Tenure-Forwarded-Principal"
 // How a caller was authenticated.
 const (
 	ByToken       = "token"
+	ByEtcdToken   = "etcd-token" // an etcd user's token (EtcdAuthenticate)
 	ByCertificate = "certificate"
 	ByPeer        = "peer"      // a node, for itself
 	ByForwarding  = "forwarded" // a node, for a principal it authenticated
@@ -35,9 +36,10 @@ type Caller struct {
 	Err error
 
 	// The credential, kept so that a stream or pipeline can check it
-	// again on every message (Recheck): a bearer token's hash, or the
-	// client certificate's NotAfter.
+	// again on every message (Recheck): a bearer token's hash, an etcd
+	// token, or the client certificate's NotAfter.
 	tokenHash string
+	etcdToken string
 	notAfter  time.Time
 }
 
@@ -72,26 +74,77 @@ func (a *Authenticator) Authenticate(r *http.Request) Caller {
 	if r.TLS != nil {
 		chain = r.TLS.PeerCertificates
 	}
-	if len(chain) > 0 && a.PeerCAs != nil && a.verify(chain, a.PeerCAs) == nil {
-		if forwardedFor != "" {
-			return Caller{Principal: forwardedFor, By: ByForwarding, Peer: true}
-		}
-		return Caller{By: ByPeer, Peer: true}
+	if c, ok := a.peer(chain, forwardedFor); ok {
+		return c
 	}
 	token, err := ParseBearer(r.Header.Get("Authorization"))
 	switch {
 	case err == nil:
-		hash := HashToken(token)
-		principal, err := a.Policy.Policy().hashPrincipal(hash, a.now())
-		if err != nil {
-			return Caller{Err: err}
-		}
-		return Caller{Principal: principal, By: ByToken, tokenHash: hash}
+		return a.tokenCaller(token)
 	case !errors.Is(err, ErrNoCredentials):
 		return Caller{Err: err}
 	}
+	return a.certCaller(chain, "send a bearer token (Authorization: Bearer ...) or a client certificate")
+}
+
+// AuthenticateEtcd finds the caller of an etcd API call from its
+// parts: chain is the TLS peer's certificates, forwardedFor what the
+// forwarding node's metadata names (believed only from a node), token
+// the "token" metadata, as etcd clients send it. The token is an etcd
+// token (EtcdAuthenticate) or a Tenure token; without one, a client
+// certificate names the principal by its CN (CertName), as etcd names
+// the user. A token that does not work is an error matching
+// ErrInvalidToken; none at all, one matching ErrNoCredentials.
+func (a *Authenticator) AuthenticateEtcd(chain []*x509.Certificate, forwardedFor, token string) Caller {
+	if c, ok := a.peer(chain, forwardedFor); ok {
+		return c
+	}
+	if token == "" {
+		return a.certCaller(chain, `authenticate (the "token" metadata) or send a client certificate`)
+	}
+	if err := checkToken(token); err != nil {
+		return Caller{Err: fmt.Errorf("%w: %v", ErrInvalidToken, err)}
+	}
+	if IsEtcdToken(token) {
+		principal, err := a.Policy.Policy().EtcdTokenPrincipal(token, a.now())
+		if err != nil {
+			return Caller{Err: err}
+		}
+		return Caller{Principal: principal, By: ByEtcdToken, etcdToken: token}
+	}
+	c := a.tokenCaller(token)
+	if c.Err != nil {
+		c.Err = fmt.Errorf("%w: %v", ErrInvalidToken, c.Err)
+	}
+	return c
+}
+
+// peer is the caller of a request from a node, when chain is a node's.
+func (a *Authenticator) peer(chain []*x509.Certificate, forwardedFor string) (Caller, bool) {
+	if len(chain) == 0 || a.PeerCAs == nil || a.verify(chain, a.PeerCAs) != nil {
+		return Caller{}, false
+	}
+	if forwardedFor != "" {
+		return Caller{Principal: forwardedFor, By: ByForwarding, Peer: true}, true
+	}
+	return Caller{By: ByPeer, Peer: true}, true
+}
+
+// tokenCaller is the caller a Tenure bearer token names.
+func (a *Authenticator) tokenCaller(token string) Caller {
+	hash := HashToken(token)
+	principal, err := a.Policy.Policy().hashPrincipal(hash, a.now())
+	if err != nil {
+		return Caller{Err: err}
+	}
+	return Caller{Principal: principal, By: ByToken, tokenHash: hash}
+}
+
+// certCaller is the caller a client certificate names; without one, an
+// error matching ErrNoCredentials that tells what to send.
+func (a *Authenticator) certCaller(chain []*x509.Certificate, send string) Caller {
 	if len(chain) == 0 {
-		return Caller{Err: errors.New("no credentials: send a bearer token (Authorization: Bearer ...) or a client certificate")}
+		return Caller{Err: fmt.Errorf("%w: %s", ErrNoCredentials, send)}
 	}
 	name := CertName(chain[0])
 	if a.ClientCAs == nil {
@@ -124,6 +177,14 @@ func (a *Authenticator) Recheck(c Caller) error {
 		}
 		if principal != c.Principal {
 			return fmt.Errorf("no longer valid: the bearer token of %s now names %s", c.Principal, principal)
+		}
+	case ByEtcdToken:
+		principal, err := a.Policy.Policy().EtcdTokenPrincipal(c.etcdToken, a.now())
+		if err != nil {
+			return fmt.Errorf("no longer valid: %w", err)
+		}
+		if principal != c.Principal {
+			return fmt.Errorf("no longer valid: the etcd token of %s now names %s", c.Principal, principal)
 		}
 	case ByCertificate:
 		if now := a.now(); !c.notAfter.IsZero() && now.After(c.notAfter) {

@@ -17,8 +17,9 @@
 // not valid, so that a typo never locks everybody out.
 //
 // Tokens are stored only as their SHA-256 ("sha256:<hex>"): a token is
-// 32 random bytes, too many to guess, so a fast hash is enough, and the
-// policy file itself holds no secret worth stealing.
+// 32 random bytes, too many to guess, so a fast hash is enough. The one
+// secret a policy file may hold is an etcd user's bcrypt password hash,
+// since the tokens of the etcd API are signed with it (etcd.go).
 //
 // With no policy (the single-node loopback default) nothing here runs:
 // every caller may do everything, as before.

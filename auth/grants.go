@@ -78,6 +78,58 @@ func (g *Grants) Key(v Verb, key string) bool {
 // the whole prefix.
 func (g *Grants) KeyPrefix(v Verb, prefix string) bool { return g.Key(v, prefix) }
 
+// KeyRange reports whether v is allowed on every key in [key, end), as
+// the etcd API names key ranges: end "" is key alone; "\x00" is every
+// key from key on (key "\x00" too: the whole keyspace); otherwise the
+// keys from key up to end, excluded. One rule must cover the whole
+// range: a prefix P covers exactly the keys in [P, successor of P), so
+// the range is allowed when key starts with P and end is at most P's
+// successor (a prefix range of P or of a longer prefix; the whole
+// keyspace only under "*"). A range that only several rules cover
+// together, or an empty or inverted one (end <= key), is refused: the
+// check is conservative, as etcd refuses an invalid permission range.
+func (g *Grants) KeyRange(v Verb, key, end string) bool {
+	if end == "" {
+		return g.Key(v, key)
+	}
+	if end != "\x00" && end <= key {
+		return false
+	}
+	for _, r := range g.rules {
+		if r.allows(v) && slices.ContainsFunc(r.Keys, func(p string) bool { return coversRange(keyPrefix(p), key, end) }) {
+			return true
+		}
+	}
+	return false
+}
+
+// coversRange reports whether every key in [key, end) starts with
+// prefix; end "\x00" is no end.
+func coversRange(prefix, key, end string) bool {
+	if !strings.HasPrefix(key, prefix) {
+		return false
+	}
+	succ, bounded := successor(prefix)
+	if !bounded {
+		return true // every key from a key starting with prefix on starts with it
+	}
+	return end != "\x00" && end <= succ
+}
+
+// successor is the least key above every key that starts with prefix,
+// as clientv3.GetPrefixRangeEnd computes it; bounded is false when there
+// is none (prefix is empty or all 0xff bytes).
+func successor(prefix string) (string, bool) {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1]), true
+		}
+	}
+	return "", false
+}
+
 // AnyKey reports whether v is allowed on at least one key.
 func (g *Grants) AnyKey(v Verb) bool {
 	for _, r := range g.rules {

@@ -72,6 +72,10 @@ type PrincipalEntry struct {
 	Identities []string `json:"identities,omitempty"`
 	Tokens     []Token  `json:"tokens,omitempty"`
 	Limits     *Limits  `json:"limits,omitempty"`
+	// EtcdPasswordBcrypt makes the principal an etcd user of its name:
+	// the bcrypt hash of the password etcd clients log in with
+	// (Auth.Authenticate), as etcd stores it. See etcd.go.
+	EtcdPasswordBcrypt string `json:"etcd_password_bcrypt,omitempty"`
 }
 
 // Token is a bearer token issued to a principal, by its hash.
@@ -120,6 +124,8 @@ type Policy struct {
 	file    File
 	tokens  map[string]tokenEntry // by hash
 	metrics MetricsAccess
+	// etcdPasswords are the etcd users' bcrypt hashes, by principal.
+	etcdPasswords map[string][]byte
 
 	mu       sync.Mutex
 	resolved map[string]*Grants
@@ -141,7 +147,7 @@ func Parse(data []byte) (*Policy, error) {
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrPolicy, err)
 	}
-	p := &Policy{file: f, tokens: map[string]tokenEntry{}, metrics: f.Metrics, resolved: map[string]*Grants{}}
+	p := &Policy{file: f, tokens: map[string]tokenEntry{}, metrics: f.Metrics, etcdPasswords: map[string][]byte{}, resolved: map[string]*Grants{}}
 	if err := p.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrPolicy, err)
 	}
@@ -207,6 +213,19 @@ func (p *Policy) validate() error {
 				return fmt.Errorf("%s: tokens[%d]: the same token is also %s's", where, j, prev.principal)
 			}
 			p.tokens[h] = tokenEntry{principal: e.Name, expires: t.Expires}
+		}
+		if e.EtcdPasswordBcrypt != "" {
+			if strings.Contains(e.Name, "*") {
+				return fmt.Errorf("%s: etcd_password_bcrypt needs one principal, not a pattern", where)
+			}
+			h, err := parseBcrypt(e.EtcdPasswordBcrypt)
+			if err != nil {
+				return fmt.Errorf("%s: %v", where, err)
+			}
+			if _, dup := p.etcdPasswords[e.Name]; dup {
+				return fmt.Errorf("%s: a second etcd_password_bcrypt for %s: give a principal one", where, e.Name)
+			}
+			p.etcdPasswords[e.Name] = h
 		}
 		if err := e.Limits.validate(where + ".limits"); err != nil {
 			return err

@@ -63,16 +63,26 @@ func ParseBearer(header string) (string, error) {
 		return "", errors.New(`the Authorization header is not "Bearer <token>"`)
 	}
 	token = strings.TrimSpace(token)
-	switch {
-	case token == "":
+	if token == "" {
 		return "", errors.New("the Authorization header's bearer token is empty")
-	case len(token) > maxTokenBytes:
-		return "", fmt.Errorf("the bearer token is longer than %d bytes", maxTokenBytes)
+	}
+	if err := checkToken(token); err != nil {
+		return "", err
+	}
+	return token, nil
+}
+
+// checkToken refuses a token no issuer of ours makes: too long, or
+// holding what is not printable ASCII. Its errors never repeat the
+// token.
+func checkToken(token string) error {
+	if len(token) > maxTokenBytes {
+		return fmt.Errorf("the bearer token is longer than %d bytes", maxTokenBytes)
 	}
 	for i := 0; i < len(token); i++ {
 		if c := token[i]; c <= ' ' || c >= 0x7f {
-			return "", errors.New("the bearer token holds a character outside printable ASCII")
+			return errors.New("the bearer token holds a character outside printable ASCII")
 		}
 	}
-	return token, nil
+	return nil
 }
