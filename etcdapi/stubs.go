@@ -8,13 +8,6 @@ import (
 	"google.golang.org/grpc"
 )
 
-type kvServer struct {
-	pb.UnimplementedKVServer
-	b Backend
-}
-
-func newKV(b Backend) *kvServer { return &kvServer{b: b} }
-
 type watchServer struct {
 	pb.UnimplementedWatchServer
 	b Backend
