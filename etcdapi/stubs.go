@@ -5,7 +5,6 @@ package etcdapi
 
 import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
 )
 
 type watchServer struct {
@@ -35,5 +34,3 @@ type authServer struct {
 }
 
 func newAuth(b Backend) *authServer { return &authServer{b: b} }
-
-func registerRecipes(gs *grpc.Server, b Backend) {}
