@@ -57,6 +57,29 @@
 // ErrUnavailable, or validate only the first request of each token and
 // trust Monotonic for the rest; write those as a PolicyFunc.
 //
+// # Locks taken through etcd
+//
+// Tenure speaks etcd's v3 API, so a resource may be guarded by a lock
+// taken with etcdctl lock, a clientv3/concurrency Mutex or the Lock
+// service. Such a holder has no Tenure token; it has its lock key and a
+// KV revision at which it held the key (its create revision, or the
+// revision it acquired at after waiting). It sends them in the
+// Tenure-Fence-Key header as <key>:<revision> (KeyHeader, FormatKey,
+// ParseKey) — from etcdctl lock's child, $ETCD_LOCK_KEY:$ETCD_LOCK_REV.
+// Middleware and Interceptor take that header only when given
+// WithLockKeys and a KeyPolicy; the Tenure-Fence form works as before,
+// and a request carrying both is refused. The key policies mirror the
+// token ones: ValidateKey asks the server (client.Client.ValidateKey)
+// whether the key still exists as it was at that revision — a key
+// deleted by an unlock or an expired lease, or made again by a newer
+// holder, is refused — and MonotonicKey remembers the highest revision
+// accepted per lock (LockKey.Lock: the key up to its last '/', which
+// etcd's recipes share among a lock's holders). Revisions serve as
+// tokens because a lock's next holder always acquires at a later KV
+// revision than the last: its key is made, or its wait ends, after the
+// last holder's key was deleted. KeyFromContext hands the handler the
+// accepted key.
+//
 // # The last gap
 //
 // A policy checks a request before the handler writes, so two requests

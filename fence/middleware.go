@@ -36,6 +36,8 @@ func statusOf(err error) (int, connect.Code) {
 
 type contextKey struct{}
 
+type keyContextKey struct{}
+
 // FromContext returns the fencing token that Middleware or Interceptor
 // accepted for the request whose context is ctx. Pass it on to the
 // resource's storage when it can compare tokens in the same transaction
@@ -45,15 +47,66 @@ func FromContext(ctx context.Context) (client.Token, bool) {
 	return t, ok
 }
 
-// admit reads the token from h and checks it with p, returning the
-// context to serve the request with.
-func admit(ctx context.Context, p Policy, h http.Header) (context.Context, error) {
-	values := h.Values(Header)
-	switch len(values) {
-	case 0:
+// KeyFromContext is FromContext for a request fenced with a lock key
+// (WithLockKeys).
+func KeyFromContext(ctx context.Context) (LockKey, bool) {
+	k, ok := ctx.Value(keyContextKey{}).(LockKey)
+	return k, ok
+}
+
+// Option configures Middleware and Interceptor.
+type Option func(*options)
+
+type options struct{ keys KeyPolicy }
+
+// WithLockKeys makes Middleware and Interceptor also accept requests
+// fenced with an etcd-style lock key in the Tenure-Fence-Key header
+// instead of a Tenure token, checked with p (ValidateKey, MonotonicKey,
+// or both with ChainKey). Without it that header is ignored. With it, the
+// Policy given to Middleware or Interceptor may be nil, and then only lock
+// keys are accepted.
+func WithLockKeys(p KeyPolicy) Option { return func(o *options) { o.keys = p } }
+
+func newOptions(p Policy, opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if p == nil && o.keys == nil {
+		panic("fence: a nil Policy needs WithLockKeys")
+	}
+	return o
+}
+
+// admit reads the token (or, with a KeyPolicy, the lock key) from h and
+// checks it with p (or kp), returning the context to serve the request
+// with.
+func admit(ctx context.Context, p Policy, kp KeyPolicy, h http.Header) (context.Context, error) {
+	values, keys := h.Values(Header), h.Values(KeyHeader)
+	if kp != nil && len(keys) > 0 {
+		if len(values) > 0 {
+			return nil, fmt.Errorf("%w: both %s and %s headers; send one", ErrMalformed, Header, KeyHeader)
+		}
+		if len(keys) > 1 {
+			return nil, fmt.Errorf("%w: %d %s headers; send exactly one", ErrMalformed, len(keys), KeyHeader)
+		}
+		k, err := ParseKey(keys[0])
+		if err != nil {
+			return nil, err
+		}
+		if err := kp.CheckKey(ctx, k); err != nil {
+			return nil, err
+		}
+		return context.WithValue(ctx, keyContextKey{}, k), nil
+	}
+	switch {
+	case p == nil:
+		return nil, fmt.Errorf("%w: the %s header is required: send the etcd lock key and a revision it was held at as <key>:<revision>", ErrMissing, KeyHeader)
+	case len(values) == 0 && kp != nil:
+		return nil, fmt.Errorf("%w: the %s header (<namespace>/<name>:<token>) or the %s header (<key>:<revision>) is required", ErrMissing, Header, KeyHeader)
+	case len(values) == 0:
 		return nil, fmt.Errorf("%w: the %s header is required: send the holder's fencing token as <namespace>/<name>:<token>", ErrMissing, Header)
-	case 1:
-	default:
+	case len(values) > 1:
 		return nil, fmt.Errorf("%w: %d %s headers; send exactly one", ErrMalformed, len(values), Header)
 	}
 	t, err := Parse(values[0])
@@ -75,10 +128,12 @@ func admit(ctx context.Context, p Policy, h http.Header) (context.Context, error
 //	409 Conflict               stale: names the token and the current (or highest seen) one
 //	503 Service Unavailable    p cannot decide (Tenure unreachable, store failing)
 //
-// next finds the accepted token with FromContext.
-func Middleware(p Policy, next http.Handler) http.Handler {
+// next finds the accepted token with FromContext. WithLockKeys also
+// accepts a Tenure-Fence-Key header (KeyFromContext), answered alike.
+func Middleware(p Policy, next http.Handler, opts ...Option) http.Handler {
+	o := newOptions(p, opts)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, err := admit(r.Context(), p, r.Header)
+		ctx, err := admit(r.Context(), p, o.keys, r.Header)
 		if err != nil {
 			status, _ := statusOf(err)
 			http.Error(w, err.Error(), status)
@@ -94,10 +149,16 @@ func Middleware(p Policy, next http.Handler) http.Handler {
 // a missing or malformed token with CodeInvalidArgument, a stale one
 // with CodeFailedPrecondition, and CodeUnavailable when p cannot decide.
 // A stream is checked once, when it opens. Handlers find the accepted
-// token with FromContext. On a client, the interceptor does nothing.
-func Interceptor(p Policy) connect.Interceptor { return serverInterceptor{p} }
+// token with FromContext. WithLockKeys also accepts a Tenure-Fence-Key
+// header (KeyFromContext). On a client, the interceptor does nothing.
+func Interceptor(p Policy, opts ...Option) connect.Interceptor {
+	return serverInterceptor{p, newOptions(p, opts).keys}
+}
 
-type serverInterceptor struct{ p Policy }
+type serverInterceptor struct {
+	p  Policy
+	kp KeyPolicy
+}
 
 func connectError(err error) error {
 	_, code := statusOf(err)
@@ -109,7 +170,7 @@ func (i serverInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if req.Spec().IsClient {
 			return next(ctx, req)
 		}
-		ctx, err := admit(ctx, i.p, req.Header())
+		ctx, err := admit(ctx, i.p, i.kp, req.Header())
 		if err != nil {
 			return nil, connectError(err)
 		}
@@ -123,7 +184,7 @@ func (i serverInterceptor) WrapStreamingClient(next connect.StreamingClientFunc)
 
 func (i serverInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		ctx, err := admit(ctx, i.p, conn.RequestHeader())
+		ctx, err := admit(ctx, i.p, i.kp, conn.RequestHeader())
 		if err != nil {
 			return connectError(err)
 		}

@@ -16,7 +16,8 @@ import (
 // Implementations must be safe for concurrent use.
 type Store interface {
 	// Observe atomically compares token with the highest token stored
-	// for lease ("namespace/name"; 0 when never seen): when token is at
+	// for lease ("namespace/name", or "etcd:" and a lock for
+	// MonotonicKey; 0 when never seen): when token is at
 	// least the highest, it stores token and returns it; otherwise it
 	// changes nothing and returns the highest. It returns only when the
 	// stored token is as durable as the store promises; after an error
