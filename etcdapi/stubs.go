@@ -13,24 +13,3 @@ type watchServer struct {
 }
 
 func newWatch(b Backend) *watchServer { return &watchServer{b: b} }
-
-type clusterServer struct {
-	pb.UnimplementedClusterServer
-	b Backend
-}
-
-func newCluster(b Backend) *clusterServer { return &clusterServer{b: b} }
-
-type maintenanceServer struct {
-	pb.UnimplementedMaintenanceServer
-	b Backend
-}
-
-func newMaintenance(b Backend) *maintenanceServer { return &maintenanceServer{b: b} }
-
-type authServer struct {
-	pb.UnimplementedAuthServer
-	b Backend
-}
-
-func newAuth(b Backend) *authServer { return &authServer{b: b} }
