@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -144,5 +145,42 @@ func TestParseWorkloads(t *testing.T) {
 	}
 	if _, err := ParseWorkloads([]string{"11"}); err == nil || !strings.Contains(err.Error(), `unknown workload "11"`) {
 		t.Errorf("ParseWorkloads([11]) got = %v, expected: an unknown workload error", err)
+	}
+}
+
+// Through etcd's client the goals are issue 23's: 1.5× etcd's
+// throughput, and strictly less server CPU per operation.
+func TestGoalsThroughEtcdClient(t *testing.T) {
+	cpu := func(v float64) Figure { return Figure{Name: "server CPU/pair", Value: v, Unit: "µs", Better: Lower} }
+	rate := func(v float64) Figure { return Figure{Name: "pairs/s", Value: v, Unit: "/s", Better: Higher} }
+	rep := &Report{Client: ClientEtcd, Rounds: 1, Duration: "5s", Systems: []System{Tenure, Etcd}, Results: []Result{
+		{Workload: 1, System: Tenure, Round: 1, Figures: []Figure{rate(160), cpu(50)}},
+		{Workload: 1, System: Etcd, Round: 1, Figures: []Figure{rate(100), cpu(50)}},
+	}}
+	rows := rep.rows()
+	if got := rows[0].goalText(); got != "≥ 1.5×: met" {
+		t.Errorf("pairs/s goal got = %q, expected: %q", got, "≥ 1.5×: met")
+	}
+	if got := rows[1].goalText(); got != "> 1×: not met" {
+		t.Errorf("equal CPU per pair got = %q, expected: %q", got, "> 1×: not met")
+	}
+	var b strings.Builder
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "Tenure driven through etcd's Go client") {
+		t.Errorf("WriteText does not say what drove Tenure; got:\n%s", b.String())
+	}
+}
+
+func TestCheckClient(t *testing.T) {
+	if got, err := CheckClient(ClientEtcd, nil); err != nil || len(got) != 6 || got[4] != 5 || got[5] != 7 {
+		t.Errorf("CheckClient(etcd, all) got = %v, %v, expected: [1 2 3 4 5 7], nil", got, err)
+	}
+	if _, err := CheckClient(ClientEtcd, []int{1, 10}); !errors.Is(err, ErrNotThroughEtcdClient) || !strings.Contains(err.Error(), "workload 10 cluster") {
+		t.Errorf("CheckClient(etcd, [1 10]) got = %v, expected: ErrNotThroughEtcdClient naming workload 10", err)
+	}
+	if got, err := CheckClient(ClientTenure, nil); err != nil || got != nil {
+		t.Errorf("CheckClient(tenure, all) got = %v, %v, expected: nil (every workload), nil", got, err)
 	}
 }
