@@ -26,6 +26,13 @@ type spyBackend struct {
 	reads  []bool
 	auths  []string // "r key end" or "w key end"
 	denied bool     // refuse every Authorize
+	policy bool     // AuthEnabled answers true
+}
+
+func (s *spyBackend) AuthEnabled() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.policy
 }
 
 func (s *spyBackend) deny(on bool) {
@@ -675,6 +682,24 @@ func TestKVAuthorize(t *testing.T) {
 	}
 	if _, auths := k.spy.take(); fmt.Sprint(auths) != fmt.Sprint([]string{`w "\x00" "\x00"`}) {
 		t.Errorf("compact authorized %v, want write on every key", auths)
+	}
+
+	// With a policy, attaching a key to a lease needs write on the keys
+	// it already has, as etcd's checkLeasePuts: who may not revoke the
+	// lease may not attach to it.
+	sess := k.f.apply(statemachine.OpenSession{Identity: "etcd", TTL: int64(time.Minute)})
+	if sess.Err != nil {
+		t.Fatal(sess.Err)
+	}
+	lease := clientv3.LeaseID(sess.Session.EtcdLeaseID())
+	k.put("held/1", "v", clientv3.WithLease(lease))
+	k.spy.mu.Lock()
+	k.spy.policy = true
+	k.spy.mu.Unlock()
+	k.spy.take()
+	k.put("held/2", "v", clientv3.WithLease(lease))
+	if _, auths := k.spy.take(); fmt.Sprint(auths) != fmt.Sprint([]string{`w "held/2" ""`, `w "held/1" ""`}) {
+		t.Errorf("put on a lease with a policy authorized %v, want the key and the lease's keys", auths)
 	}
 
 	before := k.rev()
