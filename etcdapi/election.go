@@ -75,7 +75,7 @@ func (es *electionServer) Campaign(ctx context.Context, req *v3electionpb.Campai
 // key with lease 0 gets a new lease, as etcd's server gives it one.
 func (es *electionServer) Proclaim(ctx context.Context, req *v3electionpb.ProclaimRequest) (*v3electionpb.ProclaimResponse, error) {
 	if req.Leader == nil {
-		return nil, toGRPC(errMissingLeaderKey)
+		return nil, es.fail(errMissingLeaderKey)
 	}
 	key := string(req.Leader.Key)
 	if err := es.authorize(ctx, recipeCheck{VerbRead, key, ""}, recipeCheck{VerbWrite, key, ""}); err != nil {
@@ -101,7 +101,7 @@ func (es *electionServer) proclaim(ctx context.Context, key string, leaderRev, l
 		return 0, err
 	}
 	if !resp.Succeeded {
-		return 0, toGRPC(errElectionNotLeader)
+		return 0, es.fail(errElectionNotLeader)
 	}
 	return rev, nil
 }
@@ -121,7 +121,7 @@ func resignTxn(key string, leaderRev int64) statemachine.Txn {
 // uses; this one does not.)
 func (es *electionServer) Resign(ctx context.Context, req *v3electionpb.ResignRequest) (*v3electionpb.ResignResponse, error) {
 	if req.Leader == nil {
-		return nil, toGRPC(errMissingLeaderKey)
+		return nil, es.fail(errMissingLeaderKey)
 	}
 	key := string(req.Leader.Key)
 	if err := es.authorize(ctx, recipeCheck{VerbRead, key, ""}, recipeCheck{VerbWrite, key, ""}); err != nil {
@@ -147,7 +147,7 @@ func (es *electionServer) Leader(ctx context.Context, req *v3electionpb.LeaderRe
 		return nil, err
 	}
 	if kv == nil {
-		return nil, toGRPC(errElectionNoLeader)
+		return nil, es.fail(errElectionNoLeader)
 	}
 	return &v3electionpb.LeaderResponse{Header: header(es.b, rev), Kv: recipeKV(kv)}, nil
 }

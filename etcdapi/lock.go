@@ -10,6 +10,8 @@ import (
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3election/v3electionpb"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tenurehq/tenure/statemachine"
 	"github.com/tenurehq/tenure/watch"
@@ -52,7 +54,10 @@ func (r recipes) session(ctx context.Context, lease int64) (int64, error) {
 		return lease, nil
 	}
 	id, _, _, err := grantLease(ctx, r.b, recipeSessionTTL, 0)
-	return id, err
+	if err != nil {
+		return 0, r.fail(err)
+	}
+	return id, nil
 }
 
 // recipeKey is the key of lease in the recipe of prefix pfx.
@@ -90,7 +95,7 @@ func (r recipes) txn(ctx context.Context, t statemachine.Txn) (*statemachine.Txn
 func (r recipes) authorize(ctx context.Context, checks ...recipeCheck) error {
 	for _, c := range checks {
 		if err := r.b.Authorize(ctx, c.verb, c.key, c.end); err != nil {
-			return toGRPC(err)
+			return r.fail(err)
 		}
 	}
 	return nil
@@ -115,15 +120,23 @@ func (r recipes) untilStopped(ctx context.Context) (context.Context, context.Can
 	return ctx, cancel
 }
 
-// fail is the error a recipe answers for err: etcd's "server stopped"
-// once the node stops, else err as toGRPC turns it.
+// fail is the error a recipe answers for err as etcd's server answers
+// it. There the recipes run on a client of the server, whose errors are
+// plain errors by the time the handler returns them: gRPC sends them as
+// codes.Unknown with etcd's text ("etcdserver: requested lease not
+// found"), and a caller's cancelled or expired context as its own code.
+// Once the node stops, etcd's "server stopped", so that clients go
+// elsewhere.
 func (r recipes) fail(err error) error {
 	select {
 	case <-r.b.Done():
 		return rpctypes.ErrGRPCStopped
 	default:
-		return toGRPC(err)
 	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return status.FromContextError(err).Err()
+	}
+	return status.Error(codes.Unknown, status.Convert(toGRPC(err)).Message())
 }
 
 // firstCreate reads the key of prefix range [pfx, end) with the lowest
@@ -266,7 +279,7 @@ func (ls *lockServer) Lock(ctx context.Context, req *v3lockpb.LockRequest) (*v3l
 		return nil, err
 	}
 	if kv == nil {
-		return nil, toGRPC(errSessionExpired)
+		return nil, ls.fail(errSessionExpired)
 	}
 	return &v3lockpb.LockResponse{Header: header(ls.b, rev), Key: []byte(myKey)}, nil
 }
