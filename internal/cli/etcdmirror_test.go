@@ -17,7 +17,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/tenurehq/tenure/internal/cluster"
 	"github.com/tenurehq/tenure/internal/testnet"
+	"github.com/tenurehq/tenure/server"
 )
 
 // startEtcd runs a one-member etcd (scripts/install-etcd.sh) on free
@@ -216,6 +218,18 @@ func mirrorScenario(t *testing.T, dstEndpoint string) {
 // etcdctl make-mirror would.
 func TestEtcdMirrorEtcdToEtcd(t *testing.T) {
 	mirrorScenario(t, startEtcd(t))
+}
+
+// TestEtcdMirrorEtcdToTenure copies from a real etcd into a Tenure
+// node's etcd API.
+func TestEtcdMirrorEtcdToTenure(t *testing.T) {
+	c := cluster.New(t, 1, cluster.WithEtcd(server.Compaction{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Leader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mirrorScenario(t, c.Node(0).EtcdAddr())
 }
 
 func TestEtcdMirrorUsageErrors(t *testing.T) {
