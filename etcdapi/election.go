@@ -204,7 +204,15 @@ func (es *electionServer) observeTerm(ctx context.Context, stream v3electionpb.E
 			kv, rev = e.KV, e.KV.ModRevision
 		}
 	}
-	if err := stream.Send(&v3electionpb.LeaderResponse{Header: header(es.b, rev), Kv: recipeKV(kv)}); err != nil {
+	// The caller's credentials are checked for as long as it observes,
+	// before each message: a revoked one ends the stream.
+	send := func(kv *statemachine.KeyValue, rev int64) error {
+		if err := es.authorize(ctx, recipeCheck{VerbRead, pfx, end}); err != nil {
+			return err
+		}
+		return stream.Send(&v3electionpb.LeaderResponse{Header: header(es.b, rev), Kv: recipeKV(kv)})
+	}
+	if err := send(kv, rev); err != nil {
 		return err
 	}
 	for {
@@ -221,7 +229,7 @@ func (es *electionServer) observeTerm(ctx context.Context, stream v3electionpb.E
 		if e.Type == statemachine.EventKeyDeleted {
 			return nil
 		}
-		if err := stream.Send(&v3electionpb.LeaderResponse{Header: header(es.b, e.KV.ModRevision), Kv: recipeKV(e.KV)}); err != nil {
+		if err := send(e.KV, e.KV.ModRevision); err != nil {
 			return err
 		}
 	}

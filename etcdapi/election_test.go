@@ -207,3 +207,30 @@ func TestElectionWithConcurrencyElection(t *testing.T) {
 		t.Errorf("concurrency Leader: got = %v, %v, expected: the service's value", got, err)
 	}
 }
+
+// TestElectionObserveChecksCredentials checks that an observer whose
+// access is withdrawn is cut off at the next message.
+func TestElectionObserveChecksCredentials(t *testing.T) {
+	noLeakAfter(t)
+	f := newFakeBackend(t)
+	c := serve(t, f)
+	ec := v3electionpb.NewElectionClient(c.ActiveConnection())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lease := grantN(t, c, 1)[0]
+	cr, err := ec.Campaign(ctx, &v3electionpb.CampaignRequest{Name: []byte("e"), Lease: int64(lease), Value: []byte("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := ec.Observe(ctx, &v3electionpb.LeaderRequest{Name: []byte("e")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obs.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	f.deny = true
+	putWithLease(t, f, string(cr.Leader.Key), lease)
+	_, err = obs.Recv()
+	wantStatus(t, err, codes.Unknown, "etcdserver: permission denied")
+}

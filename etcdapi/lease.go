@@ -168,6 +168,12 @@ func (ls *leaseServer) keepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 		// The header is read before the renewal, as etcd does, so that
 		// its revision is never past one at which the lease was revoked.
 		s, keys, rev, err := ls.lookup(ctx, true, req.ID)
+		if errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) {
+			// This node may not have applied the grant yet (a client
+			// keeps a lease alive right after granting it): only the
+			// leader's state tells that the lease is gone.
+			s, keys, _, err = ls.lookup(ctx, false, req.ID)
+		}
 		resp := &pb.LeaseKeepAliveResponse{Header: header(ls.b, rev), ID: req.ID}
 		switch {
 		case errors.Is(err, rpctypes.ErrGRPCLeaseNotFound):

@@ -318,3 +318,39 @@ func TestLeaseKeepAlive(t *testing.T) {
 		t.Errorf("KeepAliveOnce: got = %v, expected: %v", err, rpctypes.ErrLeaseNotFound)
 	}
 }
+
+// laggingBackend is a node whose own state has applied nothing yet:
+// its serializable reads see an empty machine, its linearizable ones
+// the leader's.
+type laggingBackend struct {
+	*fakeBackend
+	empty *statemachine.Machine
+}
+
+func (b laggingBackend) Read(ctx context.Context, serializable bool, fn func(m *statemachine.Machine) error) error {
+	if serializable {
+		return fn(b.empty)
+	}
+	return b.fakeBackend.Read(ctx, serializable, fn)
+}
+
+// TestLeaseKeepAliveOnLaggingNode checks that a keep-alive right after a
+// grant, on a node that has not applied it yet, renews the lease rather
+// than telling the client it is gone.
+func TestLeaseKeepAliveOnLaggingNode(t *testing.T) {
+	noLeakAfter(t)
+	f := newFakeBackend(t)
+	empty := statemachine.New()
+	empty.Apply(0, statemachine.SetVersion{Version: statemachine.Version})
+	c := serve(t, laggingBackend{fakeBackend: f, empty: empty})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g, err := c.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.KeepAliveOnce(ctx, g.ID)
+	if err != nil || resp.TTL != 30 {
+		t.Fatalf("got = %v, %v, expected: TTL 30", resp, err)
+	}
+}
