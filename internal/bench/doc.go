@@ -19,6 +19,12 @@
 // HTTP/1.1 connection per concurrent call and a stream per session,
 // etcd's multiplexes everything on one HTTP/2 connection.
 //
+// Config.Client = ClientEtcd removes that asymmetry for the workloads
+// issue 23 names: Tenure too is driven through etcd's clientv3 and
+// concurrency packages, on its etcd API (tenure serve --etcd-listen),
+// so both servers see the same requests from the same code and the
+// figures compare the servers alone.
+//
 // Servers are real processes started by the harness, not in-process
 // servers: the figures then include what a deployment pays (system
 // calls, the loopback network, fsync on every acknowledged write, both
