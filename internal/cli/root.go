@@ -192,7 +192,7 @@ after the grant was lost).`,
 		}
 	}
 	add("run", NewLockCommand(g), NewElectCommand(g), NewHeartbeatCommand(g))
-	add("inspect", NewGetCommand(g), NewValidateCommand(g), NewRevokeCommand(g), NewLeaseCommand(g), NewWatchCommand(g))
+	add("inspect", NewGetCommand(g), NewValidateCommand(g), NewValidateKeyCommand(g), NewRevokeCommand(g), NewLeaseCommand(g), NewWatchCommand(g))
 	add("keys", NewKVCommand(g), NewEtcdCommand(g))
 	add("server", NewServeCommand(), NewMembersCommand(g), NewSnapshotCommand(g), NewDevCommand(), NewBenchCommand(), NewCertsCommand(), NewAuthCommand())
 	root.AddCommand(NewVersionCommand())
