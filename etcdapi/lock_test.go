@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,5 +272,80 @@ func skipWithoutKVAndWatch(t *testing.T, c *clientv3.Client) {
 	}
 	if status.Code(err) == codes.Unimplemented {
 		t.Skipf("the Watch service is not served yet: %v", err)
+	}
+}
+
+// TestLockExclusionMixed has etcd's Mutex and the Lock service contend
+// for one name in rounds: never two holders at once.
+func TestLockExclusionMixed(t *testing.T) {
+	noLeakAfter(t)
+	f := newFakeBackend(t)
+	c := serve(t, f)
+	skipWithoutKVAndWatch(t, c)
+	lc := v3lockpb.NewLockClient(c.ActiveConnection())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const rounds = 5
+	var (
+		holders atomic.Int32
+		overlap atomic.Bool
+		wg      sync.WaitGroup
+	)
+	critical := func() {
+		if holders.Add(1) != 1 {
+			overlap.Store(true)
+		}
+		runtime.Gosched()
+		holders.Add(-1)
+	}
+	errs := make(chan error, 4)
+	for range 2 {
+		s, err := concurrency.NewSession(c, concurrency.WithTTL(30))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := concurrency.NewMutex(s, "mixed")
+			for range rounds {
+				if err := m.Lock(ctx); err != nil {
+					errs <- fmt.Errorf("Mutex.Lock: %w", err)
+					return
+				}
+				critical()
+				if err := m.Unlock(ctx); err != nil {
+					errs <- fmt.Errorf("Mutex.Unlock: %w", err)
+					return
+				}
+			}
+		}()
+	}
+	for _, lease := range grantN(t, c, 2) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				resp, err := lc.Lock(ctx, &v3lockpb.LockRequest{Name: []byte("mixed"), Lease: int64(lease)})
+				if err != nil {
+					errs <- fmt.Errorf("Lock: %w", err)
+					return
+				}
+				critical()
+				if _, err := lc.Unlock(ctx, &v3lockpb.UnlockRequest{Key: resp.Key}); err != nil {
+					errs <- fmt.Errorf("Unlock: %w", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if overlap.Load() {
+		t.Error("got = two holders at once, expected: one at a time")
 	}
 }
