@@ -172,11 +172,9 @@ func (m *Machine) comparesHold(cs []TxnCompare) bool {
 
 func (m *Machine) compareHolds(c TxnCompare) bool {
 	var kvs []KeyValue
-	end := c.End
-	if end != "" && end != "\x00" && end <= c.Key {
-		return false // an empty range
-	}
-	_ = m.RangeKeys(c.Key, end, 0, func(kv KeyValue) bool {
+	// A range whose end is not above its key holds no key, and compares
+	// as an absent key does, as etcd's applyCompare does.
+	_ = m.RangeKeys(c.Key, c.End, 0, func(kv KeyValue) bool {
 		kvs = append(kvs, kv)
 		return true
 	})
