@@ -195,3 +195,25 @@ func TestInterceptorRefusesTheStaleEtcdHolder(t *testing.T) {
 		t.Fatalf("requests reaching the server: got = %d, expected: 3", got)
 	}
 }
+
+// A resource guarded by etcd-style locks: the holder of mylock at
+// revision 9 wrote, so the holder from revision 5 — replaced, though it
+// may not know yet — is refused.
+func ExampleWithLockKeys() {
+	write := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k, _ := fence.KeyFromContext(r.Context())
+		fmt.Fprintf(w, "written by %s at revision %d\n", k.Key, k.Revision)
+	})
+	h := fence.Middleware(nil, write, fence.WithLockKeys(fence.MonotonicKey(fence.NewMemoryStore())))
+
+	for _, k := range []string{"mylock/694d7b3c2a1f0e05:9", "mylock/694d7b3c2a1f0dff:5"} {
+		req := httptest.NewRequest(http.MethodPut, "/rows/1", nil)
+		req.Header.Set(fence.KeyHeader, k) // from etcdctl lock: $ETCD_LOCK_KEY:$ETCD_LOCK_REV
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		fmt.Print(rec.Code, " ", rec.Body.String())
+	}
+	// Output:
+	// 200 written by mylock/694d7b3c2a1f0e05 at revision 9
+	// 409 stale lock key mylock/694d7b3c2a1f0dff:5: a request with revision 9 for lock "mylock" was already accepted
+}
