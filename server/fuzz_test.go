@@ -54,6 +54,7 @@ var unaryMethods = []unaryMethod{
 	{tenurev1connect.KVServicePutProcedure, func() proto.Message { return &tenurev1.PutRequest{} }, func() proto.Message { return &tenurev1.PutResponse{} }},
 	{tenurev1connect.KVServiceDeleteProcedure, func() proto.Message { return &tenurev1.DeleteRequest{} }, func() proto.Message { return &tenurev1.DeleteResponse{} }},
 	{tenurev1connect.KVServiceCompareAndSwapProcedure, func() proto.Message { return &tenurev1.CompareAndSwapRequest{} }, func() proto.Message { return &tenurev1.CompareAndSwapResponse{} }},
+	{tenurev1connect.KVServiceValidateKeyProcedure, func() proto.Message { return &tenurev1.ValidateKeyRequest{} }, func() proto.Message { return &tenurev1.ValidateKeyResponse{} }},
 }
 
 // methodSeeds are valid and invalid bodies for each unary method, by
@@ -120,6 +121,13 @@ var methodSeeds = map[string][]string{
 		`{"key":"c","compare":{"absent":false}}`,
 		`{"key":"c","compare":{"absent":true,"value":"x"}}`,
 		`{"key":"c","compare":{"modRevision":"-1"}}`,
+	},
+	tenurev1connect.KVServiceValidateKeyProcedure: {
+		`{"key":"c","revision":"2"}`,
+		`{"key":"c","revision":"9223372036854775807"}`,
+		`{"key":"c","revision":"0"}`,
+		`{"key":"","revision":"1"}`,
+		`{"key":"c","revision":-4}`,
 	},
 }
 
