@@ -270,3 +270,117 @@ func TestSessionBoundKeys(t *testing.T) {
 		},
 	})
 }
+
+func withLeaseID(identity string, lease int64) OpenSession {
+	return OpenSession{Identity: identity, TTL: ttl, LeaseID: lease}
+}
+
+func TestEtcdLeaseIDs(t *testing.T) {
+	const alias2 = 2 | 1<<62
+	runCases(t, []machineCase{
+		{
+			name:  "a chosen lease ID is kept, and the session answers to it alone",
+			setup: []Command{v5},
+			cmd:   withLeaseID("a", 100),
+			check: func(t *testing.T, m *Machine, res Result) {
+				expect(t, "Session.LeaseID", res.Session.LeaseID, int64(100))
+				expect(t, "EtcdLeaseID", res.Session.EtcdLeaseID(), int64(100))
+				s, ok := m.SessionByLease(100)
+				expect(t, "SessionByLease(100)", [2]any{s.ID, ok}, [2]any{int64(1), true})
+				_, ok = m.SessionByLease(1)
+				expect(t, "SessionByLease of its session ID", ok, false)
+				res = applyOK(t, m, 1, writes(leasedPut("k", "v", 100)))
+				kv, _ := m.Key("k")
+				expect(t, "key", kv, KeyValue{Key: "k", Value: "v", CreateRevision: 2, ModRevision: 2, Version: 1, SessionID: 1, LeaseID: 100})
+				expect(t, "its etcd lease", kv.EtcdLease(), int64(100))
+				expect(t, "SessionKeys", m.SessionKeys(1), []string{"k"})
+			},
+		},
+		{
+			name:  "a session opened without one answers to its ID",
+			setup: []Command{v5},
+			cmd:   open("a"),
+			check: func(t *testing.T, m *Machine, res Result) {
+				expect(t, "Session.LeaseID", res.Session.LeaseID, int64(0))
+				expect(t, "EtcdLeaseID", res.Session.EtcdLeaseID(), int64(1))
+				s, ok := m.SessionByLease(1)
+				expect(t, "SessionByLease(1)", [2]any{s.ID, ok}, [2]any{int64(1), true})
+			},
+		},
+		{
+			name:  "a lease ID another session chose is refused",
+			setup: []Command{v5, withLeaseID("a", 100)},
+			cmd:   withLeaseID("b", 100),
+			err:   ErrLeaseExists,
+		},
+		{
+			name:  "a lease ID that is another session's own ID is refused",
+			setup: []Command{v5, open("a")},
+			cmd:   withLeaseID("b", 1),
+			err:   ErrLeaseExists,
+		},
+		{
+			name:  "a lease ID that is a native session's alias is refused",
+			setup: []Command{v5, withLeaseID("a", 2), open("b")},
+			cmd:   withLeaseID("c", alias2),
+			err:   ErrLeaseExists,
+		},
+		{
+			name:  "a negative lease ID is refused",
+			setup: []Command{v5},
+			cmd:   withLeaseID("a", -1),
+			err:   ErrLeaseNotFound,
+		},
+		{
+			name: "a chosen lease ID needs cluster version 5",
+			cmd:  withLeaseID("a", 100),
+			err:  ErrNotSupported,
+		},
+		{
+			name:  "a lease ID is free again when its session ends",
+			setup: []Command{v5, withLeaseID("a", 100), CloseSession{SessionID: 1}, withLeaseID("a", 200), expire(0, 3)},
+			cmd:   withLeaseID("b", 100),
+			check: func(t *testing.T, m *Machine, res Result) {
+				_, ok := m.SessionByLease(200)
+				expect(t, "SessionByLease of an expired session's lease", ok, false)
+				expect(t, "leases taken", m.leaseIDs, map[int64]int64{100: 5})
+			},
+		},
+		{
+			name:  "a native session whose ID a client already chose answers to the first free ID above 2^62, until it ends",
+			setup: []Command{v5, withLeaseID("a", 2), withLeaseID("a", 4)}, // 1, 2
+			cmd:   open("b"),                                               // 3, whose ID is free
+			check: func(t *testing.T, m *Machine, res Result) {
+				expect(t, "EtcdLeaseID of session 3", res.Session.EtcdLeaseID(), int64(3))
+				res = applyOK(t, m, 1, open("c")) // 4
+				expect(t, "EtcdLeaseID of session 4", res.Session.EtcdLeaseID(), int64(4|1<<62))
+				res = applyOK(t, m, 1, withLeaseID("d", 5)) // 5 takes its own ID
+				expect(t, "EtcdLeaseID of session 5", res.Session.EtcdLeaseID(), int64(5))
+
+				s, _ := m.SessionByLease(4)
+				expect(t, "SessionByLease(4)", s.ID, int64(2))
+				s, _ = m.SessionByLease(4 | 1<<62)
+				expect(t, "SessionByLease(4|2^62)", s.ID, int64(4))
+				applyOK(t, m, 1, Put{Key: "k", SessionID: 4})
+				kv, _ := m.Key("k")
+				expect(t, "etcd lease of a key bound to session 4", kv.EtcdLease(), int64(4|1<<62))
+				applyOK(t, m, 1, CloseSession{SessionID: 4})
+				_, ok := m.SessionByLease(4 | 1<<62)
+				expect(t, "an alias is gone with its session", ok, false)
+				applyOK(t, m, 1, withLeaseID("e", 4|1<<62))
+			},
+		},
+		{
+			name:  "a native session takes the next alias when the first is taken",
+			setup: []Command{v5, withLeaseID("a", 3), withLeaseID("a", 3|1<<62)}, // 1, 2
+			cmd:   open("b"),                                                     // 3
+			check: func(t *testing.T, m *Machine, res Result) {
+				expect(t, "EtcdLeaseID", res.Session.EtcdLeaseID(), int64(3|1<<62+1))
+				s, _ := m.SessionByLease(3)
+				expect(t, "SessionByLease(3)", s.ID, int64(1))
+				s, _ = m.SessionByLease(3 | 1<<62 + 1)
+				expect(t, "SessionByLease of the alias", s.ID, int64(3))
+			},
+		},
+	})
+}

@@ -2,6 +2,8 @@ package statemachine
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -121,4 +123,86 @@ func TestMemberAddressesAreStateThatSnapshotsKeep(t *testing.T) {
 	addr, ok := restored.MemberAddress("n2")
 	expect(t, "n2", addr, "10.0.0.2:7480")
 	expect(t, "n2 known", ok, true)
+}
+
+func TestSnapshotKeepsTheKeysHistory(t *testing.T) {
+	m := New()
+	for _, c := range []Command{
+		Put{Key: "old", Value: "from version 4"}, // 1
+		v5,                                       // KV 2
+		SetMember{ID: "n1", APIAddress: "10.0.0.1:7480", EtcdAddress: "10.0.0.1:2379"},
+		SetMember{ID: "n2", APIAddress: "10.0.0.2:7480"},
+		withLeaseID("a", 4), // session 2 takes 4
+		open("b"),           // 3
+		open("c"),           // 4, alias 4|2^62
+		writes(leasedPut("a/1", "1", 4), putOp("a/2", "1")),    // KV 3
+		writes(leasedPut("c/1", "1", 4|1<<62), putOp("b", "")), // KV 4
+		Put{Key: "a/2", Value: "2", SessionID: 3},              // KV 5
+		writes(deleteOp("b", "")),                              // KV 6
+		Compact{Revision: 4},
+		writes(putOp("old", "from version 5")), // KV 7
+		CloseSession{SessionID: 2},             // KV 8: deletes a/1
+	} {
+		applyOK(t, m, 1, c)
+	}
+	snap := snapshotBytes(t, m)
+	restored := New()
+	applyOK(t, restored, 1, v5)
+	applyOK(t, restored, 1, writes(putOp("stale", "")))
+	if err := restored.Restore(bytes.NewReader(snap)); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if got := snapshotBytes(t, restored); !bytes.Equal(got, snap) {
+		t.Fatalf("snapshot of the restored machine:\ngot = %s\nexpected: %s", got, snap)
+	}
+	expect(t, "KV revision", restored.KVRevision(), int64(8))
+	expect(t, "compact revision", restored.CompactRevision(), int64(4))
+	expect(t, "versions kept", restored.HistorySize(), m.HistorySize())
+	for rev := m.CompactRevision(); rev <= m.KVRevision(); rev++ {
+		expect(t, fmt.Sprintf("range at %d", rev), rangeAt(t, restored, "", "\x00", rev), rangeAt(t, m, "", "\x00", rev))
+	}
+	expect(t, "KeyEvents", keyEventsFrom(t, restored, 5), keyEventsFrom(t, m, 5))
+	if err := restored.RangeKeys("", "\x00", 3, func(KeyValue) bool { return true }); !errors.Is(err, ErrCompacted) {
+		t.Errorf("range below the compact revision: got = %v, expected: %v", err, ErrCompacted)
+	}
+	for _, lease := range []int64{2, 3, 4, 4 | 1<<62} {
+		s1, ok1 := m.SessionByLease(lease)
+		s2, ok2 := restored.SessionByLease(lease)
+		expect(t, fmt.Sprintf("SessionByLease(%d)", lease), [2]any{s2, ok2}, [2]any{s1, ok1})
+	}
+	c1, _ := restored.Key("c/1")
+	expect(t, "etcd lease of c/1", c1.EtcdLease(), int64(4|1<<62))
+	addr, ok := restored.MemberEtcdAddress("n1")
+	expect(t, "n1's etcd address", [2]any{addr, ok}, [2]any{"10.0.0.1:2379", true})
+	_, ok = restored.MemberEtcdAddress("n2")
+	expect(t, "n2 serves no etcd API", ok, false)
+	// The key as it is and its last version are one KeyValue, as before.
+	restored.history.byKey.Descend(func(v *version) bool {
+		if cur, ok := restored.keys.Get(&KeyValue{Key: v.Key}); ok && v.KV != nil && *cur == *v.KV && cur != v.KV {
+			t.Errorf("version %+v: a copy of the key, expected: the key itself", v)
+		}
+		return true
+	})
+	checkInvariants(t, restored)
+	checkHistory(t, restored)
+
+	// The same commands have the same results on both.
+	for _, c := range []Command{
+		writes(putOp("old", "again"), deleteOp("a/", "a0")),
+		withLeaseID("d", 4),
+		withLeaseID("e", 4|1<<62),            // refused: session 4's alias
+		withLeaseID("e", 18),                 // session 17
+		OpenSession{Identity: "f", TTL: ttl}, // session 18, known by 18|2^62
+		Compact{Revision: 8},
+		Compact{Revision: 8},
+		CloseSession{SessionID: 4},
+	} {
+		a, b := m.Apply(9, c), restored.Apply(9, c)
+		expect(t, fmt.Sprintf("%T events", c), b.Events, a.Events)
+		expect(t, fmt.Sprintf("%T error", c), b.Err, a.Err)
+		expect(t, fmt.Sprintf("%T Txn", c), b.Txn, a.Txn)
+	}
+	s, _ := restored.Session(18)
+	expect(t, "etcd lease of session 18", s.EtcdLeaseID(), int64(18|1<<62))
+	expect(t, "final snapshot", string(snapshotBytes(t, restored)), string(snapshotBytes(t, m)))
 }
