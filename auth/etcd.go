@@ -140,3 +140,9 @@ func (p *Policy) EtcdTokenPrincipal(token string, now time.Time) (string, error)
 	}
 	return principal, nil
 }
+
+// EtcdAuthenticate is Policy.EtcdAuthenticate under the policy in force,
+// on the authenticator's clock.
+func (a *Authenticator) EtcdAuthenticate(name, password string) (string, error) {
+	return a.Policy.Policy().EtcdAuthenticate(name, password, a.now())
+}
