@@ -264,6 +264,26 @@ func unimplemented(err error) bool {
 // written one by one. TENURE_ETCD_STRICT=1 makes it a failure instead.
 func skipUnimplemented(t *testing.T, tg target, services ...string) {
 	t.Helper()
+	if missing := unimplementedServices(t, tg, services...); len(missing) > 0 {
+		skipMissing(t, tg, missing)
+	}
+}
+
+// skipMissing skips (or, with TENURE_ETCD_STRICT, fails) the test for the
+// services tg does not implement.
+func skipMissing(t *testing.T, tg target, missing []string) {
+	t.Helper()
+	msg := fmt.Sprintf("%s does not implement the etcd %s service(s) yet", tg.name, strings.Join(missing, ", "))
+	if os.Getenv("TENURE_ETCD_STRICT") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg + " (TENURE_ETCD_STRICT=1 fails instead)")
+}
+
+// unimplementedServices lists the services of those named that tg answers
+// Unimplemented for.
+func unimplementedServices(t *testing.T, tg target, services ...string) []string {
+	t.Helper()
 	c := newClient(t, tg)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -291,14 +311,7 @@ func skipUnimplemented(t *testing.T, tg target, services ...string) {
 			missing = append(missing, s)
 		}
 	}
-	if len(missing) == 0 {
-		return
-	}
-	msg := fmt.Sprintf("%s does not implement the etcd %s service(s) yet", tg.name, strings.Join(missing, ", "))
-	if os.Getenv("TENURE_ETCD_STRICT") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg + " (TENURE_ETCD_STRICT=1 fails instead)")
+	return missing
 }
 
 // ctxT is a context bounded for one call.
