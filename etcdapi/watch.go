@@ -241,11 +241,12 @@ type watchStream struct {
 	scanned   atomic.Int64               // the last global revision the filter looked at
 	scannedKV atomic.Int64               // the KV revision of the last key event it looked at
 
-	reqc   chan nextRequest
-	resc   chan nextResult
-	wg     sync.WaitGroup // the reader goroutine
-	asked  bool           // a Next is under way
-	cancel context.CancelFunc
+	reqc    chan nextRequest
+	resc    chan nextResult
+	wg      sync.WaitGroup // the reader goroutine
+	asked   bool           // a Next is under way
+	nextCtx context.Context
+	cancel  context.CancelFunc // cancels nextCtx
 
 	// batchRev is the KV revision of the live events in the watches'
 	// pending lists, 0 when there are none. A KV revision's events are
@@ -273,10 +274,12 @@ func (st *watchStream) askNext() {
 	if st.asked || st.hub == nil {
 		return
 	}
-	ctx, cancel := context.WithCancel(st.ctx)
-	st.cancel = cancel
+	// One context serves every Next until an interrupt cancels it.
+	if st.nextCtx == nil {
+		st.nextCtx, st.cancel = context.WithCancel(st.ctx)
+	}
 	st.asked = true
-	st.reqc <- nextRequest{w: st.hub, ctx: ctx}
+	st.reqc <- nextRequest{w: st.hub, ctx: st.nextCtx}
 }
 
 // interrupt ends the Next under way, if any, and handles what it got.
@@ -287,14 +290,17 @@ func (st *watchStream) interrupt() error {
 		return nil
 	}
 	st.cancel()
+	st.nextCtx = nil
 	res := <-st.resc
 	st.asked = false
 	return st.took(res)
 }
 
 func (st *watchStream) close() {
-	if st.asked {
+	if st.nextCtx != nil {
 		st.cancel()
+	}
+	if st.asked {
 		<-st.resc
 	}
 	close(st.reqc)

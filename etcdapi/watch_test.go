@@ -194,7 +194,9 @@ func TestWatchTxnEventsShareOneResponseInOrder(t *testing.T) {
 	ctx := testCtx(t)
 	mustPut(t, ctx, c, "t/c", "old")
 	wch := watchCreated(t, ctx, c, "t/", clientv3.WithPrefix())
-	resp, err := c.Txn(ctx).Then(clientv3.OpPut("t/b", "1"), clientv3.OpDelete("t/c"), clientv3.OpPut("t/a", "2")).Commit()
+	// The last write is not the watch's: the stream learns the command is
+	// whole all the same.
+	resp, err := c.Txn(ctx).Then(clientv3.OpPut("t/b", "1"), clientv3.OpDelete("t/c"), clientv3.OpPut("t/a", "2"), clientv3.OpPut("u", "3")).Commit()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,6 +237,62 @@ func TestWatchFromARevision(t *testing.T) {
 		}
 		expectWatch(t, wch, fmt.Sprintf("@%d: PUT k=due@%d", r, r))
 	})
+}
+
+// Watches started from past revisions while writes go on see every
+// revision once, whether it came from the history or live.
+func TestWatchJoinsHistoryAndLiveEventsWithoutGapsOrDuplicates(t *testing.T) {
+	watchNoLeaks(t)
+	f := newFakeBackend(t)
+	c := serve(t, f)
+	ctx := testCtx(t)
+	const writes = 2000
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for i := range writes {
+			f.apply(statemachine.Put{Key: "j", Value: fmt.Sprint(i)})
+		}
+	}()
+	kvRevision := func() int64 {
+		var rev int64
+		_ = f.Read(ctx, true, func(m *statemachine.Machine) error {
+			rev = m.KVRevision()
+			return nil
+		})
+		return rev
+	}
+	type started struct {
+		start int64
+		wch   clientv3.WatchChan
+	}
+	var watches []started
+	for i := range 20 {
+		start := max(kvRevision()-int64(i%4)*3, 2)
+		if i%5 == 4 {
+			start = 0 // from now
+		}
+		watches = append(watches, started{start, c.Watch(ctx, "j", clientv3.WithRev(start))})
+		time.Sleep(time.Millisecond) // spread the starts over the writes
+	}
+	<-written
+	// Every watch has this one to see, those from now too.
+	last := f.apply(statemachine.Put{Key: "j", Value: "last"}).KVRevision
+	for _, w := range watches {
+		expected := w.start
+		for expected <= last {
+			wr := nextWatch(t, w.wch)
+			for _, ev := range wr.Events {
+				if expected == 0 {
+					expected = ev.Kv.ModRevision
+				}
+				if ev.Kv.ModRevision != expected {
+					t.Fatalf("watch from %d: got = revision %d, expected: %d", w.start, ev.Kv.ModRevision, expected)
+				}
+				expected++
+			}
+		}
+	}
 }
 
 func TestWatchFromACompactedRevisionIsCancelled(t *testing.T) {
