@@ -51,6 +51,11 @@ const (
 	// maxBatchRevisions bounds the KV revisions in one response of a
 	// watch catching up, as etcd's watchBatchMaxRevs does.
 	maxBatchRevisions = 1000
+	// maxReplayScan bounds the events of history one Backend.Read looks
+	// at, so that a watch from long ago that matches few of them does not
+	// hold up the node's applies while it reads; the next read goes on
+	// where this one stopped.
+	maxReplayScan = 10000
 )
 
 // watchServer serves etcd's Watch service.
@@ -479,7 +484,8 @@ type round struct {
 // replayRound reads, under one Backend.Read, the history each of ws is
 // owed from its next revision on, up to maxBatchRevisions KV revisions
 // each, into their pending lists. A watch whose history is compacted
-// gets compacted set; one whose batch filled up gets more. before, if
+// gets compacted set; one whose batch filled up, or that the read
+// stopped short of the end for, gets more. before, if
 // set, runs first under the same read.
 func (st *watchStream) replayRound(ws []*watcher, before func(*statemachine.Machine)) (round, error) {
 	var r round
@@ -504,9 +510,19 @@ func (st *watchStream) replayRound(ws []*watcher, before func(*statemachine.Mach
 		if len(active) == 0 {
 			return nil
 		}
-		full := 0
+		full, scanned, prevRev := 0, 0, int64(0)
 		return m.KeyEvents(from, func(e statemachine.Event) bool {
 			rev := e.KV.ModRevision
+			if scanned >= maxReplayScan && rev != prevRev {
+				for _, w := range active {
+					if w.more == 0 {
+						w.more = rev
+					}
+				}
+				return false
+			}
+			scanned++
+			prevRev = rev
 			for _, w := range active {
 				if w.more != 0 || rev < w.next || !w.keys.contains(e.KV.Key) {
 					continue

@@ -295,6 +295,45 @@ func TestWatchJoinsHistoryAndLiveEventsWithoutGapsOrDuplicates(t *testing.T) {
 	}
 }
 
+// As etcd, a watch catching up gets at most 1000 revisions a response,
+// each at the revision current when it was read.
+func TestWatchCatchingUpIsSentInBatches(t *testing.T) {
+	watchNoLeaks(t)
+	f := newFakeBackend(t)
+	c := serve(t, f)
+	ctx := testCtx(t)
+	for i := range 2500 {
+		f.apply(statemachine.Put{Key: "h", Value: fmt.Sprint(i)})
+	}
+	// More than one read's worth of history the watch has no part in.
+	for i := range maxReplayScan + 1000 {
+		f.apply(statemachine.Put{Key: "x", Value: fmt.Sprint(i)})
+	}
+	last := f.apply(statemachine.Put{Key: "h", Value: "last"}).KVRevision
+	wch := c.Watch(ctx, "h", clientv3.WithRev(2))
+	var sizes []int
+	next := int64(2)
+	for next <= last {
+		wr := nextWatch(t, wch)
+		if wr.Header.Revision != last {
+			t.Errorf("got = header revision %d, expected: %d", wr.Header.Revision, last)
+		}
+		sizes = append(sizes, len(wr.Events))
+		for _, ev := range wr.Events {
+			if ev.Kv.ModRevision != next {
+				t.Fatalf("got = revision %d, expected: %d", ev.Kv.ModRevision, next)
+			}
+			next = ev.Kv.ModRevision + 1
+			if next == 2502 {
+				next = last
+			}
+		}
+	}
+	if got, expected := fmt.Sprint(sizes), "[1000 1000 500 1]"; got != expected {
+		t.Errorf("got = responses of %s events, expected: %s", got, expected)
+	}
+}
+
 func TestWatchFromACompactedRevisionIsCancelled(t *testing.T) {
 	watchNoLeaks(t)
 	c := serve(t, newFakeBackend(t))
