@@ -91,9 +91,6 @@ func (s *Server) startEtcd() error {
 	if err := ec.Compaction.Validate(); err != nil {
 		return err
 	}
-	if s.etcdAdvertise == "" {
-		s.etcdAdvertise = ec.Listener.Addr().String()
-	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(s.cfg.Limits.MaxRequestBytes + 4096),
 		grpc.ChainUnaryInterceptor(s.etcdUnaryInterceptors()...),
@@ -101,8 +98,8 @@ func (s *Server) startEtcd() error {
 		// As etcd: clients' keep-alive pings every 5s or more are fine.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
-	if s.cfg.TLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS)))
+	if s.etcdTLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.etcdTLS)))
 	}
 	s.etcd = grpc.NewServer(opts...)
 	etcdapi.Register(s.etcd, etcdBackend{s})
@@ -175,7 +172,7 @@ func (b etcdBackend) Read(ctx context.Context, serializable bool, fn func(m *sta
 func (b etcdBackend) Renew(ctx context.Context, id int64) (time.Duration, error) {
 	known, err := b.s.ownHeartbeat(ctx, id)
 	if err != nil {
-		return 0, err
+		return 0, b.s.etcdRefuse(ctx, "/etcdserverpb.Lease/LeaseKeepAlive", "", err)
 	}
 	if !known {
 		if !b.s.lessor.Leading(id) {

@@ -91,6 +91,7 @@ type Server struct {
 	// address, etcdPeers the connections to the leader's.
 	etcd          *grpc.Server
 	etcdAdvertise string
+	etcdTLS       *tls.Config // nil: cleartext
 	etcdPeers     etcdConns
 	discovery     discovery
 
@@ -152,6 +153,9 @@ func Open(cfg Config) (*Server, error) {
 	if err := checkAdvertise(cfg.Advertise); err != nil {
 		return nil, err
 	}
+	if cfg.Etcd.Listener != nil && cfg.Etcd.Advertise == "" {
+		cfg.Etcd.Advertise = cfg.Etcd.Listener.Addr().String()
+	}
 	s := &Server{
 		cfg:           cfg,
 		log:           cfg.Logger,
@@ -159,6 +163,7 @@ func Open(cfg Config) (*Server, error) {
 		peers:         newPeers(cfg.PeerAPITLS),
 		advertise:     cfg.Advertise,
 		etcdAdvertise: cfg.Etcd.Advertise,
+		etcdTLS:       cfg.TLS.Clone(), // before the HTTP server writes to cfg.TLS
 		stopC:         make(chan struct{}),
 		serveErr:      make(chan error, 1),
 	}
