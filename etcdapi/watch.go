@@ -116,7 +116,7 @@ func (s *watchServer) Watch(gs pb.Watch_WatchServer) error {
 	defer ticker.Stop()
 	for {
 		if err := st.idle(); err != nil {
-			return toGRPC(err)
+			return streamError(err)
 		}
 		st.askNext()
 		var err error
@@ -138,12 +138,18 @@ func (s *watchServer) Watch(gs pb.Watch_WatchServer) error {
 			return rpctypes.ErrGRPCStopped
 		}
 		if err != nil {
-			if errors.Is(err, context.Canceled) {
-				return rpctypes.ErrGRPCWatchCanceled
-			}
-			return toGRPC(err)
+			return streamError(err)
 		}
 	}
+}
+
+// streamError is what a stream that fails with err ends with, as etcd's
+// Watch answers it.
+func streamError(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return rpctypes.ErrGRPCWatchCanceled
+	}
+	return toGRPC(err)
 }
 
 // keyRange is the keys a watch covers: key alone when end is "", every
@@ -218,13 +224,12 @@ type nextResult struct {
 	err error
 }
 
-// progressWant is a progress response owed once the stream has handled
-// every event up to global revision at: then no event of a KV revision
-// up to rev is still to come.
+// progressWant is a progress response at KV revision rev, owed once the
+// stream has reached its target: then no event of a KV revision up to
+// rev is still to come.
 type progressWant struct {
 	id  int64 // the watch, or clientv3.InvalidWatchID for all of them
 	rev int64
-	at  int64
 }
 
 type watchStream struct {
@@ -800,7 +805,7 @@ func (st *watchStream) requestProgress(id int64) error {
 			return nil
 		}
 	}
-	st.progress = append(st.progress, progressWant{id: id, rev: rev, at: g})
+	st.progress = append(st.progress, progressWant{id: id, rev: rev})
 	if st.hub == nil || st.scanned.Load() >= g {
 		return st.reached()
 	}
