@@ -58,6 +58,13 @@ type Backend interface {
 	AuthEnabled() bool
 	// Done is closed when the node stops: streams end with it.
 	Done() <-chan struct{}
+	// Sizes are the node's limits on a key and a value.
+	Sizes() Sizes
+}
+
+// Sizes bound what one put writes (0: no bound).
+type Sizes struct {
+	MaxKeyBytes, MaxValueBytes int
 }
 
 // Verb is what a caller does to keys.

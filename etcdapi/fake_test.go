@@ -136,6 +136,8 @@ func (f *fakeBackend) AuthEnabled() bool { return false }
 
 func (f *fakeBackend) Done() <-chan struct{} { return f.done }
 
+func (f *fakeBackend) Sizes() Sizes { return Sizes{MaxKeyBytes: 512, MaxValueBytes: 64 << 10} }
+
 // serve runs the etcd services over b on 127.0.0.1 and returns an etcd
 // client of it.
 func serve(t testing.TB, b Backend) *clientv3.Client {

@@ -161,7 +161,7 @@ func (s kvSorter) Less(i, j int) bool { return s.less(s.kvs[i], s.kvs[j]) }
 func (s kvSorter) Swap(i, j int)      { s.kvs[i], s.kvs[j] = s.kvs[j], s.kvs[i] }
 
 func (s *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
-	if err := checkPut(r); err != nil {
+	if err := checkPut(r, s.b.Sizes()); err != nil {
 		return nil, err
 	}
 	if err := s.authorizePut(ctx, r); err != nil {
@@ -195,7 +195,7 @@ func (s *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 }
 
 func (s *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	if err := checkTxn(r, maxTxnOps); err != nil {
+	if err := checkTxn(r, maxTxnOps, s.b.Sizes()); err != nil {
 		return nil, err
 	}
 	// After checkTxn, as etcd does, so that a huge request is refused
@@ -254,11 +254,16 @@ func (s *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Co
 	return &pb.CompactionResponse{Header: header(s.b, res.KVRevision)}, nil
 }
 
-// checkPut is etcd's checkPutRequest.
-func checkPut(r *pb.PutRequest) error {
+// checkPut is etcd's checkPutRequest, and the node's size limits, which
+// bound the native API's keys and values alike: etcd bounds only whole
+// requests, and answers "request is too large" past them.
+func checkPut(r *pb.PutRequest, lim Sizes) error {
 	switch {
 	case len(r.Key) == 0:
 		return rpctypes.ErrGRPCEmptyKey
+	case lim.MaxKeyBytes > 0 && len(r.Key) > lim.MaxKeyBytes,
+		lim.MaxValueBytes > 0 && len(r.Value) > lim.MaxValueBytes:
+		return rpctypes.ErrGRPCRequestTooLarge
 	case r.IgnoreValue && len(r.Value) != 0:
 		return rpctypes.ErrGRPCValueProvided
 	case r.IgnoreLease && r.Lease != 0:
@@ -269,7 +274,7 @@ func checkPut(r *pb.PutRequest) error {
 
 // checkTxn is etcd's checkTxnRequest: the largest of the compares and
 // each branch counts against max, and a nested Txn gets what is left.
-func checkTxn(r *pb.TxnRequest, max int) error {
+func checkTxn(r *pb.TxnRequest, max int, lim Sizes) error {
 	opc := max3(len(r.Compare), len(r.Success), len(r.Failure))
 	if opc > max {
 		return rpctypes.ErrGRPCTooManyOps
@@ -287,7 +292,7 @@ func checkTxn(r *pb.TxnRequest, max int) error {
 	}
 	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
 		for _, op := range ops {
-			if err := checkOp(op, max-opc); err != nil {
+			if err := checkOp(op, max-opc, lim); err != nil {
 				return err
 			}
 		}
@@ -299,7 +304,7 @@ func max3(a, b, c int) int { return max(a, max(b, c)) }
 
 // checkOp is etcd's checkRequestOp: an operation that is none of the
 // four is answered "key not found", as etcd answers it.
-func checkOp(op *pb.RequestOp, max int) error {
+func checkOp(op *pb.RequestOp, max int, lim Sizes) error {
 	switch u := op.GetRequest().(type) {
 	case *pb.RequestOp_RequestRange:
 		if len(u.RequestRange.GetKey()) == 0 {
@@ -309,7 +314,7 @@ func checkOp(op *pb.RequestOp, max int) error {
 		if u.RequestPut == nil {
 			return rpctypes.ErrGRPCEmptyKey
 		}
-		return checkPut(u.RequestPut)
+		return checkPut(u.RequestPut, lim)
 	case *pb.RequestOp_RequestDeleteRange:
 		if len(u.RequestDeleteRange.GetKey()) == 0 {
 			return rpctypes.ErrGRPCEmptyKey
@@ -318,7 +323,7 @@ func checkOp(op *pb.RequestOp, max int) error {
 		if u.RequestTxn == nil {
 			return rpctypes.ErrGRPCKeyNotFound
 		}
-		return checkTxn(u.RequestTxn, max)
+		return checkTxn(u.RequestTxn, max, lim)
 	default:
 		return rpctypes.ErrGRPCKeyNotFound
 	}

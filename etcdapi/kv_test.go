@@ -642,6 +642,12 @@ func TestKVTxnRefused(t *testing.T) {
 			RequestPut: &pb.PutRequest{Key: []byte("b"), Lease: 77}}})}, rpctypes.ErrGRPCLeaseNotFound},
 		{"ignore_value of an absent key", &pb.TxnRequest{Success: ops(put("a"), &pb.RequestOp{Request: &pb.RequestOp_RequestPut{
 			RequestPut: &pb.PutRequest{Key: []byte("absent"), IgnoreValue: true}}})}, rpctypes.ErrGRPCKeyNotFound},
+		// The node's --max-name-bytes and --max-value-bytes (512 and
+		// 64 KiB on the fake) bound etcd's puts as the native API's.
+		{"a key over the size limit", &pb.TxnRequest{Success: ops(put(strings.Repeat("k", 513)))}, rpctypes.ErrGRPCRequestTooLarge},
+		{"a nested value over the size limit", &pb.TxnRequest{Failure: ops(txn(ops(&pb.RequestOp{Request: &pb.RequestOp_RequestPut{
+			RequestPut: &pb.PutRequest{Key: []byte("big"), Value: make([]byte, 64<<10+1)}}}), nil))}, rpctypes.ErrGRPCRequestTooLarge},
+		{"a key at the size limit", &pb.TxnRequest{Success: ops(put(strings.Repeat("k", 512)))}, nil},
 	} {
 		before := k.rev()
 		_, err := k.raw.Txn(k.ctx, tc.r)

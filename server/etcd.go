@@ -223,6 +223,10 @@ func (b etcdBackend) AuthEnabled() bool { return b.s.auth != nil }
 
 func (b etcdBackend) Done() <-chan struct{} { return b.s.stopC }
 
+func (b etcdBackend) Sizes() etcdapi.Sizes {
+	return etcdapi.Sizes{MaxKeyBytes: b.s.cfg.Limits.MaxNameBytes, MaxValueBytes: b.s.cfg.Limits.MaxValueBytes}
+}
+
 func (b etcdBackend) Ident() (cluster, member, term uint64) {
 	st := b.s.node.Status()
 	return b.s.etcdClusterID(), memberID(st.ID), st.Term
