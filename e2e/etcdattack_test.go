@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/tenurehq/tenure/auth"
+	"github.com/tenurehq/tenure/internal/certs"
+	"github.com/tenurehq/tenure/internal/testnet"
+)
+
+// TestEtcdCallsThroughAFollowerOfASecureClusterActAsTheirCaller: on three
+// `tenure serve` processes with API TLS, peer TLS, a policy and the etcd
+// API, a follower forwards etcd calls to the leader on behalf of their
+// caller, never its own: team-b, racing team-a's lease grants through the
+// same follower, can neither revoke, keep alive nor attach keys to
+// team-a's leases, while team-a's own calls through the follower work.
+func TestEtcdCallsThroughAFollowerOfASecureClusterActAsTheirCaller(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster of processes")
+	}
+	bin := tenureBinary(t)
+	dir := t.TempDir()
+	f := func(name string) string { return filepath.Join(dir, name) }
+	if err := certs.Init(dir, certs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	tokens := map[string]string{}
+	var hashes []any
+	for _, p := range []string{"admin", "team-a", "team-b", "reader"} {
+		tokens[p] = auth.NewToken()
+		hashes = append(hashes, auth.HashToken(tokens[p]))
+	}
+	if err := os.WriteFile(f("policy.yaml"), []byte(fmt.Sprintf(attackPolicy, hashes...)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nodes := newClusterNodes(t, bin, 3)
+	etcdAddrs := testnet.FreeN(t, len(nodes))
+	for i, n := range nodes {
+		n.args = append(n.args,
+			"--cert-file", f("server.pem"), "--key-file", f("server-key.pem"), "--client-ca-file", f("client-ca.pem"),
+			"--peer-cert-file", f("peer.pem"), "--peer-key-file", f("peer-key.pem"), "--peer-ca-file", f("ca.pem"),
+			"--policy", f("policy.yaml"), "--etcd-listen", etcdAddrs[i])
+		n.start()
+	}
+	t.Setenv("TENURE_CACERT", f("ca.pem"))
+	t.Setenv("TENURE_TOKEN", tokens["admin"])
+	ms, leader := settled(t, bin, endpointsOf(nodes), 3, 0, 30*time.Second)
+	follower := ""
+	for i, n := range nodes {
+		for _, m := range ms {
+			if m.APIAddress == n.api && m.ID != leader && follower == "" {
+				follower = etcdAddrs[i]
+			}
+		}
+	}
+	if follower == "" {
+		t.Fatalf("no follower among %v (leader %s)", ms, leader)
+	}
+	tlsConfig, err := certs.ClientConfig(f("ca.pem"), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(follower, grpc.WithTransportCredentials(credentials.NewTLS(tlsConfig)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	leases, kv := pb.NewLeaseClient(conn), pb.NewKVClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	as := func(principal string) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, tokens[principal])
+	}
+	a, b := as("team-a"), as("team-b")
+
+	// Until every member runs cluster version 5, etcd writes are refused.
+	waitFor(t, 20*time.Second, "team-a's first put through a follower", func() bool {
+		_, err = kv.Put(a, &pb.PutRequest{Key: []byte("team-a/ready"), Value: []byte("1")})
+		return err == nil
+	})
+	first, err := leases.LeaseGrant(a, &pb.LeaseGrantRequest{TTL: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	var touched []string
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	aim := func(id int64) {
+		if _, err := leases.LeaseRevoke(b, &pb.LeaseRevokeRequest{ID: id}); err == nil {
+			mu.Lock()
+			touched = append(touched, fmt.Sprintf("revoked %x", id))
+			mu.Unlock()
+		}
+		if _, err := kv.Put(b, &pb.PutRequest{Key: []byte(fmt.Sprintf("team-b/%x", id)), Value: []byte("x"), Lease: id}); err == nil {
+			mu.Lock()
+			touched = append(touched, fmt.Sprintf("attached team-b/%x", id))
+			mu.Unlock()
+		}
+	}
+	next := first.ID
+	var nextMu sync.Mutex
+	for range 8 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				nextMu.Lock()
+				id := next + int64(1+i%4)
+				nextMu.Unlock()
+				aim(id)
+			}
+		})
+	}
+	mine := []int64{first.ID}
+	for range 15 {
+		l, err := leases.LeaseGrant(a, &pb.LeaseGrantRequest{TTL: 30})
+		if err != nil {
+			t.Fatalf("team-a grants through a follower: %v", err)
+		}
+		nextMu.Lock()
+		next = l.ID
+		nextMu.Unlock()
+		mine = append(mine, l.ID)
+		if _, err := kv.Put(a, &pb.PutRequest{Key: []byte(fmt.Sprintf("team-a/%x", l.ID)), Value: []byte("v"), Lease: l.ID}); err != nil {
+			t.Fatalf("team-a attaches a key to its lease through a follower: %v", err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+
+	ka, err := leases.LeaseKeepAlive(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ka.Send(&pb.LeaseKeepAliveRequest{ID: mine[0]}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := ka.Recv(); err == nil && r.TTL > 0 {
+		t.Errorf("team-b keeps team-a's lease %x alive through a follower: got = TTL %d, expected: refused", mine[0], r.TTL)
+	}
+	ka.CloseSend()
+
+	for _, what := range touched {
+		for _, id := range mine {
+			if what == fmt.Sprintf("revoked %x", id) || what == fmt.Sprintf("attached team-b/%x", id) {
+				t.Errorf("team-b through a follower: %s, one of team-a's leases", what)
+			}
+		}
+	}
+	for _, id := range mine {
+		r, err := leases.LeaseTimeToLive(a, &pb.LeaseTimeToLiveRequest{ID: id, Keys: true})
+		if err != nil || r.TTL <= 0 || len(r.Keys) > 1 {
+			t.Errorf("team-a's lease %x after the race: got = %v, %v, expected: alive with at most its own key", id, r, err)
+		}
+	}
+	if _, err := leases.LeaseRevoke(b, &pb.LeaseRevokeRequest{ID: mine[0]}); err == nil {
+		t.Errorf("team-b revokes team-a's lease through a follower: got = no error, expected: permission denied")
+	}
+	if _, err := leases.LeaseRevoke(a, &pb.LeaseRevokeRequest{ID: mine[0]}); err != nil {
+		t.Errorf("team-a revokes its own lease through a follower: %v", err)
+	}
+}
