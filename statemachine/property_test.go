@@ -35,6 +35,14 @@ type world struct {
 	lastToken  map[LeaseID]int64 // the highest token granted, per lease, across deletions
 	ended      map[int64]bool    // sessions closed or expired
 	identities map[int64]string  // every session's identity
+
+	// From cluster version 5: the keys as they were at each KV revision,
+	// and every key event applied, to check the history against.
+	models    map[int64][]KeyValue
+	keyEvents []keyEvent
+	// lastKVRevision is the KV revision before the command being
+	// checked; switchRevision the one cluster version 5 started at.
+	lastKVRevision, switchRevision int64
 }
 
 func newWorld() *world {
@@ -45,6 +53,15 @@ func newWorld() *world {
 		lastToken:  map[LeaseID]int64{},
 		ended:      map[int64]bool{},
 		identities: map[int64]string{},
+		models:     map[int64][]KeyValue{},
+	}
+}
+
+// start draws the cluster version the machine starts at: the keys'
+// history (version 5) is as common as the versions before it.
+func (w *world) start(t *rapid.T) {
+	if v := rapid.SampledFrom([]int{0, 4, 5, 5}).Draw(t, "start version"); v > 0 {
+		w.step(t, w.tick(t), SetVersion{Version: v})
 	}
 }
 
@@ -96,7 +113,7 @@ func (w *world) draw(t *rapid.T) Command {
 		KindCompareAndSwap, KindCompareAndSwap, KindExpireKeys, KindEndLockDelays,
 		KindEndLockDelays, KindEndLockDelays, KindNewEpoch,
 		KindCollectLeases, KindCollectLeases, KindSetPreferred, KindSetPreferred, KindSetVersion,
-		KindAskStepDown,
+		KindAskStepDown, KindTxn, KindTxn, KindTxn, KindCompact,
 	}
 	switch rapid.SampledFrom(kinds).Draw(t, "kind") {
 	case KindOpenSession:
@@ -108,7 +125,13 @@ func (w *world) draw(t *rapid.T) Command {
 			TTL:            ttl,
 			Labels:         rapid.SampledFrom([]map[string]string{nil, {"zone": "z"}}).Draw(t, "labels"),
 			MaxPerIdentity: rapid.IntRange(0, 2).Draw(t, "max per identity"),
+			LeaseID:        w.chosenLeaseID(t),
 		}
+	case KindTxn:
+		return w.txn(t, 0)
+	case KindCompact:
+		c, kv := w.m.CompactRevision(), w.m.KVRevision()
+		return Compact{Revision: rapid.SampledFrom([]int64{c - 1, c, c + 1, (c + kv) / 2, kv, kv, kv + 1}).Draw(t, "compact revision")}
 	case KindCloseSession:
 		return CloseSession{SessionID: w.session(t), Actor: w.actor(t)}
 	case KindExpireSession:
@@ -226,6 +249,87 @@ func (w *world) draw(t *rapid.T) Command {
 	}
 }
 
+// chosenLeaseID is, most of the time, none; otherwise an ID that is free,
+// or that a later session's ID will be (so that it needs an alias), or
+// one an open session answers to or has as its ID.
+func (w *world) chosenLeaseID(t *rapid.T) int64 {
+	if rapid.IntRange(0, 2).Draw(t, "choose lease ID") > 0 {
+		return 0
+	}
+	r := w.m.Revision()
+	ids := []int64{7, r + 1, r + 2, r + 3, 1<<62 | (r + 2), -1}
+	for _, s := range w.m.Sessions() {
+		ids = append(ids, s.ID, s.EtcdLeaseID())
+	}
+	return rapid.SampledFrom(ids).Draw(t, "lease ID")
+}
+
+// etcdLease draws the lease a Txn's put attaches its key to: none, an
+// open session's, a session's ID that may not be its lease, or nothing
+// known.
+func (w *world) etcdLease(t *rapid.T) int64 {
+	ids := []int64{0, 0, 0, 999}
+	for _, s := range w.m.Sessions() {
+		ids = append(ids, s.EtcdLeaseID(), s.EtcdLeaseID(), s.ID)
+	}
+	return rapid.SampledFrom(ids).Draw(t, "etcd lease")
+}
+
+// txn draws a Txn over the property keys, nested once at most.
+func (w *world) txn(t *rapid.T, depth int) Txn {
+	c, kv := w.m.CompactRevision(), w.m.KVRevision()
+	key := func(t *rapid.T) string {
+		return rapid.SampledFrom(append([]string{"c"}, propKeys...)).Draw(t, "txn key")
+	}
+	end := func(t *rapid.T) string {
+		return rapid.SampledFrom([]string{"", "", "b", "\x00", "a"}).Draw(t, "txn end")
+	}
+	compare := rapid.Custom(func(t *rapid.T) TxnCompare {
+		return TxnCompare{
+			Key:    key(t),
+			End:    end(t),
+			Target: TxnTarget(rapid.IntRange(1, 5).Draw(t, "compare target")),
+			Op:     CmpOp(rapid.IntRange(1, 4).Draw(t, "compare op")),
+			Number: rapid.SampledFrom([]int64{0, 1, 2, kv, kv - 1, w.m.Revision()}).Draw(t, "compare number"),
+			Value:  w.value(t),
+		}
+	})
+	op := rapid.Custom(func(t *rapid.T) TxnOp {
+		kinds := []TxnOpType{OpPut, OpPut, OpPut, OpDelete, OpRange}
+		if depth == 0 {
+			kinds = append(kinds, OpTxn)
+		}
+		switch typ := rapid.SampledFrom(kinds).Draw(t, "op type"); typ {
+		case OpPut:
+			return TxnOp{
+				Type:        OpPut,
+				Key:         key(t),
+				Value:       w.value(t),
+				Lease:       w.etcdLease(t),
+				IgnoreValue: rapid.IntRange(0, 5).Draw(t, "ignore value") == 0,
+				IgnoreLease: rapid.IntRange(0, 5).Draw(t, "ignore lease") == 0,
+			}
+		case OpDelete:
+			return TxnOp{Type: OpDelete, Key: key(t), End: end(t)}
+		case OpRange:
+			revs := []int64{0, 0, kv, kv - 1, c, c - 1, kv + 1}
+			return TxnOp{Type: OpRange, Key: key(t), End: end(t), Revision: rapid.SampledFrom(revs).Draw(t, "range revision")}
+		default:
+			nested := w.txn(t, depth+1)
+			return TxnOp{Type: OpTxn, Txn: &nested}
+		}
+	})
+	txn := Txn{
+		Compares: rapid.SliceOfN(compare, 0, 2).Draw(t, "compares"),
+		Success:  rapid.SliceOfN(op, 0, 3).Draw(t, "success"),
+		Failure:  rapid.SliceOfN(op, 0, 2).Draw(t, "failure"),
+	}
+	if depth == 0 {
+		txn.Actor = w.actor(t)
+	}
+	return txn
+}
+
 // head is the session a lease's queue q grants next: the first waiter
 // with the preferred identity, else the first.
 func (w *world) head(id LeaseID, q []int64) int64 {
@@ -298,6 +402,9 @@ func (w *world) step(t *rapid.T, now int64, cmd Command) Result {
 	w.checkToken(t, cmd, pre, res)
 	w.checkEvents(t, cmd, pre, res)
 	checkInvariants(t, m)
+	w.checkTxn(t, cmd, res)
+	w.recordKeys(res)
+	w.checkKeyHistory(t, false)
 
 	for _, e := range res.Events {
 		switch e.Type {
@@ -334,6 +441,8 @@ func (w *world) ownerRefuses(cmd Command, pre map[LeaseID]Lease) bool {
 	var identity string
 	var found, ending bool
 	switch c := cmd.(type) {
+	case Txn:
+		return w.m.usesKVRevision() && w.txnRefused(&c, a)
 	case CloseSession:
 		identity, found = session(c.SessionID)
 		ending = true
@@ -359,6 +468,194 @@ func (w *world) ownerRefuses(cmd Command, pre map[LeaseID]Lease) bool {
 		return false
 	}
 	return !slices.ContainsFunc(a.Identities, func(p string) bool { return matchPattern(p, identity) })
+}
+
+// txnRefused reports whether rule 10 refuses a Txn: a put on the branches
+// its compares choose binds a key to the session of another identity,
+// and no operation before it fails otherwise.
+func (w *world) txnRefused(c *Txn, a *Actor) bool {
+	current, _ := w.m.Range("", 0)
+	var walk func(c *Txn) (refused, failed bool)
+	walk = func(c *Txn) (refused, failed bool) {
+		for _, op := range c.branch(modelCompares(current, c.Compares)) {
+			switch op.Type {
+			case OpRange:
+				rev := op.Revision
+				if rev > w.m.KVRevision() || rev > 0 && rev < w.m.CompactRevision() {
+					return false, true
+				}
+			case OpPut:
+				if op.Lease != 0 {
+					i := slices.IndexFunc(w.m.Sessions(), func(s Session) bool { return s.EtcdLeaseID() == op.Lease })
+					if i < 0 {
+						return false, true
+					}
+					identity := w.m.Sessions()[i].Identity
+					if !slices.ContainsFunc(a.Identities, func(p string) bool { return matchPattern(p, identity) }) {
+						return true, false
+					}
+				}
+				if (op.IgnoreValue || op.IgnoreLease) && !slices.ContainsFunc(current, func(kv KeyValue) bool { return kv.Key == op.Key }) {
+					return false, true
+				}
+			case OpTxn:
+				if op.Txn == nil {
+					return false, true
+				}
+				if refused, failed := walk(op.Txn); refused || failed {
+					return refused, failed
+				}
+			}
+		}
+		return false, false
+	}
+	refused, _ := walk(c)
+	return refused
+}
+
+// modelCompares is etcd's applyCompares, written again over the keys as
+// they are: every compare holds for every key in its range, and a range
+// with no key compares as a zero key, but for values, which never hold.
+func modelCompares(keys []KeyValue, cs []TxnCompare) bool {
+	for _, c := range cs {
+		var in []KeyValue
+		for _, kv := range keys {
+			if c.End == "" && kv.Key == c.Key || c.End != "" && kv.Key >= c.Key && (c.End == "\x00" || kv.Key < c.End) {
+				in = append(in, kv)
+			}
+		}
+		if len(in) == 0 {
+			if c.Target == TargetValue {
+				return false
+			}
+			in = []KeyValue{{}}
+		}
+		for _, kv := range in {
+			var r int
+			switch c.Target {
+			case TargetValue:
+				r = strings.Compare(kv.Value, c.Value)
+			case TargetVersion:
+				r = cmpInt(kv.Version, c.Number)
+			case TargetCreate:
+				r = cmpInt(kv.CreateRevision, c.Number)
+			case TargetMod:
+				r = cmpInt(kv.ModRevision, c.Number)
+			case TargetLease:
+				r = cmpInt(kv.EtcdLease(), c.Number)
+			}
+			holds := map[CmpOp]bool{CmpEqual: r == 0, CmpGreater: r > 0, CmpLess: r < 0, CmpNotEqual: r != 0}[c.Op]
+			if !holds {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// checkTxn checks a Txn's branch against modelCompares on the keys before
+// it, and that one that wrote took one KV revision.
+func (w *world) checkTxn(t *rapid.T, cmd Command, res Result) {
+	t.Helper()
+	c, ok := cmd.(Txn)
+	if !ok || res.Err != nil {
+		return
+	}
+	before := w.models[w.lastKVRevision]
+	if expected := modelCompares(before, c.Compares); res.Txn.Succeeded != expected {
+		t.Fatalf("Txn %+v on %+v: succeeded got = %v, expected: %v", c, before, res.Txn.Succeeded, expected)
+	}
+	if len(res.Txn.Ops) != len(c.branch(res.Txn.Succeeded)) {
+		t.Fatalf("Txn: got = %d results, expected: one per operation of the branch", len(res.Txn.Ops))
+	}
+	wrote := slices.ContainsFunc(res.Events, func(e Event) bool { return e.Type.IsKey() })
+	if wrote && res.KVRevision != w.lastKVRevision+1 || !wrote && res.KVRevision != w.lastKVRevision {
+		t.Fatalf("Txn: KV revision got = %d, expected: %d and one more if it wrote (it did: %v)", res.KVRevision, w.lastKVRevision, wrote)
+	}
+}
+
+// recordKeys remembers the keys at the KV revision after a command, and
+// its key events.
+func (w *world) recordKeys(res Result) {
+	if !w.m.usesKVRevision() {
+		return
+	}
+	if w.lastKVRevision == 0 {
+		w.switchRevision = w.m.KVRevision()
+	}
+	if w.m.KVRevision() != w.lastKVRevision {
+		w.models[w.m.KVRevision()], _ = w.m.Range("", 0)
+	}
+	w.lastKVRevision = w.m.KVRevision()
+	w.keyEvents = append(w.keyEvents, appliedKeyEvents(res)...)
+}
+
+// checkKeyHistory checks RangeKeys and KeyEvents against what the world
+// saw: a range at a kept revision finds the keys as they were then, and
+// KeyEvents from a revision after the compact one replays exactly the
+// key events applied since. all checks every revision kept, otherwise a
+// few.
+func (w *world) checkKeyHistory(t *rapid.T, all bool) {
+	t.Helper()
+	m := w.m
+	if !m.usesKVRevision() {
+		return
+	}
+	c, kv := m.CompactRevision(), m.KVRevision()
+	revs := []int64{c, c + 1, (c + kv) / 2, kv - 1, kv}
+	if all {
+		revs = nil
+		for rev := c; rev <= kv; rev++ {
+			revs = append(revs, rev)
+		}
+	}
+	for _, rev := range revs {
+		if rev < c || rev > kv {
+			continue
+		}
+		expected, ok := w.models[rev]
+		if !ok {
+			t.Fatalf("no model of the keys at KV revision %d", rev)
+		}
+		if got := rangeAt(t, m, "", "\x00", rev); !slices.Equal(got, expected) {
+			t.Fatalf("RangeKeys at %d (compacted at %d, now %d):\ngot = %+v\nexpected: %+v", rev, c, kv, got, expected)
+		}
+		if got := rangeAt(t, m, "a", "b", rev); !slices.Equal(got, slices.DeleteFunc(slices.Clone(expected), func(kv KeyValue) bool { return kv.Key >= "b" })) {
+			t.Fatalf("RangeKeys of [a, b) at %d: got = %+v, expected: the keys of %+v below b", rev, got, expected)
+		}
+	}
+	for _, from := range append(revs, kv+1) {
+		if from < c || from == c && c != w.switchRevision {
+			continue
+		}
+		var expected []keyEvent
+		for _, e := range w.keyEvents {
+			if e.KV.ModRevision >= from {
+				expected = append(expected, e)
+			}
+		}
+		if got := keyEventsFrom(t, m, from); !reflect.DeepEqual(got, expected) {
+			t.Fatalf("KeyEvents(%d) (compacted at %d):\ngot = %+v\nexpected: %+v", from, c, got, expected)
+		}
+	}
+	if err := m.RangeKeys("", "\x00", kv+1, func(KeyValue) bool { return true }); !errors.Is(err, ErrFutureRevision) {
+		t.Fatalf("RangeKeys at %d, after %d: got = %v, expected: %v", kv+1, kv, err, ErrFutureRevision)
+	}
+	if c > 1 {
+		if err := m.RangeKeys("", "\x00", c-1, func(KeyValue) bool { return true }); !errors.Is(err, ErrCompacted) {
+			t.Fatalf("RangeKeys at %d, compacted at %d: got = %v, expected: %v", c-1, c, err, ErrCompacted)
+		}
+	}
 }
 
 // matchPattern is the policy's '*' pattern, written again so that the
@@ -666,17 +963,20 @@ func TestProperties(t *testing.T) {
 	t.Run("the safety rules hold after every command", func(t *testing.T) {
 		rapid.Check(t, func(t *rapid.T) {
 			w := newWorld()
+			w.start(t)
 			steps := rapid.IntRange(1, 100).Draw(t, "steps")
 			for range steps {
 				cmd := w.draw(t)
 				w.step(t, w.tick(t), cmd)
 			}
+			w.checkKeyHistory(t, true)
 		})
 	})
 
 	t.Run("a restored snapshot has identical state and identical future behaviour", func(t *testing.T) {
 		rapid.Check(t, func(t *rapid.T) {
 			w := newWorld()
+			w.start(t)
 			for range rapid.IntRange(0, 60).Draw(t, "steps before") {
 				cmd := w.draw(t)
 				w.step(t, w.tick(t), cmd)
@@ -724,6 +1024,9 @@ func TestProperties(t *testing.T) {
 		rapid.Check(t, func(t *rapid.T) {
 			w := newWorld()
 			twin := New()
+			if v := rapid.SampledFrom([]int{0, 5}).Draw(t, "start version"); v > 0 {
+				compareResults(t, v5, w.step(t, w.tick(t), v5), twin.Apply(w.now, v5))
+			}
 			for range rapid.IntRange(1, 80).Draw(t, "steps") {
 				cmd := w.draw(t)
 				now := w.tick(t)
