@@ -77,10 +77,13 @@ func (m *Machine) usesKVRevision() bool { return m.atLeast(5) }
 
 // startKVRevision switches keys to the KV revision when the cluster
 // version reaches 5: it starts above every revision a key has, and the
-// history starts with the keys as they are.
+// history starts with the keys as they are. They are the keys as of the
+// revision before, the last the keys took from the global clock, so the
+// history starts there, as if compacted at it: on a fresh store that is
+// 0, nothing compacted, and a Compact at 1 succeeds, as etcd's does.
 func (m *Machine) startKVRevision() {
 	m.kvRevision = m.revision + 1
-	m.compactRevision = m.kvRevision
+	m.compactRevision = m.revision
 	m.keys.Ascend(func(kv *KeyValue) bool {
 		m.recordVersion(&version{Key: kv.Key, Main: kv.ModRevision, KV: kv})
 		return true

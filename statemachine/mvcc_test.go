@@ -90,7 +90,7 @@ func TestTheKVRevisionMovesOncePerCommandThatChangesKeys(t *testing.T) {
 	res := applyOK(t, m, 1, v5)
 	expect(t, "KV revision of a fresh machine at version 5", m.KVRevision(), int64(1))
 	expect(t, "Result.KVRevision", res.KVRevision, int64(1))
-	expect(t, "compact revision", m.CompactRevision(), int64(1))
+	expect(t, "compact revision of a fresh machine: none", m.CompactRevision(), int64(0))
 
 	steps := []struct {
 		name string
@@ -170,7 +170,7 @@ func TestSwitchingToVersion5KeepsTheKeysAndStartsTheirClockAbove(t *testing.T) {
 
 	applyOK(t, m, 1, v5)
 	expect(t, "KV revision at the switch", m.KVRevision(), int64(8))
-	expect(t, "compact revision at the switch", m.CompactRevision(), int64(8))
+	expect(t, "compact revision at the switch: the last revision keys took", m.CompactRevision(), int64(7))
 	expect(t, "keys at the switch", rangeAt(t, m, "", "\x00", 0), before)
 
 	p := applyOK(t, m, 1, Put{Key: "a", Value: "3"})
@@ -178,16 +178,22 @@ func TestSwitchingToVersion5KeepsTheKeysAndStartsTheirClockAbove(t *testing.T) {
 	expect(t, "its PrevKV", *p.PrevKV, before[0])
 	d := applyOK(t, m, 1, writes(deleteOp("b", "")))
 	expect(t, "a range at the switch revision sees the keys as they were", rangeAt(t, m, "", "\x00", 8), before)
+	expect(t, "and so does one at the revision before, the last of the global clock", rangeAt(t, m, "", "\x00", 7), before)
 	expect(t, "a range now", keys(m), []string{"a", "s"})
 	expect(t, "KeyEvents from the switch revision", keyEventsFrom(t, m, 8), appliedKeyEvents(p, d))
+	// The key written at 7 is kept, as a compaction at 7 keeps it: its
+	// put is replayed, with no PrevKV, as etcd's watch from its compact
+	// revision does.
+	expect(t, "KeyEvents from the revision before", keyEventsFrom(t, m, 7),
+		append([]keyEvent{{Type: EventKeyPut, KV: before[2]}}, appliedKeyEvents(p, d)...))
 
-	for _, rev := range []int64{1, 7} {
+	for _, rev := range []int64{1, 6} {
 		err := m.RangeKeys("", "\x00", rev, func(KeyValue) bool { return true })
 		if !errors.Is(err, ErrCompacted) {
 			t.Errorf("RangeKeys at %d, before the switch: got = %v, expected: %v", rev, err, ErrCompacted)
 		}
 	}
-	if err := m.KeyEvents(7, func(Event) bool { return true }); !errors.Is(err, ErrCompacted) {
+	if err := m.KeyEvents(6, func(Event) bool { return true }); !errors.Is(err, ErrCompacted) {
 		t.Errorf("KeyEvents from before the switch: got = %v, expected: %v", err, ErrCompacted)
 	}
 	applyOK(t, m, 1, CloseSession{SessionID: 1})
@@ -337,6 +343,15 @@ func TestCompact(t *testing.T) {
 			err:   ErrCompacted,
 		},
 		{
+			name:  "on a fresh store, compacting at revision 1 succeeds once, as in etcd",
+			setup: []Command{v5},
+			cmd:   Compact{Revision: 1},
+			check: func(t *testing.T, m *Machine, res Result) {
+				expect(t, "compact revision", m.CompactRevision(), int64(1))
+				expect(t, "again", m.Apply(1, Compact{Revision: 1}).Err != nil, true)
+			},
+		},
+		{
 			name: "compaction needs cluster version 5",
 			cmd:  Compact{Revision: 1},
 			err:  ErrNotSupported,
@@ -357,7 +372,7 @@ func checkHistory(t tb, m *Machine) {
 		}
 		return
 	}
-	if m.CompactRevision() > m.KVRevision() || m.CompactRevision() < 1 {
+	if m.CompactRevision() >= m.KVRevision() && m.KVRevision() > 1 || m.CompactRevision() > m.KVRevision() || m.CompactRevision() < 0 {
 		t.Fatalf("compact revision %d, KV revision %d", m.CompactRevision(), m.KVRevision())
 	}
 	h := m.history.byRev
