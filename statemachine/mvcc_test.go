@@ -416,14 +416,20 @@ func checkHistory(t tb, m *Machine) {
 }
 
 // BenchmarkHistoryMemory measures what the history costs per version kept:
-// b.N puts of a 16-byte key (among 1,000) and a 128-byte value, whose
-// strings are fresh as a decoded command's are, and the heap they leave
-// behind, divided by b.N. Run it with a fixed N:
+// b.N puts of a 16-byte key (among 1,000) and a value of 0, 128 or 1,024
+// bytes, whose strings are fresh as a decoded command's are, and the heap
+// they leave behind, divided by b.N. Run it with a fixed N:
 //
 //	go test -run '^$' -bench HistoryMemory -benchtime 200000x ./statemachine
 func BenchmarkHistoryMemory(b *testing.B) {
+	for _, size := range []int{0, 128, 1024} {
+		b.Run(fmt.Sprintf("value=%d", size), func(b *testing.B) { historyMemory(b, size) })
+	}
+}
+
+func historyMemory(b *testing.B, size int) {
 	const keys = 1000
-	value := strings.Repeat("v", 128)
+	value := strings.Repeat("v", size)
 	m := New()
 	m.Apply(1, v5)
 	// The keys are there before the measure: what is left is history.
