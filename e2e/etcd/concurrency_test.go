@@ -146,7 +146,7 @@ func TestConcurrency(t *testing.T) {
 // holders, every holder's lock key created after the previous holder's,
 // and every holder's write guarded by IsOwner accepted.
 func testMutexExclusion(t *testing.T, tg target) {
-	const workers, rounds = 6, 5
+	const workers, rounds = 8, 5
 	const name, counter = "mutex-excl", "mutex-excl-counter"
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -416,7 +416,7 @@ func testElection(t *testing.T, tg target) {
 
 // A holder whose client goes away without revoking its lease (a crashed
 // process) keeps the lock until its session's TTL runs out, never sooner,
-// and then the next waiter gets it; an election led by the same session
+// and then, within about the TTL, the next waiter gets it; an election led by the same session
 // passes to the next candidate.
 func testSessionExpiry(t *testing.T, tg target) {
 	const name, ename, ttl = "expiry-lock", "expiry-election", 2
@@ -490,9 +490,14 @@ func testSessionExpiry(t *testing.T, tg target) {
 		case <-ctx.Done():
 			t.Fatalf("the holder's session never expired: %v", ctx.Err())
 		}
-		if d := at.Sub(sent); d < ttl*time.Second {
+		// The upper bound is loose, for a loaded machine: it catches a
+		// lease that outlives its TTL by far, not a slow expiry.
+		switch d := at.Sub(sent); {
+		case d < ttl*time.Second:
 			t.Errorf("passed on %v after the holder's last keep-alive, before its %ds TTL ran out", d, ttl)
-		} else {
+		case d > (ttl+8)*time.Second:
+			t.Errorf("passed on %v after the holder's last keep-alive, far beyond its %ds TTL", d, ttl)
+		default:
 			t.Logf("passed on %v after the holder's last keep-alive (TTL %ds)", d.Round(time.Millisecond), ttl)
 		}
 	}

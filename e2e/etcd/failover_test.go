@@ -18,20 +18,28 @@ import (
 )
 
 // A concurrency Session outlives a leader kill in a three-node cluster of
-// real processes: its keep-alives, cut off with the leader, resume on
-// another node, so its lease, its lock key and its election key stay; the
-// holder keeps the lock and the leadership throughout, and contenders
-// from before and after the kill wait until the holder lets go.
+// real processes, so its lease, its lock key and its election key stay;
+// the holder keeps the lock and the leadership throughout, and
+// contenders from before and after the kill wait until the holder lets
+// go. The holder's client either reaches the cluster through the leader,
+// and its keep-alive stream, cut off with it, must resume on a survivor,
+// or through a follower only, which must forward its keep-alives to the
+// new leader.
 func TestFailoverSessionKeepsLockAndLeadershipAcrossLeaderKill(t *testing.T) {
+	// proccluster builds cmd/tenure in the working directory's module:
+	// this module's go.sum covers what the tests import, not the server,
+	// so build in the core module's directory, as tenureBinary does.
+	t.Chdir(filepath.Join("..", ".."))
+	t.Run("ThroughTheLeader", func(t *testing.T) { testFailover(t, true) })
+	t.Run("ThroughAFollower", func(t *testing.T) { testFailover(t, false) })
+}
+
+func testFailover(t *testing.T, viaLeader bool) {
 	const lockName, electionName, fenced = "failover-lock", "failover-election", "failover-fenced"
 	// Tenure gives every session a full TTL from the moment a new leader
 	// takes over, so the holder's lease would be gone well within 3 TTLs
 	// of the kill if its keep-alives did not reach the new leader.
 	const ttl = 5
-	// proccluster builds cmd/tenure in the working directory's module:
-	// this module's go.sum covers what the tests import, not the server,
-	// so build in the core module's directory, as tenureBinary does.
-	t.Chdir(filepath.Join("..", ".."))
 	c := proccluster.Start(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -48,10 +56,15 @@ func TestFailoverSessionKeepsLockAndLeadershipAcrossLeaderKill(t *testing.T) {
 		return cl
 	}
 
-	// The holder's client knows only the leader while it opens its
-	// session, so that its keep-alive stream runs through the node about
-	// to be killed; then it learns the others, to fail over to.
-	holderCli := etcdClient(c.Nodes[leader].Etcd)
+	var holderCli *clientv3.Client
+	if viaLeader {
+		// The client knows only the leader while it opens its session, so
+		// that its keep-alive stream runs through the node about to be
+		// killed; then it learns the others, to fail over to.
+		holderCli = etcdClient(c.Nodes[leader].Etcd)
+	} else {
+		holderCli = etcdClient(survivors[0])
+	}
 	hs := newSession(t, holderCli, ttl)
 	hm, he := concurrency.NewMutex(hs, lockName), concurrency.NewElection(hs, electionName)
 	if err := hm.Lock(ctx); err != nil {
@@ -60,7 +73,9 @@ func TestFailoverSessionKeepsLockAndLeadershipAcrossLeaderKill(t *testing.T) {
 	if err := he.Campaign(ctx, "holder"); err != nil {
 		t.Fatalf("holder's Campaign: %v", err)
 	}
-	holderCli.SetEndpoints(c.EtcdEndpoints(leader)...)
+	if viaLeader {
+		holderCli.SetEndpoints(c.EtcdEndpoints(leader)...)
+	}
 	lockKV := getOne(ctx, t, holderCli, hm.Key())
 
 	// A contender on a follower waits for both.
