@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
@@ -126,6 +127,7 @@ func TestConcurrency(t *testing.T) {
 			t.Run("LockCancelled", func(t *testing.T) { testLockCancelled(t, tg) })
 			t.Run("Election", func(t *testing.T) { testElection(t, tg) })
 			t.Run("SessionExpiry", func(t *testing.T) { testSessionExpiry(t, tg) })
+			t.Run("EndedSession", func(t *testing.T) { testEndedSession(t, tg) })
 			for _, iso := range []struct {
 				name  string
 				level concurrency.Isolation
@@ -513,6 +515,69 @@ func testSessionExpiry(t *testing.T, tg target) {
 	}
 	if err := eb.Resign(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A session that has ended can take nothing: Lock and Campaign on a
+// revoked lease answer etcd's "requested lease not found", and a waiter
+// whose session expires while it waits learns, once its turn comes, that
+// its key is gone (ErrSessionExpired) instead of holding the lock.
+func testEndedSession(t *testing.T, tg target) {
+	const name, ename = "ended-lock", "ended-election"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newClient(t, tg)
+
+	revoked, err := concurrency.NewSession(c, concurrency.WithTTL(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := revoked.Close(); err != nil {
+		t.Fatalf("revoke: %v", err)
+	}
+	if err := concurrency.NewMutex(revoked, name).Lock(ctx); !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		t.Errorf("Lock on a revoked session: got = %v, expected: %v", err, rpctypes.ErrLeaseNotFound)
+	}
+	if err := concurrency.NewElection(revoked, ename).Campaign(ctx, "v"); !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		t.Errorf("Campaign on a revoked session: got = %v, expected: %v", err, rpctypes.ErrLeaseNotFound)
+	}
+	if kvs := keysUnder(t, c, name+"/"); len(kvs) != 0 {
+		t.Errorf("keys after a Lock on a revoked session: %v", kvs)
+	}
+
+	holder := concurrency.NewMutex(newSession(t, c, 10), name)
+	if err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expiring, err := concurrency.NewSession(c, concurrency.WithTTL(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiter := concurrency.NewMutex(expiring, name)
+	locked := make(chan error, 1)
+	go func() { locked <- waiter.Lock(ctx) }()
+	waitFor(ctx, t, "the waiter's key", func() bool { return len(keysUnder(t, c, name+"/")) == 2 })
+	expiring.Orphan() // no more keep-alives: the lease ends by itself
+	waitFor(ctx, t, "the waiter's lease to expire", func() bool {
+		r, err := c.TimeToLive(ctx, expiring.Lease())
+		return err == nil && r.TTL == -1
+	})
+	if kvs := keysUnder(t, c, name+"/"); len(kvs) != 1 || string(kvs[0].Key) != holder.Key() {
+		t.Errorf("keys once the waiter's lease expired: got = %v, expected: only the holder's %s", kvs, holder.Key())
+	}
+	select {
+	case err := <-locked:
+		t.Fatalf("the waiter's Lock returned before the holder let go: %v", err)
+	default:
+	}
+	if err := holder.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-locked; !errors.Is(err, concurrency.ErrSessionExpired) {
+		t.Errorf("Lock of a waiter whose session expired: got = %v, expected: %v", err, concurrency.ErrSessionExpired)
+	}
+	if kvs := keysUnder(t, c, name+"/"); len(kvs) != 0 {
+		t.Errorf("keys after everyone left: %v", kvs)
 	}
 }
 
