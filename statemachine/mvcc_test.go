@@ -372,7 +372,7 @@ func checkHistory(t tb, m *Machine) {
 		}
 		return
 	}
-	if m.CompactRevision() >= m.KVRevision() && m.KVRevision() > 1 || m.CompactRevision() > m.KVRevision() || m.CompactRevision() < 0 {
+	if m.CompactRevision() > m.KVRevision() || m.CompactRevision() < 0 {
 		t.Fatalf("compact revision %d, KV revision %d", m.CompactRevision(), m.KVRevision())
 	}
 	h := m.history.byRev

@@ -899,6 +899,7 @@ func checkInvariants(t tb, m *Machine) {
 			t.Fatalf("key %+v at revision %d, KV revision %d", kv, m.Revision(), m.KVRevision())
 		}
 	}
+	checkHistory(t, m)
 	for id := range sessions {
 		h, w, n := m.SessionHoldings(id)
 		if !slices.Equal(h, held[id]) || !slices.Equal(w, waiting[id]) || n != bound[id] {
