@@ -65,6 +65,13 @@ func TestDifferential(t *testing.T) {
 	if ok {
 		sides = append(sides, newSide(t, sut, watches))
 	}
+	differential(t, seed, n, sides, watches)
+}
+
+// differential runs n operations of seed on sides[0] (etcd) and, if
+// there, sides[1], comparing their answers.
+func differential(t *testing.T, seed uint64, n int, sides []*side, watches bool) {
+	t.Helper()
 	g := &gen{rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), rev: 1, watches: watches, errors: map[string]int{}}
 	for i := range n {
 		o := g.next()
@@ -72,6 +79,9 @@ func TestDifferential(t *testing.T) {
 			for _, s := range sides {
 				s.all.waitFor(t, g.rev)
 			}
+		}
+		if o.watch != nil {
+			o.watch.until = sides[0].all.lastDue(o.watch)
 		}
 		var outs []string
 		for _, s := range sides {
@@ -140,6 +150,13 @@ type eventLog struct {
 	last   int64 // the highest event revision seen
 	end    string
 	off    bool // no watch: the server has no Watch service
+	recs   []eventRec
+}
+
+type eventRec struct {
+	typ mvccpb.Event_EventType
+	key string
+	rev int64
 }
 
 func (l *eventLog) add(resp clientv3.WatchResponse) {
@@ -147,6 +164,7 @@ func (l *eventLog) add(resp clientv3.WatchResponse) {
 	defer l.mu.Unlock()
 	for _, ev := range resp.Events {
 		l.events = append(l.events, renderEvent(ev))
+		l.recs = append(l.recs, eventRec{ev.Type, string(ev.Kv.Key), ev.Kv.ModRevision})
 		l.last = max(l.last, ev.Kv.ModRevision)
 	}
 	if resp.Canceled || resp.Err() != nil {
@@ -264,6 +282,7 @@ type op struct {
 	desc        string
 	do          func(ctx context.Context, s *side) string
 	syncWatches bool // wait for the watches to reach the current revision first
+	watch       *watchSpec
 	compact     int64
 	grant       int64
 	revoke      int64
@@ -552,7 +571,7 @@ func (g *gen) next() op {
 				slices.SortFunc(r.Leases, func(a, b *pb.LeaseStatus) int { return int(a.ID - b.ID) })
 			})
 		}}
-	case n < 93:
+	case n < 96:
 		r := g.revision()
 		return op{desc: fmt.Sprintf("compact %d", r), compact: r, syncWatches: true, do: func(ctx context.Context, s *side) string {
 			resp, err := s.c.Compact(ctx, r)
@@ -568,12 +587,22 @@ func (g *gen) next() op {
 
 // watchOp opens a watch on a random range from a random revision (with
 // random filters and prev_kv), takes what it sends up to the current
-// revision (a progress notification marks that), and cancels it.
+// revision, and cancels it. Where that ends comes from etcd's watch of the
+// whole keyspace (watchSpec.until): a progress notification cannot tell,
+// since etcd 3.4 answers a progress request at once, before a historical
+// watch has been sent its events.
 func (g *gen) watchOp() op {
 	k, opts, desc := g.keyRange()
-	start := g.revision()
-	if start > g.rev {
-		start = g.rev
+	start := min(g.revision(), g.rev)
+	if start > 0 && start == g.compacted {
+		// Whether a watch from the compacted revision itself is sent a
+		// deletion at that revision depends on how far etcd's background
+		// compaction has got.
+		if start < g.rev {
+			start++
+		} else {
+			start--
+		}
 	}
 	opts = append(opts, clientv3.WithRev(start))
 	desc = fmt.Sprintf("watch %s from %d", desc, start)
@@ -581,23 +610,26 @@ func (g *gen) watchOp() op {
 		opts = append(opts, clientv3.WithPrevKV())
 		desc += " prev_kv"
 	}
+	get := clientv3.OpGet(k, opts...)
+	spec := &watchSpec{key: string(get.KeyBytes()), end: string(get.RangeBytes()), start: start, compacted: start > 0 && start < g.compacted}
 	switch g.rnd.IntN(5) {
 	case 0:
 		opts = append(opts, clientv3.WithFilterPut())
 		desc += " noput"
+		spec.noPut = true
 	case 1:
 		opts = append(opts, clientv3.WithFilterDelete())
 		desc += " nodelete"
+		spec.noDelete = true
 	}
-	return op{desc: desc, do: func(ctx context.Context, s *side) string {
+	return op{desc: desc, watch: spec, syncWatches: true, do: func(ctx context.Context, s *side) string {
 		w := clientv3.NewWatcher(s.c)
 		defer w.Close()
-		ctx, cancel := context.WithCancel(ctx)
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		wch := w.Watch(ctx, k, opts...)
+		wch := w.Watch(ctx, k, append(opts, clientv3.WithCreatedNotify())...)
 		var out []string
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
+		done := func() bool { return !spec.compacted && spec.until == 0 }
 		for {
 			select {
 			case resp, ok := <-wch:
@@ -606,23 +638,55 @@ func (g *gen) watchOp() op {
 				}
 				for _, ev := range resp.Events {
 					out = append(out, renderEvent(ev))
+					if ev.Kv.ModRevision >= spec.until {
+						done = func() bool { return !spec.compacted }
+					}
 				}
 				if resp.Canceled || resp.Err() != nil {
 					out = append(out, fmt.Sprintf("canceled compact_revision=%d err=%s", resp.CompactRevision, errText(resp.Err())))
 					return strings.Join(out, " | ")
 				}
-				if resp.IsProgressNotify() {
-					return strings.Join(append(out, fmt.Sprintf("progress at %d", resp.Header.Revision)), " | ")
+				if done() {
+					return strings.Join(out, " | ")
 				}
-			case <-tick.C:
-				// etcd answers a progress request once the watch has sent
-				// everything up to the current revision.
-				_ = w.RequestProgress(ctx)
 			case <-ctx.Done():
-				return strings.Join(append(out, "no progress notification before the deadline"), " | ")
+				return strings.Join(append(out, fmt.Sprintf("(nothing more within 5s: waiting for revision %d or a cancel)", spec.until)), " | ")
 			}
 		}
 	}}
+}
+
+// watchSpec is what a watch covers, and so what etcd's events say it
+// must be sent.
+type watchSpec struct {
+	key, end        string
+	start           int64
+	noPut, noDelete bool
+	compacted       bool  // it starts before the compacted revision: a cancel is due
+	until           int64 // the revision of the last event due, 0 for none
+}
+
+// lastDue is the revision of the last event of log that w must be sent.
+func (l *eventLog) lastDue(w *watchSpec) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var last int64
+	if w.start == 0 {
+		return 0 // a watch from now is due nothing past
+	}
+	for _, e := range l.recs {
+		in := e.key == w.key
+		switch {
+		case w.end == "\x00":
+			in = e.key >= w.key
+		case w.end != "":
+			in = e.key >= w.key && e.key < w.end
+		}
+		if in && e.rev >= w.start && !(w.noPut && e.typ == mvccpb.PUT) && !(w.noDelete && e.typ == mvccpb.DELETE) {
+			last = e.rev
+		}
+	}
+	return last
 }
 
 // observe follows etcd's answer to o.
