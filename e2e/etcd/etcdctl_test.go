@@ -302,6 +302,7 @@ var (
 	peerURLsRE  = regexp.MustCompile(`"peerURLs":\[[^\]]*\]`)
 	remainingRE = regexp.MustCompile(`remaining\(-?\d+s\)`)
 	tookRE      = regexp.MustCompile(`"took":"[^"]*"`)
+	attachedRE  = regexp.MustCompile(`attached keys\(\[([^\]]*)\]\)`)
 )
 
 // normalise replaces what must differ between two servers: the IDs and
@@ -315,6 +316,12 @@ func normalise(s, addr string) string {
 	// How long a lease has left depends on when the command ran.
 	s = remainingRE.ReplaceAllString(s, "remaining(Ns)")
 	s = tookRE.ReplaceAllString(s, `"took":"T"`)
+	// etcd lists a lease's keys in no particular order.
+	s = attachedRE.ReplaceAllStringFunc(s, func(m string) string {
+		keys := strings.Fields(attachedRE.FindStringSubmatch(m)[1])
+		slices.Sort(keys)
+		return "attached keys([" + strings.Join(keys, " ") + "])"
+	})
 
 	labels := map[uint64]string{}
 	label := func(v uint64) string {
