@@ -33,8 +33,11 @@ gofmt_check() {
 # imports the client does not inherit the server's dependencies; ./...
 # stops at their go.mod, so each is vetted and tested in its directory.
 # clientgo (client-go's leader election on a Tenure lease) is one too, so
-# that no other module depends on Kubernetes.
-submodules="api client fence clientgo"
+# that no other module depends on Kubernetes. e2e/etcd (Tenure's etcd API
+# compared with a real etcd through etcdctl, clientv3 and its concurrency
+# package) is one too, so that what only those tests use stays out of the
+# core module's graph.
+submodules="api client fence clientgo e2e/etcd"
 
 vet_all() {
   local rc=0 mod
@@ -74,7 +77,7 @@ stage "go vet" vet_all
 # clients for most of a minute; run beside the fault tests it would make
 # their timing its own. It runs alone afterwards.
 stage "go test -race" go test -race -count=1 -timeout 15m $(go list ./... | grep -v '/internal/bench$')
-stage "api, client, fence and clientgo modules (go test -race)" test_modules
+stage "api, client, fence, clientgo and e2e/etcd modules (go test -race)" test_modules
 stage "go test -race ./internal/bench (alone)" go test -race -count=1 -timeout 10m ./internal/bench
 stage "fuzz (${fuzztime} each)" fuzz_all
 
