@@ -39,7 +39,7 @@ func toGRPC(err error) error {
 	case errors.Is(err, statemachine.ErrTooManySessions):
 		return rpctypes.ErrGRPCRequestTooManyRequests
 	case errors.Is(err, statemachine.ErrNotSupported):
-		return status.Error(codes.Unavailable, "etcdserver: not capable: "+err.Error())
+		return rpctypes.ErrGRPCNotCapable // etcd's exact text, which clients map
 	case errors.Is(err, context.Canceled):
 		return rpctypes.ErrGRPCCanceled
 	case errors.Is(err, context.DeadlineExceeded):

@@ -160,10 +160,34 @@ func etcdError(err error) error {
 	return err
 }
 
+// Propose waits out the moment after a new cluster's election when
+// every member has registered a build that runs cluster version 5 but
+// the leader has not yet raised it: etcd clients do not retry a refused
+// write, and a new etcd cluster takes writes once it has a leader. The
+// state machine refuses such a write at apply, changing nothing, so it
+// is safe to propose it again. A cluster with an older member still
+// answers "not capable", after the wait.
 func (b etcdBackend) Propose(ctx context.Context, cmd statemachine.Command) (statemachine.Result, error) {
-	res, err := b.s.propose(ctx, cmd)
-	return res, etcdError(err)
+	deadline := time.Now().Add(versionWait)
+	for {
+		res, err := b.s.propose(ctx, cmd)
+		if !errors.Is(err, statemachine.ErrNotSupported) || time.Now().After(deadline) {
+			return res, etcdError(err)
+		}
+		select {
+		case <-ctx.Done():
+			return res, etcdError(err)
+		case <-b.s.stopC:
+			return res, etcdError(err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
+
+// versionWait bounds how long an etcd write waits for the cluster
+// version: the leader raises it within a second of the last member's
+// registration.
+const versionWait = 5 * time.Second
 
 func (b etcdBackend) Read(ctx context.Context, serializable bool, fn func(m *statemachine.Machine) error) error {
 	return etcdError(b.s.read(ctx, serializable, fn))

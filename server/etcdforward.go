@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -81,21 +82,47 @@ func isNoLeader(err error) bool {
 }
 
 func (s *Server) etcdForwardUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	res, err := handler(ctx, req)
-	newReply, ok := etcdReplies[info.FullMethod]
-	if err == nil || !ok || !isNoLeader(err) || forwardedCall(ctx) {
-		return res, err
+	newReply, forwardable := etcdReplies[info.FullMethod]
+	forwardable = forwardable && !forwardedCall(ctx)
+	// Right after an election the leader may not be promoted yet, or
+	// its etcd address not yet known to its followers: etcd clients do
+	// not retry a refused write, so the call waits for the leader a
+	// while, as etcd's server waits for one. "no leader" means nothing
+	// was done, so trying again is safe.
+	deadline := time.Now().Add(leaderWait)
+	for {
+		res, err := handler(ctx, req)
+		if !isNoLeader(err) {
+			return res, err
+		}
+		if forwardable {
+			if conn, cerr := s.etcdLeaderConn(ctx); cerr == nil {
+				reply := newReply()
+				ferr := conn.Invoke(s.etcdForwardContext(ctx), info.FullMethod, req, reply)
+				if ferr == nil {
+					return reply, nil
+				}
+				if !isNoLeader(ferr) {
+					return nil, ferr
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return res, err
+		case <-s.stopC:
+			return res, err
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	conn, ferr := s.etcdLeaderConn(ctx)
-	if ferr != nil {
-		return res, err // no leader to forward to: the caller retries
-	}
-	reply := newReply()
-	if ferr := conn.Invoke(s.etcdForwardContext(ctx), info.FullMethod, req, reply); ferr != nil {
-		return nil, ferr
-	}
-	return reply, nil
 }
+
+// leaderWait bounds how long an etcd call waits for a leader to serve it:
+// about an election and a promotion.
+const leaderWait = 3 * time.Second
 
 func (s *Server) etcdForwardStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if !etcdLeaderStreams[info.FullMethod] || s.leading.Load() || forwardedCall(ss.Context()) {

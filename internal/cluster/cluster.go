@@ -22,7 +22,6 @@ import (
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/server"
-	"github.com/tenurehq/tenure/statemachine"
 )
 
 // Option changes how New builds the cluster.
@@ -167,23 +166,8 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	leader, err := c.Leader(ctx)
-	if err != nil {
+	if _, err := c.Leader(ctx); err != nil {
 		t.Fatalf("cluster: %v", err)
-	}
-	if o.etcd != nil {
-		// The etcd API writes once every member has registered a build
-		// that runs cluster version 5, a moment after the election.
-		for {
-			st, err := leader.api.Cluster.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{}))
-			if err == nil && st.Msg.GetClusterVersion() >= statemachine.Version {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("cluster: the cluster version did not reach %d: %v", statemachine.Version, err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
 	}
 	return c
 }
