@@ -51,28 +51,18 @@ func TestDifferential(t *testing.T) {
 	t.Logf("seed %d (TENURE_DIFF_SEED=%d replays it), %d operations", seed, seed, n)
 
 	ref, sut, ok := pair(t)
-	// Without a Watch service on Tenure, KV and leases are still compared
-	// and the test skips at the end.
-	watches := true
+	sides := []*side{newSide(t, ref)}
 	if ok {
-		skipUnimplemented(t, sut, "KV", "Lease")
-		if missing := unimplementedServices(t, sut, "Watch"); len(missing) > 0 {
-			watches = false
-			defer skipMissing(t, sut, missing)
-		}
+		sides = append(sides, newSide(t, sut))
 	}
-	sides := []*side{newSide(t, ref, watches)}
-	if ok {
-		sides = append(sides, newSide(t, sut, watches))
-	}
-	differential(t, seed, n, sides, watches)
+	differential(t, seed, n, sides)
 }
 
 // differential runs n operations of seed on sides[0] (etcd) and, if
 // there, sides[1], comparing their answers.
-func differential(t *testing.T, seed uint64, n int, sides []*side, watches bool) {
+func differential(t *testing.T, seed uint64, n int, sides []*side) {
 	t.Helper()
-	g := &gen{rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), rev: 1, watches: watches, errors: map[string]int{}}
+	g := &gen{rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), rev: 1, errors: map[string]int{}}
 	for i := range n {
 		o := g.next()
 		if o.syncWatches {
@@ -124,12 +114,9 @@ type side struct {
 	all   *eventLog
 }
 
-func newSide(t *testing.T, tg target, watch bool) *side {
+func newSide(t *testing.T, tg target) *side {
 	c := newClient(t, tg)
-	s := &side{name: tg.name, c: c, lease: pb.NewLeaseClient(c.ActiveConnection()), all: &eventLog{off: !watch}}
-	if !watch {
-		return s
-	}
+	s := &side{name: tg.name, c: c, lease: pb.NewLeaseClient(c.ActiveConnection()), all: &eventLog{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	wch := c.Watch(ctx, "", clientv3.WithPrefix(), clientv3.WithRev(1), clientv3.WithPrevKV())
 	done := make(chan struct{})
@@ -149,7 +136,6 @@ type eventLog struct {
 	events []string
 	last   int64 // the highest event revision seen
 	end    string
-	off    bool // no watch: the server has no Watch service
 	recs   []eventRec
 }
 
@@ -188,7 +174,7 @@ func (l *eventLog) waitFor(t *testing.T, rev int64) {
 		l.mu.Lock()
 		last, end := l.last, l.end
 		l.mu.Unlock()
-		if last >= rev || rev <= 1 || l.off {
+		if last >= rev || rev <= 1 {
 			return
 		}
 		if end != "" || time.Now().After(deadline) {
@@ -274,7 +260,6 @@ type gen struct {
 	// same key in one txn passes etcd's checks, fails at apply, and etcd
 	// (3.4 and 3.5 alike) panics ("unexpected error during txn").
 	txnDeletes, txnIgnores bool
-	watches                bool // whether to open watches
 }
 
 // op is one operation, run the same way on each side.
@@ -581,9 +566,6 @@ func (g *gen) next() op {
 			return answer((*pb.CompactionResponse)(resp), err, func(r *pb.CompactionResponse) { hdr(r.Header) })
 		}}
 	default:
-		if !g.watches {
-			return kvOp(g.rangeOp())
-		}
 		return g.watchOp()
 	}
 }
@@ -753,9 +735,9 @@ func TestDifferentialCases(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ref, sut, ok := pair(t)
-			sides := []*side{newSide(t, ref, true)}
+			sides := []*side{newSide(t, ref)}
 			if ok {
-				sides = append(sides, newSide(t, sut, true))
+				sides = append(sides, newSide(t, sut))
 			}
 			var rev int64
 			for i, o := range tc.ops {

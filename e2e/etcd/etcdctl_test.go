@@ -29,19 +29,17 @@ func TestEtcdctl(t *testing.T) {
 		}
 		t.Skipf("etcdctl is not installed (scripts/install-etcd.sh installs it): %v", err)
 	}
-	// needs names the services a scenario uses, probed on Tenure first.
 	for _, sc := range []struct {
-		name  string
-		run   func(c *ctl)
-		needs []string
+		name string
+		run  func(c *ctl)
 	}{
-		{"kv", ctlKV, []string{"KV"}},
-		{"txn", ctlTxn, []string{"KV"}},
-		{"watch", ctlWatch, []string{"KV", "Watch"}},
-		{"lease", ctlLease, []string{"KV", "Lease"}},
-		{"lock", ctlLock, []string{"KV", "Lease", "Watch"}},
-		{"elect", ctlElect, []string{"KV", "Lease", "Watch"}},
-		{"maintenance", ctlMaintenance, []string{"KV", "Maintenance", "Cluster", "Watch"}},
+		{"kv", ctlKV},
+		{"txn", ctlTxn},
+		{"watch", ctlWatch},
+		{"lease", ctlLease},
+		{"lock", ctlLock},
+		{"elect", ctlElect},
+		{"maintenance", ctlMaintenance},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			ref, sut, ok := pair(t)
@@ -50,7 +48,6 @@ func TestEtcdctl(t *testing.T) {
 				t.Logf("etcd's transcript:\n%s", want)
 				return
 			}
-			skipUnimplemented(t, sut, sc.needs...)
 			got := transcript(t, sut, sc.run)
 			compareTranscripts(t, want, got)
 		})
@@ -58,9 +55,7 @@ func TestEtcdctl(t *testing.T) {
 }
 
 // compareTranscripts fails the test with the first differing lines and
-// both transcripts. While Tenure's services are being written, a
-// transcript in which Tenure answered Unimplemented skips instead, naming
-// the methods, unless TENURE_ETCD_STRICT is set.
+// both transcripts.
 func compareTranscripts(t *testing.T, want, got string) {
 	t.Helper()
 	if want == got {
@@ -77,25 +72,8 @@ func compareTranscripts(t *testing.T, want, got string) {
 		}
 		return "(end)"
 	}
-	msg := fmt.Sprintf("etcdctl output differs at line %d:\n  etcd:   %q\n  tenure: %q\n--- etcd:\n%s\n--- tenure:\n%s",
+	t.Errorf("etcdctl output differs at line %d:\n  etcd:   %q\n  tenure: %q\n--- etcd:\n%s\n--- tenure:\n%s",
 		i+1, line(wl), line(gl), want, got)
-	if missing := notImplemented(got); len(missing) > 0 && os.Getenv("TENURE_ETCD_STRICT") == "" {
-		t.Skipf("tenure does not implement %s yet (TENURE_ETCD_STRICT=1 fails instead)\n%s", strings.Join(missing, ", "), msg)
-	}
-	t.Error(msg)
-}
-
-var unimplementedRE = regexp.MustCompile(`method (\w+) not implemented`)
-
-// notImplemented lists the methods an output says are unimplemented.
-func notImplemented(out string) []string {
-	var names []string
-	for _, m := range unimplementedRE.FindAllStringSubmatch(out, -1) {
-		if !slices.Contains(names, m[1]) {
-			names = append(names, m[1])
-		}
-	}
-	return names
 }
 
 // transcript runs a scenario against one server and returns what it

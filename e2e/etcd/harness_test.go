@@ -13,7 +13,6 @@ package etcd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -28,8 +27,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/tenurehq/tenure/internal/proccluster"
 	"github.com/tenurehq/tenure/internal/testnet"
@@ -249,69 +246,6 @@ func newClient(t *testing.T, tg target) *clientv3.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-// unimplemented reports whether err says the server does not offer the
-// method at all: a service of Tenure's etcd API not written yet.
-func unimplemented(err error) bool {
-	var se interface{ GRPCStatus() *status.Status }
-	return errors.As(err, &se) && se.GRPCStatus().Code() == codes.Unimplemented
-}
-
-// skipUnimplemented skips the test when the server answers Unimplemented
-// for one of the services named (KV, Watch, Lease, Maintenance, Cluster),
-// probed with calls that change nothing: Tenure's etcd services are being
-// written one by one. TENURE_ETCD_STRICT=1 makes it a failure instead.
-func skipUnimplemented(t *testing.T, tg target, services ...string) {
-	t.Helper()
-	if missing := unimplementedServices(t, tg, services...); len(missing) > 0 {
-		skipMissing(t, tg, missing)
-	}
-}
-
-// skipMissing skips (or, with TENURE_ETCD_STRICT, fails) the test for the
-// services tg does not implement.
-func skipMissing(t *testing.T, tg target, missing []string) {
-	t.Helper()
-	msg := fmt.Sprintf("%s does not implement the etcd %s service(s) yet", tg.name, strings.Join(missing, ", "))
-	if os.Getenv("TENURE_ETCD_STRICT") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg + " (TENURE_ETCD_STRICT=1 fails instead)")
-}
-
-// unimplementedServices lists the services of those named that tg answers
-// Unimplemented for.
-func unimplementedServices(t *testing.T, tg target, services ...string) []string {
-	t.Helper()
-	c := newClient(t, tg)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var missing []string
-	for _, s := range services {
-		var err error
-		switch s {
-		case "KV":
-			_, err = c.Get(ctx, "probe")
-		case "Lease":
-			_, err = c.Leases(ctx)
-		case "Maintenance":
-			_, err = c.Status(ctx, tg.addr)
-		case "Cluster":
-			_, err = c.MemberList(ctx)
-		case "Watch":
-			wctx, wcancel := context.WithCancel(ctx)
-			resp := <-c.Watch(wctx, "probe", clientv3.WithCreatedNotify())
-			wcancel()
-			err = resp.Err()
-		default:
-			t.Fatalf("skipUnimplemented: no probe for service %q", s)
-		}
-		if unimplemented(err) {
-			missing = append(missing, s)
-		}
-	}
-	return missing
 }
 
 // ctxT is a context bounded for one call.
