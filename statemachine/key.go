@@ -27,7 +27,12 @@ func (m *Machine) putKey(key, value string, ttl, sessionID int64) (kv, prev *Key
 	if sessionID != 0 {
 		next.LeaseID = m.sessions[sessionID].LeaseID
 	}
-	if old, ok := m.keys.Get(&KeyValue{Key: key}); ok {
+	old, ok := m.keys.Get(&KeyValue{Key: key})
+	if !ok {
+		old = nil
+	}
+	evPrev := m.eventPrev(key, old, rev)
+	if ok {
 		p := *old
 		prev = &p
 		next.CreateRevision = old.CreateRevision
@@ -44,7 +49,7 @@ func (m *Machine) putKey(key, value string, ttl, sessionID int64) (kv, prev *Key
 		m.recordVersion(&version{Key: key, Main: rev, Sub: sub, KV: next})
 	}
 	out := *next
-	m.emit(Event{Type: EventKeyPut, SessionID: sessionID, KV: &out, PrevKV: prev})
+	m.emit(Event{Type: EventKeyPut, SessionID: sessionID, KV: &out, PrevKV: evPrev})
 	return &out, prev
 }
 
@@ -55,12 +60,12 @@ func (m *Machine) deleteKey(kv *KeyValue, typ EventType) {
 			delete(s.keys, kv.Key)
 		}
 	}
-	prev := *kv
 	rev, sub := m.nextKeyRevision()
+	prev := m.eventPrev(kv.Key, kv, rev)
 	if m.usesKVRevision() {
 		m.recordVersion(&version{Key: kv.Key, Main: rev, Sub: sub})
 	}
-	m.emit(Event{Type: typ, SessionID: kv.SessionID, KV: &KeyValue{Key: kv.Key, ModRevision: rev}, PrevKV: &prev})
+	m.emit(Event{Type: typ, SessionID: kv.SessionID, KV: &KeyValue{Key: kv.Key, ModRevision: rev}, PrevKV: prev})
 }
 
 func (m *Machine) delete(c Delete) Result {

@@ -69,7 +69,8 @@ func newHistory() history {
 // key (etcd's header revision). Before cluster version 5 it is 0.
 func (m *Machine) KVRevision() int64 { return m.kvRevision }
 
-// CompactRevision is the oldest KV revision whose versions are kept.
+// CompactRevision is the oldest KV revision whose versions are kept; -1
+// on a store that started at version 5 and was never compacted.
 func (m *Machine) CompactRevision() int64 { return m.compactRevision }
 
 // usesKVRevision reports whether keys take KV revisions.
@@ -84,6 +85,9 @@ func (m *Machine) usesKVRevision() bool { return m.atLeast(5) }
 func (m *Machine) startKVRevision() {
 	m.kvRevision = m.revision + 1
 	m.compactRevision = m.revision
+	if m.revision == 0 {
+		m.compactRevision = -1 // as etcd's: even Compact 0 succeeds
+	}
 	m.keys.Ascend(func(kv *KeyValue) bool {
 		m.recordVersion(&version{Key: kv.Key, Main: kv.ModRevision, KV: kv})
 		return true
@@ -211,19 +215,40 @@ func (m *Machine) KeyEvents(from int64, fn func(Event) bool) error {
 	return nil
 }
 
-// versionBefore is the version of v's key just before v, if kept.
-func (m *Machine) versionBefore(v *version) *version {
+// versionBefore is the version of v's key before v's command, if kept:
+// etcd's watch reads an event's prev_kv at the revision before it, so a
+// key written twice in one Txn has the key as it was before the Txn.
+func (m *Machine) versionBefore(v *version) *version { return m.lastBefore(v.Key, v.Main) }
+
+// lastBefore is the last kept version of key below KV revision main.
+func (m *Machine) lastBefore(key string, main int64) *version {
 	var prev *version
-	m.history.byKey.DescendLessOrEqual(v, func(p *version) bool {
-		if p == v {
-			return true
-		}
-		if p.Key == v.Key {
+	m.history.byKey.DescendLessOrEqual(&version{Key: key, Main: main, Sub: -1}, func(p *version) bool {
+		if p.Key == key {
 			prev = p
 		}
 		return false
 	})
 	return prev
+}
+
+// eventPrev is the PrevKV of an event of key at KV revision rev, whose
+// key is cur (nil: absent) just before it: the key as it was before the
+// command, as etcd's watch reads prev_kv at the revision before, even
+// when the same command wrote or deleted it already.
+func (m *Machine) eventPrev(key string, cur *KeyValue, rev int64) *KeyValue {
+	if m.usesKVRevision() && (cur == nil || cur.ModRevision >= rev) {
+		if v := m.lastBefore(key, rev); v != nil && v.KV != nil {
+			p := *v.KV
+			return &p
+		}
+		return nil
+	}
+	if cur == nil {
+		return nil
+	}
+	p := *cur
+	return &p
 }
 
 // Compact is etcd's Compact: the versions older than Revision are

@@ -90,7 +90,7 @@ func TestTheKVRevisionMovesOncePerCommandThatChangesKeys(t *testing.T) {
 	res := applyOK(t, m, 1, v5)
 	expect(t, "KV revision of a fresh machine at version 5", m.KVRevision(), int64(1))
 	expect(t, "Result.KVRevision", res.KVRevision, int64(1))
-	expect(t, "compact revision of a fresh machine: none", m.CompactRevision(), int64(0))
+	expect(t, "compact revision of a fresh machine: none, as etcd's -1", m.CompactRevision(), int64(-1))
 
 	steps := []struct {
 		name string
@@ -372,7 +372,7 @@ func checkHistory(t tb, m *Machine) {
 		}
 		return
 	}
-	if m.CompactRevision() > m.KVRevision() || m.CompactRevision() < 0 {
+	if m.CompactRevision() > m.KVRevision() || m.CompactRevision() < -1 {
 		t.Fatalf("compact revision %d, KV revision %d", m.CompactRevision(), m.KVRevision())
 	}
 	h := m.history.byRev

@@ -472,19 +472,19 @@ func (w *world) ownerRefuses(cmd Command, pre map[LeaseID]Lease) bool {
 
 // txnRefused reports whether rule 10 refuses a Txn: a put on the branches
 // its compares choose binds a key to the session of another identity,
-// and no operation before it fails otherwise.
+// and no check before it fails otherwise. Checks run in etcd's order:
+// every put (the key a put ignores the value or lease of exists, then
+// its lease), and the ranges only after them.
 func (w *world) txnRefused(c *Txn, a *Actor) bool {
 	current, _ := w.m.Range("", 0)
 	var walk func(c *Txn) (refused, failed bool)
 	walk = func(c *Txn) (refused, failed bool) {
 		for _, op := range c.branch(modelCompares(current, c.Compares)) {
 			switch op.Type {
-			case OpRange:
-				rev := op.Revision
-				if rev > w.m.KVRevision() || rev > 0 && rev < w.m.CompactRevision() {
+			case OpPut:
+				if (op.IgnoreValue || op.IgnoreLease) && !slices.ContainsFunc(current, func(kv KeyValue) bool { return kv.Key == op.Key }) {
 					return false, true
 				}
-			case OpPut:
 				if op.Lease != 0 {
 					i := slices.IndexFunc(w.m.Sessions(), func(s Session) bool { return s.EtcdLeaseID() == op.Lease })
 					if i < 0 {
@@ -494,9 +494,6 @@ func (w *world) txnRefused(c *Txn, a *Actor) bool {
 					if !slices.ContainsFunc(a.Identities, func(p string) bool { return matchPattern(p, identity) }) {
 						return true, false
 					}
-				}
-				if (op.IgnoreValue || op.IgnoreLease) && !slices.ContainsFunc(current, func(kv KeyValue) bool { return kv.Key == op.Key }) {
-					return false, true
 				}
 			case OpTxn:
 				if op.Txn == nil {

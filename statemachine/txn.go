@@ -233,20 +233,38 @@ func compareKey(c TxnCompare, kv KeyValue) bool {
 // before the Txn: leases exist and may be used by actor, keys a put
 // ignores the value or lease of exist, ranges' revisions can be read.
 func (m *Machine) checkTxn(t *Txn, path []bool, actor *Actor) error {
-	_, err := m.checkOps(t, path, actor)
-	return err
+	// In etcd's order: every put on the path first, then every range.
+	for _, ranges := range []bool{false, true} {
+		if _, err := m.checkOps(t, path, actor, ranges); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-func (m *Machine) checkOps(t *Txn, path []bool, actor *Actor) ([]bool, error) {
+// checkOps checks the puts of t's chosen path, or its ranges, nested
+// Txns included, and returns what is left of the path.
+func (m *Machine) checkOps(t *Txn, path []bool, actor *Actor, ranges bool) ([]bool, error) {
 	ok := path[0]
 	path = path[1:]
 	for _, op := range t.branch(ok) {
 		switch op.Type {
 		case OpRange:
+			if !ranges {
+				continue
+			}
 			if err := m.checkRevision(op.Revision); err != nil {
 				return nil, err
 			}
 		case OpPut:
+			if ranges {
+				continue
+			}
+			if op.IgnoreValue || op.IgnoreLease {
+				if _, found := m.keys.Get(&KeyValue{Key: op.Key}); !found {
+					return nil, fmt.Errorf("%w: %q", ErrKeyNotFound, op.Key)
+				}
+			}
 			if op.Lease != 0 {
 				s, found := m.sessionByLease(op.Lease)
 				if !found {
@@ -256,18 +274,13 @@ func (m *Machine) checkOps(t *Txn, path []bool, actor *Actor) ([]bool, error) {
 					return nil, err
 				}
 			}
-			if op.IgnoreValue || op.IgnoreLease {
-				if _, found := m.keys.Get(&KeyValue{Key: op.Key}); !found {
-					return nil, fmt.Errorf("%w: %q", ErrKeyNotFound, op.Key)
-				}
-			}
 		case OpDelete:
 		case OpTxn:
 			if op.Txn == nil {
 				return nil, fmt.Errorf("%w: a nested Txn operation without its Txn", ErrUnknownCommand)
 			}
 			var err error
-			if path, err = m.checkOps(op.Txn, path, actor); err != nil {
+			if path, err = m.checkOps(op.Txn, path, actor, ranges); err != nil {
 				return nil, err
 			}
 		default:

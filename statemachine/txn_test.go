@@ -283,3 +283,68 @@ func TestWritesAndReadTxn(t *testing.T) {
 	}
 	expect(t, "state after the reads", string(snapshotBytes(t, m)), string(before))
 }
+
+// What etcd answers first when a Txn fails more than one check: every
+// put on the chosen path is checked before any range, and a put's key
+// (for ignore_value) before its lease.
+func TestTxnChecksInEtcdsOrder(t *testing.T) {
+	m := New()
+	applyOK(t, m, 1, v5)
+	farRange := TxnOp{Type: OpRange, Key: "a", Revision: 100}
+	unknownLease := TxnOp{Type: OpPut, Key: "a", Lease: 999}
+	res := m.Apply(2, Txn{Success: []TxnOp{farRange, unknownLease}})
+	if !errors.Is(res.Err, ErrSessionNotFound) {
+		t.Errorf("a future range, then a put on an unknown lease: got = %v, expected: %v", res.Err, ErrSessionNotFound)
+	}
+	ignoring := TxnOp{Type: OpPut, Key: "absent", Lease: 999, IgnoreValue: true}
+	res = m.Apply(3, Txn{Success: []TxnOp{{Type: OpTxn, Txn: &Txn{Success: []TxnOp{ignoring}}}}})
+	if !errors.Is(res.Err, ErrKeyNotFound) {
+		t.Errorf("a nested put ignoring the value of an absent key on an unknown lease: got = %v, expected: %v", res.Err, ErrKeyNotFound)
+	}
+	expect(t, "KV revision after refusals", m.KVRevision(), int64(1))
+}
+
+// A watch's prev_kv is the key as it was before the event's revision,
+// even when the same Txn wrote the key first: etcd reads it at the
+// revision before.
+func TestEventPrevIsTheKeyBeforeTheCommand(t *testing.T) {
+	m := New()
+	applyOK(t, m, 1, v5)
+	applyOK(t, m, 2, Txn{Success: []TxnOp{{Type: OpPut, Key: "a", Value: "old"}}})
+	res := applyOK(t, m, 3, Txn{Success: []TxnOp{{Type: OpPut, Key: "a", Value: "new"}, {Type: OpDelete, Key: "a", End: "\x00"}}})
+	if len(res.Events) != 2 {
+		t.Fatalf("events: got = %+v, expected: a put and a delete", res.Events)
+	}
+	for _, e := range res.Events {
+		if e.PrevKV == nil || e.PrevKV.Value != "old" {
+			t.Errorf("%v event's prev: got = %+v, expected: the key before the Txn (old)", e.Type, e.PrevKV)
+		}
+	}
+	var replayed []Event
+	if err := m.KeyEvents(3, func(e Event) bool { replayed = append(replayed, e); return true }); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range replayed {
+		if e.PrevKV == nil || e.PrevKV.Value != "old" {
+			t.Errorf("replayed %v event's prev: got = %+v, expected: old", e.Type, e.PrevKV)
+		}
+	}
+	// A key the Txn creates had no previous version.
+	res = applyOK(t, m, 4, Txn{Success: []TxnOp{{Type: OpPut, Key: "b", Value: "1"}, {Type: OpDelete, Key: "b", End: "\x00"}}})
+	for _, e := range res.Events {
+		if e.PrevKV != nil {
+			t.Errorf("%v event of a key the Txn created: prev got = %+v, expected: none", e.Type, e.PrevKV)
+		}
+	}
+}
+
+// Compact 0 on a store never compacted succeeds, as etcd's does (its
+// compact revision starts at -1); a second one is refused.
+func TestCompactZeroOnAFreshStore(t *testing.T) {
+	m := New()
+	applyOK(t, m, 1, v5)
+	applyOK(t, m, 2, Compact{Revision: 0})
+	if res := m.Apply(3, Compact{Revision: 0}); !errors.Is(res.Err, ErrCompacted) {
+		t.Errorf("a second Compact 0: got = %v, expected: %v", res.Err, ErrCompacted)
+	}
+}
