@@ -27,6 +27,10 @@ type Status struct {
 	LastContact time.Time
 }
 
+// Term is the raft term this node knows: cheap, without Status's other
+// reads.
+func (n *Node) Term() uint64 { return n.raft.CurrentTerm() }
+
 // Status reports this node's view of itself.
 func (n *Node) Status() Status {
 	addr, id := n.raft.LeaderWithID()

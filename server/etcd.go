@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -251,9 +252,27 @@ func (b etcdBackend) Sizes() etcdapi.Sizes {
 	return etcdapi.Sizes{MaxKeyBytes: b.s.cfg.Limits.MaxNameBytes, MaxValueBytes: b.s.cfg.Limits.MaxValueBytes}
 }
 
+// Ident is in every response header, so it reads nothing that costs a
+// trip through raft's loop: the cluster ID is cached (etcdIdent).
 func (b etcdBackend) Ident() (cluster, member, term uint64) {
-	st := b.s.node.Status()
-	return b.s.etcdClusterID(), memberID(st.ID), st.Term
+	return b.s.etcdIdent.cluster(b.s), memberID(b.s.node.ID()), b.s.node.Term()
+}
+
+// etcdIdentCache holds the etcd cluster ID, which reading the raft
+// configuration gives, for a few seconds: membership changes rarely.
+type etcdIdentCache struct {
+	mu      sync.Mutex
+	id      uint64
+	expires time.Time
+}
+
+func (c *etcdIdentCache) cluster(s *Server) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := time.Now(); now.After(c.expires) {
+		c.id, c.expires = s.etcdClusterID(), now.Add(5*time.Second)
+	}
+	return c.id
 }
 
 // memberID is the etcd member ID of a raft server ID: etcd's IDs are

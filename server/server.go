@@ -92,6 +92,7 @@ type Server struct {
 	etcd          *grpc.Server
 	etcdAdvertise string
 	etcdTLS       *tls.Config // nil: cleartext
+	etcdIdent     etcdIdentCache
 	etcdPeers     etcdConns
 	discovery     discovery
 
