@@ -5,7 +5,6 @@ package etcd
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -26,10 +25,6 @@ import (
 // or through a follower only, which must forward its keep-alives to the
 // new leader.
 func TestFailoverSessionKeepsLockAndLeadershipAcrossLeaderKill(t *testing.T) {
-	// proccluster builds cmd/tenure in the working directory's module:
-	// this module's go.sum covers what the tests import, not the server,
-	// so build in the core module's directory, as tenureBinary does.
-	t.Chdir(filepath.Join("..", ".."))
 	t.Run("ThroughTheLeader", func(t *testing.T) { testFailover(t, true) })
 	t.Run("ThroughAFollower", func(t *testing.T) { testFailover(t, false) })
 }

@@ -13,14 +13,12 @@ package etcd
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,13 +31,7 @@ import (
 )
 
 // TestMain removes the tenure binary the tests built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { proccluster.Main(m) }
 
 // target is one server speaking the etcd v3 API.
 type target struct {
@@ -99,13 +91,6 @@ func startEtcd(t *testing.T) string {
 
 // --- tenure ---
 
-var (
-	binOnce sync.Once
-	binDir  string
-	binPath string
-	binErr  error
-)
-
 // tenureBinary builds cmd/tenure once per test binary, or returns
 // $TENURE_BINARY when set (a binary built from another tree). It builds in
 // the core module's directory: this module's go.sum covers what the tests
@@ -115,24 +100,7 @@ func tenureBinary(t *testing.T) string {
 	if bin := os.Getenv("TENURE_BINARY"); bin != "" {
 		return bin
 	}
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "tenure-e2e-etcd-bin-")
-		if binErr != nil {
-			return
-		}
-		path := filepath.Join(binDir, "tenure")
-		cmd := exec.Command("go", "build", "-o", path, "./cmd/tenure")
-		cmd.Dir = filepath.Join("..", "..")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("go build ./cmd/tenure: %v\n%s", err, out)
-			return
-		}
-		binPath = path
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
+	return proccluster.Binary(t)
 }
 
 // startTenure runs one Tenure node with the etcd API on a free loopback

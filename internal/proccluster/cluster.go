@@ -58,7 +58,16 @@ func Binary(t testing.TB) string {
 			return
 		}
 		path := filepath.Join(binDir, "tenure")
-		out, err := exec.Command("go", "build", "-o", path, "github.com/tenurehq/tenure/cmd/tenure").CombinedOutput()
+		// Built in the core module, whose go.sum covers the server, also
+		// when the tests are those of another module (e2e/etcd).
+		dir, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/tenurehq/tenure").Output()
+		if err != nil {
+			binError = fmt.Errorf("find the core module: %v", err)
+			return
+		}
+		build := exec.Command("go", "build", "-o", path, "./cmd/tenure")
+		build.Dir = strings.TrimSpace(string(dir))
+		out, err := build.CombinedOutput()
 		if err != nil {
 			binError = fmt.Errorf("go build ./cmd/tenure: %v\n%s", err, out)
 			return
