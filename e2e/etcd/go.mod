@@ -25,8 +25,10 @@ require (
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
 	github.com/tenurehq/tenure/api v0.0.0-00010101000000-000000000000 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.5.35 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.uber.org/atomic v1.7.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
 	go.uber.org/multierr v1.11.0 // indirect

@@ -102,8 +102,8 @@ type Node struct {
 	API, Direct string
 	// Peer is the raft address other nodes dial (its proxy), also the
 	// node's raft ID.
-	Peer                string
-	peerListen          string
+	Peer       string
+	peerListen string
 	// Etcd is the address etcd clients reach the node's etcd API at (its
 	// proxy, which partitions cut like the others); etcdListen is the
 	// node's own listener.
