@@ -280,7 +280,7 @@ var leaseEventNames = map[tenurev1.LeaseEventType]string{
 // event carries Err). It resumes across endpoint failures without
 // skipping events.
 func (c *Client) WatchLeases(ctx context.Context, o ListOptions, from int64) <-chan LeaseEvent {
-	return watchInto(ctx, c, "WatchLeases", from,
+	return watchInto(ctx, c, "WatchLeases", from, true,
 		func(ctx context.Context, ep *endpoint, from int64) (*connect.ServerStreamForClient[tenurev1.LeaseEvent], error) {
 			return ep.leases.Watch(ctx, connect.NewRequest(&tenurev1.WatchLeasesRequest{Namespace: o.Namespace, AllNamespaces: o.AllNamespaces, StartRevision: from}))
 		},

@@ -6,11 +6,16 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 )
 
 // follow feeds a watch stream to deliver, in revision order from
-// revision from, resuming after the last revision delivered when a
-// stream or an endpoint fails. It ends when ctx ends, deliver returns
+// revision from, resuming where it stopped when a stream or an endpoint
+// fails: at the last revision delivered, whose events it had already
+// delivered are skipped, since the events of one command may share a
+// revision (keys' KV revision) and the stream may have broken between
+// them. It ends when ctx ends, deliver returns
 // false, or on a failure a reconnect cannot fix — the history no longer
 // has the next revision, the request is invalid, or every retry failed —
 // which it hands to fail.
@@ -20,6 +25,10 @@ func follow[M any](ctx context.Context, c *Client, op string, from int64,
 	fail func(error),
 ) {
 	failures := 0
+	// last is the revision of the last message delivered and seen how
+	// many were delivered at it; a resumed stream replays them first.
+	var last int64
+	seen := 0
 	for ctx.Err() == nil {
 		ep, err := c.endpoint()
 		if err != nil {
@@ -28,10 +37,23 @@ func follow[M any](ctx context.Context, c *Client, op string, from int64,
 		}
 		st, err := open(ctx, ep, from)
 		if err == nil {
+			skip := 0
+			if from == last && last > 0 {
+				skip = seen
+			}
 			for st.Receive() {
 				failures = 0
+				if skip > 0 {
+					skip--
+					continue
+				}
 				rev, more := deliver(st.Msg())
-				from = rev + 1
+				if rev == last {
+					seen++
+				} else {
+					last, seen = rev, 1
+				}
+				from = last
 				if !more {
 					st.Close()
 					return
@@ -60,9 +82,22 @@ func follow[M any](ctx context.Context, c *Client, op string, from int64,
 }
 
 // currentRevision pins where a watch "from now" starts, so that a
-// reconnect resumes rather than skips.
-func (c *Client) currentRevision(ctx context.Context) (int64, error) {
-	_, rev, _, err := c.KV().Range(ctx, "", 1)
+// reconnect resumes rather than skips: the keys' revision for a key
+// watch, the global revision for a lease watch (a server from before
+// keys had a clock of their own answers the one revision for both).
+func (c *Client) currentRevision(ctx context.Context, global bool) (int64, error) {
+	var rev int64
+	err := c.do(ctx, "Range", idempotent, func(ctx context.Context, ep *endpoint) error {
+		resp, err := ep.kv.Range(ctx, connect.NewRequest(&tenurev1.RangeRequest{Limit: 1}))
+		if err != nil {
+			return err
+		}
+		rev = resp.Msg.GetRevision()
+		if g := resp.Msg.GetGlobalRevision(); global && g > 0 {
+			rev = g
+		}
+		return nil
+	})
 	return rev, err
 }
 
@@ -71,7 +106,7 @@ func (c *Client) currentRevision(ctx context.Context) (int64, error) {
 // sending errEvent for the error that ended the watch. from == 0 means
 // "from now", pinned before watchInto returns, so that every change made
 // once it has returned is sent.
-func watchInto[M, E any](ctx context.Context, c *Client, op string, from int64,
+func watchInto[M, E any](ctx context.Context, c *Client, op string, from int64, global bool,
 	open func(ctx context.Context, ep *endpoint, from int64) (*connect.ServerStreamForClient[M], error),
 	convert func(msg *M) (revision int64, ev E),
 	errEvent func(error) E,
@@ -79,7 +114,7 @@ func watchInto[M, E any](ctx context.Context, c *Client, op string, from int64,
 	var pinErr error
 	if from == 0 {
 		var rev int64
-		if rev, pinErr = c.currentRevision(ctx); pinErr == nil {
+		if rev, pinErr = c.currentRevision(ctx, global); pinErr == nil {
 			from = rev + 1
 		}
 	}

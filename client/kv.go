@@ -104,7 +104,8 @@ func (kv *KV) Get(ctx context.Context, key string, opts ...ReadOption) (KeyValue
 }
 
 // Range returns up to limit keys with the prefix (0 = all), sorted, the
-// store revision of the read, and whether more were left out.
+// keys' revision (the KV revision) at the read, and whether more were
+// left out.
 func (kv *KV) Range(ctx context.Context, prefix string, limit int64, opts ...ReadOption) (kvs []KeyValue, revision int64, more bool, err error) {
 	o := readOpts(opts)
 	err = kv.c.do(ctx, "Range", idempotent, func(ctx context.Context, ep *endpoint) error {
@@ -291,7 +292,7 @@ func (kv *KV) Watch(ctx context.Context, key string, opts ...WatchOption) <-chan
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return watchInto(ctx, kv.c, "Watch", o.revision,
+	return watchInto(ctx, kv.c, "Watch", o.revision, false,
 		func(ctx context.Context, ep *endpoint, from int64) (*connect.ServerStreamForClient[tenurev1.WatchEvent], error) {
 			return ep.kv.Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Key: key, Prefix: o.prefix, StartRevision: from}))
 		},

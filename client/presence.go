@@ -267,7 +267,7 @@ func (c *Client) Live(ctx context.Context, namespace, selector string) <-chan Li
 			if err != nil {
 				return LiveSet{}, err
 			}
-			rev, err := c.currentRevision(ctx)
+			rev, err := c.currentRevision(ctx, true)
 			if err != nil {
 				return LiveSet{}, err
 			}

@@ -147,7 +147,7 @@ func TestNoPrincipalWinsARaceThroughAFollowerOfASecureCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rev := r.Msg.GetRevision()
+	rev := r.Msg.GetGlobalRevision() // the next session IDs
 	var denied atomic.Int64
 	beatCtx, stopBeating := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -892,18 +892,18 @@ func TestCLIShortTTLNeedsNoOtherFlags(t *testing.T) {
 // exact.
 func TestCLIKVWalkthrough(t *testing.T) {
 	e := newCLIEnv(t)
-	e.expect(0, "unlocked\n", "", "kv", "set", "my-lock", "unlocked")                            // rev 1
-	e.expect(0, "alice\n", "", "kv", "set", "my-lock", "alice", "--swap-with-value", "unlocked") // rev 2
-	e.expect(1, "", "Error: compare failed ([unlocked != alice]) [2]\n", "kv", "set", "my-lock", "bob", "--swap-with-value", "unlocked")
+	e.expect(0, "unlocked\n", "", "kv", "set", "my-lock", "unlocked")                            // rev 2 (a new store is at 1)
+	e.expect(0, "alice\n", "", "kv", "set", "my-lock", "alice", "--swap-with-value", "unlocked") // rev 3
+	e.expect(1, "", "Error: compare failed ([unlocked != alice]) [3]\n", "kv", "set", "my-lock", "bob", "--swap-with-value", "unlocked")
 	e.expect(0, "alice\n", "", "kv", "get", "my-lock")
-	e.expect(0, "unlocked\n", "", "kv", "set", "my-lock", "unlocked", "--swap-with-value", "alice") // rev 3
+	e.expect(0, "unlocked\n", "", "kv", "set", "my-lock", "unlocked", "--swap-with-value", "alice") // rev 4
 	e.expect(0, "unlocked\n", "", "kv", "get", "my-lock")
 
 	// The leased form: a TTL, renewed by the holder.
-	e.expect(0, "alice\n", "", "kv", "mk", "my-lock2", "alice", "--ttl", "10") // rev 4
-	e.expect(1, "", "Error: key already exists (my-lock2) [4]\n", "kv", "mk", "my-lock2", "bob", "--ttl", "10")
-	e.expect(0, "alice\n", "", "kv", "set", "my-lock2", "alice", "--ttl", "10", "--swap-with-value", "alice") // rev 5
-	e.expect(1, "", "Error: compare failed ([bob != alice]) [5]\n", "kv", "set", "my-lock2", "bob", "--ttl", "10", "--swap-with-value", "bob")
+	e.expect(0, "alice\n", "", "kv", "mk", "my-lock2", "alice", "--ttl", "10") // rev 5
+	e.expect(1, "", "Error: key already exists (my-lock2) [5]\n", "kv", "mk", "my-lock2", "bob", "--ttl", "10")
+	e.expect(0, "alice\n", "", "kv", "set", "my-lock2", "alice", "--ttl", "10", "--swap-with-value", "alice") // rev 6
+	e.expect(1, "", "Error: compare failed ([bob != alice]) [6]\n", "kv", "set", "my-lock2", "bob", "--ttl", "10", "--swap-with-value", "bob")
 	e.expect(0, "alice\n", "", "kv", "get", "my-lock2")
 }
 
@@ -917,13 +917,15 @@ func TestCLIKVBasics(t *testing.T) {
 	e.expect(0, "jobs/a\n1\njobs/b\n2\n", "", "kv", "range", "jobs/")
 	e.expect(0, "jobs/a\n1\n", "", "kv", "range", "jobs/", "--limit", "1")
 	e.expect(0, "", "", "kv", "range", "none/")
-	e.expect(1, "", "Error: key not found (jobs/c) [3]\n", "kv", "set", "jobs/c", "3", "--swap-with-value", "x")
-	// jobs/b was written at revision 2.
-	e.expect(1, "", "Error: compare failed ([1 != 2]) [3]\n", "kv", "set", "jobs/b", "3", "--swap-with-revision", "1")
-	e.expect(0, "3\n", "", "kv", "set", "jobs/b", "3", "--swap-with-revision", "2") // rev 4
-	e.expect(0, "1\n", "", "kv", "del", "jobs/a")                                   // rev 5
+	// Keys have etcd's clock: a new store is at revision 1, so the three
+	// puts were revisions 2, 3 and 4.
+	e.expect(1, "", "Error: key not found (jobs/c) [4]\n", "kv", "set", "jobs/c", "3", "--swap-with-value", "x")
+	// jobs/b was written at revision 3.
+	e.expect(1, "", "Error: compare failed ([1 != 3]) [4]\n", "kv", "set", "jobs/b", "3", "--swap-with-revision", "1")
+	e.expect(0, "3\n", "", "kv", "set", "jobs/b", "3", "--swap-with-revision", "3") // rev 5
+	e.expect(0, "1\n", "", "kv", "del", "jobs/a")                                   // rev 6
 	e.expect(0, "0\n", "", "kv", "del", "jobs/a")
-	e.expect(0, "1\n", "", "kv", "del", "--prefix", "jobs/") // rev 6
+	e.expect(0, "1\n", "", "kv", "del", "--prefix", "jobs/") // rev 7
 	e.expect(0, "", "", "kv", "range", "jobs/")
 	e.expect(0, "x\n", "", "kv", "get", "other")
 

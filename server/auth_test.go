@@ -306,7 +306,7 @@ func (as *authServer) revision(t *testing.T, ctx context.Context) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r.Msg.Revision
+	return r.Msg.GlobalRevision // session IDs and tokens are global revisions
 }
 
 // Expected outcomes of a matrix cell.

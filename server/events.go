@@ -13,6 +13,9 @@ import (
 type watchSpec struct {
 	start  int64
 	filter func(*statemachine.Event) bool
+	// keys is set for a key watch: start and the events' revisions are
+	// the keys' KV revisions (keywatch.go).
+	keys bool
 }
 
 // leaseWatch checks a lease watch: every namespace, or one (default
@@ -50,7 +53,7 @@ func (l Limits) keyWatch(key string, prefix bool, start int64) (watchSpec, error
 	if err := startRevision(start); err != nil {
 		return watchSpec{}, err
 	}
-	return watchSpec{start: start, filter: watch.KeyFilter(key, prefix)}, nil
+	return watchSpec{start: start, filter: watch.KeyFilter(key, prefix), keys: true}, nil
 }
 
 func startRevision(start int64) error {
@@ -86,7 +89,7 @@ func (s *Server) streamEvents(ctx context.Context, spec watchSpec, send func(*st
 // feedEvents is streamEvents without the slot, for a grant watch, which
 // holds a wait slot instead.
 func (s *Server) feedEvents(ctx context.Context, spec watchSpec, send func(*statemachine.Event) error) error {
-	w, err := s.hub.Watch(spec.start, spec.filter)
+	w, err := s.openWatch(spec)
 	if err != nil {
 		return toConnect(err)
 	}
@@ -103,7 +106,7 @@ func (s *Server) feedEvents(ctx context.Context, spec watchSpec, send func(*stat
 // request's goroutine and starts one goroutine that ends with it. The
 // Connect watches (streamEvents) and the NDJSON ones share it; it is
 // split from the registration so that watchHTTP can answer in between.
-func (s *Server) pumpEvents(ctx context.Context, w *watch.Watcher, send func(*statemachine.Event) error) error {
+func (s *Server) pumpEvents(ctx context.Context, w eventSource, send func(*statemachine.Event) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {

@@ -116,7 +116,7 @@ func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, spec watchSpe
 		return
 	}
 	defer release()
-	watcher, err := s.hub.Watch(spec.start, spec.filter)
+	watcher, err := s.openWatch(spec)
 	if err != nil {
 		httpError(w, toConnect(err))
 		return

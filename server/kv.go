@@ -14,6 +14,24 @@ import (
 
 type kvService struct{ s *Server }
 
+// The KV API answers in the keys' clock, the KV revision (statemachine
+// mvcc.go), which keys' create and mod revisions and key watches use;
+// before cluster version 5, keys took the global revision.
+func keyClock(m *statemachine.Machine) int64 {
+	if r := m.KVRevision(); r > 0 {
+		return r
+	}
+	return m.Revision()
+}
+
+// keyRevision is keyClock after a command.
+func keyRevision(res statemachine.Result) int64 {
+	if res.KVRevision > 0 {
+		return res.KVRevision
+	}
+	return res.Revision
+}
+
 func (h *kvService) Get(ctx context.Context, req *connect.Request[tenurev1.GetRequest]) (*connect.Response[tenurev1.GetResponse], error) {
 	key := req.Msg.GetKey()
 	if err := h.s.cfg.Limits.name("key", key); err != nil {
@@ -25,7 +43,7 @@ func (h *kvService) Get(ctx context.Context, req *connect.Request[tenurev1.GetRe
 		if !ok {
 			return fmt.Errorf("%w: %q", statemachine.ErrKeyNotFound, key)
 		}
-		out.Kv, out.Revision = kvProto(&kv), m.Revision()
+		out.Kv, out.Revision = kvProto(&kv), keyClock(m)
 		return nil
 	})
 	if err != nil {
@@ -47,7 +65,7 @@ func (h *kvService) Range(ctx context.Context, req *connect.Request[tenurev1.Ran
 		for i := range kvs {
 			out.Kvs = append(out.Kvs, kvProto(&kvs[i]))
 		}
-		out.More, out.Revision = more, m.Revision()
+		out.More, out.Revision, out.GlobalRevision = more, keyClock(m), m.Revision()
 		return nil
 	})
 	if err != nil {
@@ -84,7 +102,7 @@ func (h *kvService) Put(ctx context.Context, req *connect.Request[tenurev1.PutRe
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	out := &tenurev1.PutResponse{Revision: res.Revision}
+	out := &tenurev1.PutResponse{Revision: keyRevision(res)}
 	if h.s.mayRead(ctx, req.Msg.GetKey()) {
 		out.PrevKv = kvProto(res.PrevKV)
 	}
@@ -106,7 +124,7 @@ func (h *kvService) Delete(ctx context.Context, req *connect.Request[tenurev1.De
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&tenurev1.DeleteResponse{Deleted: res.Deleted, Revision: res.Revision}), nil
+	return connect.NewResponse(&tenurev1.DeleteResponse{Deleted: res.Deleted, Revision: keyRevision(res)}), nil
 }
 
 // CompareAndSwap fails with FailedPrecondition when the compare does not
@@ -158,13 +176,13 @@ func (h *kvService) CompareAndSwap(ctx context.Context, req *connect.Request[ten
 		ce := toConnect(err)
 		var cerr *connect.Error
 		if errors.As(ce, &cerr) {
-			if detail, derr := connect.NewErrorDetail(&tenurev1.GetResponse{Kv: kv, Revision: res.Revision}); derr == nil {
+			if detail, derr := connect.NewErrorDetail(&tenurev1.GetResponse{Kv: kv, Revision: keyRevision(res)}); derr == nil {
 				cerr.AddDetail(detail)
 			}
 		}
 		return nil, ce
 	}
-	return connect.NewResponse(&tenurev1.CompareAndSwapResponse{Revision: res.Revision, Kv: kvProto(res.KV)}), nil
+	return connect.NewResponse(&tenurev1.CompareAndSwapResponse{Revision: keyRevision(res), Kv: kvProto(res.KV)}), nil
 }
 
 func (h *kvService) Watch(ctx context.Context, req *connect.Request[tenurev1.WatchRequest], stream *connect.ServerStream[tenurev1.WatchEvent]) error {

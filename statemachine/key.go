@@ -63,7 +63,7 @@ func (m *Machine) deleteKey(kv *KeyValue, typ EventType) {
 	rev, sub := m.nextKeyRevision()
 	prev := m.eventPrev(kv.Key, kv, rev)
 	if m.usesKVRevision() {
-		m.recordVersion(&version{Key: kv.Key, Main: rev, Sub: sub})
+		m.recordVersion(&version{Key: kv.Key, Main: rev, Sub: sub, Expired: typ == EventKeyExpired})
 	}
 	m.emit(Event{Type: typ, SessionID: kv.SessionID, KV: &KeyValue{Key: kv.Key, ModRevision: rev}, PrevKV: prev})
 }

@@ -41,6 +41,9 @@ type version struct {
 	Main int64
 	Sub  int64
 	KV   *KeyValue
+	// Expired marks a deletion by the key's TTL, which the native watch
+	// reports as such.
+	Expired bool
 }
 
 func versionLess(a, b *version) bool {
@@ -198,6 +201,9 @@ func (m *Machine) KeyEvents(from int64, fn func(Event) bool) error {
 		e := Event{Type: EventKeyPut, Time: 0}
 		if v.KV == nil {
 			e.Type = EventKeyDeleted
+			if v.Expired {
+				e.Type = EventKeyExpired
+			}
 			e.KV = &KeyValue{Key: v.Key, ModRevision: v.Main}
 		} else {
 			kv := *v.KV

@@ -38,6 +38,8 @@ type keyVersion struct {
 	Main int64     `json:"main"`
 	Sub  int64     `json:"sub,omitempty"`
 	KV   *KeyValue `json:"kv,omitempty"`
+
+	Expired bool `json:"expired,omitempty"`
 }
 
 // Snapshot writes the whole state. Two machines that applied the same
@@ -59,7 +61,7 @@ func (m *Machine) Snapshot(w io.Writer) error {
 		EtcdAddresses:   m.etcdAddrs,
 	}
 	for _, v := range m.history.byRev {
-		snap.History = append(snap.History, keyVersion{Key: v.Key, Main: v.Main, Sub: v.Sub, KV: v.KV})
+		snap.History = append(snap.History, keyVersion{Key: v.Key, Main: v.Main, Sub: v.Sub, KV: v.KV, Expired: v.Expired})
 	}
 	snap.Keys, _ = m.Range("", 0)
 	if err := json.NewEncoder(w).Encode(&snap); err != nil {
@@ -139,7 +141,7 @@ func (m *Machine) Restore(r io.Reader) error {
 	// A version that is the key as it is shares its KeyValue with the
 	// key tree, as it did before the snapshot.
 	for _, sv := range snap.History {
-		v := &version{Key: sv.Key, Main: sv.Main, Sub: sv.Sub, KV: sv.KV}
+		v := &version{Key: sv.Key, Main: sv.Main, Sub: sv.Sub, KV: sv.KV, Expired: sv.Expired}
 		if cur, ok := next.keys.Get(&KeyValue{Key: sv.Key}); ok && sv.KV != nil && *cur == *sv.KV {
 			v.KV = cur
 		}

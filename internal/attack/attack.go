@@ -199,13 +199,14 @@ func (r Race) Run(ctx context.Context) (Report, error) {
 	return rep, nil
 }
 
-// revision is the store's revision as the attacker reads it.
+// revision is the store's global revision as the attacker reads it: the
+// next session IDs and tokens are the revisions after it.
 func (r Race) revision(ctx context.Context) int64 {
 	res, err := r.Attacker.KV.Range(ctx, connect.NewRequest(&tenurev1.RangeRequest{Prefix: r.AttackerKeys, Limit: 1}))
 	if err != nil {
 		return 0
 	}
-	return res.Msg.GetRevision()
+	return res.Msg.GetGlobalRevision()
 }
 
 // salvo is every call the attacker aims at id, as a session ID and as a

@@ -278,7 +278,7 @@ func TestEveryCommandHasHelpWithExamples(t *testing.T) {
 func TestCommandsAreGrouped(t *testing.T) {
 	want := map[string]string{
 		"lock": "run", "elect": "run", "heartbeat": "run",
-		"get": "inspect", "validate": "inspect", "revoke": "inspect", "lease": "inspect", "watch": "inspect",
+		"get": "inspect", "validate": "inspect", "validate-key": "inspect", "etcd": "keys", "revoke": "inspect", "lease": "inspect", "watch": "inspect",
 		"kv": "keys", "serve": "server", "members": "server", "snapshot": "server", "dev": "server", "bench": "server", "certs": "server",
 		"auth": "server",
 	}

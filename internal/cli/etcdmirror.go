@@ -30,8 +30,9 @@ var errMirrorCompacted = errors.New("the source compacted revisions the mirror h
 // NewEtcdCommand builds `tenure etcd`, the commands for moving from etcd.
 func NewEtcdCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "etcd",
-		Short: "Move from etcd: mirror a running etcd's keys into Tenure",
+		Use:     "etcd",
+		Short:   "Move from etcd: mirror a running etcd's keys into Tenure",
+		Example: `  tenure etcd mirror --from 10.0.0.1:2379 --to 127.0.0.1:2379 --prefix /app/`,
 	}
 	cmd.AddCommand(newEtcdMirrorCommand(g))
 	return cmd

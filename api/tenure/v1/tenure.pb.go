@@ -3647,13 +3647,19 @@ func (x *RangeRequest) GetStale() bool {
 }
 
 type RangeResponse struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Kvs      []*KeyValue            `protobuf:"bytes,1,rep,name=kvs,proto3" json:"kvs,omitempty"`
-	Revision int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kvs   []*KeyValue            `protobuf:"bytes,1,rep,name=kvs,proto3" json:"kvs,omitempty"`
+	// The keys' revision (the KV revision, which keys' create and mod
+	// revisions and key watches use) when the range was read.
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
 	// more is true when limit cut the result.
-	More          bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	More bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	// The store's global revision when the range was read: where a lease
+	// watch "from now" starts. Sessions and fencing tokens are global
+	// revisions; keys have a clock of their own (revision).
+	GlobalRevision int64 `protobuf:"varint,4,opt,name=global_revision,json=globalRevision,proto3" json:"global_revision,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RangeResponse) Reset() {
@@ -3705,6 +3711,13 @@ func (x *RangeResponse) GetMore() bool {
 		return x.More
 	}
 	return false
+}
+
+func (x *RangeResponse) GetGlobalRevision() int64 {
+	if x != nil {
+		return x.GlobalRevision
+	}
+	return 0
 }
 
 type PutRequest struct {
@@ -5702,11 +5715,12 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\fRangeRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x14\n" +
-	"\x05stale\x18\x03 \x01(\bR\x05stale\"f\n" +
+	"\x05stale\x18\x03 \x01(\bR\x05stale\"\x8f\x01\n" +
 	"\rRangeResponse\x12%\n" +
 	"\x03kvs\x18\x01 \x03(\v2\x13.tenure.v1.KeyValueR\x03kvs\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x12\n" +
-	"\x04more\x18\x03 \x01(\bR\x04more\"\x80\x01\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\x12'\n" +
+	"\x0fglobal_revision\x18\x04 \x01(\x03R\x0eglobalRevision\"\x80\x01\n" +
 	"\n" +
 	"PutRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
