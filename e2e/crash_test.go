@@ -275,8 +275,11 @@ type workload struct {
 	leases []*leaseWorker
 
 	counter     int64 // the counter's value at the last check: known exactly
-	revisions   map[int64]string
-	maxRevision int64
+	// revisions maps each acknowledged revision, per clock ("key" for
+	// keys' KV revisions, "global" for grants), to what made it.
+	revisions   map[string]string
+	maxRevision int64 // the highest acknowledged key revision
+	maxGlobal   int64 // the highest acknowledged global revision
 	rounds      int
 	loads       []time.Duration
 	errCodes    map[string]int
@@ -291,7 +294,7 @@ type workload struct {
 
 func newWorkload(t *testing.T, ctx context.Context, api *apiClients) *workload {
 	t.Helper()
-	w := &workload{revisions: map[int64]string{}, errCodes: map[string]int{}}
+	w := &workload{revisions: map[string]string{}, errCodes: map[string]int{}}
 	for i := range putWorkers {
 		w.puts = append(w.puts, &putWorker{key: fmt.Sprintf("crash/w%d", i)})
 	}
@@ -304,7 +307,7 @@ func newWorkload(t *testing.T, ctx context.Context, api *apiClients) *workload {
 	if err != nil {
 		t.Fatalf("put %s: %v", counterKey, err)
 	}
-	w.ack(resp.Msg.Revision, "put "+counterKey+"=0")
+	w.ack("key", resp.Msg.Revision, "put "+counterKey+"=0")
 	for i := range leaseWorkers {
 		identity := fmt.Sprintf("crash-lease-%d", i)
 		resp, err := call(ctx, func(ctx context.Context) (*connect.Response[tenurev1.OpenSessionResponse], error) {
@@ -321,12 +324,19 @@ func newWorkload(t *testing.T, ctx context.Context, api *apiClients) *workload {
 // ack records the revision of an acknowledged mutation. Every mutation
 // makes exactly one revision, so a revision acknowledged twice means the
 // server handed out a revision again after forgetting an earlier write.
-func (w *workload) ack(rev int64, what string) []string {
-	if prev, ok := w.revisions[rev]; ok {
-		return []string{fmt.Sprintf("revision %d acknowledged twice: got = %q, expected: only %q", rev, what, prev)}
+// Keys and grants have clocks of their own (the KV and the global
+// revision), so each is checked apart.
+func (w *workload) ack(clock string, rev int64, what string) []string {
+	id := fmt.Sprintf("%s revision %d", clock, rev)
+	if prev, ok := w.revisions[id]; ok {
+		return []string{fmt.Sprintf("%s acknowledged twice: got = %q, expected: only %q", id, what, prev)}
 	}
-	w.revisions[rev] = what
-	w.maxRevision = max(w.maxRevision, rev)
+	w.revisions[id] = what
+	if clock == "key" {
+		w.maxRevision = max(w.maxRevision, rev)
+	} else {
+		w.maxGlobal = max(w.maxGlobal, rev)
+	}
 	return nil
 }
 
@@ -381,7 +391,7 @@ func (w *workload) check(t *testing.T, ctx context.Context, api *apiClients, rou
 		problems = append(problems, p.problems...)
 		p.problems = nil
 		for _, r := range p.revs {
-			problems = append(problems, w.ack(r, fmt.Sprintf("put %s", p.key))...)
+			problems = append(problems, w.ack("key", r, fmt.Sprintf("put %s", p.key))...)
 		}
 		p.revs = nil
 		w.countErr(p.lastErr)
@@ -391,7 +401,7 @@ func (w *workload) check(t *testing.T, ctx context.Context, api *apiClients, rou
 		problems = append(problems, c.problems...)
 		c.problems = nil
 		for _, r := range c.revs {
-			problems = append(problems, w.ack(r, "compare-and-swap "+counterKey)...)
+			problems = append(problems, w.ack("key", r, "compare-and-swap "+counterKey)...)
 		}
 		c.revs = nil
 		w.countErr(c.lastErr)
@@ -401,7 +411,7 @@ func (w *workload) check(t *testing.T, ctx context.Context, api *apiClients, rou
 		problems = append(problems, l.problems...)
 		l.problems = nil
 		for _, r := range l.revs {
-			problems = append(problems, w.ack(r.rev, r.what)...)
+			problems = append(problems, w.ack("global", r.rev, r.what)...)
 		}
 		l.revs = nil
 		w.countErr(l.lastErr)
@@ -416,7 +426,12 @@ func (w *workload) check(t *testing.T, ctx context.Context, api *apiClients, rou
 		t.Fatalf("round %d: get %s after restart: %v", round, counterKey, err)
 	}
 	if cur.Msg.Revision < w.maxRevision {
-		problems = append(problems, fmt.Sprintf("revision after restart: got = %d, expected: at least %d, the highest acknowledged", cur.Msg.Revision, w.maxRevision))
+		problems = append(problems, fmt.Sprintf("key revision after restart: got = %d, expected: at least %d, the highest acknowledged", cur.Msg.Revision, w.maxRevision))
+	}
+	if r, err := api.kv.Range(ctx, connect.NewRequest(&tenurev1.RangeRequest{Limit: 1})); err != nil {
+		t.Fatalf("round %d: range after restart: %v", round, err)
+	} else if r.Msg.GetGlobalRevision() < w.maxGlobal {
+		problems = append(problems, fmt.Sprintf("global revision after restart: got = %d, expected: at least %d, the highest acknowledged", r.Msg.GetGlobalRevision(), w.maxGlobal))
 	}
 	problems = append(problems, w.checkCounter(cur.Msg.Kv)...)
 	for _, p := range w.puts {
@@ -766,7 +781,7 @@ func (l *leaseWorker) check(ctx context.Context, api *apiClients, w *workload) [
 			// and the next round releases it.
 			w.acquiresApplied++
 			l.held, l.maxToken = v.CurrentToken, v.CurrentToken
-			problems = append(problems, w.ack(v.CurrentToken, fmt.Sprintf("acquire %s (unacknowledged, found applied)", l.name))...)
+			problems = append(problems, w.ack("global", v.CurrentToken, fmt.Sprintf("acquire %s (unacknowledged, found applied)", l.name))...)
 		default:
 			problems = append(problems, fmt.Sprintf("%s: after an unacknowledged acquire: got = holder %q, tokens %v, expected: free, or held by %q with a token above %d", l.name, v.HolderIdentity, v.Tokens, l.identity, l.maxToken))
 		}
