@@ -274,7 +274,7 @@ type workload struct {
 	cas    []*casWorker
 	leases []*leaseWorker
 
-	counter     int64 // the counter's value at the last check: known exactly
+	counter int64 // the counter's value at the last check: known exactly
 	// revisions maps each acknowledged revision, per clock ("key" for
 	// keys' KV revisions, "global" for grants), to what made it.
 	revisions   map[string]string

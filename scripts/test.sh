@@ -73,11 +73,18 @@ fuzz_all() {
 
 stage gofmt gofmt_check
 stage "go vet" vet_all
+# The other modules' tests run beside the core's: most of the core's time
+# is spent waiting on its process-level tests, and the two together keep
+# both cores busy. Their output is shown after the core's.
+modules_log=$(mktemp)
+test_modules >"$modules_log" 2>&1 &
+modules_pid=$!
 # The benchmark harness's short run loads both cores with servers and
 # clients for most of a minute; run beside the fault tests it would make
 # their timing its own. It runs alone afterwards.
 stage "go test -race" go test -race -count=1 -timeout 15m $(go list ./... | grep -v '/internal/bench$')
-stage "api, client, fence, clientgo and e2e/etcd modules (go test -race)" test_modules
+modules_done() { wait "$modules_pid"; local rc=$?; cat "$modules_log"; rm -f "$modules_log"; return $rc; }
+stage "api, client, fence, clientgo and e2e/etcd modules (go test -race, beside the core's)" modules_done
 stage "go test -race ./internal/bench (alone)" go test -race -count=1 -timeout 10m ./internal/bench
 stage "fuzz (${fuzztime} each)" fuzz_all
 
