@@ -12,6 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tenurehq/tenure/statemachine"
 	"github.com/tenurehq/tenure/watch"
@@ -29,6 +31,8 @@ type fakeBackend struct {
 	done     chan struct{}
 	// deny, when set, refuses every Authorize.
 	deny bool
+	// watches counts the open watches; maxWatches (0: none) bounds them.
+	watches, maxWatches int
 }
 
 func newFakeBackend(t testing.TB) *fakeBackend {
@@ -135,6 +139,20 @@ func (f *fakeBackend) Authenticate(ctx context.Context, name, password string) (
 func (f *fakeBackend) AuthEnabled() bool { return false }
 
 func (f *fakeBackend) Done() <-chan struct{} { return f.done }
+
+func (f *fakeBackend) HoldWatch(ctx context.Context) (func(), error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.maxWatches > 0 && f.watches >= f.maxWatches {
+		return nil, status.Error(codes.ResourceExhausted, "too many watches")
+	}
+	f.watches++
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.watches--
+	}, nil
+}
 
 func (f *fakeBackend) Sizes() Sizes { return Sizes{MaxKeyBytes: 512, MaxValueBytes: 64 << 10} }
 

@@ -171,9 +171,12 @@ func (r keyRange) contains(k string) bool {
 
 // watcher is one watch of a stream; only the stream's goroutine uses it.
 type watcher struct {
-	id    int64
-	keys  keyRange
-	start int64 // the start_revision asked for
+	id int64
+	// release gives back the watch's slot of the caller's and the node's
+	// open watches (Backend.HoldWatch).
+	release func()
+	keys    keyRange
+	start   int64 // the start_revision asked for
 	// next is the first KV revision the watch has not been given.
 	next           int64
 	prevKV         bool
@@ -318,6 +321,9 @@ func (st *watchStream) close() {
 	if st.hub != nil {
 		st.hub.Close()
 	}
+	for _, w := range st.watches {
+		w.release()
+	}
 }
 
 // filter is the hub watcher's: key events in some watch's range, and the
@@ -429,6 +435,13 @@ func (st *watchStream) create(cr *pb.WatchCreateRequest) error {
 	} else {
 		w.id = cr.WatchId
 	}
+	// Each watch holds a slot of the caller's and the node's open
+	// watches, as a native watch does; a refusal names the limit.
+	release, err := st.b.HoldWatch(st.ctx)
+	if err != nil {
+		return st.refuse(toGRPC(err).Error())
+	}
+	w.release = release
 
 	// Added before the history is read, so that the hub watcher's filter
 	// takes every event after that read.
@@ -605,6 +618,9 @@ func (st *watchStream) catchUp(ws []*watcher, r round) error {
 
 // remove forgets watch id and its owed progress.
 func (st *watchStream) remove(id int64) {
+	if w := st.watches[id]; w != nil {
+		w.release()
+	}
 	delete(st.watches, id)
 	st.setRanges()
 	kept := st.progress[:0]

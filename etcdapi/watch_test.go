@@ -667,3 +667,37 @@ func (s rawWatch) expect(expected string) {
 		s.t.Fatalf("got = %q, expected: %q", got, expected)
 	}
 }
+
+// Each watch holds one of the caller's and the node's open-watch slots,
+// as a native watch does: past the limit a create is refused, and a
+// cancelled watch or a closed stream gives its slot back.
+func TestWatchHoldsAWatchSlot(t *testing.T) {
+	watchNoLeaks(t)
+	f := newFakeBackend(t)
+	f.maxWatches = 2
+	c := serve(t, f)
+	ctx := testCtx(t)
+	ctxA, cancelA := context.WithCancel(ctx)
+	watchCreated(t, ctxA, c, "a")
+	watchCreated(t, ctx, c, "b")
+	wch := c.Watch(ctx, "c", clientv3.WithCreatedNotify())
+	wr := nextWatch(t, wch)
+	if !wr.Canceled || wr.Err() == nil || !strings.Contains(wr.Err().Error(), "too many watches") {
+		t.Fatalf("a third watch over a limit of 2: got = %s (%v), expected: cancelled, naming the limit", showWatch(wr), wr.Err())
+	}
+	cancelA()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		f.mu.Lock()
+		n := f.watches
+		f.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("open watches after one was cancelled: got = %d, expected: 1", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	watchCreated(t, ctx, c, "d")
+}

@@ -14,8 +14,10 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	"github.com/tenurehq/tenure/etcdapi"
 	"github.com/tenurehq/tenure/lessor"
@@ -169,6 +171,11 @@ func etcdError(err error) error {
 // is safe to propose it again. A cluster with an older member still
 // answers "not capable", after the wait.
 func (b etcdBackend) Propose(ctx context.Context, cmd statemachine.Command) (statemachine.Result, error) {
+	if open, ok := cmd.(statemachine.OpenSession); ok {
+		// An etcd lease is a session: the same bound on an identity's.
+		open.MaxPerIdentity = b.s.cfg.Limits.MaxSessionsPerIdentity
+		cmd = open
+	}
 	deadline := time.Now().Add(versionWait)
 	for {
 		res, err := b.s.propose(ctx, cmd)
@@ -247,6 +254,14 @@ func (b etcdBackend) Authenticate(ctx context.Context, name, password string) (s
 func (b etcdBackend) AuthEnabled() bool { return b.s.auth != nil }
 
 func (b etcdBackend) Done() <-chan struct{} { return b.s.stopC }
+
+func (b etcdBackend) HoldWatch(ctx context.Context) (func(), error) {
+	release, err := b.s.holdWatch(ctx)
+	if err != nil {
+		return nil, status.Error(codes.ResourceExhausted, "etcdserver: too many watches: "+err.Error())
+	}
+	return release, nil
+}
 
 func (b etcdBackend) Sizes() etcdapi.Sizes {
 	return etcdapi.Sizes{MaxKeyBytes: b.s.cfg.Limits.MaxNameBytes, MaxValueBytes: b.s.cfg.Limits.MaxValueBytes}
