@@ -38,6 +38,9 @@ gofmt_check() {
 # package) is one too, so that what only those tests use stays out of the
 # core module's graph.
 submodules="api client fence clientgo e2e/etcd"
+# The light ones run beside the core's tests; e2e/etcd (real processes,
+# a failover) beside the fuzzing, where timing matters less.
+light="api client fence clientgo"
 
 vet_all() {
   local rc=0 mod
@@ -48,7 +51,22 @@ vet_all() {
 
 test_modules() {
   local rc=0 mod
-  for mod in $submodules; do (cd "$mod" && go test -race -count=1 -timeout 5m ./...) || rc=1; done
+  for mod in "$@"; do (cd "$mod" && go test -race -count=1 -timeout 5m ./...) || rc=1; done
+  return $rc
+}
+
+# beside NAME CMD...: starts CMD in the background, its output kept for
+# later; done_beside NAME shows it and says how it ended.
+beside() {
+  local name=$1; shift
+  "$@" >"/tmp/tenure-test-$$-$name.log" 2>&1 &
+  eval "pid_$name=$!"
+}
+done_beside() {
+  local name=$1 pid rc
+  eval "pid=\$pid_$name"
+  wait "$pid"; rc=$?
+  cat "/tmp/tenure-test-$$-$name.log"; rm -f "/tmp/tenure-test-$$-$name.log"
   return $rc
 }
 
@@ -73,20 +91,19 @@ fuzz_all() {
 
 stage gofmt gofmt_check
 stage "go vet" vet_all
-# The other modules' tests run beside the core's: most of the core's time
-# is spent waiting on its process-level tests, and the two together keep
-# both cores busy. Their output is shown after the core's.
-modules_log=$(mktemp)
-test_modules >"$modules_log" 2>&1 &
-modules_pid=$!
+# The other modules' tests run beside the core's and the fuzzing: most
+# of those stages' time is spent waiting, and together they keep both
+# cores busy. Their output is shown after.
+beside light test_modules $light
 # The benchmark harness's short run loads both cores with servers and
 # clients for most of a minute; run beside the fault tests it would make
 # their timing its own. It runs alone afterwards.
 stage "go test -race" go test -race -count=1 -timeout 15m $(go list ./... | grep -v '/internal/bench$')
-modules_done() { wait "$modules_pid"; local rc=$?; cat "$modules_log"; rm -f "$modules_log"; return $rc; }
-stage "api, client, fence, clientgo and e2e/etcd modules (go test -race, beside the core's)" modules_done
+stage "api, client, fence and clientgo modules (go test -race, beside the core's)" done_beside light
 stage "go test -race ./internal/bench (alone)" go test -race -count=1 -timeout 10m ./internal/bench
+beside etcd test_modules e2e/etcd
 stage "fuzz (${fuzztime} each)" fuzz_all
+stage "e2e/etcd module (go test -race, beside the fuzzing)" done_beside etcd
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "== FAILED stages: ${failed[*]}"
