@@ -39,7 +39,8 @@ gofmt_check() {
 # core module's graph.
 submodules="api client fence clientgo e2e/etcd"
 # The light ones run beside the core's tests; e2e/etcd (real processes,
-# a failover) beside the fuzzing, where timing matters less.
+# a failover) beside the benchmark harness's short run and the fuzzing,
+# whose timing it does not disturb, nor they its.
 light="api client fence clientgo"
 
 vet_all() {
@@ -100,10 +101,10 @@ beside light test_modules $light
 # their timing its own. It runs alone afterwards.
 stage "go test -race" go test -race -count=1 -timeout 15m $(go list ./... | grep -v '/internal/bench$')
 stage "api, client, fence and clientgo modules (go test -race, beside the core's)" done_beside light
-stage "go test -race ./internal/bench (alone)" go test -race -count=1 -timeout 10m ./internal/bench
 beside etcd test_modules e2e/etcd
+stage "go test -race ./internal/bench (after the core's fault tests)" go test -race -count=1 -timeout 10m ./internal/bench
 stage "fuzz (${fuzztime} each)" fuzz_all
-stage "e2e/etcd module (go test -race, beside the fuzzing)" done_beside etcd
+stage "e2e/etcd module (go test -race, beside the last two)" done_beside etcd
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "== FAILED stages: ${failed[*]}"
