@@ -69,35 +69,13 @@ func TestNoPrincipalWinsARaceThroughAFollowerOfASecureCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster of processes")
 	}
-	bin := tenureBinary(t)
-	dir := t.TempDir()
-	f := func(name string) string { return filepath.Join(dir, name) }
-	if err := certs.Init(dir, certs.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	tokens := map[string]string{}
-	var hashes []any
-	for _, p := range []string{"admin", "team-a", "team-b", "reader"} {
-		tokens[p] = auth.NewToken()
-		hashes = append(hashes, auth.HashToken(tokens[p]))
-	}
-	if err := os.WriteFile(f("policy.yaml"), []byte(fmt.Sprintf(attackPolicy, hashes...)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	nodes := newClusterNodes(t, bin, 3)
-	for i, n := range nodes {
-		n.args = append(n.args,
-			"--cert-file", f("server.pem"), "--key-file", f("server-key.pem"), "--client-ca-file", f("client-ca.pem"),
-			"--peer-cert-file", f("peer.pem"), "--peer-key-file", f("peer-key.pem"), "--peer-ca-file", f("ca.pem"),
-			"--policy", f("policy.yaml"), "--audit-log", f(fmt.Sprintf("audit%d.log", i+1)), "--min-ttl", "1s")
-		n.start()
-	}
-	t.Setenv("TENURE_CACERT", f("ca.pem"))
-	t.Setenv("TENURE_TOKEN", tokens["admin"])
-	ms, leader := settled(t, bin, endpointsOf(nodes), 3, 0, 30*time.Second)
+	sc := startSecureCluster(t, func(i int, f func(string) string) []string {
+		return []string{"--audit-log", f(fmt.Sprintf("audit%d.log", i+1)), "--min-ttl", "1s"}
+	})
+	f, tokens := sc.file, sc.tokens
 	var follower, leaderAddr string
-	for _, m := range ms {
-		if m.ID == leader {
+	for _, m := range sc.members {
+		if m.ID == sc.leader {
 			leaderAddr = m.APIAddress
 		} else if follower == "" {
 			follower = m.APIAddress
@@ -174,6 +152,50 @@ func TestNoPrincipalWinsARaceThroughAFollowerOfASecureCluster(t *testing.T) {
 	if denied.Load() == 0 {
 		t.Errorf("team-b's heartbeat streams refused: got = 0, expected: at least one")
 	}
+}
+
+// secureCluster is three tenure serve processes with API TLS, peer TLS
+// and attackPolicy, settled with a leader; the CLI's environment speaks
+// to them as admin.
+type secureCluster struct {
+	nodes   []*clusterNode
+	members []memberJSON
+	leader  string
+	tokens  map[string]string // principal → its token
+	file    func(name string) string
+}
+
+// startSecureCluster starts it, each node also given extra(i, file).
+func startSecureCluster(t *testing.T, extra func(i int, file func(string) string) []string) *secureCluster {
+	t.Helper()
+	bin := tenureBinary(t)
+	dir := t.TempDir()
+	sc := &secureCluster{tokens: map[string]string{}, file: func(name string) string { return filepath.Join(dir, name) }}
+	f := sc.file
+	if err := certs.Init(dir, certs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var hashes []any
+	for _, p := range []string{"admin", "team-a", "team-b", "reader"} {
+		sc.tokens[p] = auth.NewToken()
+		hashes = append(hashes, auth.HashToken(sc.tokens[p]))
+	}
+	if err := os.WriteFile(f("policy.yaml"), []byte(fmt.Sprintf(attackPolicy, hashes...)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sc.nodes = newClusterNodes(t, bin, 3)
+	for i, n := range sc.nodes {
+		n.args = append(n.args,
+			"--cert-file", f("server.pem"), "--key-file", f("server-key.pem"), "--client-ca-file", f("client-ca.pem"),
+			"--peer-cert-file", f("peer.pem"), "--peer-key-file", f("peer-key.pem"), "--peer-ca-file", f("ca.pem"),
+			"--policy", f("policy.yaml"))
+		n.args = append(n.args, extra(i, f)...)
+		n.start()
+	}
+	t.Setenv("TENURE_CACERT", f("ca.pem"))
+	t.Setenv("TENURE_TOKEN", sc.tokens["admin"])
+	sc.members, sc.leader = settled(t, bin, endpointsOf(sc.nodes), 3, 0, 30*time.Second)
+	return sc
 }
 
 type roundTripper func(*http.Request) (*http.Response, error)

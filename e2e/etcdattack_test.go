@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/internal/certs"
 	"github.com/tenurehq/tenure/internal/testnet"
 )
@@ -30,43 +27,21 @@ func TestEtcdCallsThroughAFollowerOfASecureClusterActAsTheirCaller(t *testing.T)
 	if testing.Short() {
 		t.Skip("runs a cluster of processes")
 	}
-	bin := tenureBinary(t)
-	dir := t.TempDir()
-	f := func(name string) string { return filepath.Join(dir, name) }
-	if err := certs.Init(dir, certs.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	tokens := map[string]string{}
-	var hashes []any
-	for _, p := range []string{"admin", "team-a", "team-b", "reader"} {
-		tokens[p] = auth.NewToken()
-		hashes = append(hashes, auth.HashToken(tokens[p]))
-	}
-	if err := os.WriteFile(f("policy.yaml"), []byte(fmt.Sprintf(attackPolicy, hashes...)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	nodes := newClusterNodes(t, bin, 3)
-	etcdAddrs := testnet.FreeN(t, len(nodes))
-	for i, n := range nodes {
-		n.args = append(n.args,
-			"--cert-file", f("server.pem"), "--key-file", f("server-key.pem"), "--client-ca-file", f("client-ca.pem"),
-			"--peer-cert-file", f("peer.pem"), "--peer-key-file", f("peer-key.pem"), "--peer-ca-file", f("ca.pem"),
-			"--policy", f("policy.yaml"), "--etcd-listen", etcdAddrs[i])
-		n.start()
-	}
-	t.Setenv("TENURE_CACERT", f("ca.pem"))
-	t.Setenv("TENURE_TOKEN", tokens["admin"])
-	ms, leader := settled(t, bin, endpointsOf(nodes), 3, 0, 30*time.Second)
+	etcdAddrs := testnet.FreeN(t, 3)
+	sc := startSecureCluster(t, func(i int, _ func(string) string) []string {
+		return []string{"--etcd-listen", etcdAddrs[i]}
+	})
+	f, tokens := sc.file, sc.tokens
 	follower := ""
-	for i, n := range nodes {
-		for _, m := range ms {
-			if m.APIAddress == n.api && m.ID != leader && follower == "" {
+	for i, n := range sc.nodes {
+		for _, m := range sc.members {
+			if m.APIAddress == n.api && m.ID != sc.leader && follower == "" {
 				follower = etcdAddrs[i]
 			}
 		}
 	}
 	if follower == "" {
-		t.Fatalf("no follower among %v (leader %s)", ms, leader)
+		t.Fatalf("no follower among %v (leader %s)", sc.members, sc.leader)
 	}
 	tlsConfig, err := certs.ClientConfig(f("ca.pem"), "", "")
 	if err != nil {
