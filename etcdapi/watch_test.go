@@ -13,7 +13,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,14 +21,6 @@ import (
 	"github.com/tenurehq/tenure/statemachine"
 	"github.com/tenurehq/tenure/watch"
 )
-
-// watchNoLeaks fails t if goroutines started during it outlive it. Call
-// it before serving, so that its check runs after the servers' clean-ups.
-func watchNoLeaks(t *testing.T) {
-	t.Helper()
-	opt := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, opt) })
-}
 
 // serveWatch is serve with a Watch service of the test's own settings
 // beside the KV service.
@@ -139,7 +130,7 @@ func mustPut(t *testing.T, ctx context.Context, c *clientv3.Client, key, val str
 }
 
 func TestWatchKeyPrefixAndRangesShareOneStream(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	c := serve(t, newFakeBackend(t))
 	ctx := testCtx(t)
 	key := watchCreated(t, ctx, c, "b")
@@ -167,7 +158,7 @@ func TestWatchKeyPrefixAndRangesShareOneStream(t *testing.T) {
 }
 
 func TestWatchManyWatchesOnOneStream(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	c := serve(t, newFakeBackend(t))
 	ctx := testCtx(t)
 	const n = 100
@@ -189,7 +180,7 @@ func TestWatchManyWatchesOnOneStream(t *testing.T) {
 }
 
 func TestWatchTxnEventsShareOneResponseInOrder(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	c := serve(t, newFakeBackend(t))
 	ctx := testCtx(t)
 	mustPut(t, ctx, c, "t/c", "old")
@@ -205,7 +196,7 @@ func TestWatchTxnEventsShareOneResponseInOrder(t *testing.T) {
 }
 
 func TestWatchFromARevision(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	c := serve(t, newFakeBackend(t))
 	ctx := testCtx(t)
 	r1 := mustPut(t, ctx, c, "k", "1")
@@ -242,7 +233,7 @@ func TestWatchFromARevision(t *testing.T) {
 // Watches started from past revisions while writes go on see every
 // revision once, whether it came from the history or live.
 func TestWatchJoinsHistoryAndLiveEventsWithoutGapsOrDuplicates(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	f := newFakeBackend(t)
 	c := serve(t, f)
 	ctx := testCtx(t)
@@ -298,7 +289,7 @@ func TestWatchJoinsHistoryAndLiveEventsWithoutGapsOrDuplicates(t *testing.T) {
 // As etcd, a watch catching up gets at most 1000 revisions a response,
 // each at the revision current when it was read.
 func TestWatchCatchingUpIsSentInBatches(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	f := newFakeBackend(t)
 	c := serve(t, f)
 	ctx := testCtx(t)
@@ -335,7 +326,7 @@ func TestWatchCatchingUpIsSentInBatches(t *testing.T) {
 }
 
 func TestWatchFromACompactedRevisionIsCancelled(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	c := serve(t, newFakeBackend(t))
 	ctx := testCtx(t)
 	r1 := mustPut(t, ctx, c, "k", "1")
@@ -356,7 +347,7 @@ func TestWatchFromACompactedRevisionIsCancelled(t *testing.T) {
 }
 
 func TestWatchPrevKVAndFilters(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	c := serve(t, newFakeBackend(t))
 	ctx := testCtx(t)
 	prev := watchCreated(t, ctx, c, "k", clientv3.WithPrevKV())
@@ -378,7 +369,7 @@ func TestWatchPrevKVAndFilters(t *testing.T) {
 }
 
 func TestWatchProgressRequest(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	c := serve(t, newFakeBackend(t))
 	ctx := testCtx(t)
 	wch := watchCreated(t, ctx, c, "k")
@@ -393,7 +384,7 @@ func TestWatchProgressRequest(t *testing.T) {
 }
 
 func TestWatchProgressNotify(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	f := newFakeBackend(t)
 	ws := newWatch(f)
 	ws.progressInterval = 20 * time.Millisecond
@@ -405,7 +396,7 @@ func TestWatchProgressNotify(t *testing.T) {
 }
 
 func TestWatchCancel(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	c := serve(t, newFakeBackend(t))
 	ctx := testCtx(t)
 
@@ -430,7 +421,7 @@ func TestWatchCancel(t *testing.T) {
 }
 
 func TestWatchCreateRequestsEtcdRefuses(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	f := newFakeBackend(t)
 	c := serve(t, f)
 	ctx := testCtx(t)
@@ -447,7 +438,7 @@ func TestWatchCreateRequestsEtcdRefuses(t *testing.T) {
 }
 
 func TestWatchFragments(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	f := newFakeBackend(t)
 	ws := newWatch(f)
 	ws.maxResponseBytes = 300
@@ -489,7 +480,7 @@ func TestWatchFragments(t *testing.T) {
 }
 
 func TestWatchLeaseRevokeAndExpiryAreDeletes(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	f := newFakeBackend(t)
 	c := serve(t, f)
 	ctx := testCtx(t)
@@ -524,7 +515,7 @@ func TestWatchLeaseRevokeAndExpiryAreDeletes(t *testing.T) {
 // A watcher the hub drops events for reads them from the history
 // instead: nothing is lost, nothing comes twice.
 func TestWatchThatLagsResyncsFromTheHistory(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	f := newFakeBackend(t)
 	f.hub = watch.NewHub(4)
 	c := serve(t, f)
@@ -554,7 +545,7 @@ func TestWatchThatLagsResyncsFromTheHistory(t *testing.T) {
 // A watcher that lags past the compacted history is cancelled with the
 // compact revision, as a watch from a compacted revision is.
 func TestWatchThatLagsPastACompactionIsCancelled(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	f := newFakeBackend(t)
 	f.hub = watch.NewHub(4)
 	c := serve(t, f)
@@ -594,7 +585,7 @@ type stoppingBackend struct {
 func (b stoppingBackend) Done() <-chan struct{} { return b.stop }
 
 func TestWatchStreamsEndWhenTheNodeStops(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	b := stoppingBackend{fakeBackend: newFakeBackend(t), stop: make(chan struct{})}
 	c := serve(t, b)
 	ctx := testCtx(t)
@@ -672,7 +663,7 @@ func (s rawWatch) expect(expected string) {
 // as a native watch does: past the limit a create is refused, and a
 // cancelled watch or a closed stream gives its slot back.
 func TestWatchHoldsAWatchSlot(t *testing.T) {
-	watchNoLeaks(t)
+	noLeakAfter(t)
 	f := newFakeBackend(t)
 	f.maxWatches = 2
 	c := serve(t, f)
