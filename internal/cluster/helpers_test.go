@@ -26,6 +26,24 @@ func waitCtx(t testing.TB) context.Context {
 	return ctx
 }
 
+// whileUnavailable repeats call while it fails as unavailable: a leader
+// found a moment ago may lose an election a loaded machine provokes (the
+// entry "lost while in flight"), and the node forwards the next try to
+// whoever leads now.
+func whileUnavailable[T any](ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	for {
+		v, err := call(ctx)
+		if connect.CodeOf(err) != connect.CodeUnavailable || ctx.Err() != nil {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 func leader(t testing.TB, c *cluster.Cluster) *cluster.Node {
 	t.Helper()
 	n, err := c.Leader(waitCtx(t))
@@ -62,7 +80,9 @@ func leaderAndFollowers(t testing.TB, c *cluster.Cluster) (*cluster.Node, []*clu
 
 func openSession(t testing.TB, n *cluster.Node, ttl time.Duration) int64 {
 	t.Helper()
-	resp, err := n.API().Sessions.Open(waitCtx(t), connect.NewRequest(&tenurev1.OpenSessionRequest{Ttl: durationpb.New(ttl)}))
+	resp, err := whileUnavailable(waitCtx(t), func(ctx context.Context) (*connect.Response[tenurev1.OpenSessionResponse], error) {
+		return n.API().Sessions.Open(ctx, connect.NewRequest(&tenurev1.OpenSessionRequest{Ttl: durationpb.New(ttl)}))
+	})
 	if err != nil {
 		t.Fatalf("open session on %s: %v", n, err)
 	}
@@ -71,7 +91,10 @@ func openSession(t testing.TB, n *cluster.Node, ttl time.Duration) int64 {
 
 func acquire(t testing.TB, n *cluster.Node, session int64, name string) int64 {
 	t.Helper()
-	resp, err := n.API().Leases.Acquire(waitCtx(t), connect.NewRequest(&tenurev1.AcquireRequest{SessionId: session, Name: name}))
+	// Acquire is idempotent for a holder, so a retry cannot grant twice.
+	resp, err := whileUnavailable(waitCtx(t), func(ctx context.Context) (*connect.Response[tenurev1.AcquireResponse], error) {
+		return n.API().Leases.Acquire(ctx, connect.NewRequest(&tenurev1.AcquireRequest{SessionId: session, Name: name}))
+	})
 	if err != nil {
 		t.Fatalf("acquire %s on %s: %v", name, n, err)
 	}
