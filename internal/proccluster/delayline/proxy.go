@@ -16,8 +16,8 @@ type Proxy struct {
 	target string
 	delay  atomic.Int64 // one-way, in nanoseconds
 
-	mu    sync.Mutex // guards conns and closed
-	conns map[net.Conn]struct{}
+	mu     sync.Mutex // guards conns and closed
+	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
 }
