@@ -96,6 +96,7 @@ func (s *walStore) StoreLogs(logs []*raft.Log) error {
 	}
 	s.mu.RUnlock()
 	if broken == nil {
+		afterLogSync()
 		if err != nil && isSpaceError(err) {
 			s.mu.Lock()
 			s.broken = err
@@ -175,6 +176,7 @@ func (s *walStore) DeleteRange(lo, hi uint64) error {
 }
 
 func (s *walStore) Set(k, v []byte) error {
+	defer afterLogSync()
 	return s.read(func(w *raftwal.WAL) error { return w.Set(k, v) })
 }
 
@@ -184,6 +186,7 @@ func (s *walStore) Get(k []byte) (v []byte, err error) {
 }
 
 func (s *walStore) SetUint64(k []byte, v uint64) error {
+	defer afterLogSync()
 	return s.read(func(w *raftwal.WAL) error { return w.SetUint64(k, v) })
 }
 
