@@ -20,6 +20,7 @@ require (
 	github.com/tenurehq/tenure/fence v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/api/v3 v3.5.35
 	go.etcd.io/etcd/client/v3 v3.5.35
+	go.etcd.io/raft/v3 v3.6.0
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.17.0
 	golang.org/x/sys v0.49.0
@@ -30,6 +31,8 @@ require (
 	pgregory.net/rapid v1.3.0
 	sigs.k8s.io/yaml v1.4.0
 )
+
+require github.com/kylelemons/godebug v1.1.0 // indirect
 
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect

@@ -1,0 +1,741 @@
+package raftnode
+
+// The etcd engine's peer transport. etcd's raft library leaves the network
+// to its caller: Ready hands out messages, node.Step takes them in, and
+// raft retries whatever is lost. So the transport can be simple, and is
+// built for the commit path rather than for delivery guarantees:
+//
+//   - Framing: a uint32 length and a marshalled raftpb.Message. There is
+//     no checksum: TCP's and TLS's (an AEAD tag on every record) already
+//     cover the bytes between two processes, and a frame cannot be torn
+//     as a file can. Frames are bounded (64 MiB, 1 GiB on a snapshot
+//     connection) so that a bad length cannot make a node allocate without
+//     limit.
+//   - One long-lived connection per peer, fed by a bounded queue whose
+//     writer goroutine writes everything queued with one buffered write
+//     and flush: under load a leader's appends and heartbeats to a peer
+//     share one syscall, and a lone message waits for nothing. Send never
+//     blocks raft's loop: a full queue, or a peer that is down, drops the
+//     message and reports the peer unreachable, and raft sends again.
+//   - A snapshot (MsgSnap) goes on a connection of its own, dialed for it,
+//     so that a large one does not hold up the heartbeats that keep the
+//     leader in place; its receiver answers once raft has taken it, and
+//     only then is the snapshot reported finished.
+//   - A hello opens every connection: magic bytes, a version, the kind of
+//     connection, the dialer's node ID and the cluster tag. The acceptor
+//     refuses a wrong magic, which is what a hashicorp/raft node dialing
+//     this port sends, and a different cluster tag, so that the two
+//     engines, or two clusters, never mistake each other's traffic for
+//     their own. With TLS, the listener and dialer are the ones the
+//     hashicorp transport uses (tlsstream.go): the peer CA's mutual TLS
+//     comes first, and the hello travels inside it.
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// messageHandler is the engine side of a transport.
+type messageHandler interface {
+	// Process hands one received message to raft (node.Step). It may block briefly.
+	Process(ctx context.Context, m raftpb.Message) error
+	ReportUnreachable(id uint64)
+	ReportSnapshot(id uint64, status etcdraft.SnapshotStatus)
+}
+
+// peerTransport carries raft messages between the nodes of the etcd engine.
+type peerTransport interface {
+	// Send queues msgs for their peers and never blocks the raft loop: a full queue
+	// or an unknown/unreachable peer drops the message and calls ReportUnreachable
+	// (raft retries). Messages to one peer are delivered in order.
+	// A MsgSnap travels on its own connection/goroutine so that a large snapshot does
+	// not hold up heartbeats, and ReportSnapshot(to, SnapshotFinish|SnapshotFailure)
+	// follows its delivery.
+	Send(msgs []raftpb.Message)
+	// SetPeer records or changes a peer's address (closing a connection to the old one);
+	// RemovePeer forgets it. Safe to call from any goroutine, at any time.
+	SetPeer(id uint64, addr string)
+	RemovePeer(id uint64)
+	// Start begins delivering received messages to h. Messages that arrive
+	// before Start wait (or are dropped — raft retries); the lead calls Start right after
+	// creating the raft node.
+	Start(h messageHandler)
+	LocalAddr() string
+	// Close stops every goroutine and closes every connection and the listener
+	// (for the TCP one); it waits for them.
+	Close() error
+}
+
+// peerConfig configures listenPeers.
+type peerConfig struct {
+	// ID is this node's raft ID, sent in the hello of every connection it
+	// dials so that the other end's log names who called.
+	ID uint64
+	// Bind is the address to listen on; Advertise, when set, the one the
+	// other nodes dial (else the bound address, which must then be a
+	// specific one, not 0.0.0.0).
+	Bind, Advertise string
+	// TLS, when set, is the peer CA's mutual TLS of tlsstream.go; nil is
+	// plain TCP.
+	TLS *tls.Config
+	// ClusterTag must be the same on every node of a cluster (at most
+	// 255 bytes); a connection with another tag is refused.
+	ClusterTag string
+	Logger     *slog.Logger
+	Metrics    *peerMetrics // nil: counted but not exported
+}
+
+// peerMetrics are the transport's figures. hashicorp/raft's transport
+// exported none under Tenure's names, so there is no old name to keep;
+// dropped messages are the one figure an operator needs, because they
+// show a peer that is down or cannot keep up.
+type peerMetrics struct {
+	dropped prometheus.Counter
+}
+
+// newPeerMetrics builds the collectors; the caller registers them.
+func newPeerMetrics() *peerMetrics {
+	return &peerMetrics{
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tenure_raft_peer_messages_dropped_total",
+			Help: "Raft messages the peer transport dropped (queue full, peer unknown or unreachable, send failed); raft sends again.",
+		}),
+	}
+}
+
+const (
+	// peerMagic opens every connection. hashicorp/raft's first byte on the
+	// wire is an RPC type (0 to 3), so its traffic never matches.
+	peerMagic   = "TENURE\x00R"
+	peerVersion = 1
+
+	connStream   byte = 0 // ordinary messages, long-lived
+	connSnapshot byte = 1 // one MsgSnap, answered with a status byte
+
+	// Answers to a hello, and the status after a snapshot.
+	helloOK          byte = 0
+	helloBadVersion  byte = 1
+	helloBadTag      byte = 2
+	helloBadKind     byte = 3
+	snapshotTaken    byte = 0
+	snapshotRejected byte = 1
+
+	maxClusterTag = 255
+	// maxFrame bounds an ordinary message: an append is bounded by the
+	// engine's MaxSizePerMsg, far below this.
+	maxFrame = 64 << 20
+	// maxSnapshotFrame bounds a MsgSnap, which carries the whole state.
+	maxSnapshotFrame = 1 << 30
+
+	peerQueue = 4096
+	// peerWriteTimeout bounds one batch's write and a snapshot's progress
+	// by a chunk: a peer that stops reading gets its connection cut and
+	// redialed rather than holding the writer forever.
+	peerWriteTimeout = 10 * time.Second
+	snapshotChunk    = 1 << 20
+	peerDialTimeout  = 5 * time.Second
+	redialMin        = 50 * time.Millisecond
+	redialMax        = time.Second
+)
+
+var (
+	// errPeerRefused is returned when the other end refuses a hello.
+	errPeerRefused = errors.New("peer refused the connection")
+	// errUnsendable is returned by writeFrame for a message it cannot
+	// frame; nothing was written, and the connection is still good.
+	errUnsendable = errors.New("message cannot be sent")
+)
+
+// tcpPeers is the TCP (or TLS) peerTransport. The caller must call Close
+// when finished.
+type tcpPeers struct {
+	cfg     peerConfig
+	log     *slog.Logger
+	metrics *peerMetrics
+	ln      net.Listener
+	addr    string
+
+	ctx    context.Context // cancelled by Close: ends dials, writes and Process
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	started   chan struct{} // closed by Start once h is set
+	startOnce sync.Once
+	h         messageHandler
+
+	mu      sync.Mutex // guards peers, inbound and closed
+	peers   map[uint64]*tcpPeer
+	inbound map[net.Conn]struct{}
+	closed  bool
+}
+
+var _ peerTransport = (*tcpPeers)(nil)
+
+// listenPeers binds cfg.Bind and starts accepting connections; messages
+// reach a handler once Start is called.
+func listenPeers(cfg peerConfig) (*tcpPeers, error) {
+	if len(cfg.ClusterTag) > maxClusterTag {
+		return nil, fmt.Errorf("raftnode: peer transport: cluster tag is %d bytes, the limit is %d", len(cfg.ClusterTag), maxClusterTag)
+	}
+	var advertise net.Addr
+	if cfg.Advertise != "" {
+		a, err := net.ResolveTCPAddr("tcp", cfg.Advertise)
+		if err != nil {
+			return nil, fmt.Errorf("raftnode: peer transport: advertise address: %w", err)
+		}
+		advertise = a
+	}
+	var ln net.Listener
+	if cfg.TLS != nil {
+		s, err := listenTLS(cfg.Bind, advertise, cfg.TLS)
+		if err != nil {
+			return nil, fmt.Errorf("raftnode: peer transport: %w", err)
+		}
+		ln = s
+		advertise = s.Addr()
+	} else {
+		l, err := net.Listen("tcp", cfg.Bind)
+		if err != nil {
+			return nil, fmt.Errorf("raftnode: peer transport: %w", err)
+		}
+		if advertise == nil {
+			advertise = l.Addr()
+		}
+		if tcp, ok := advertise.(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+			l.Close()
+			return nil, fmt.Errorf("raftnode: peer transport: %s is not an address other nodes can dial: set an advertise address", advertise)
+		}
+		ln = l
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	m := cfg.Metrics
+	if m == nil {
+		m = newPeerMetrics()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t := &tcpPeers{
+		cfg: cfg, log: log.With("component", "peers"), metrics: m, ln: ln, addr: advertise.String(),
+		ctx: ctx, cancel: cancel, started: make(chan struct{}),
+		peers: map[uint64]*tcpPeer{}, inbound: map[net.Conn]struct{}{},
+	}
+	t.wg.Add(1)
+	go t.acceptLoop()
+	return t, nil
+}
+
+func (t *tcpPeers) LocalAddr() string { return t.addr }
+
+func (t *tcpPeers) Start(h messageHandler) {
+	t.startOnce.Do(func() {
+		t.h = h
+		close(t.started)
+	})
+}
+
+// handler is the handler once Start has been called, else nil: reports
+// made before there is a raft node to take them are dropped.
+func (t *tcpPeers) handler() messageHandler {
+	select {
+	case <-t.started:
+		return t.h
+	default:
+		return nil
+	}
+}
+
+func (t *tcpPeers) reportUnreachable(id uint64) {
+	if h := t.handler(); h != nil {
+		h.ReportUnreachable(id)
+	}
+}
+
+func (t *tcpPeers) reportSnapshot(id uint64, s etcdraft.SnapshotStatus) {
+	if h := t.handler(); h != nil {
+		h.ReportSnapshot(id, s)
+	}
+}
+
+// goLocked starts f counted in wg, unless the transport is closed; the
+// caller holds mu, so that no goroutine starts after Close began waiting.
+func (t *tcpPeers) goLocked(f func()) bool {
+	if t.closed {
+		return false
+	}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		f()
+	}()
+	return true
+}
+
+func (t *tcpPeers) SetPeer(id uint64, addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if old, ok := t.peers[id]; ok {
+		if old.addr == addr {
+			return
+		}
+		old.cancel() // its writer exits and its connection closes
+		delete(t.peers, id)
+	}
+	if t.closed {
+		return
+	}
+	ctx, cancel := context.WithCancel(t.ctx)
+	p := &tcpPeer{t: t, id: id, addr: addr, queue: make(chan raftpb.Message, peerQueue), ctx: ctx, cancel: cancel}
+	t.peers[id] = p
+	t.goLocked(p.run)
+}
+
+func (t *tcpPeers) RemovePeer(id uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p, ok := t.peers[id]; ok {
+		p.cancel()
+		delete(t.peers, id)
+	}
+}
+
+func (t *tcpPeers) Send(msgs []raftpb.Message) {
+	for _, m := range msgs {
+		t.mu.Lock()
+		p := t.peers[m.To]
+		snapshotOff := p != nil && m.Type == raftpb.MsgSnap && t.goLocked(func() { p.sendSnapshot(m) })
+		t.mu.Unlock()
+		switch {
+		case snapshotOff:
+		case p == nil || m.Type == raftpb.MsgSnap:
+			t.drop(m, "peer unknown")
+		default:
+			select {
+			case p.queue <- m:
+			default:
+				p.dropped(m, "queue full")
+			}
+		}
+	}
+}
+
+// drop counts a message to an unknown peer, and tells raft.
+func (t *tcpPeers) drop(m raftpb.Message, why string) {
+	t.metrics.dropped.Inc()
+	t.log.Debug("raft message dropped", "to", m.To, "type", m.Type, "reason", why)
+	t.reportUnreachable(m.To)
+	if m.Type == raftpb.MsgSnap {
+		t.reportSnapshot(m.To, etcdraft.SnapshotFailure)
+	}
+}
+
+func (t *tcpPeers) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	t.cancel()
+	for c := range t.inbound {
+		c.Close()
+	}
+	t.mu.Unlock()
+	err := t.ln.Close()
+	t.wg.Wait()
+	return err
+}
+
+func (t *tcpPeers) acceptLoop() {
+	defer t.wg.Done()
+	for {
+		c, err := t.ln.Accept()
+		if err != nil {
+			if t.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // a transient accept error
+			continue
+		}
+		t.mu.Lock()
+		ok := t.goLocked(func() { t.serve(c) })
+		if ok {
+			t.inbound[c] = struct{}{}
+		}
+		t.mu.Unlock()
+		if !ok {
+			c.Close()
+		}
+	}
+}
+
+// serve reads one inbound connection: its hello, then frames handed to
+// raft in order until the connection ends or Close.
+func (t *tcpPeers) serve(c net.Conn) {
+	defer func() {
+		t.mu.Lock()
+		delete(t.inbound, c)
+		t.mu.Unlock()
+		c.Close()
+	}()
+	r := bufio.NewReaderSize(c, 64<<10)
+	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
+	from, kind, err := t.readHello(r, c)
+	if err != nil {
+		if t.ctx.Err() == nil {
+			t.log.Warn("peer connection refused", "remote", c.RemoteAddr(), "err", err)
+		}
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	select {
+	case <-t.started:
+	case <-t.ctx.Done():
+		return
+	}
+	limit := uint32(maxFrame)
+	if kind == connSnapshot {
+		limit = maxSnapshotFrame
+	}
+	for {
+		m, err := readFrame(r, limit)
+		if err != nil {
+			if t.ctx.Err() == nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				t.log.Error("peer connection closed on a bad read", "from", from, "remote", c.RemoteAddr(), "err", err)
+			}
+			return
+		}
+		perr := t.h.Process(t.ctx, m)
+		if perr != nil && t.ctx.Err() == nil {
+			t.log.Debug("raft refused a message", "from", from, "type", m.Type, "err", perr)
+		}
+		if kind == connSnapshot {
+			status := snapshotTaken
+			if perr != nil {
+				status = snapshotRejected
+			}
+			_ = c.SetWriteDeadline(time.Now().Add(peerWriteTimeout))
+			_, _ = c.Write([]byte{status})
+			return
+		}
+		if t.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// readHello reads and checks a hello, answering it on w unless its magic
+// shows it is not this transport's traffic at all.
+func (t *tcpPeers) readHello(r *bufio.Reader, w io.Writer) (from uint64, kind byte, err error) {
+	var fixed [len(peerMagic) + 1 + 1 + 8 + 1]byte
+	if _, err := io.ReadFull(r, fixed[:]); err != nil {
+		return 0, 0, fmt.Errorf("reading the hello: %w", err)
+	}
+	if string(fixed[:len(peerMagic)]) != peerMagic {
+		return 0, 0, errors.New("not an etcd-engine peer (wrong magic): a node of the other engine, or not a Tenure node, dialed the raft port")
+	}
+	rest := fixed[len(peerMagic):]
+	version, kind, from, tagLen := rest[0], rest[1], binary.BigEndian.Uint64(rest[2:10]), rest[10]
+	tag := make([]byte, tagLen)
+	if _, err := io.ReadFull(r, tag); err != nil {
+		return 0, 0, fmt.Errorf("reading the hello's cluster tag: %w", err)
+	}
+	answer := helloOK
+	switch {
+	case version != peerVersion:
+		answer, err = helloBadVersion, fmt.Errorf("node %d speaks peer protocol version %d, this node %d", from, version, peerVersion)
+	case string(tag) != t.cfg.ClusterTag:
+		answer, err = helloBadTag, fmt.Errorf("node %d belongs to cluster %q, this node to %q", from, tag, t.cfg.ClusterTag)
+	case kind != connStream && kind != connSnapshot:
+		answer, err = helloBadKind, fmt.Errorf("node %d asked for an unknown connection kind %d", from, kind)
+	}
+	if _, werr := w.Write([]byte{answer}); werr != nil && err == nil {
+		err = fmt.Errorf("answering the hello: %w", werr)
+	}
+	return from, kind, err
+}
+
+// dial connects to addr and has its hello accepted. The connection
+// closes when ctx is done.
+func (t *tcpPeers) dial(ctx context.Context, addr string, kind byte) (net.Conn, error) {
+	nd := &net.Dialer{Timeout: peerDialTimeout}
+	var c net.Conn
+	var err error
+	if t.cfg.TLS != nil {
+		d := &tls.Dialer{NetDialer: nd, Config: dialTLS(t.cfg.TLS, addr)}
+		c, err = d.DialContext(ctx, "tcp", addr)
+	} else {
+		c, err = nd.DialContext(ctx, "tcp", addr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	hello := make([]byte, 0, len(peerMagic)+11+len(t.cfg.ClusterTag))
+	hello = append(hello, peerMagic...)
+	hello = append(hello, peerVersion, kind)
+	hello = binary.BigEndian.AppendUint64(hello, t.cfg.ID)
+	hello = append(hello, byte(len(t.cfg.ClusterTag)))
+	hello = append(hello, t.cfg.ClusterTag...)
+	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
+	var answer [1]byte
+	if _, err = c.Write(hello); err == nil {
+		_, err = io.ReadFull(c, answer[:])
+	}
+	if err == nil && answer[0] != helloOK {
+		err = fmt.Errorf("%w: %s", errPeerRefused, refusal(answer[0]))
+	}
+	if err != nil {
+		stop()
+		c.Close()
+		return nil, fmt.Errorf("hello to %s: %w", addr, err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	return stopConn{Conn: c, stop: stop}, nil
+}
+
+func refusal(b byte) string {
+	switch b {
+	case helloBadVersion:
+		return "another peer protocol version"
+	case helloBadTag:
+		return "another cluster tag (another cluster)"
+	case helloBadKind:
+		return "unknown connection kind"
+	}
+	return fmt.Sprintf("answer %d", b)
+}
+
+// stopConn releases dial's context.AfterFunc when closed.
+type stopConn struct {
+	net.Conn
+	stop func() bool
+}
+
+func (c stopConn) Close() error {
+	c.stop()
+	return c.Conn.Close()
+}
+
+// tcpPeer is one peer's outbound side: a queue and the writer goroutine
+// that owns the connection.
+type tcpPeer struct {
+	t      *tcpPeers
+	id     uint64
+	addr   string
+	queue  chan raftpb.Message
+	ctx    context.Context // cancelled when the peer is removed or changed, or on Close
+	cancel context.CancelFunc
+
+	scratch []byte // the writer's marshalling buffer
+
+	// down is set once raft has been told the peer is unreachable, so
+	// that a burst of drops tells it once; a successful write clears it.
+	down atomic.Bool
+}
+
+func (p *tcpPeer) dropped(m raftpb.Message, why string) {
+	p.t.metrics.dropped.Inc()
+	p.t.log.Debug("raft message dropped", "to", p.id, "addr", p.addr, "type", m.Type, "reason", why)
+	if !p.down.Swap(true) {
+		p.t.reportUnreachable(p.id)
+	}
+}
+
+// run is the peer's writer: it dials when there is something to send,
+// writes everything queued as one batch, and after a failure drops what
+// comes until the next dial is due.
+func (p *tcpPeer) run() {
+	var (
+		conn     net.Conn
+		w        *bufio.Writer
+		backoff  = redialMin
+		nextDial time.Time
+	)
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	for {
+		var m raftpb.Message
+		select {
+		case m = <-p.queue:
+		case <-p.ctx.Done():
+			return
+		}
+		if conn == nil {
+			if time.Now().Before(nextDial) {
+				p.dropped(m, "peer unreachable")
+				continue
+			}
+			c, err := p.t.dial(p.ctx, p.addr, connStream)
+			if err != nil {
+				if p.ctx.Err() != nil {
+					return
+				}
+				if !p.down.Load() {
+					p.t.log.Warn("cannot reach peer", "to", p.id, "addr", p.addr, "err", err)
+				}
+				nextDial = time.Now().Add(backoff)
+				backoff = min(2*backoff, redialMax)
+				p.dropped(m, "dial failed")
+				continue
+			}
+			conn, backoff = c, redialMin
+			if w == nil {
+				w = bufio.NewWriterSize(conn, 64<<10)
+			} else {
+				w.Reset(conn)
+			}
+		}
+		_ = conn.SetWriteDeadline(time.Now().Add(peerWriteTimeout))
+		n, err := p.writeBatch(w, m)
+		if err != nil {
+			if p.ctx.Err() != nil {
+				return
+			}
+			p.t.log.Warn("lost the connection to a peer", "to", p.id, "addr", p.addr, "err", err)
+			conn.Close()
+			conn = nil
+			p.t.metrics.dropped.Add(float64(n))
+			if !p.down.Swap(true) {
+				p.t.reportUnreachable(p.id)
+			}
+			continue // redial at once: the peer may have restarted
+		}
+		p.down.Store(false)
+	}
+}
+
+// writeBatch writes m and every message queued behind it to w, then
+// flushes once: under load many messages share one syscall, and a lone
+// message waits for nothing. n counts the messages taken, m included.
+func (p *tcpPeer) writeBatch(w *bufio.Writer, m raftpb.Message) (n int, err error) {
+	for n = 1; ; n++ {
+		p.scratch, err = writeFrame(w, m, p.scratch)
+		if errors.Is(err, errUnsendable) {
+			// Nothing was written: drop this one alone.
+			p.t.log.Error("raft message not sent", "to", p.id, "err", err)
+			p.t.metrics.dropped.Inc()
+		} else if err != nil {
+			return n, err
+		}
+		select {
+		case m = <-p.queue:
+		default:
+			if cap(p.scratch) > 1<<20 {
+				p.scratch = nil // keep no large message's buffer for good
+			}
+			return n, w.Flush()
+		}
+	}
+}
+
+// sendSnapshot delivers one MsgSnap on a connection of its own and tells
+// raft how it went.
+func (p *tcpPeer) sendSnapshot(m raftpb.Message) {
+	status := etcdraft.SnapshotFailure
+	defer func() { p.t.reportSnapshot(p.id, status) }()
+	err := p.deliverSnapshot(m)
+	if err != nil {
+		if p.ctx.Err() == nil {
+			p.t.log.Warn("snapshot not delivered", "to", p.id, "addr", p.addr, "index", m.Snapshot.Metadata.Index, "err", err)
+		}
+		p.t.metrics.dropped.Inc()
+		p.t.reportUnreachable(p.id)
+		return
+	}
+	status = etcdraft.SnapshotFinish
+}
+
+func (p *tcpPeer) deliverSnapshot(m raftpb.Message) error {
+	size := m.Size()
+	if size > maxSnapshotFrame {
+		return fmt.Errorf("the snapshot message is %d bytes, the limit is %d", size, maxSnapshotFrame)
+	}
+	buf := make([]byte, 4+size)
+	binary.BigEndian.PutUint32(buf, uint32(size))
+	if _, err := m.MarshalTo(buf[4:]); err != nil {
+		return fmt.Errorf("marshalling the snapshot: %w", err)
+	}
+	conn, err := p.t.dial(p.ctx, p.addr, connSnapshot)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// A deadline per chunk rather than one for the whole: a large
+	// snapshot may take long, but never long without progress.
+	for len(buf) > 0 {
+		n := min(len(buf), snapshotChunk)
+		_ = conn.SetWriteDeadline(time.Now().Add(peerWriteTimeout))
+		if _, err := conn.Write(buf[:n]); err != nil {
+			return fmt.Errorf("sending the snapshot: %w", err)
+		}
+		buf = buf[n:]
+	}
+	_ = conn.SetWriteDeadline(time.Time{})
+	var status [1]byte
+	if _, err := io.ReadFull(conn, status[:]); err != nil {
+		return fmt.Errorf("waiting for the peer to take the snapshot: %w", err)
+	}
+	if status[0] != snapshotTaken {
+		return errors.New("the peer's raft refused the snapshot")
+	}
+	return nil
+}
+
+// writeFrame writes m's frame to w, marshalling through scratch, which
+// it returns grown for the next call.
+func writeFrame(w *bufio.Writer, m raftpb.Message, scratch []byte) ([]byte, error) {
+	size := m.Size()
+	if size > maxFrame {
+		return scratch, fmt.Errorf("%w: a %s message of %d bytes is over the %d-byte frame limit", errUnsendable, m.Type, size, maxFrame)
+	}
+	if cap(scratch) < 4+size {
+		scratch = make([]byte, 4+size)
+	}
+	scratch = scratch[:4+size]
+	binary.BigEndian.PutUint32(scratch, uint32(size))
+	if _, err := m.MarshalTo(scratch[4:]); err != nil {
+		return scratch, fmt.Errorf("%w: marshalling a %s message: %w", errUnsendable, m.Type, err)
+	}
+	_, err := w.Write(scratch)
+	return scratch, err
+}
+
+// readFrame reads one frame of at most limit bytes.
+func readFrame(r *bufio.Reader, limit uint32) (raftpb.Message, error) {
+	var m raftpb.Message
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return m, err
+	}
+	size := binary.BigEndian.Uint32(hdr[:])
+	if size > limit {
+		return m, fmt.Errorf("a frame of %d bytes is over the %d-byte limit", size, limit)
+	}
+	buf := make([]byte, size)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return m, fmt.Errorf("reading a %d-byte frame: %w", size, err)
+	}
+	if err := m.Unmarshal(buf); err != nil {
+		return m, fmt.Errorf("decoding a message: %w", err)
+	}
+	return m, nil
+}
