@@ -177,9 +177,14 @@ type tcpPeers struct {
 	startOnce sync.Once
 	h         messageHandler
 
-	mu      sync.Mutex // guards peers, inbound and closed
+	mu      sync.Mutex // guards peers, inbound, streams and closed
 	peers   map[uint64]*tcpPeer
 	inbound map[net.Conn]struct{}
+	// streams is the message connection each node dialed last. A node
+	// has one at a time: a new one means it redialed, and the old one,
+	// perhaps half dead after a partition, is closed so that its reader
+	// does not linger or deliver beside the new one.
+	streams map[uint64]net.Conn
 	closed  bool
 }
 
@@ -233,7 +238,7 @@ func listenPeers(cfg peerConfig) (*tcpPeers, error) {
 	t := &tcpPeers{
 		cfg: cfg, log: log.With("component", "peers"), metrics: m, ln: ln, addr: advertise.String(),
 		ctx: ctx, cancel: cancel, started: make(chan struct{}),
-		peers: map[uint64]*tcpPeer{}, inbound: map[net.Conn]struct{}{},
+		peers: map[uint64]*tcpPeer{}, inbound: map[net.Conn]struct{}{}, streams: map[uint64]net.Conn{},
 	}
 	t.wg.Add(1)
 	go t.acceptLoop()
@@ -403,6 +408,21 @@ func (t *tcpPeers) serve(c net.Conn) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
+	if kind == connStream {
+		t.mu.Lock()
+		if old := t.streams[from]; old != nil {
+			old.Close()
+		}
+		t.streams[from] = c
+		t.mu.Unlock()
+		defer func() {
+			t.mu.Lock()
+			if t.streams[from] == c {
+				delete(t.streams, from)
+			}
+			t.mu.Unlock()
+		}()
+	}
 	select {
 	case <-t.started:
 	case <-t.ctx.Done():

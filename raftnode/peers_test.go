@@ -224,6 +224,24 @@ func TestPeersRefuseANodeFromAnotherCA(t *testing.T) {
 	if got := len(ra.received()) + len(rx.received()); got != 0 {
 		t.Errorf("messages delivered across CAs: got = %d, expected: 0", got)
 	}
+
+	// Nor does a client that shows no certificate at all.
+	cfg := peerTLS(t, certsDir(t))
+	cfg.Certificates = nil
+	cfg.RootCAs = a.cfg.TLS.RootCAs
+	c, err := tls.Dial("tcp", a.LocalAddr(), dialTLS(cfg, a.LocalAddr()))
+	if err == nil {
+		defer c.Close()
+		hello := append([]byte(peerMagic), peerVersion, connStream)
+		hello = binary.BigEndian.AppendUint64(hello, 9)
+		hello = append(hello, 2, 'c', '1')
+		_, _ = c.Write(hello)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+	}
+	if err == nil {
+		t.Error("a client without a certificate was answered, expected: refused")
+	}
 }
 
 func TestPeersRefuseAnotherClusterTag(t *testing.T) {
@@ -307,6 +325,38 @@ func dialHello(t *testing.T, p *tcpPeers, kind byte) net.Conn {
 		t.Fatalf("hello: got = %v %v, expected: accepted", answer, err)
 	}
 	return c
+}
+
+// TestPeersKeepOneStreamPerNode: a node that dials again (after a
+// failure it saw and the acceptor did not) replaces its old connection,
+// which is closed.
+func TestPeersKeepOneStreamPerNode(t *testing.T) {
+	noLeaks(t)
+	b, rb, _ := testPeers(t, 2, nil, "c1")
+	first := dialHello(t, b, connStream)
+	second := dialHello(t, b, connStream)
+	if _, err := first.Read(make([]byte, 1)); err == nil {
+		t.Error("the first connection stayed open after the node dialed again")
+	}
+	frame, err := writeFrameTo(appMsgs(7, 2, 0, 1)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the message on the second connection", func() bool { return len(rb.received()) == 1 })
+}
+
+// writeFrameTo is m's frame.
+func writeFrameTo(m raftpb.Message) ([]byte, error) {
+	var out bytes.Buffer
+	w := bufio.NewWriter(&out)
+	if _, err := writeFrame(w, m, nil); err != nil {
+		return nil, err
+	}
+	err := w.Flush()
+	return out.Bytes(), err
 }
 
 func TestPeersCloseOnAFrameOverTheLimit(t *testing.T) {
