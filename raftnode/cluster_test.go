@@ -26,6 +26,8 @@ type testCluster struct {
 	t     testing.TB
 	nodes []*Node
 	trans []*raft.InmemTransport
+	net   *MemNetwork // the etcd engine's, instead of trans
+	ids   []string
 }
 
 // newTestCluster starts size nodes, n1…nsize, all bootstrapped with the
@@ -38,6 +40,22 @@ func newTestCluster(t testing.TB, size int) *testCluster {
 	for i := range size {
 		id := fmt.Sprintf("n%d", i+1)
 		voters[i] = Peer{ID: id, Address: id}
+		c.ids = append(c.ids, id)
+	}
+	if testEngine == EngineEtcd {
+		c.net = NewMemNetwork()
+		for i := range size {
+			cfg := testConfig(t.TempDir(), "")
+			cfg.PeerAddr = ""
+			cfg.NodeID = voters[i].ID
+			cfg.Network = c.net
+			cfg.WALSegmentSize = 1 << 20
+			cfg.InitialVoters = voters
+			c.nodes = append(c.nodes, openFake(t, cfg, nil))
+		}
+		return c
+	}
+	for _, id := range c.ids {
 		_, tr := raft.NewInmemTransport(raft.ServerAddress(id))
 		c.trans = append(c.trans, tr)
 	}
@@ -65,6 +83,16 @@ func newTestCluster(t testing.TB, size int) *testCluster {
 
 // heal connects every transport to every other.
 func (c *testCluster) heal() {
+	if c.net != nil {
+		for _, a := range c.ids {
+			for _, b := range c.ids {
+				if a != b {
+					c.net.Connect(a, b)
+				}
+			}
+		}
+		return
+	}
 	for _, a := range c.trans {
 		for _, b := range c.trans {
 			if a != b {
@@ -76,6 +104,10 @@ func (c *testCluster) heal() {
 
 // isolate cuts n off from every other node, both ways.
 func (c *testCluster) isolate(n *Node) {
+	if c.net != nil {
+		c.net.Isolate(n.Addr())
+		return
+	}
 	for _, tr := range c.trans {
 		if string(tr.LocalAddr()) == n.Addr() {
 			tr.DisconnectAll()

@@ -94,11 +94,16 @@ func (f *fsm) Apply(l *raft.Log) any {
 }
 
 func (f *fsm) applyLocked(l *raft.Log) statemachine.Result {
-	now, cmd, err := statemachine.Decode(l.Data)
+	return f.applyData(l.Index, l.Term, l.Data)
+}
+
+// applyData applies one encoded command; the caller holds mu for writing.
+func (f *fsm) applyData(index, term uint64, data []byte) statemachine.Result {
+	now, cmd, err := statemachine.Decode(data)
 	if err != nil {
 		// Every replica fails the same entry the same way, so the state
 		// stays identical; the proposer learns why from Result.Err.
-		f.log.Error("undecodable log entry", "index", l.Index, "term", l.Term, "error", err)
+		f.log.Error("undecodable log entry", "index", index, "term", term, "error", err)
 		return statemachine.Result{Revision: f.st.Revision(), Err: err}
 	}
 	res := f.st.Apply(now, cmd)
@@ -162,8 +167,23 @@ const snapshotHeaderLen = 1 + 8
 // cheap at Tenure's sizes (sessions, leases and small keys, bounded by
 // the limits) and keeps disk I/O out of every lock.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	data, err := f.snapshotBytes()
+	if err != nil {
+		return nil, err
+	}
+	return &fsmSnapshot{data: data}, nil
+}
+
+// snapshotBytes is the state and its applied index in the snapshot
+// format, taken under the read lock.
+func (f *fsm) snapshotBytes() ([]byte, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	return f.snapshotLocked()
+}
+
+// snapshotLocked is snapshotBytes for a caller that holds mu.
+func (f *fsm) snapshotLocked() ([]byte, error) {
 	var buf bytes.Buffer
 	var hdr [snapshotHeaderLen]byte
 	hdr[0] = snapshotVersion
@@ -172,7 +192,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	if err := f.st.Snapshot(&buf); err != nil {
 		return nil, fmt.Errorf("raftnode: snapshot state: %w", err)
 	}
-	return &fsmSnapshot{data: buf.Bytes()}, nil
+	return buf.Bytes(), nil
 }
 
 // Restore replaces the state with a snapshot, at startup or when a

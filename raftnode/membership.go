@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // Status is what a node knows about itself and its leader, for
@@ -29,10 +30,18 @@ type Status struct {
 
 // Term is the raft term this node knows: cheap, without Status's other
 // reads.
-func (n *Node) Term() uint64 { return n.raft.CurrentTerm() }
+func (n *Node) Term() uint64 {
+	if n.etcd != nil {
+		return n.etcd.term.Load()
+	}
+	return n.raft.CurrentTerm()
+}
 
 // Status reports this node's view of itself.
 func (n *Node) Status() Status {
+	if n.etcd != nil {
+		return n.etcd.status()
+	}
 	addr, id := n.raft.LeaderWithID()
 	st := Status{
 		ID:           n.id,
@@ -82,6 +91,9 @@ func (n *Node) BootstrapCluster(voters []Peer) error {
 		return err
 	}
 	defer n.inflight.Done()
+	if n.etcd != nil {
+		return n.etcd.bootstrapCluster(voters)
+	}
 	conf, err := initialConfiguration(Config{NodeID: n.id, InitialVoters: voters}, n.trans.LocalAddr())
 	if err != nil {
 		return err
@@ -105,6 +117,9 @@ var ErrAlreadyFormed = errors.New("raftnode: this node already has cluster state
 // towards a quorum it cannot yet help make. It must be called on the
 // leader.
 func (n *Node) AddNonvoter(ctx context.Context, id, addr string) error {
+	if n.etcd != nil {
+		return n.etcdMembership(ctx, "add non-voter", raftpb.ConfChangeAddLearnerNode, id, addr)
+	}
 	return n.changeMembership(ctx, "add non-voter", func(timeout time.Duration) raft.Future {
 		return n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout)
 	})
@@ -115,6 +130,13 @@ func (n *Node) AddNonvoter(ctx context.Context, id, addr string) error {
 // or given up. It must be called on the leader. Proposals made during the
 // transfer are refused with a *NotLeaderError, so they are never in doubt.
 func (n *Node) TransferLeadership(ctx context.Context, id string) error {
+	if n.etcd != nil {
+		if err := n.enter(); err != nil {
+			return err
+		}
+		defer n.inflight.Done()
+		return n.etcd.transferLeadership(ctx, id)
+	}
 	if id == "" {
 		return n.changeMembership(ctx, "transfer leadership", func(time.Duration) raft.Future {
 			return n.raft.LeadershipTransfer()

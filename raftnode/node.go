@@ -18,6 +18,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	raftwal "github.com/hashicorp/raft-wal"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/tenurehq/tenure/statemachine"
 )
@@ -46,6 +47,14 @@ type Config struct {
 	// closes it, not even through raft's Shutdown (which closes any
 	// transport it can): whoever made it closes it, after Close.
 	Transport raft.Transport
+	// Engine picks the consensus engine: EngineHashicorp (hashicorp/raft,
+	// the default) or EngineEtcd (go.etcd.io/raft/v3). A data dir is
+	// written by one engine and refused by the other.
+	Engine string
+	// Network, with EngineEtcd, carries raft's messages instead of a TCP
+	// transport, as Transport does for the hashicorp engine: the node's
+	// address is its NodeID on the network. The node does not own it.
+	Network *MemNetwork
 	// Stores, when set, are used instead of the stores the node would open
 	// under DataDir. LogStore, WALSegmentSize, MinFreeBytes,
 	// DiskCheckInterval, FreeSpace and RepairLog then do not apply, since
@@ -169,7 +178,8 @@ const (
 // entries to its statemachine.Machine. All methods are safe for concurrent
 // use. The caller should call Close when finished.
 type Node struct {
-	id       string // this node's raft server ID
+	id       string      // this node's raft server ID
+	etcd     *etcdEngine // set when Config.Engine is EngineEtcd; raft and trans are then nil
 	raft     *raft.Raft
 	fsm      *fsm
 	trans    raft.Transport
@@ -213,6 +223,9 @@ func Open(cfg Config) (*Node, error) {
 // open runs the steps of Open in order, undoing what earlier steps opened
 // when a later one fails.
 func open(cfg Config, newState func() state) (n *Node, err error) {
+	if cfg.Engine == EngineEtcd {
+		return openEtcdNode(cfg, newState)
+	}
 	if cfg, err = cfg.withDefaults(); err != nil {
 		return nil, err
 	}
@@ -262,6 +275,11 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, errors.New("raftnode: DataDir is required")
 	}
 	switch {
+	case cfg.Engine != "" && cfg.Engine != EngineHashicorp && cfg.Engine != EngineEtcd:
+		return cfg, fmt.Errorf("raftnode: unknown Engine %q (want %q or %q)", cfg.Engine, EngineHashicorp, EngineEtcd)
+	case cfg.Network != nil && (cfg.Engine != EngineEtcd || cfg.PeerAddr != "" || cfg.Advertise != ""):
+		return cfg, errors.New("raftnode: Network is for the etcd engine, with PeerAddr and Advertise empty")
+	case cfg.Network != nil:
 	case cfg.Transport == nil && cfg.PeerAddr == "":
 		return cfg, errors.New("raftnode: PeerAddr is required")
 	case cfg.Transport != nil && (cfg.PeerAddr != "" || cfg.Advertise != ""):
@@ -678,7 +696,17 @@ func (n *Node) Close() error {
 		n.mu.Unlock()
 		n.inflight.Wait()
 
-		errs := []error{n.raft.Shutdown().Error()}
+		var errs []error
+		if n.etcd != nil {
+			wasLeader := n.etcd.isLeader()
+			errs = append(errs, n.etcd.close())
+			if wasLeader {
+				n.publishLeader(false)
+			}
+			n.metrics.isLeader.Set(0)
+		} else {
+			errs = append(errs, n.raft.Shutdown().Error())
+		}
 		close(n.shutdownCh)
 		n.wg.Wait()
 		errs = append(errs, n.closeTransport(), n.closeStores())
@@ -704,6 +732,18 @@ func (n *Node) Propose(ctx context.Context, cmd statemachine.Command) (statemach
 		return statemachine.Result{}, err
 	}
 	defer n.inflight.Done()
+	if n.etcd != nil {
+		start := time.Now()
+		data, err := statemachine.Encode(start.UnixNano(), cmd)
+		if err != nil {
+			return statemachine.Result{}, err
+		}
+		res, err := n.etcd.propose(ctx, "propose", data)
+		if err == nil {
+			n.metrics.propose.Observe(time.Since(start).Seconds())
+		}
+		return res, err
+	}
 	if n.raft.State() != raft.Leader {
 		return statemachine.Result{}, n.notLeader()
 	}
@@ -761,6 +801,19 @@ func (n *Node) readState(ctx context.Context, fn func(state) error) error {
 	}
 	defer n.inflight.Done()
 
+	if n.etcd != nil {
+		if !n.etcd.isLeader() {
+			return n.notLeader()
+		}
+		idx, err := n.etcd.readIndex(ctx)
+		if err != nil {
+			return err
+		}
+		if err := n.waitApplied(ctx, idx); err != nil {
+			return err
+		}
+		return n.readLocked(fn)
+	}
 	term := n.raft.CurrentTerm()
 	if n.raft.State() != raft.Leader {
 		return n.notLeader()
@@ -831,6 +884,10 @@ func (n *Node) Barrier(ctx context.Context) error {
 }
 
 func (n *Node) barrier(ctx context.Context) error {
+	if n.etcd != nil {
+		_, err := n.etcd.propose(ctx, "barrier", nil)
+		return err
+	}
 	timeout, err := enqueueTimeout(ctx)
 	if err != nil {
 		return fmt.Errorf("raftnode: barrier: %w", err)
@@ -851,6 +908,9 @@ func (n *Node) barrier(ctx context.Context) error {
 // AddVoter adds a node to the cluster as a voter, promotes a non-voter,
 // or updates a voter's address. It must be called on the leader.
 func (n *Node) AddVoter(ctx context.Context, id, addr string) error {
+	if n.etcd != nil {
+		return n.etcdMembership(ctx, "add voter", raftpb.ConfChangeAddNode, id, addr)
+	}
 	return n.changeMembership(ctx, "add voter", func(timeout time.Duration) raft.Future {
 		return n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout)
 	})
@@ -859,6 +919,9 @@ func (n *Node) AddVoter(ctx context.Context, id, addr string) error {
 // RemoveServer removes a node from the cluster. It must be called on the
 // leader.
 func (n *Node) RemoveServer(ctx context.Context, id string) error {
+	if n.etcd != nil {
+		return n.etcdMembership(ctx, "remove server", raftpb.ConfChangeRemoveNode, id, "")
+	}
 	return n.changeMembership(ctx, "remove server", func(timeout time.Duration) raft.Future {
 		return n.raft.RemoveServer(raft.ServerID(id), 0, timeout)
 	})
@@ -929,7 +992,7 @@ func (n *Node) raftError(op string, err error) error {
 // *NotLeaderError, or the *DiskFullError that keeps this node from
 // leading while no other leads.
 func (n *Node) notLeader() error {
-	addr, id := n.raft.LeaderWithID()
+	addr, id := n.Leader()
 	if id == "" || string(id) == n.id {
 		if err := n.LogFull(); err != nil {
 			return err
@@ -941,11 +1004,19 @@ func (n *Node) notLeader() error {
 // IsLeader reports whether this node believes it is the leader. The
 // belief can be stale by up to the leader lease; Read and Propose confirm
 // it with a quorum.
-func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+func (n *Node) IsLeader() bool {
+	if n.etcd != nil {
+		return n.etcd.isLeader()
+	}
+	return n.raft.State() == raft.Leader
+}
 
 // Leader returns the leader's raft transport address and ID, empty when no
 // leader is known.
 func (n *Node) Leader() (addr string, id string) {
+	if n.etcd != nil {
+		return n.etcd.leaderInfo()
+	}
 	a, i := n.raft.LeaderWithID()
 	return string(a), string(i)
 }
@@ -970,7 +1041,12 @@ func (n *Node) ElectionTimeout() time.Duration { return n.election }
 // Stats returns raft's own statistics plus this node's applied index, for
 // display and debugging.
 func (n *Node) Stats() map[string]string {
-	s := n.raft.Stats()
+	var s map[string]string
+	if n.etcd != nil {
+		s = n.etcd.stats()
+	} else {
+		s = n.raft.Stats()
+	}
 	s["fsm_applied_index"] = strconv.FormatUint(n.AppliedIndex(), 10)
 	return s
 }
@@ -980,7 +1056,12 @@ func (n *Node) ID() string { return n.id }
 
 // Addr is this node's raft address, where other nodes reach it: the
 // advertised or bound TCP address, or the given transport's LocalAddr.
-func (n *Node) Addr() string { return string(n.trans.LocalAddr()) }
+func (n *Node) Addr() string {
+	if n.etcd != nil {
+		return n.etcd.self.Addr
+	}
+	return string(n.trans.LocalAddr())
+}
 
 // Member is one server in the raft configuration.
 type Member struct {
@@ -997,6 +1078,9 @@ func (n *Node) Members() ([]Member, error) {
 		return nil, err
 	}
 	defer n.inflight.Done()
+	if n.etcd != nil {
+		return n.etcd.membersList(), nil
+	}
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return nil, fmt.Errorf("raftnode: configuration: %w", err)

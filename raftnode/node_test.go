@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -80,8 +81,13 @@ func testConfig(dir, logStore string) Config {
 		ElectionTimeout:    50 * time.Millisecond,
 		LeaderLeaseTimeout: 50 * time.Millisecond,
 		Logger:             slog.New(slog.DiscardHandler),
+		Engine:             testEngine,
 	}
 }
+
+// testEngine is the engine the tests run on: TENURE_TEST_ENGINE=etcd runs
+// them on the etcd engine.
+var testEngine = os.Getenv("TENURE_TEST_ENGINE")
 
 func openFake(t testing.TB, cfg Config, hook func(statemachine.Command)) *Node {
 	t.Helper()
@@ -264,9 +270,7 @@ func TestSnapshotRestore(t *testing.T) {
 			for i := range 5 {
 				put(t, n, fmt.Sprintf("k%d", i), "before")
 			}
-			if err := n.raft.Snapshot().Error(); err != nil {
-				t.Fatalf("snapshot: %v", err)
-			}
+			snapshotNow(t, n)
 			put(t, n, "k0", "after")
 			if err := n.Close(); err != nil {
 				t.Fatalf("close: %v", err)
@@ -296,13 +300,9 @@ func TestUndecodableEntryIsAResult(t *testing.T) {
 	waitLeader(t, n)
 	put(t, n, "a", "1")
 
-	f := n.raft.Apply([]byte{200, 0, 0, 0, 0, 0, 0, 0, 0, '{', '}'}, time.Second)
-	if err := f.Error(); err != nil {
-		t.Fatalf("apply: %v", err)
-	}
-	res, ok := f.Response().(statemachine.Result)
-	if !ok || !errors.Is(res.Err, statemachine.ErrUnknownCommand) || res.Revision != 1 {
-		t.Errorf("response = %#v, expected a Result with ErrUnknownCommand at revision 1", f.Response())
+	res := proposeRaw(t, n, []byte{200, 0, 0, 0, 0, 0, 0, 0, 0, '{', '}'})
+	if !errors.Is(res.Err, statemachine.ErrUnknownCommand) || res.Revision != 1 {
+		t.Errorf("response = %#v, expected a Result with ErrUnknownCommand at revision 1", res)
 	}
 	if r := put(t, n, "b", "2"); r.Revision != 2 {
 		t.Errorf("revision after a bad entry = %d, expected: 2", r.Revision)
@@ -619,9 +619,7 @@ func TestRealMachine(t *testing.T) {
 	if err != nil || res.Err != nil {
 		t.Fatalf("put: err = %v, result error = %v", err, res.Err)
 	}
-	if err := n.raft.Snapshot().Error(); err != nil {
-		t.Fatalf("snapshot: %v", err)
-	}
+	snapshotNow(t, n)
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}

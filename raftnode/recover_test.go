@@ -20,9 +20,7 @@ func seedDataDir(t *testing.T, store string) (dir, addr string) {
 	waitLeader(t, n)
 	put(t, n, "a", "1")
 	put(t, n, "b", "2")
-	if err := n.raft.Snapshot().Error(); err != nil {
-		t.Fatalf("snapshot: %v", err)
-	}
+	snapshotNow(t, n)
 	put(t, n, "a", "3")
 	addr = string(n.Addr())
 	if err := n.Close(); err != nil {

@@ -187,9 +187,7 @@ func TestRepairLogKeepsEverythingWhenASnapshotCoversTheDamage(t *testing.T) {
 	for i := range 40 {
 		put(t, n, fmt.Sprintf("k%03d", i), bigValue(i))
 	}
-	if err := n.raft.Snapshot().Error(); err != nil {
-		t.Fatalf("snapshot: %v", err)
-	}
+	snapshotNow(t, n)
 	put(t, n, "k040", "after the snapshot")
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
