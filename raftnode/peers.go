@@ -131,6 +131,7 @@ const (
 	helloBadVersion  byte = 1
 	helloBadTag      byte = 2
 	helloBadKind     byte = 3
+	helloBadID       byte = 4
 	snapshotTaken    byte = 0
 	snapshotRejected byte = 1
 
@@ -193,6 +194,11 @@ var _ peerTransport = (*tcpPeers)(nil)
 // listenPeers binds cfg.Bind and starts accepting connections; messages
 // reach a handler once Start is called.
 func listenPeers(cfg peerConfig) (*tcpPeers, error) {
+	if cfg.ID == 0 {
+		// etcd raft's "no node"; and the acceptor keys a node's stream by
+		// it, so nodes sharing one would cut each other's connections.
+		return nil, errors.New("raftnode: peer transport: the node's raft ID is 0; set peerConfig.ID")
+	}
 	if len(cfg.ClusterTag) > maxClusterTag {
 		return nil, fmt.Errorf("raftnode: peer transport: cluster tag is %d bytes, the limit is %d", len(cfg.ClusterTag), maxClusterTag)
 	}
@@ -477,6 +483,8 @@ func (t *tcpPeers) readHello(r *bufio.Reader, w io.Writer) (from uint64, kind by
 	}
 	answer := helloOK
 	switch {
+	case from == 0:
+		answer, err = helloBadID, errors.New("a node dialed with raft ID 0")
 	case version != peerVersion:
 		answer, err = helloBadVersion, fmt.Errorf("node %d speaks peer protocol version %d, this node %d", from, version, peerVersion)
 	case string(tag) != t.cfg.ClusterTag:
@@ -537,6 +545,8 @@ func refusal(b byte) string {
 		return "another cluster tag (another cluster)"
 	case helloBadKind:
 		return "unknown connection kind"
+	case helloBadID:
+		return "raft ID 0"
 	}
 	return fmt.Sprintf("answer %d", b)
 }

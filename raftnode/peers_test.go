@@ -316,6 +316,29 @@ func closedByPeer(c net.Conn) error {
 	return nil // EOF, a reset or a TLS alert: closed
 }
 
+func TestPeersRefuseABadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  peerConfig
+		want string
+	}{
+		{"a node without a raft ID", peerConfig{Bind: "127.0.0.1:0"}, "raft ID is 0"},
+		{"a cluster tag over 255 bytes", peerConfig{ID: 1, Bind: "127.0.0.1:0", ClusterTag: strings.Repeat("x", 256)}, "cluster tag is 256 bytes, the limit is 255"},
+		{"an address other nodes cannot dial", peerConfig{ID: 1, Bind: "0.0.0.0:0"}, "not an address other nodes can dial"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := listenPeers(tc.cfg)
+			if err == nil {
+				p.Close()
+				t.Fatalf("listenPeers succeeded, expected: an error saying %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got = %v, expected: an error saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
 // dialHello is a raw connection to p that has passed the hello.
 func dialHello(t *testing.T, p *tcpPeers, kind byte) net.Conn {
 	t.Helper()
