@@ -1,14 +1,12 @@
 package raftnode
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"sync"
@@ -252,7 +250,7 @@ func (e *etcdEngine) restoreBoot(b bootState) error {
 		if err := e.ms.ApplySnapshot(b.snap); err != nil {
 			return fmt.Errorf("raftnode: load snapshot: %w", err)
 		}
-		if err := e.n.fsm.Restore(io.NopCloser(bytes.NewReader(b.state))); err != nil {
+		if err := e.n.fsm.restoreBytes(b.state); err != nil {
 			return err
 		}
 		e.setMembership(b.snap.Metadata.ConfState, b.members)
@@ -302,15 +300,7 @@ func (e *etcdEngine) run() {
 func (e *etcdEngine) handleReady(node etcdraft.Node, rd etcdraft.Ready) bool {
 	task := applyTask{}
 	if rd.SoftState != nil {
-		wasLeader := etcdraft.StateType(e.role.Load()) == etcdraft.StateLeader
-		e.role.Store(int32(rd.SoftState.RaftState))
-		e.leader.Store(rd.SoftState.Lead)
-		isLeader := rd.SoftState.RaftState == etcdraft.StateLeader
-		if wasLeader != isLeader {
-			task.stepDown = wasLeader
-			e.n.metrics.isLeader.Set(map[bool]float64{true: 1}[isLeader])
-			e.n.publishLeader(isLeader)
-		}
+		task.stepDown = e.setRole(rd.SoftState.RaftState, rd.SoftState.Lead)
 	}
 	if !etcdraft.IsEmptyHardState(rd.HardState) {
 		if rd.HardState.Term > e.term.Load() {
@@ -322,7 +312,7 @@ func (e *etcdEngine) handleReady(node etcdraft.Node, rd etcdraft.Ready) bool {
 	// What needs nothing durable goes first: above all the leader's
 	// appends, which followers write while the leader writes its own copy.
 	later := e.sendBeforeWrite(rd.Messages)
-	if !e.persist(rd) {
+	if !e.persist(node, rd) {
 		return false
 	}
 	e.trans.Send(later)
@@ -348,6 +338,28 @@ func (e *etcdEngine) handleReady(node etcdraft.Node, rd etcdraft.Ready) bool {
 	return true
 }
 
+// setRole publishes this node's role and leader, and reports whether it
+// stopped leading.
+func (e *etcdEngine) setRole(role etcdraft.StateType, leader uint64) (steppedDown bool) {
+	wasLeader := etcdraft.StateType(e.role.Swap(int32(role))) == etcdraft.StateLeader
+	e.leader.Store(leader)
+	isLeader := role == etcdraft.StateLeader
+	if wasLeader != isLeader {
+		e.n.metrics.isLeader.Set(map[bool]float64{true: 1}[isLeader])
+		e.n.publishLeader(isLeader)
+	}
+	return wasLeader && !isLeader
+}
+
+// resume publishes raft's own view of the role again once the log can
+// be written after a failure: raft never learnt of the pause, so no
+// Ready will say the role changed.
+func (e *etcdEngine) resume(node etcdraft.Node) {
+	st := node.Status()
+	e.setRole(st.RaftState, st.Lead)
+	e.n.log.Info("raft: the log can be written again", "role", etcdRoleName(st.RaftState))
+}
+
 // sendBeforeWrite sends the messages that may leave before this Ready's
 // write is durable and returns the others: votes and append
 // acknowledgements, which promise that the write is done (the same split
@@ -370,13 +382,23 @@ func (e *etcdEngine) sendBeforeWrite(msgs []raftpb.Message) (later []raftpb.Mess
 // while the disk refuses (full): nothing after it may happen before it,
 // and the node stops heartbeating meanwhile, so another node leads. It
 // returns false if the engine stops first.
-func (e *etcdEngine) persist(rd etcdraft.Ready) bool {
+func (e *etcdEngine) persist(node etcdraft.Node, rd etcdraft.Ready) bool {
 	for attempt := 0; ; attempt++ {
 		err := e.write(rd)
 		if err == nil {
+			if attempt > 0 {
+				e.resume(node)
+			}
 			return true
 		}
-		if attempt == 0 || attempt%60 == 0 {
+		if attempt == 0 {
+			// Calls that need the leader now fail at once, naming the
+			// disk (notLeader), instead of waiting on a write that cannot
+			// happen; a cluster elects another leader meanwhile, since
+			// this node has stopped heartbeating.
+			e.setRole(etcdraft.StateFollower, 0)
+		}
+		if attempt%60 == 0 {
 			e.n.log.Error("raft: cannot write the log; retrying, and not acknowledging anything meanwhile", "error", err)
 		}
 		select {
@@ -471,7 +493,7 @@ func (e *etcdEngine) applyLoop() {
 func (e *etcdEngine) restoreSnapshot(snap raftpb.Snapshot) {
 	members, state, err := decodeSnapshotData(snap.Data)
 	if err == nil {
-		err = e.n.fsm.Restore(io.NopCloser(bytes.NewReader(state)))
+		err = e.n.fsm.restoreBytes(state)
 	}
 	if err != nil {
 		// The snapshot was checked when it was written; failing to read it
@@ -908,6 +930,8 @@ func (e *etcdEngine) close() error {
 	close(e.stop)
 	e.wg.Wait()
 	e.raft().Stop()
+	e.role.Store(int32(etcdraft.StateFollower))
+	e.leader.Store(0)
 	return nil
 }
 

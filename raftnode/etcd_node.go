@@ -3,7 +3,6 @@ package raftnode
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,9 +24,6 @@ func openEtcdNode(cfg Config, newState func() state) (n *Node, err error) {
 	if cfg, err = cfg.withDefaults(); err != nil {
 		return nil, err
 	}
-	if cfg.ForceNewCluster {
-		return nil, errors.New("raftnode: ForceNewCluster is not supported by the etcd engine yet")
-	}
 	log := cfg.Logger.With("component", "raft", "node", cfg.NodeID)
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -42,8 +38,9 @@ func openEtcdNode(cfg Config, newState func() state) (n *Node, err error) {
 			m.unregister()
 		}
 	}()
+	converting := false
 	if cfg.Stores.given() == 0 {
-		if err := claimDir(filepath.Join(cfg.DataDir, "raft")); err != nil {
+		if converting, err = claimDir(filepath.Join(cfg.DataDir, "raft")); err != nil {
 			return nil, err
 		}
 	}
@@ -63,6 +60,10 @@ func openEtcdNode(cfg Config, newState func() state) (n *Node, err error) {
 		trans = t
 	}
 	undo = append(undo, trans.Close)
+	self := memberInfo{ID: cfg.NodeID, Addr: trans.LocalAddr()}
+	if err := prepareEtcd(cfg, st, self, newState, converting, m, log); err != nil {
+		return nil, err
+	}
 	f := &fsm{
 		st:        newState(),
 		newState:  newState,
@@ -100,22 +101,25 @@ func openEtcdNode(cfg Config, newState func() state) (n *Node, err error) {
 // random between it and twice it, so a failover is bounded by twice it.
 const defaultElectionTimeout = time.Second
 
-// claimDir makes sure dir holds the etcd engine's state or none, and
-// marks a new one as the etcd engine's before anything is written in it.
-func claimDir(dir string) error {
+// claimDir makes sure dir holds the etcd engine's state, none, or the
+// hashicorp engine's (converting: Open converts it), and marks a new one
+// as the etcd engine's before anything is written in it.
+func claimDir(dir string) (converting bool, err error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return fmt.Errorf("raftnode: %w", err)
+		return false, fmt.Errorf("raftnode: %w", err)
 	}
 	engine, err := readEngine(dir)
 	switch {
 	case err != nil:
-		return err
+		return false, err
 	case engine == "":
-		return writeEngine(dir, engineEtcd)
+		return false, writeEngine(dir, engineEtcd)
 	case engine == engineEtcd:
-		return nil
+		return false, nil
+	case engine == engineHashicorp:
+		return true, nil
 	default:
-		return fmt.Errorf("raftnode: %s holds state of the %s engine, and this node runs the etcd engine", dir, engine)
+		return false, fmt.Errorf("raftnode: %s holds state of an engine this build does not know, %q", dir, engine)
 	}
 }
 

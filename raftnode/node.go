@@ -226,6 +226,14 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 	if cfg.Engine == EngineEtcd {
 		return openEtcdNode(cfg, newState)
 	}
+	if cfg.Stores.given() == 0 && cfg.DataDir != "" {
+		dir := filepath.Join(cfg.DataDir, "raft")
+		if engine, err := readEngine(dir); err != nil {
+			return nil, err
+		} else if engine == engineEtcd {
+			return nil, fmt.Errorf("%w: %s holds the etcd engine's state, and this node runs the hashicorp engine", ErrOtherEngine, dir)
+		}
+	}
 	if cfg, err = cfg.withDefaults(); err != nil {
 		return nil, err
 	}

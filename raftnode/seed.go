@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/hashicorp/raft"
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/tenurehq/tenure/statemachine"
 )
@@ -61,6 +63,13 @@ func Seed(cfg Config, state io.Reader) (revision int64, err error) {
 		return 0, err
 	}
 	defer lock.Unlock()
+	if cfg.Engine == EngineEtcd {
+		if converting, err := claimDir(filepath.Join(cfg.DataDir, "raft")); err != nil {
+			return 0, err
+		} else if converting {
+			return 0, fmt.Errorf("raftnode: seed %s: %w", cfg.DataDir, ErrHasState)
+		}
+	}
 	met, err := newMetrics(nil)
 	if err != nil {
 		return 0, err
@@ -98,7 +107,12 @@ func Seed(cfg Config, state io.Reader) (revision int64, err error) {
 		return 0, fmt.Errorf("raftnode: seed: write snapshot: %w", err)
 	}
 	// Raft must not start a term below the snapshot's.
-	if err := st.stable.SetUint64([]byte("CurrentTerm"), seedTerm); err != nil {
+	if cfg.Engine == EngineEtcd {
+		hs, _ := (&raftpb.HardState{Term: seedTerm, Commit: seedIndex}).Marshal()
+		if err := st.stable.Set(hardStateKey, hs); err != nil {
+			return 0, fmt.Errorf("raftnode: seed: %w", err)
+		}
+	} else if err := st.stable.SetUint64([]byte("CurrentTerm"), seedTerm); err != nil {
 		return 0, fmt.Errorf("raftnode: seed: %w", err)
 	}
 	return m.Revision(), nil
