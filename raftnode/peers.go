@@ -22,13 +22,21 @@ package raftnode
 //     leader in place; its receiver answers once raft has taken it, and
 //     only then is the snapshot reported finished.
 //   - A hello opens every connection: magic bytes, a version, the kind of
-//     connection, the dialer's node ID and the cluster tag. The acceptor
+//     connection, the dialer's node ID, the cluster tag and the dialer's
+//     address. The acceptor
 //     refuses a wrong magic, which is what a hashicorp/raft node dialing
 //     this port sends, and a different cluster tag, so that the two
 //     engines, or two clusters, never mistake each other's traffic for
 //     their own. With TLS, the listener and dialer are the ones the
 //     hashicorp transport uses (tlsstream.go): the peer CA's mutual TLS
 //     comes first, and the hello travels inside it.
+//   - A node that dials in with an ID this transport has no address for
+//     is answered at the address its hello gives. A joining node knows
+//     nobody until the log tells it the membership, and it cannot get the
+//     log without answering the leader's first append: hashicorp/raft
+//     answered on the caller's own connection, and this is the same for
+//     one-way streams. SetPeer overrides a learned address; RemovePeer
+//     stops the learning for that ID until the next SetPeer.
 
 import (
 	"bufio"
@@ -68,6 +76,9 @@ type peerTransport interface {
 	Send(msgs []raftpb.Message)
 	// SetPeer records or changes a peer's address (closing a connection to the old one);
 	// RemovePeer forgets it. Safe to call from any goroutine, at any time.
+	// Until SetPeer, a node that sends to this one is answered at its own
+	// address (how a joining node reaches its leader); after RemovePeer it
+	// is not, until the next SetPeer.
 	SetPeer(id uint64, addr string)
 	RemovePeer(id uint64)
 	// Start begins delivering received messages to h. Messages that arrive
@@ -178,8 +189,9 @@ type tcpPeers struct {
 	startOnce sync.Once
 	h         messageHandler
 
-	mu      sync.Mutex // guards peers, inbound, streams and closed
+	mu      sync.Mutex // guards peers, removed, inbound, streams and closed
 	peers   map[uint64]*tcpPeer
+	removed map[uint64]bool // by RemovePeer, not to be learned again from a hello
 	inbound map[net.Conn]struct{}
 	// streams is the message connection each node dialed last. A node
 	// has one at a time: a new one means it redialed, and the old one,
@@ -244,7 +256,7 @@ func listenPeers(cfg peerConfig) (*tcpPeers, error) {
 	t := &tcpPeers{
 		cfg: cfg, log: log.With("component", "peers"), metrics: m, ln: ln, addr: advertise.String(),
 		ctx: ctx, cancel: cancel, started: make(chan struct{}),
-		peers: map[uint64]*tcpPeer{}, inbound: map[net.Conn]struct{}{}, streams: map[uint64]net.Conn{},
+		peers: map[uint64]*tcpPeer{}, removed: map[uint64]bool{}, inbound: map[net.Conn]struct{}{}, streams: map[uint64]net.Conn{},
 	}
 	t.wg.Add(1)
 	go t.acceptLoop()
@@ -300,8 +312,25 @@ func (t *tcpPeers) goLocked(f func()) bool {
 func (t *tcpPeers) SetPeer(id uint64, addr string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	delete(t.removed, id)
+	t.setPeerLocked(id, addr, false)
+}
+
+// learn records the address a node's hello gave, unless the node has one
+// from SetPeer or was removed.
+func (t *tcpPeers) learn(id uint64, addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.peers[id]; addr == "" || t.removed[id] || (p != nil && !p.learned) {
+		return
+	}
+	t.setPeerLocked(id, addr, true)
+}
+
+func (t *tcpPeers) setPeerLocked(id uint64, addr string, learned bool) {
 	if old, ok := t.peers[id]; ok {
 		if old.addr == addr {
+			old.learned = learned
 			return
 		}
 		old.cancel() // its writer exits and its connection closes
@@ -311,7 +340,7 @@ func (t *tcpPeers) SetPeer(id uint64, addr string) {
 		return
 	}
 	ctx, cancel := context.WithCancel(t.ctx)
-	p := &tcpPeer{t: t, id: id, addr: addr, queue: make(chan raftpb.Message, peerQueue), ctx: ctx, cancel: cancel}
+	p := &tcpPeer{t: t, id: id, addr: addr, learned: learned, queue: make(chan raftpb.Message, peerQueue), ctx: ctx, cancel: cancel}
 	t.peers[id] = p
 	t.goLocked(p.run)
 }
@@ -319,6 +348,7 @@ func (t *tcpPeers) SetPeer(id uint64, addr string) {
 func (t *tcpPeers) RemovePeer(id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.removed[id] = true
 	if p, ok := t.peers[id]; ok {
 		p.cancel()
 		delete(t.peers, id)
@@ -406,7 +436,7 @@ func (t *tcpPeers) serve(c net.Conn) {
 	}()
 	r := bufio.NewReaderSize(c, 64<<10)
 	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
-	from, kind, err := t.readHello(r, c)
+	from, addr, kind, err := t.readHello(r, c)
 	if err != nil {
 		if t.ctx.Err() == nil {
 			t.log.Warn("peer connection refused", "remote", c.RemoteAddr(), "err", err)
@@ -414,6 +444,7 @@ func (t *tcpPeers) serve(c net.Conn) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
+	t.learn(from, addr)
 	if kind == connStream {
 		t.mu.Lock()
 		if old := t.streams[from]; old != nil {
@@ -467,19 +498,23 @@ func (t *tcpPeers) serve(c net.Conn) {
 
 // readHello reads and checks a hello, answering it on w unless its magic
 // shows it is not this transport's traffic at all.
-func (t *tcpPeers) readHello(r *bufio.Reader, w io.Writer) (from uint64, kind byte, err error) {
-	var fixed [len(peerMagic) + 1 + 1 + 8 + 1]byte
+func (t *tcpPeers) readHello(r *bufio.Reader, w io.Writer) (from uint64, addr string, kind byte, err error) {
+	var fixed [len(peerMagic) + 1 + 1 + 8]byte
 	if _, err := io.ReadFull(r, fixed[:]); err != nil {
-		return 0, 0, fmt.Errorf("reading the hello: %w", err)
+		return 0, "", 0, fmt.Errorf("reading the hello: %w", err)
 	}
 	if string(fixed[:len(peerMagic)]) != peerMagic {
-		return 0, 0, errors.New("not an etcd-engine peer (wrong magic): a node of the other engine, or not a Tenure node, dialed the raft port")
+		return 0, "", 0, errors.New("not an etcd-engine peer (wrong magic): a node of the other engine, or not a Tenure node, dialed the raft port")
 	}
 	rest := fixed[len(peerMagic):]
-	version, kind, from, tagLen := rest[0], rest[1], binary.BigEndian.Uint64(rest[2:10]), rest[10]
-	tag := make([]byte, tagLen)
-	if _, err := io.ReadFull(r, tag); err != nil {
-		return 0, 0, fmt.Errorf("reading the hello's cluster tag: %w", err)
+	version, kind, from := rest[0], rest[1], binary.BigEndian.Uint64(rest[2:10])
+	tag, err := readShortString(r)
+	if err != nil {
+		return 0, "", 0, fmt.Errorf("reading the hello's cluster tag: %w", err)
+	}
+	addr, err = readShortString(r)
+	if err != nil {
+		return 0, "", 0, fmt.Errorf("reading the hello's address: %w", err)
 	}
 	answer := helloOK
 	switch {
@@ -487,7 +522,7 @@ func (t *tcpPeers) readHello(r *bufio.Reader, w io.Writer) (from uint64, kind by
 		answer, err = helloBadID, errors.New("a node dialed with raft ID 0")
 	case version != peerVersion:
 		answer, err = helloBadVersion, fmt.Errorf("node %d speaks peer protocol version %d, this node %d", from, version, peerVersion)
-	case string(tag) != t.cfg.ClusterTag:
+	case tag != t.cfg.ClusterTag:
 		answer, err = helloBadTag, fmt.Errorf("node %d belongs to cluster %q, this node to %q", from, tag, t.cfg.ClusterTag)
 	case kind != connStream && kind != connSnapshot:
 		answer, err = helloBadKind, fmt.Errorf("node %d asked for an unknown connection kind %d", from, kind)
@@ -495,7 +530,18 @@ func (t *tcpPeers) readHello(r *bufio.Reader, w io.Writer) (from uint64, kind by
 	if _, werr := w.Write([]byte{answer}); werr != nil && err == nil {
 		err = fmt.Errorf("answering the hello: %w", werr)
 	}
-	return from, kind, err
+	return from, addr, kind, err
+}
+
+// readShortString reads a length byte and that many bytes.
+func readShortString(r *bufio.Reader) (string, error) {
+	n, err := r.ReadByte()
+	if err != nil {
+		return "", err
+	}
+	b := make([]byte, n)
+	_, err = io.ReadFull(r, b)
+	return string(b), err
 }
 
 // dial connects to addr and has its hello accepted. The connection
@@ -514,12 +560,14 @@ func (t *tcpPeers) dial(ctx context.Context, addr string, kind byte) (net.Conn, 
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
-	hello := make([]byte, 0, len(peerMagic)+11+len(t.cfg.ClusterTag))
+	hello := make([]byte, 0, len(peerMagic)+12+len(t.cfg.ClusterTag)+len(t.addr))
 	hello = append(hello, peerMagic...)
 	hello = append(hello, peerVersion, kind)
 	hello = binary.BigEndian.AppendUint64(hello, t.cfg.ID)
 	hello = append(hello, byte(len(t.cfg.ClusterTag)))
 	hello = append(hello, t.cfg.ClusterTag...)
+	hello = append(hello, byte(len(t.addr)))
+	hello = append(hello, t.addr...)
 	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
 	var answer [1]byte
 	if _, err = c.Write(hello); err == nil {
@@ -571,6 +619,9 @@ type tcpPeer struct {
 	queue  chan raftpb.Message
 	ctx    context.Context // cancelled when the peer is removed or changed, or on Close
 	cancel context.CancelFunc
+	// learned is set while the address came from the peer's hello rather
+	// than SetPeer; guarded by tcpPeers.mu.
+	learned bool
 
 	scratch []byte // the writer's marshalling buffer
 

@@ -36,7 +36,7 @@ func (n *MemNetwork) Transport(addr string) peerTransport {
 		panic(fmt.Sprintf("raftnode: MemNetwork: a transport at %q is already open", addr))
 	}
 	t := &memPeers{
-		net: n, addr: addr, peers: map[uint64]string{},
+		net: n, addr: addr, peers: map[uint64]string{}, removed: map[uint64]bool{},
 		inbox: make(chan memMessage, peerQueue), started: make(chan struct{}), done: make(chan struct{}),
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
@@ -108,9 +108,10 @@ type memPeers struct {
 	h         messageHandler
 	done      chan struct{} // closed when the delivery goroutine ends
 
-	mu     sync.Mutex // guards peers and closed
-	peers  map[uint64]string
-	closed bool
+	mu      sync.Mutex // guards peers, removed and closed
+	peers   map[uint64]string
+	removed map[uint64]bool // by RemovePeer, not to be learned again
+	closed  bool
 }
 
 var _ peerTransport = (*memPeers)(nil)
@@ -120,13 +121,25 @@ func (t *memPeers) LocalAddr() string { return t.addr }
 func (t *memPeers) SetPeer(id uint64, addr string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	delete(t.removed, id)
 	t.peers[id] = addr
 }
 
 func (t *memPeers) RemovePeer(id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.removed[id] = true
 	delete(t.peers, id)
+}
+
+// learn answers a node that has no address here at the one it sent
+// from, as the TCP transport learns it from a hello (see peers.go).
+func (t *memPeers) learn(id uint64, addr string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.peers[id]; !ok && !t.removed[id] {
+		t.peers[id] = addr
+	}
 }
 
 func (t *memPeers) Start(h messageHandler) {
@@ -215,6 +228,7 @@ func (t *memPeers) deliver() {
 			}
 			continue
 		}
+		t.learn(mm.m.From, mm.from)
 		err := t.h.Process(t.ctx, mm.m)
 		if mm.snapshot != nil {
 			if err != nil {

@@ -234,7 +234,7 @@ func TestPeersRefuseANodeFromAnotherCA(t *testing.T) {
 		defer c.Close()
 		hello := append([]byte(peerMagic), peerVersion, connStream)
 		hello = binary.BigEndian.AppendUint64(hello, 9)
-		hello = append(hello, 2, 'c', '1')
+		hello = append(hello, 2, 'c', '1', 0)
 		_, _ = c.Write(hello)
 		if err := closedByPeer(c); err != nil {
 			t.Errorf("a client without a certificate: %v, expected: refused", err)
@@ -351,6 +351,7 @@ func dialHello(t *testing.T, p *tcpPeers, kind byte) net.Conn {
 	hello = binary.BigEndian.AppendUint64(hello, 7)
 	hello = append(hello, byte(len(p.cfg.ClusterTag)))
 	hello = append(hello, p.cfg.ClusterTag...)
+	hello = append(hello, 0) // no address to be answered at
 	if _, err := c.Write(hello); err != nil {
 		t.Fatal(err)
 	}
@@ -518,6 +519,36 @@ func TestPeersSetPeerMovesToTheNewAddress(t *testing.T) {
 	}
 }
 
+// TestPeersAnswerANodeAtItsHelloAddress: a node that knows nobody (one
+// joining) answers a sender at the address its hello gave, until
+// RemovePeer; SetPeer takes over again.
+func TestPeersAnswerANodeAtItsHelloAddress(t *testing.T) {
+	noLeaks(t)
+	a, ra, _ := testPeers(t, 1, nil, "c1")
+	b, rb, _ := testPeers(t, 2, nil, "c1")
+	a.SetPeer(2, b.LocalAddr())
+	a.Send(appMsgs(1, 2, 0, 1))
+	waitFor(t, "the message to the node that knows nobody", func() bool { return len(rb.received()) == 1 })
+	b.Send(appMsgs(2, 1, 0, 1))
+	waitFor(t, "its answer", func() bool { return len(ra.received()) == 1 })
+
+	// Node 1, removed, restarts and dials again: its new hello is not
+	// learned.
+	b.RemovePeer(1)
+	a.Close()
+	a2, ra2, _ := testPeers(t, 1, nil, "c1")
+	a2.SetPeer(2, b.LocalAddr())
+	a2.Send(appMsgs(1, 2, 1, 1))
+	waitFor(t, "the restarted node's message", func() bool { return len(rb.received()) == 2 })
+	b.Send(appMsgs(2, 1, 1, 1))
+	if got := rb.unreachableCount(1); got != 1 {
+		t.Errorf("unreachable reports after RemovePeer: got = %d, expected: 1, the address is not learned again", got)
+	}
+	b.SetPeer(1, a2.LocalAddr())
+	b.Send(appMsgs(2, 1, 1, 1))
+	waitFor(t, "the answer after SetPeer", func() bool { return len(ra2.received()) == 1 })
+}
+
 func TestPeersSnapshot(t *testing.T) {
 	noLeaks(t)
 	a, ra, _ := testPeers(t, 1, nil, "c1")
@@ -616,6 +647,29 @@ func TestMemNetwork(t *testing.T) {
 	a.Send(appMsgs(1, 2, 110, 1))
 	if got := ra.unreachableCount(2); got != before+1 {
 		t.Errorf("unreachable reports after Isolate: got = %d, expected: %d", got, before+1)
+	}
+}
+
+func TestMemNetworkAnswersANodeAtItsAddress(t *testing.T) {
+	noLeaks(t)
+	mn := NewMemNetwork()
+	a, b := mn.Transport("a"), mn.Transport("b")
+	defer a.Close()
+	defer b.Close()
+	ra, rb := newRecorder(), newRecorder()
+	a.Start(ra)
+	b.Start(rb)
+	a.SetPeer(2, "b")
+	a.Send(appMsgs(1, 2, 0, 1))
+	waitFor(t, "the message to the node that knows nobody", func() bool { return len(rb.received()) == 1 })
+	b.Send(appMsgs(2, 1, 0, 1))
+	waitFor(t, "its answer", func() bool { return len(ra.received()) == 1 })
+	b.RemovePeer(1)
+	a.Send(appMsgs(1, 2, 1, 1))
+	waitFor(t, "a message after RemovePeer", func() bool { return len(rb.received()) == 2 })
+	b.Send(appMsgs(2, 1, 1, 1))
+	if got := rb.unreachableCount(1); got != 1 {
+		t.Errorf("unreachable reports after RemovePeer: got = %d, expected: 1, the address is not learned again", got)
 	}
 }
 
