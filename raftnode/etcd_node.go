@@ -146,3 +146,12 @@ func (e *etcdEngine) bootstrapCluster(voters []Peer) error {
 	}
 	return <-req.done
 }
+
+// Engine names the consensus engine this node runs: EngineHashicorp or
+// EngineEtcd, what a joining node must run too.
+func (n *Node) Engine() string {
+	if n.etcd != nil {
+		return EngineEtcd
+	}
+	return EngineHashicorp
+}
