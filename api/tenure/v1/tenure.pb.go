@@ -4590,8 +4590,11 @@ type MembersResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Members []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
 	// The answering node's store revision and applied raft index.
-	Revision      int64  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	AppliedIndex  uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	Revision     int64  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// The answering node's consensus engine, "hashicorp" or "etcd", which
+	// every member runs; empty (older builds) means "hashicorp".
+	Engine        string `protobuf:"bytes,4,opt,name=engine,proto3" json:"engine,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4645,6 +4648,13 @@ func (x *MembersResponse) GetAppliedIndex() uint64 {
 		return x.AppliedIndex
 	}
 	return 0
+}
+
+func (x *MembersResponse) GetEngine() string {
+	if x != nil {
+		return x.Engine
+	}
+	return ""
 }
 
 type StatusRequest struct {
@@ -4708,8 +4718,11 @@ type StatusResponse struct {
 	// The version the cluster runs, as this node has applied it: raised by
 	// the leader once every member runs a build that knows it.
 	ClusterVersion int32 `protobuf:"varint,15,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The consensus engine this node runs, "hashicorp" or "etcd" (tenure
+	// serve --raft-engine); empty (older builds) means "hashicorp".
+	Engine        string `protobuf:"bytes,16,opt,name=engine,proto3" json:"engine,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -4847,6 +4860,13 @@ func (x *StatusResponse) GetClusterVersion() int32 {
 	return 0
 }
 
+func (x *StatusResponse) GetEngine() string {
+	if x != nil {
+		return x.Engine
+	}
+	return ""
+}
+
 type JoinRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -4859,7 +4879,11 @@ type JoinRequest struct {
 	// The node's etcd API address, when it serves one (tenure serve
 	// --etcd-listen): etcd's MemberList client URL, and where followers
 	// forward etcd calls.
-	EtcdAddress   string `protobuf:"bytes,6,opt,name=etcd_address,json=etcdAddress,proto3" json:"etcd_address,omitempty"`
+	EtcdAddress string `protobuf:"bytes,6,opt,name=etcd_address,json=etcdAddress,proto3" json:"etcd_address,omitempty"`
+	// The node's consensus engine, "hashicorp" or "etcd"; empty (older
+	// builds) means "hashicorp". A leader of the other engine refuses the
+	// node: the two engines' peer protocols differ.
+	Engine        string `protobuf:"bytes,7,opt,name=engine,proto3" json:"engine,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4932,6 +4956,13 @@ func (x *JoinRequest) GetVersion() int32 {
 func (x *JoinRequest) GetEtcdAddress() string {
 	if x != nil {
 		return x.EtcdAddress
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetEngine() string {
+	if x != nil {
+		return x.Engine
 	}
 	return ""
 }
@@ -5161,10 +5192,14 @@ func (x *TransferLeadershipResponse) GetLeaderId() string {
 }
 
 type NodeInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	PeerAddress   string                 `protobuf:"bytes,2,opt,name=peer_address,json=peerAddress,proto3" json:"peer_address,omitempty"`
-	ApiAddress    string                 `protobuf:"bytes,3,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	PeerAddress string                 `protobuf:"bytes,2,opt,name=peer_address,json=peerAddress,proto3" json:"peer_address,omitempty"`
+	ApiAddress  string                 `protobuf:"bytes,3,opt,name=api_address,json=apiAddress,proto3" json:"api_address,omitempty"`
+	// The node's consensus engine, "hashicorp" or "etcd"; empty (older
+	// builds) means "hashicorp". Nodes of different engines never form a
+	// cluster together.
+	Engine        string `protobuf:"bytes,4,opt,name=engine,proto3" json:"engine,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5216,6 +5251,13 @@ func (x *NodeInfo) GetPeerAddress() string {
 func (x *NodeInfo) GetApiAddress() string {
 	if x != nil {
 		return x.ApiAddress
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetEngine() string {
+	if x != nil {
+		return x.Engine
 	}
 	return ""
 }
@@ -5781,12 +5823,13 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\vapi_address\x18\x06 \x01(\tR\n" +
 	"apiAddress\x121\n" +
 	"\x06status\x18\a \x01(\v2\x19.tenure.v1.StatusResponseR\x06status\x12\x14\n" +
-	"\x05error\x18\b \x01(\tR\x05error\"\x7f\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"\x97\x01\n" +
 	"\x0fMembersResponse\x12+\n" +
 	"\amembers\x18\x01 \x03(\v2\x11.tenure.v1.MemberR\amembers\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12#\n" +
-	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\"\x0f\n" +
-	"\rStatusRequest\"\xf8\x03\n" +
+	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x16\n" +
+	"\x06engine\x18\x04 \x01(\tR\x06engine\"\x0f\n" +
+	"\rStatusRequest\"\x90\x04\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vapi_address\x18\x02 \x01(\tR\n" +
@@ -5804,7 +5847,8 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\brevision\x18\f \x01(\x03R\brevision\x12\x14\n" +
 	"\x05ready\x18\r \x01(\bR\x05ready\x12\x18\n" +
 	"\aversion\x18\x0e \x01(\x05R\aversion\x12'\n" +
-	"\x0fcluster_version\x18\x0f \x01(\x05R\x0eclusterVersion\"\xb4\x01\n" +
+	"\x0fcluster_version\x18\x0f \x01(\x05R\x0eclusterVersion\x12\x16\n" +
+	"\x06engine\x18\x10 \x01(\tR\x06engine\"\xcc\x01\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fpeer_address\x18\x02 \x01(\tR\vpeerAddress\x12\x1f\n" +
@@ -5812,7 +5856,8 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"apiAddress\x12\x14\n" +
 	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\x05R\aversion\x12!\n" +
-	"\fetcd_address\x18\x06 \x01(\tR\vetcdAddress\"^\n" +
+	"\fetcd_address\x18\x06 \x01(\tR\vetcdAddress\x12\x16\n" +
+	"\x06engine\x18\a \x01(\tR\x06engine\"^\n" +
 	"\fJoinResponse\x12!\n" +
 	"\fcommit_index\x18\x01 \x01(\x04R\vcommitIndex\x12+\n" +
 	"\amembers\x18\x02 \x03(\v2\x11.tenure.v1.MemberR\amembers\"%\n" +
@@ -5822,12 +5867,13 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x19TransferLeadershipRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"9\n" +
 	"\x1aTransferLeadershipResponse\x12\x1b\n" +
-	"\tleader_id\x18\x01 \x01(\tR\bleaderId\"^\n" +
+	"\tleader_id\x18\x01 \x01(\tR\bleaderId\"v\n" +
 	"\bNodeInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fpeer_address\x18\x02 \x01(\tR\vpeerAddress\x12\x1f\n" +
 	"\vapi_address\x18\x03 \x01(\tR\n" +
-	"apiAddress\"S\n" +
+	"apiAddress\x12\x16\n" +
+	"\x06engine\x18\x04 \x01(\tR\x06engine\"S\n" +
 	"\x10IntroduceRequest\x12'\n" +
 	"\x04node\x18\x01 \x01(\v2\x13.tenure.v1.NodeInfoR\x04node\x12\x16\n" +
 	"\x06expect\x18\x02 \x01(\x05R\x06expect\"\x7f\n" +
