@@ -73,7 +73,15 @@ type Cluster struct {
 
 	mu        sync.Mutex // guards every node's srv, trans, reg and group, and nextGroup
 	nextGroup int
+
+	// net carries the etcd engine's raft messages, instead of each node's
+	// trans; nil on the hashicorp engine.
+	net *raftnode.MemNetwork
 }
+
+// Engine is the consensus engine the harness runs: TENURE_TEST_ENGINE,
+// or raftnode's default.
+var Engine = os.Getenv("TENURE_TEST_ENGINE")
 
 // Node is one server of a Cluster. Its accessors are safe for concurrent
 // use.
@@ -127,6 +135,9 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 	}
 
 	c := &Cluster{t: t, opts: o}
+	if Engine == raftnode.EngineEtcd {
+		c.net = raftnode.NewMemNetwork()
+	}
 	for i := range n {
 		id := fmt.Sprintf("n%d", i)
 		c.voters = append(c.voters, raftnode.Peer{ID: id, Address: id})
@@ -175,11 +186,11 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 // start opens node's server on ln, on a new transport at the node's raft
 // address, and wires it to the nodes of its group.
 func (c *Cluster) start(node *Node, ln net.Listener) error {
-	_, tr := raft.NewInmemTransport(raft.ServerAddress(node.id))
+	var tr *raft.InmemTransport
 	rc := raftnode.Config{
-		NodeID:    node.id,
-		DataDir:   node.dir,
-		Transport: tr,
+		NodeID:  node.id,
+		DataDir: node.dir,
+		Engine:  Engine,
 		// Ignored on a restart, which finds state in DataDir.
 		Bootstrap:     true,
 		InitialVoters: c.voters,
@@ -189,6 +200,12 @@ func (c *Cluster) start(node *Node, ln net.Listener) error {
 		HeartbeatTimeout:   HeartbeatTimeout,
 		ElectionTimeout:    ElectionTimeout,
 		LeaderLeaseTimeout: LeaderLeaseTimeout,
+	}
+	if c.net != nil {
+		rc.Network = c.net
+	} else {
+		_, tr = raft.NewInmemTransport(raft.ServerAddress(node.id))
+		rc.Transport = tr
 	}
 	for _, change := range c.opts.raft {
 		change(&rc)
@@ -205,7 +222,7 @@ func (c *Cluster) start(node *Node, ln net.Listener) error {
 		eln, err := net.Listen("tcp", node.etcd)
 		if err != nil {
 			ln.Close()
-			tr.Close()
+			closeTransport(tr)
 			return fmt.Errorf("start %s: etcd API: %w", node.id, err)
 		}
 		cfg.Etcd = server.EtcdConfig{Listener: eln, Compaction: *c.opts.etcd}
@@ -216,7 +233,7 @@ func (c *Cluster) start(node *Node, ln net.Listener) error {
 		if cfg.Etcd.Listener != nil {
 			cfg.Etcd.Listener.Close()
 		}
-		tr.Close()
+		closeTransport(tr)
 		return fmt.Errorf("start %s: %w", node.id, err)
 	}
 	c.mu.Lock()
@@ -229,6 +246,20 @@ func (c *Cluster) start(node *Node, ln net.Listener) error {
 // wireLocked connects every running node to the running nodes of its
 // group and disconnects it from all others, both ways.
 func (c *Cluster) wireLocked() {
+	if c.net != nil {
+		for _, a := range c.nodes {
+			for _, b := range c.nodes {
+				switch {
+				case a == b:
+				case a.srv != nil && b.srv != nil && a.group == b.group:
+					c.net.Connect(a.id, b.id)
+				default:
+					c.net.Disconnect(a.id, b.id)
+				}
+			}
+		}
+		return
+	}
 	for _, a := range c.nodes {
 		if a.srv == nil {
 			continue
@@ -355,7 +386,9 @@ func (c *Cluster) Stop(n *Node) error {
 	n.srv, n.trans, n.reg = nil, nil, nil
 	if srv != nil {
 		c.wireLocked() // the others no longer reach it
-		tr.DisconnectAll()
+		if tr != nil {
+			tr.DisconnectAll()
+		}
 	}
 	c.mu.Unlock()
 	if srv == nil {
@@ -364,7 +397,7 @@ func (c *Cluster) Stop(n *Node) error {
 	n.http.CloseIdleConnections()
 	err := srv.Close()
 	// The node never closes a transport it was given.
-	tr.Close()
+	closeTransport(tr)
 	return err
 }
 
@@ -384,8 +417,10 @@ func (c *Cluster) Shutdown(n *Node) error {
 	n.srv, n.trans, n.reg = nil, nil, nil
 	c.wireLocked()
 	c.mu.Unlock()
-	tr.DisconnectAll()
-	tr.Close()
+	if tr != nil {
+		tr.DisconnectAll()
+	}
+	closeTransport(tr)
 	return err
 }
 
@@ -450,3 +485,11 @@ func (n *Node) Metrics() (prometheus.Gatherer, error) {
 }
 
 func (n *Node) String() string { return n.id }
+
+// closeTransport closes a hashicorp engine's in-memory transport; the
+// etcd engine's node takes its own off the network.
+func closeTransport(tr *raft.InmemTransport) {
+	if tr != nil {
+		tr.Close()
+	}
+}

@@ -322,7 +322,12 @@ func TestAFollowerServesWatchesFromItsOwnState(t *testing.T) {
 	defer cancel()
 	events := dial(t, followers[0]).KV().Watch(ctx, "w/", client.WithPrefix(), client.WithRevision(first.Msg.GetRevision()+1))
 	const writes = 20
+	// The follower may apply the last put before the leader answers it:
+	// the test waits for the writer, not just for the events.
+	written := make(chan struct{})
+	defer func() { <-written }()
 	go func() {
+		defer close(written)
 		for i := range writes {
 			if _, err := lead.API().KV.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: fmt.Sprintf("w/%02d", i), Value: "v"})); err != nil {
 				t.Errorf("put %d: %v", i, err)
