@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,22 +24,29 @@ import (
 	"github.com/tenurehq/tenure/internal/testnet"
 )
 
-// binDir holds the tenure binary, built at most once per test binary run
-// by Binary and removed by Main.
+// binDir holds the tenure binaries, each built at most once per test
+// binary run by Binary or BenchBinary and removed by Main.
 var (
-	binOnce  sync.Once
-	binDir   string
-	binPath  string
-	binError error
+	binMu  sync.Mutex // guards binDir and bins
+	binDir string
+	bins   = map[string]*build{} // by build tags
 )
 
-// Main runs the tests, removes the built binary and fails the run when
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// Main runs the tests, removes the built binaries and fails the run when
 // goroutines outlive the tests. Call it from TestMain.
 func Main(m *testing.M) {
 	code := m.Run()
+	binMu.Lock()
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
+	binMu.Unlock()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goroutines outlived the tests: %v\n", err)
@@ -52,32 +60,63 @@ func Main(m *testing.M) {
 // built with -race: the nodes are the system under test, not the test.
 func Binary(t testing.TB) string {
 	t.Helper()
-	binOnce.Do(func() {
-		binDir, binError = os.MkdirTemp("", "tenure-proccluster-bin-")
-		if binError != nil {
+	return buildTenure(t, "")
+}
+
+// BenchBinary is Binary built with -tags benchsync, whose log store
+// sleeps TENURE_BENCH_SYNC_DELAY after every sync (raftnode's
+// afterLogSync): a slower disk, for measurements. A release binary never
+// has it.
+func BenchBinary(t testing.TB) string {
+	t.Helper()
+	return buildTenure(t, "benchsync")
+}
+
+func buildTenure(t testing.TB, tags string) string {
+	t.Helper()
+	binMu.Lock()
+	b := bins[tags]
+	if b == nil {
+		b = &build{}
+		bins[tags] = b
+	}
+	binMu.Unlock()
+	b.once.Do(func() {
+		binMu.Lock()
+		if binDir == "" {
+			binDir, b.err = os.MkdirTemp("", "tenure-proccluster-bin-")
+		}
+		dir := binDir
+		binMu.Unlock()
+		if b.err != nil {
 			return
 		}
-		path := filepath.Join(binDir, "tenure")
+		name, args := "tenure", []string{"build"}
+		if tags != "" {
+			name, args = "tenure-"+tags, append(args, "-tags", tags)
+		}
+		path := filepath.Join(dir, name)
+		args = append(args, "-o", path, "./cmd/tenure")
 		// Built in the core module, whose go.sum covers the server, also
 		// when the tests are those of another module (e2e/etcd).
-		dir, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/tenurehq/tenure").Output()
+		mod, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/tenurehq/tenure").Output()
 		if err != nil {
-			binError = fmt.Errorf("find the core module: %v", err)
+			b.err = fmt.Errorf("find the core module: %w", err)
 			return
 		}
-		build := exec.Command("go", "build", "-o", path, "./cmd/tenure")
-		build.Dir = strings.TrimSpace(string(dir))
-		out, err := build.CombinedOutput()
+		cmd := exec.Command("go", args...)
+		cmd.Dir = strings.TrimSpace(string(mod))
+		out, err := cmd.CombinedOutput()
 		if err != nil {
-			binError = fmt.Errorf("go build ./cmd/tenure: %v\n%s", err, out)
+			b.err = fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
 			return
 		}
-		binPath = path
+		b.path = path
 	})
-	if binError != nil {
-		t.Fatal(binError)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return binPath
+	return b.path
 }
 
 // Cluster is N tenure processes behind proxies. Its methods are meant for
@@ -88,8 +127,14 @@ type Cluster struct {
 	bin   string
 	Nodes []*Node
 
-	mu     sync.Mutex // guards groups
+	env []string // added to every node's environment
+
+	mu     sync.Mutex // guards groups, rtt and linkRTT
 	groups []int      // partition group per node; clients are in group 0
+	// rtt is added to the round trips of every peer link, except the
+	// pairs of nodes linkRTT names.
+	rtt     time.Duration
+	linkRTT map[[2]int]time.Duration // by node pair, lower index first
 }
 
 // Node is one tenure process with fixed ports and data dir, so that a
@@ -127,7 +172,24 @@ type Node struct {
 // and prints the tail of each node's log if the test failed.
 func Start(t testing.TB, n int, extra ...string) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, bin: Binary(t), groups: make([]int, n)}
+	return StartWith(t, n, WithArgs(extra...))
+}
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, n int, opts ...Option) *Cluster {
+	t.Helper()
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	c := &Cluster{t: t, groups: make([]int, n), rtt: o.peerRTT}
+	if o.syncDelay > 0 {
+		c.bin = BenchBinary(t)
+		c.env = []string{"TENURE_BENCH_SYNC_DELAY=" + o.syncDelay.String()}
+	} else {
+		c.bin = Binary(t)
+	}
+	extra := o.args
 	dir := t.TempDir()
 	// The proxies' listeners first, held from here on: the ports FreeN
 	// releases could otherwise be handed to a proxy (node 2's peer proxy
@@ -152,9 +214,9 @@ func Start(t testing.TB, n int, extra ...string) *Cluster {
 	}
 	// Proxies start once c.Nodes is complete: they read it.
 	for i, node := range c.Nodes {
-		node.apiProxy = newProxy(c, i, lns[3*i], node.Direct)
-		node.peerProxy = newProxy(c, i, lns[3*i+1], node.peerListen)
-		node.etcdProxy = newProxy(c, i, lns[3*i+2], node.etcdListen)
+		node.apiProxy = newProxy(c, i, lns[3*i], node.Direct, false)
+		node.peerProxy = newProxy(c, i, lns[3*i+1], node.peerListen, true)
+		node.etcdProxy = newProxy(c, i, lns[3*i+2], node.etcdListen, false)
 	}
 	for _, node := range c.Nodes {
 		var join []string
@@ -229,7 +291,7 @@ func (n *Node) launch() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(f, "=== start %d at %s: %s %s\n", n.starts, time.Now().Format(time.StampMilli), n.c.bin, strings.Join(n.args, " "))
+	fmt.Fprintf(f, "=== start %d at %s: %s %s\n", n.starts, time.Now().Format(time.StampMilli), strings.Join(append(slices.Clone(n.c.env), n.c.bin), " "), strings.Join(n.args, " "))
 	if err := n.apiProxy.listen(); err != nil {
 		f.Close()
 		t.Fatalf("node %d: listen for clients again: %v", n.Index, err)
@@ -239,6 +301,9 @@ func (n *Node) launch() {
 		t.Fatalf("node %d: listen for etcd clients again: %v", n.Index, err)
 	}
 	cmd := exec.Command(n.c.bin, n.args...)
+	if n.c.env != nil {
+		cmd.Env = append(os.Environ(), n.c.env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	setDeathSignal(cmd)
 	err = cmd.Start()

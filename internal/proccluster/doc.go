@@ -26,6 +26,19 @@
 // Each node's direct API address bypasses the proxies: a test uses it to
 // ask a node cut off from everyone what it thinks (Status, stale reads).
 //
+// # Latency
+//
+// Every proxy forwards through a delay line (package delayline): a chunk
+// is written its one-way delay after it arrived, by a goroutine of its
+// own, so a pipelined stream keeps its throughput and its order, and a
+// cut link drops what is still in the line. Only the peer proxies delay,
+// since the round trip between nodes is what a deployment's commit pays:
+// WithPeerRTT or SetLatency adds a round trip to every raft link (rtt/2
+// each way), SetLinkLatency to those between two nodes, which needs the
+// dialer of each link found as partitions find it. WithSyncDelay runs a
+// benchsync build whose log syncs take that much longer (raftnode's
+// afterLogSync), so that a cloud disk can be played on a fast one.
+//
 // Use Main from TestMain: it removes the built binary and checks for
 // leaked goroutines.
 package proccluster

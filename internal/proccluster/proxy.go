@@ -1,10 +1,12 @@
 package proccluster
 
 import (
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/proccluster/delayline"
 )
 
 // external is the "node" of connections no node's process opened: the
@@ -15,10 +17,12 @@ const external = -1
 const unknown = -2
 
 // proxy forwards TCP connections to one node's port (API or raft) while
-// the cluster's partition groups allow the dialer to reach that node.
+// the cluster's partition groups allow the dialer to reach that node,
+// through a delay line that adds the cluster's latency on peer proxies.
 type proxy struct {
 	c      *Cluster
-	to     int // the node it fronts
+	to     int  // the node it fronts
+	peer   bool // it carries raft traffic, which the cluster's latency delays
 	ln     net.Listener
 	target string
 	port   int // the proxy's own port, the remote port of its dialers' sockets
@@ -41,7 +45,10 @@ type link struct {
 	from      int
 	down, up  net.Conn
 	closeOnce sync.Once
+	oneWay    atomic.Int64 // each direction's delay, in nanoseconds
 }
+
+func (l *link) delay() time.Duration { return time.Duration(l.oneWay.Load()) }
 
 func (l *link) close() {
 	l.closeOnce.Do(func() {
@@ -52,8 +59,8 @@ func (l *link) close() {
 	})
 }
 
-func newProxy(c *Cluster, to int, ln net.Listener, target string) *proxy {
-	p := &proxy{c: c, to: to, ln: ln, target: target, port: ln.Addr().(*net.TCPAddr).Port, links: map[*link]struct{}{}, listening: true}
+func newProxy(c *Cluster, to int, ln net.Listener, target string, peer bool) *proxy {
+	p := &proxy{c: c, to: to, peer: peer, ln: ln, target: target, port: ln.Addr().(*net.TCPAddr).Port, links: map[*link]struct{}{}, listening: true}
 	p.wg.Go(func() { p.accept(ln) })
 	return p
 }
@@ -98,9 +105,10 @@ func (p *proxy) accept(ln net.Listener) {
 
 func (p *proxy) serve(conn net.Conn) {
 	// Finding the dialer costs a scan of /proc: only while a partition
-	// is in force; Isolate finds the dialers of the links it finds.
+	// or a latency per link is in force; Isolate and SetLinkLatency find
+	// the dialers of the links they find.
 	from := unknown
-	if p.c.partitioned() {
+	if p.c.partitioned() || (p.peer && p.c.perLink()) {
 		from = p.c.dialer(conn.RemoteAddr().(*net.TCPAddr).Port, p.port)
 	}
 	l := &link{from: from, down: conn}
@@ -122,15 +130,8 @@ func (p *proxy) serve(conn net.Conn) {
 		l.close()
 		return
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = io.Copy(up, conn)
-		l.close()
-	}()
-	_, _ = io.Copy(conn, up)
+	delayline.Pipe(conn, up, l.delay)
 	l.close()
-	<-done
 }
 
 // track registers l unless the proxy is closed or the partition forbids
@@ -148,6 +149,9 @@ func (p *proxy) track(l *link) bool {
 		return false
 	}
 	p.links[l] = struct{}{}
+	if p.peer {
+		l.oneWay.Store(int64(p.c.oneWay(l.from, p.to)))
+	}
 	return true
 }
 
@@ -173,6 +177,23 @@ func (p *proxy) enforce(owners func(remotePort, proxyPort int) int) {
 	p.mu.Unlock()
 	for _, l := range cut {
 		l.close()
+	}
+}
+
+// retune sets every link's delay to what the cluster's settings now ask
+// for, first finding the dialers of those not attributed yet through
+// owners (which may answer unknown when no per-link setting needs them).
+func (p *proxy) retune(owners func(remotePort, proxyPort int) int) {
+	if !p.peer {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.links {
+		if l.from == unknown {
+			l.from = owners(l.down.RemoteAddr().(*net.TCPAddr).Port, p.port)
+		}
+		l.oneWay.Store(int64(p.c.oneWay(l.from, p.to)))
 	}
 }
 
