@@ -123,6 +123,13 @@ type applyTask struct {
 	ents     []raftpb.Entry
 	term     uint64
 	stepDown bool
+	// confApplied, set when ents hold a configuration change, receives
+	// the answers to this node's changes once the batch is applied: run
+	// waits for it before Advance, and answers after, as etcd's server
+	// does. Raft must not count votes or take the next change under a
+	// configuration the state has not caught up with, and it refuses a
+	// change proposed before it has been told the last one is applied.
+	confApplied chan []resolved
 }
 
 type bootstrapRequest struct {
@@ -327,6 +334,9 @@ func (e *etcdEngine) handleReady(node etcdraft.Node, rd etcdraft.Ready) bool {
 		task.snap = &snap
 	}
 	task.ents = rd.CommittedEntries
+	if slices.ContainsFunc(task.ents, isConfChange) {
+		task.confApplied = make(chan []resolved, 1)
+	}
 	if task.snap != nil || len(task.ents) > 0 || task.stepDown || task.term > 0 {
 		select {
 		case e.applyCh <- task:
@@ -334,7 +344,18 @@ func (e *etcdEngine) handleReady(node etcdraft.Node, rd etcdraft.Ready) bool {
 			return false
 		}
 	}
+	var answers []resolved
+	if task.confApplied != nil {
+		select {
+		case answers = <-task.confApplied:
+		case <-e.stop:
+			return false
+		}
+	}
 	node.Advance()
+	for _, a := range answers {
+		e.answer(a.req, proposalResult{res: a.res})
+	}
 	return true
 }
 
@@ -480,7 +501,10 @@ func (e *etcdEngine) applyLoop() {
 		if task.snap != nil {
 			e.restoreSnapshot(*task.snap)
 		}
-		e.applyEntries(task.ents)
+		confAnswers := e.applyEntries(task.ents)
+		if task.confApplied != nil {
+			task.confApplied <- confAnswers
+		}
 		if task.stepDown {
 			e.failWaiters(0)
 		} else if task.term > 0 {
@@ -512,10 +536,10 @@ type resolved struct {
 // applyEntries applies a batch under one write lock, as the hashicorp
 // engine's ApplyBatch does, and answers the waiting proposals after the
 // applied index has moved, so that their callers' next reads see them.
-func (e *etcdEngine) applyEntries(ents []raftpb.Entry) {
+func (e *etcdEngine) applyEntries(ents []raftpb.Entry) (confAnswers []resolved) {
 	f := e.n.fsm
 	if len(ents) == 0 || ents[len(ents)-1].Index <= f.applied.Load() {
-		return
+		return nil
 	}
 	start := time.Now()
 	var answers []resolved
@@ -539,7 +563,7 @@ func (e *etcdEngine) applyEntries(ents []raftpb.Entry) {
 			}
 		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
 			if req, mine := e.applyConfChange(ent); mine {
-				answers = append(answers, resolved{req: req})
+				confAnswers = append(confAnswers, resolved{req: req})
 			}
 		}
 	}
@@ -550,6 +574,11 @@ func (e *etcdEngine) applyEntries(ents []raftpb.Entry) {
 	for _, a := range answers {
 		e.answer(a.req, proposalResult{res: a.res})
 	}
+	return confAnswers
+}
+
+func isConfChange(e raftpb.Entry) bool {
+	return e.Type == raftpb.EntryConfChange || e.Type == raftpb.EntryConfChangeV2
 }
 
 // applyConfChange applies a membership entry to raft and to the members
