@@ -43,7 +43,7 @@ func (s *Server) members(ctx context.Context) (*tenurev1.MembersResponse, error)
 		return nil, err
 	}
 	var addrs map[string]string
-	out := &tenurev1.MembersResponse{AppliedIndex: s.node.AppliedIndex()}
+	out := &tenurev1.MembersResponse{AppliedIndex: s.node.AppliedIndex(), Engine: s.node.Engine()}
 	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
 		out.Revision = m.Revision()
 		addrs = m.Members()
@@ -97,6 +97,7 @@ func (s *Server) status() *tenurev1.StatusResponse {
 		LastLogIndex: st.LastLogIndex,
 		Ready:        s.ready.Load(),
 		Version:      statemachine.Version,
+		Engine:       s.node.Engine(),
 	}
 	if addr, ok := s.leaderAddress(); ok {
 		out.LeaderApiAddress = addr
@@ -162,6 +163,12 @@ func (s *Server) checkJoinVersion(r *tenurev1.JoinRequest) error {
 }
 
 func (s *Server) join(ctx context.Context, r *tenurev1.JoinRequest) error {
+	// Before anything else: a member of the other engine could neither
+	// send nor take raft traffic, and as a voter it would count towards
+	// every quorum it can never help make.
+	if e := engineOf(r.GetEngine()); e != s.node.Engine() {
+		return connect.NewError(connect.CodeFailedPrecondition, otherEngine(r.GetId(), e, "this cluster", s.node.Engine()))
+	}
 	members, err := s.node.Members()
 	if err != nil {
 		return err

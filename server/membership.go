@@ -62,7 +62,27 @@ func (d *discovery) list() []*tenurev1.NodeInfo {
 }
 
 func (s *Server) selfInfo() *tenurev1.NodeInfo {
-	return &tenurev1.NodeInfo{Id: s.node.ID(), PeerAddress: s.node.Addr(), ApiAddress: s.advertise}
+	return &tenurev1.NodeInfo{Id: s.node.ID(), PeerAddress: s.node.Addr(), ApiAddress: s.advertise, Engine: s.node.Engine()}
+}
+
+// engineOf is the consensus engine a node's message names: builds from
+// before the etcd engine name none, and run hashicorp/raft.
+func engineOf(engine string) string {
+	if engine == "" {
+		return raftnode.EngineHashicorp
+	}
+	return engine
+}
+
+// otherEngine is why node id, of engine, cannot be one cluster with
+// other, of otherEngine: the engines' peer protocols differ, so the two
+// could exchange no raft traffic, and a configuration holding both could
+// lose its quorum for good. It names both ways out.
+func otherEngine(id, engine, other, otherEngine string) error {
+	return fmt.Errorf("%w: node %s runs the %s engine and %s the %s engine, whose peer protocols differ, and the nodes of a cluster all run one engine: "+
+		"start node %s with --raft-engine %s to be one of them, or, to move a cluster to the %s engine, run tenure snapshot save against the old cluster, "+
+		"then tenure snapshot restore into the data dir of the first node of a new cluster of %s nodes (docs/operations.md, \"Moving to another consensus engine\")",
+		raftnode.ErrOtherEngine, id, engine, other, otherEngine, id, otherEngine, engine, engine)
 }
 
 func (h *clusterService) Introduce(ctx context.Context, req *connect.Request[tenurev1.IntroduceRequest]) (*connect.Response[tenurev1.IntroduceResponse], error) {
@@ -75,6 +95,9 @@ func (h *clusterService) Introduce(ctx context.Context, req *connect.Request[ten
 	}
 	if err := checkHostPort("node.api_address", n.GetApiAddress()); err != nil {
 		return nil, toConnect(err)
+	}
+	if e := engineOf(n.GetEngine()); e != h.s.node.Engine() {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, otherEngine(n.GetId(), e, "node "+h.s.node.ID(), h.s.node.Engine()))
 	}
 	want, have := req.Msg.GetExpect(), h.s.cfg.BootstrapExpect
 	if want > 0 && have > 0 && int(want) != have {
@@ -100,7 +123,7 @@ func (s *Server) membershipLoop() {
 	pause := 100 * time.Millisecond
 	for !s.node.Formed() {
 		if err := m.formOrJoin(); err != nil {
-			s.log.Info("not a cluster member yet", "err", err)
+			m.report(err)
 		}
 		select {
 		case <-s.stopC:
@@ -131,6 +154,46 @@ type membership struct {
 	caughtUpAt uint64
 	// tooMany is logged once: more nodes answered than expected.
 	tooMany bool
+	// refusal is the last error logged for a node of another engine,
+	// so that the same one is not logged again at every retry.
+	refusal string
+}
+
+// report logs why this node is not a member yet: as an error when a node
+// it was told to meet runs another consensus engine, which no retry can
+// change (the operator must), and as a wait otherwise. The node keeps
+// trying, unready, since another cluster may yet answer at those addresses.
+func (m *membership) report(err error) {
+	if !errors.Is(err, raftnode.ErrOtherEngine) {
+		m.s.log.Info("not a cluster member yet", "err", err)
+		return
+	}
+	if msg := err.Error(); msg != m.refusal {
+		m.refusal = msg
+		m.s.log.Error("not joining: a node it was told to join runs another consensus engine; this node stays unready", "err", err)
+	}
+}
+
+// checkEngine asks the node at addr which consensus engine it runs,
+// before this node asks to join it or introduces itself: a node of an
+// older build would add this one whatever its engine, and says none,
+// which is hashicorp/raft.
+func (m *membership) checkEngine(ctx context.Context, addr string) error {
+	s := m.s
+	res, err := s.peers.to(addr).cluster.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{}))
+	if err != nil {
+		return err
+	}
+	if e := engineOf(res.Msg.GetEngine()); e != s.node.Engine() {
+		return otherEngine(s.node.ID(), s.node.Engine(), fmt.Sprintf("node %s at %s", res.Msg.GetId(), addr), e)
+	}
+	return nil
+}
+
+// sameEngine reports whether n, as another node described it, runs this
+// node's engine.
+func (m *membership) sameEngine(n *tenurev1.NodeInfo) bool {
+	return engineOf(n.GetEngine()) == m.s.node.Engine()
 }
 
 // callTimeout bounds each call the membership loop makes to another node.
@@ -141,15 +204,24 @@ func (m *membership) formOrJoin() error {
 	if s.cfg.BootstrapExpect <= 1 {
 		return m.joinAny()
 	}
+	var refused []error
 	for _, addr := range s.cfg.Join {
 		if addr == s.advertise {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		res, err := s.peers.to(addr).cluster.Introduce(ctx, connect.NewRequest(&tenurev1.IntroduceRequest{
-			Node: s.selfInfo(), Expect: int32(s.cfg.BootstrapExpect),
-		}))
+		err := m.checkEngine(ctx, addr)
+		var res *connect.Response[tenurev1.IntroduceResponse]
+		if err == nil {
+			res, err = s.peers.to(addr).cluster.Introduce(ctx, connect.NewRequest(&tenurev1.IntroduceRequest{
+				Node: s.selfInfo(), Expect: int32(s.cfg.BootstrapExpect),
+			}))
+		}
 		cancel()
+		if errors.Is(err, raftnode.ErrOtherEngine) {
+			refused = append(refused, err)
+			continue
+		}
 		if err != nil {
 			s.log.Debug("introduction failed", "to", addr, "err", err)
 			continue
@@ -159,15 +231,18 @@ func (m *membership) formOrJoin() error {
 			// started late): join it rather than form another.
 			return m.joinAny()
 		}
-		s.discovery.add(res.Msg.GetNode())
-		for _, n := range res.Msg.GetKnown() {
-			s.discovery.add(n)
+		// An older build does not check engines: whom it met may run
+		// the other one.
+		for _, n := range append(res.Msg.GetKnown(), res.Msg.GetNode()) {
+			if m.sameEngine(n) {
+				s.discovery.add(n)
+			}
 		}
 	}
 	known := s.discovery.list()
 	switch {
 	case len(known) < s.cfg.BootstrapExpect:
-		return fmt.Errorf("met %d of the %d nodes expected (--bootstrap-expect)", len(known), s.cfg.BootstrapExpect)
+		return errors.Join(append([]error{fmt.Errorf("met %d of the %d nodes expected (--bootstrap-expect)", len(known), s.cfg.BootstrapExpect)}, refused...)...)
 	case len(known) > s.cfg.BootstrapExpect:
 		if !m.tooMany {
 			s.log.Error("met more nodes than --bootstrap-expect; not forming a cluster whose members could disagree on who is in it", "expect", s.cfg.BootstrapExpect, "met", len(known))
@@ -198,7 +273,11 @@ func (m *membership) joinAny() error {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		res, err := s.peers.to(addr).cluster.Join(ctx, connect.NewRequest(m.joinRequest(false)))
+		err := m.checkEngine(ctx, addr)
+		var res *connect.Response[tenurev1.JoinResponse]
+		if err == nil {
+			res, err = s.peers.to(addr).cluster.Join(ctx, connect.NewRequest(m.joinRequest(false)))
+		}
 		cancel()
 		if err != nil {
 			errs = append(errs, err)
@@ -212,7 +291,7 @@ func (m *membership) joinAny() error {
 }
 
 func (m *membership) joinRequest(voter bool) *tenurev1.JoinRequest {
-	return &tenurev1.JoinRequest{Id: m.s.node.ID(), PeerAddress: m.s.node.Addr(), ApiAddress: m.s.advertise, Voter: voter, Version: statemachine.Version, EtcdAddress: m.s.etcdAdvertise}
+	return &tenurev1.JoinRequest{Id: m.s.node.ID(), PeerAddress: m.s.node.Addr(), ApiAddress: m.s.advertise, Voter: voter, Version: statemachine.Version, EtcdAddress: m.s.etcdAdvertise, Engine: m.s.node.Engine()}
 }
 
 // keep registers this node's API address and asks for its vote, through
