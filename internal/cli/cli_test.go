@@ -103,6 +103,8 @@ func TestMainExitCodesWithoutServer(t *testing.T) {
 			[]string{"serve", "--min-ttl", "0s"}, ExitUsage, "MinTTL is 0s; it must be positive (--min-ttl)"},
 		{"serve rejects an unknown log store",
 			[]string{"serve", "--log-store", "mem"}, ExitUsage, `--log-store "mem": must be "wal" or "boltdb"`},
+		{"serve rejects an unknown raft engine, naming both",
+			[]string{"serve", "--raft-engine", "raft"}, ExitUsage, `--raft-engine "raft": must be "hashicorp" or "etcd"`},
 		{"a mistyped get subcommand is a usage error",
 			[]string{"get", "leasez"}, ExitUsage, `unknown command "leasez" for "tenure get"`},
 		{"a mistyped kv subcommand is a usage error",

@@ -26,6 +26,7 @@ import (
 
 type serveOptions struct {
 	listen, peerListen, dataDir, nodeID, logStore, logLevel string
+	raftEngine                                              string
 	advertise, peerAdvertise                                string
 	join                                                    []string
 	bootstrapExpect                                         int
@@ -123,6 +124,7 @@ variables (TENURE_ENDPOINTS, TENURE_TOKEN, ...) do not apply to serve.`,
 	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 0, "form a new cluster of this many voters once this node has met them through --join (every node given the same number)")
 	f.StringVar(&o.nodeID, "node-id", "", "this node's raft ID (default: derived from --peer-advertise or --peer-listen)")
 	f.StringVar(&o.logStore, "log-store", "wal", `raft log store: "wal" (raft-wal) or "boltdb" (raft-boltdb/v2)`)
+	f.StringVar(&o.raftEngine, "raft-engine", raftnode.EngineHashicorp, `consensus engine: "hashicorp" (hashicorp/raft) or "etcd" (go.etcd.io/raft/v3); every node of a cluster runs the same one, and "etcd" converts a single node's hashicorp data dir at start (docs/operations.md, "Moving to another consensus engine")`)
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.certFile, "cert-file", "", "serve the API over TLS only, with this PEM certificate (re-read when it changes; see tenure certs init)")
 	f.StringVar(&o.keyFile, "key-file", "", "the PEM private key of --cert-file")
@@ -185,6 +187,9 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	}
 	if o.logStore != "wal" && o.logStore != "boltdb" {
 		return fmt.Errorf(`--log-store %q: must be "wal" or "boltdb"`, o.logStore)
+	}
+	if o.raftEngine != raftnode.EngineHashicorp && o.raftEngine != raftnode.EngineEtcd {
+		return usage(`--raft-engine %q: must be %q or %q`, o.raftEngine, raftnode.EngineHashicorp, raftnode.EngineEtcd)
 	}
 	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 	if o.sources.File != "" || len(o.sources.Env) > 0 {
@@ -319,6 +324,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 			PeerAddr:  o.peerListen,
 			Advertise: o.peerAdvertise,
 			LogStore:  o.logStore,
+			Engine:    o.raftEngine,
 			PeerTLS:   peerTLS,
 			Bootstrap: true,
 
