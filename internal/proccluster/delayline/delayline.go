@@ -54,23 +54,26 @@ type chunk struct {
 // writing each chunk delay() after it was read; delay is called once per
 // chunk, when it is due to be written, so a changed delay applies to
 // what is still queued. Chunks keep their order. What was read before src
-// ended is still delivered, at its time, before Copy returns nil.
+// ended is still delivered, at its time, before Copy returns nil; what
+// was read before a read error other than io.EOF (src closed, as when a
+// proxy cuts the link) is dropped, and Copy returns that error without
+// waiting for its delays.
 //
 // Copy reads on the calling goroutine and writes on one it starts and
 // waits for. When a write fails, Copy closes src, so that a Read blocked
 // on it returns, and returns the write's error; a read error other than
-// io.EOF is returned once what came before it has been written. The
-// caller usually closes both sides when Copy returns, as a proxy does.
+// The caller usually closes both sides when Copy returns, as a proxy
+// does.
 func Copy(dst io.Writer, src io.ReadCloser, delay func() time.Duration) error {
 	chunks := make(chan chunk, queued)
-	failed := make(chan struct{}) // closed by the writer when a write fails
+	failed := make(chan struct{})  // closed by the writer when a write fails
+	aborted := make(chan struct{}) // closed by the reader when a read fails
 	var werr error
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		var s sleeper
 		for c := range chunks {
-			if werr == nil {
-				s.until(c.arrived.Add(delay()))
+			if werr == nil && s.until(c.arrived.Add(delay()), aborted) {
 				if _, err := dst.Write((*c.buf)[:c.n]); err != nil {
 					werr = err
 					close(failed)
@@ -95,7 +98,9 @@ func Copy(dst io.Writer, src io.ReadCloser, delay func() time.Duration) error {
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
+				// A cut link: what is still in the line is lost.
 				rerr = err
+				close(aborted)
 			}
 			break
 		}

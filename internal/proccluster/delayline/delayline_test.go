@@ -171,3 +171,31 @@ func TestListenRefusesANegativeRoundTrip(t *testing.T) {
 		t.Fatal("Listen with rtt -1ms: got = nil error, expected: an error naming the round trip")
 	}
 }
+
+// TestCopyDropsWhatIsInTheLineWhenItsSourceIsClosed checks that closing
+// the source, as a proxy cutting a link does, ends Copy without waiting
+// out the delay of what is queued, and that none of it is delivered.
+func TestCopyDropsWhatIsInTheLineWhenItsSourceIsClosed(t *testing.T) {
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	var out recorder
+	done := make(chan error, 1)
+	go func() { done <- Copy(&out, pr, func() time.Duration { return time.Hour }) }()
+	if _, err := pw.Write([]byte("in flight")); err != nil {
+		t.Fatal(err)
+	}
+	pr.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, io.ErrClosedPipe) {
+			t.Errorf("Copy after its source was closed: got = %v, expected: %v", err, io.ErrClosedPipe)
+		}
+	case <-time.After(time.Minute): // a hang, not a speed goal: the delay is an hour
+		t.Fatal("Copy after its source was closed: still waiting out the delay of what it had queued")
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	if len(out.data) != 0 {
+		t.Errorf("delivered after the cut: got = %q, expected: nothing", out.data)
+	}
+}

@@ -14,12 +14,22 @@ const prSetTimerSlack = 29
 // wait, so a link with no delay costs no thread.
 type sleeper struct{ locked bool }
 
-func (s *sleeper) until(due time.Time) {
-	d := time.Until(due)
-	if d <= 0 {
-		return
+// until waits until due and reports true, or reports false as soon as
+// abort is closed. A Go timer waits out all but the last two
+// milliseconds, where its resolution does not matter and abort can
+// interrupt it; nanosleep waits the rest.
+func (s *sleeper) until(due time.Time, abort <-chan struct{}) bool {
+	if d := time.Until(due) - coarse; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-abort:
+			t.Stop()
+			return false
+		}
 	}
-	if !s.locked {
+	d := time.Until(due)
+	if d > 0 && !s.locked {
 		runtime.LockOSThread()
 		s.locked = true
 		// Never unlocked: the slack is the thread's, and the runtime ends
@@ -32,4 +42,14 @@ func (s *sleeper) until(due time.Time) {
 		_ = syscall.Nanosleep(&ts, nil) // an interrupted sleep is resumed by the loop
 		d = time.Until(due)
 	}
+	select {
+	case <-abort:
+		return false
+	default:
+		return true
+	}
 }
+
+// coarse is how much of a wait a Go timer may take: it can wake a
+// millisecond late.
+const coarse = 2 * time.Millisecond

@@ -4,12 +4,26 @@ package delayline
 
 import "time"
 
-// sleeper waits with time.Sleep, whose resolution may be a millisecond
+// sleeper waits with a Go timer, whose resolution may be a millisecond
 // or worse: figures below that are Linux's only.
 type sleeper struct{}
 
-func (s *sleeper) until(due time.Time) {
+// until waits until due and reports true, or reports false as soon as
+// abort is closed.
+func (s *sleeper) until(due time.Time, abort <-chan struct{}) bool {
 	if d := time.Until(due); d > 0 {
-		time.Sleep(d)
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-abort:
+			return false
+		}
+	}
+	select {
+	case <-abort:
+		return false
+	default:
+		return true
 	}
 }
