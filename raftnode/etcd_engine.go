@@ -130,6 +130,9 @@ type applyTask struct {
 	// configuration the state has not caught up with, and it refuses a
 	// change proposed before it has been told the last one is applied.
 	confApplied chan []resolved
+	// persisted is closed once the Ready's own writes are durable, and so
+	// in raft's storage: a snapshot may only be taken at an index there.
+	persisted chan struct{}
 }
 
 type bootstrapRequest struct {
@@ -319,8 +322,29 @@ func (e *etcdEngine) handleReady(node etcdraft.Node, rd etcdraft.Ready) bool {
 	// What needs nothing durable goes first: above all the leader's
 	// appends, which followers write while the leader writes its own copy.
 	later := e.sendBeforeWrite(rd.Messages)
+	task.ents = rd.CommittedEntries
+	if slices.ContainsFunc(task.ents, isConfChange) {
+		task.confApplied = make(chan []resolved, 1)
+	}
+	task.persisted = make(chan struct{})
+	hasWork := len(task.ents) > 0 || task.stepDown || task.term > 0
+	// Committed entries are durable on a quorum already, so they are
+	// applied while this Ready's new entries are written, as etcd's
+	// server does: otherwise every commit would wait for the next write
+	// too. A snapshot is the exception: it is written first.
+	if etcdraft.IsEmptySnap(rd.Snapshot) && hasWork && !e.handOver(task) {
+		return false
+	}
 	if !e.persist(node, rd) {
 		return false
+	}
+	close(task.persisted)
+	if !etcdraft.IsEmptySnap(rd.Snapshot) {
+		snap := rd.Snapshot
+		task.snap = &snap
+		if !e.handOver(task) {
+			return false
+		}
 	}
 	e.trans.Send(later)
 	for _, rs := range rd.ReadStates {
@@ -328,21 +352,6 @@ func (e *etcdEngine) handleReady(node etcdraft.Node, rd etcdraft.Ready) bool {
 	}
 	if task.stepDown || task.term > 0 {
 		e.failReads()
-	}
-	if !etcdraft.IsEmptySnap(rd.Snapshot) {
-		snap := rd.Snapshot
-		task.snap = &snap
-	}
-	task.ents = rd.CommittedEntries
-	if slices.ContainsFunc(task.ents, isConfChange) {
-		task.confApplied = make(chan []resolved, 1)
-	}
-	if task.snap != nil || len(task.ents) > 0 || task.stepDown || task.term > 0 {
-		select {
-		case e.applyCh <- task:
-		case <-e.stop:
-			return false
-		}
 	}
 	var answers []resolved
 	if task.confApplied != nil {
@@ -357,6 +366,16 @@ func (e *etcdEngine) handleReady(node etcdraft.Node, rd etcdraft.Ready) bool {
 		e.answer(a.req, proposalResult{res: a.res})
 	}
 	return true
+}
+
+// handOver queues a task for apply; false means the engine is stopping.
+func (e *etcdEngine) handOver(task applyTask) bool {
+	select {
+	case e.applyCh <- task:
+		return true
+	case <-e.stop:
+		return false
+	}
 }
 
 // setRole publishes this node's role and leader, and reports whether it
@@ -510,7 +529,12 @@ func (e *etcdEngine) applyLoop() {
 		} else if task.term > 0 {
 			e.failWaiters(task.term)
 		}
-		e.maybeSnapshot()
+		select {
+		case <-task.persisted:
+			e.maybeSnapshot()
+		case <-e.stop:
+			// run stops at once; the next start snapshots instead.
+		}
 	}
 }
 
