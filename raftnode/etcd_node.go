@@ -53,7 +53,7 @@ func openEtcdNode(cfg Config, newState func() state) (n *Node, err error) {
 	if cfg.Network != nil {
 		trans = cfg.Network.Transport(cfg.NodeID)
 	} else {
-		t, err := listenPeers(peerConfig{ID: raftID(cfg.NodeID), Bind: cfg.PeerAddr, Advertise: cfg.Advertise, TLS: cfg.PeerTLS, ClusterTag: engineEtcd, Logger: log})
+		t, err := listenPeers(peerConfig{ID: raftID(cfg.NodeID), Bind: cfg.PeerAddr, Advertise: cfg.Advertise, TLS: cfg.PeerTLS, ClusterTag: engineEtcd, Logger: log, Metrics: m.peers})
 		if err != nil {
 			return nil, fmt.Errorf("raftnode: transport: %w", err)
 		}

@@ -23,6 +23,7 @@ type metrics struct {
 	diskFree   prometheus.Gauge
 	diskFull   prometheus.Gauge
 	restores   prometheus.Counter
+	peers      *peerMetrics // the etcd engine's transport
 
 	reg        prometheus.Registerer
 	registered []prometheus.Collector
@@ -72,12 +73,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tenure_raft_snapshot_restores_total",
 			Help: "State replaced by a snapshot: at start from this node's own, or sent by the leader to a node too far behind for the log.",
 		}),
-		reg: reg,
+		peers: newPeerMetrics(),
+		reg:   reg,
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.propose, m.applyBatch, m.batchSize, m.storeLogs, m.applied, m.isLeader, m.diskFree, m.diskFull, m.restores} {
+	for _, c := range []prometheus.Collector{m.propose, m.applyBatch, m.batchSize, m.storeLogs, m.applied, m.isLeader, m.diskFree, m.diskFull, m.restores, m.peers.dropped} {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			return nil, err
