@@ -49,7 +49,11 @@ type Report struct {
 	Short     bool      `json:"short"`
 	Systems   []System  `json:"systems"`
 	Workloads []int     `json:"workloads"`
-	Results   []Result  `json:"results"`
+	// PeerRTT and SyncDelay are the injected latencies (ServerSpec), ""
+	// when none was.
+	PeerRTT   string   `json:"peer_rtt,omitempty"`
+	SyncDelay string   `json:"sync_delay,omitempty"`
+	Results   []Result `json:"results"`
 }
 
 // Machine describes where a run ran.
@@ -152,6 +156,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Duration <= 0 {
 		return nil, fmt.Errorf("duration %v: must be positive", cfg.Duration)
 	}
+	if cfg.Servers.PeerRTT < 0 {
+		return nil, fmt.Errorf("peer round trip %v: must not be negative", cfg.Servers.PeerRTT)
+	}
+	if cfg.Servers.SyncDelay < 0 {
+		return nil, fmt.Errorf("sync delay %v: must not be negative", cfg.Servers.SyncDelay)
+	}
+	if cfg.Servers.SyncDelay > 0 {
+		if err := CheckBenchSync(cfg.Servers.TenureBinary); err != nil {
+			return nil, fmt.Errorf("sync delay %v: %w", cfg.Servers.SyncDelay, err)
+		}
+	}
 	systems := []System{Tenure}
 	for _, s := range cfg.Against {
 		if s != Etcd {
@@ -179,6 +194,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		Client:  cfg.Client,
 		Started: time.Now(), Rounds: cfg.Rounds, Duration: cfg.Duration.String(), Short: cfg.Short,
 		Systems: systems, Workloads: ids,
+	}
+	if cfg.Servers.PeerRTT > 0 {
+		rep.PeerRTT = cfg.Servers.PeerRTT.String()
+	}
+	if cfg.Servers.SyncDelay > 0 {
+		rep.SyncDelay = cfg.Servers.SyncDelay.String()
 	}
 	sz := sizesFor(cfg.Short, cfg.Duration)
 	var errs []error

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -26,6 +27,7 @@ var headlines = map[int][]string{
 	8:  {"RSS per 10,000 idle sessions", "RSS per 100,000 held locks"},
 	9:  {"pairs/s"},
 	10: {"pairs/s", "handoffs/s"},
+	11: {"writes/s", "commit p50"},
 }
 
 // TestShortRunAgainstTenure runs every workload in short mode against
@@ -126,7 +128,9 @@ func TestShortRunAgainstEtcd(t *testing.T) {
 func runShort(t *testing.T, cfg Config) *Report {
 	t.Helper()
 	cfg.Short, cfg.Rounds, cfg.Duration = true, 1, time.Second
-	cfg.Servers.TenureBinary = proccluster.Binary(t)
+	if cfg.Servers.TenureBinary == "" {
+		cfg.Servers.TenureBinary = proccluster.Binary(t)
+	}
 	cfg.Servers.Dir = t.TempDir()
 	cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
@@ -204,4 +208,47 @@ func TestShortRunThroughEtcdClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%s", b.String())
+}
+
+// TestInjectedLatencyReachesEveryCommit runs workload 11 on 3-node
+// clusters whose peer links are delayed and, for Tenure, whose log
+// syncs are slowed, and checks that every commit pays both: at least the
+// round trip and a sync, whichever engine, since a commit needs a
+// follower's durable write after the leader's message reached it. And
+// that a sync delay is refused for a binary that cannot add it.
+func TestInjectedLatencyReachesEveryCommit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers; skipped with -short")
+	}
+	if err := CheckBenchSync(proccluster.Binary(t)); !errors.Is(err, ErrNoBenchSync) {
+		t.Errorf("CheckBenchSync of a build without the tag: got = %v, expected: %v", err, ErrNoBenchSync)
+	}
+	const rtt, sync = 20 * time.Millisecond, 5 * time.Millisecond
+	cfg := Config{Workloads: []int{11}}
+	cfg.Servers.PeerRTT, cfg.Servers.SyncDelay = rtt, sync
+	cfg.Servers.TenureBinary = proccluster.BenchBinary(t)
+	want := map[System]time.Duration{Tenure: rtt + sync}
+	if etcd, err := exec.LookPath("etcd"); err == nil {
+		cfg.Against, cfg.Servers.EtcdBinary = []System{Etcd}, etcd
+		want[Etcd] = rtt // its disk is not slowed
+	}
+	rep := runShort(t, cfg)
+	if rep.PeerRTT != rtt.String() || rep.SyncDelay != sync.String() {
+		t.Errorf("report's latencies: got = %q, %q, expected: %q, %q", rep.PeerRTT, rep.SyncDelay, rtt, sync)
+	}
+	got := map[System]bool{}
+	for _, r := range rep.Results {
+		if r.Err != "" {
+			t.Errorf("workload %d, %s: %s", r.Workload, r.System, r.Err)
+			continue
+		}
+		got[r.System] = true
+		f, ok := r.figure("commit p50")
+		if least := ms(want[r.System]); !ok || f.Value < least {
+			t.Errorf("%s commit p50: got = %vms (present %v), expected: at least %vms", r.System, f.Value, ok, least)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("systems measured: got = %v, expected: %v", got, want)
+	}
 }

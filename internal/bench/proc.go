@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,15 +25,19 @@ type proc struct {
 	waitErr error         // set before exited is closed
 }
 
-// startProc runs bin with args, its output appended to logPath.
-func startProc(name, bin string, args []string, logPath string) (*proc, error) {
+// startProc runs bin with args and env added to the harness's
+// environment, its output appended to logPath.
+func startProc(name, bin string, args, env []string, logPath string) (*proc, error) {
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("%s: open its log: %w", name, err)
 	}
 	defer log.Close() // the child has its own descriptor
-	fmt.Fprintf(log, "=== %s %s %s\n", time.Now().Format(time.RFC3339), bin, strings.Join(args, " "))
+	fmt.Fprintf(log, "=== %s %s %s\n", time.Now().Format(time.RFC3339), strings.Join(append(slices.Clone(env), bin), " "), strings.Join(args, " "))
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	childAttr(cmd)
 	if err := cmd.Start(); err != nil {

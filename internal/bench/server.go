@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tenurehq/tenure/internal/proccluster/delayline"
 )
 
 // Server is a running system under test, one node or a cluster, that the
@@ -26,6 +28,7 @@ type Server struct {
 	// asked for them (EtcdAPI).
 	EtcdEndpoints []string
 	procs         []*proc
+	proxies       []*delayline.Proxy // in front of each node's peer port, with PeerRTT
 	dir           string
 	metrics       []string // each node's /metrics URL
 }
@@ -40,6 +43,16 @@ type ServerSpec struct {
 	// Dir is where data directories and logs are made ("" = the system's
 	// temporary directory).
 	Dir string
+	// PeerRTT, when positive, puts a delaying proxy (package delayline)
+	// in front of every cluster node's peer port and has the nodes reach
+	// each other through it, so that every raft round trip between nodes
+	// takes PeerRTT longer, for Tenure and etcd alike. Clients' calls are
+	// not delayed.
+	PeerRTT time.Duration
+	// SyncDelay, when positive, is added after every sync of Tenure's
+	// log store (TENURE_BENCH_SYNC_DELAY). TenureBinary must be a
+	// benchsync build (CheckBenchSync); etcd's disk is left as it is.
+	SyncDelay time.Duration
 }
 
 // Start starts sys with nodes nodes (1 or 3) and returns once every node
@@ -74,6 +87,20 @@ func (sp ServerSpec) start(ctx context.Context, sys System, nodes int) (*Server,
 	}
 	api := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[3*i]) }
 	peer := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[3*i+1]) }
+	// peerAdvertise is where the other nodes reach node i's peer port:
+	// its proxy, when there is one.
+	peerAdvertise := peer
+	if sp.PeerRTT > 0 && nodes > 1 {
+		for i := range nodes {
+			p, err := delayline.Listen("127.0.0.1:0", peer(i), sp.PeerRTT)
+			if err != nil {
+				s.Stop()
+				return nil, err
+			}
+			s.proxies = append(s.proxies, p)
+		}
+		peerAdvertise = func(i int) string { return s.proxies[i].Addr() }
+	}
 	etcdAPI := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[3*i+2]) }
 	for i := range nodes {
 		s.Endpoints = append(s.Endpoints, api(i))
@@ -90,11 +117,17 @@ func (sp ServerSpec) start(ctx context.Context, sys System, nodes int) (*Server,
 		data := filepath.Join(dir, fmt.Sprintf("node%d", i+1))
 		logPath := filepath.Join(dir, fmt.Sprintf("node%d.log", i+1))
 		var bin string
-		var args []string
+		var args, env []string
 		switch sys {
 		case Tenure:
 			bin = sp.TenureBinary
 			args = []string{"serve", "--listen", api(i), "--peer-listen", peer(i), "--data-dir", data, "--log-level", "warn"}
+			if s.proxies != nil {
+				args = append(args, "--peer-advertise", peerAdvertise(i))
+			}
+			if sp.SyncDelay > 0 {
+				env = []string{syncDelayEnv + "=" + sp.SyncDelay.String()}
+			}
 			if sp.EtcdAPI {
 				args = append(args, "--etcd-listen", etcdAPI(i))
 			}
@@ -111,12 +144,12 @@ func (sp ServerSpec) start(ctx context.Context, sys System, nodes int) (*Server,
 			bin = sp.EtcdBinary
 			var cluster []string
 			for j := range nodes {
-				cluster = append(cluster, fmt.Sprintf("n%d=http://%s", j+1, peer(j)))
+				cluster = append(cluster, fmt.Sprintf("n%d=http://%s", j+1, peerAdvertise(j)))
 			}
 			args = []string{
 				"--name", fmt.Sprintf("n%d", i+1), "--data-dir", data,
 				"--listen-client-urls", "http://" + api(i), "--advertise-client-urls", "http://" + api(i),
-				"--listen-peer-urls", "http://" + peer(i), "--initial-advertise-peer-urls", "http://" + peer(i),
+				"--listen-peer-urls", "http://" + peer(i), "--initial-advertise-peer-urls", "http://" + peerAdvertise(i),
 				"--initial-cluster", strings.Join(cluster, ","),
 				"--initial-cluster-state", "new", "--initial-cluster-token", filepath.Base(dir),
 				"--logger", "zap", "--log-level", "warn",
@@ -129,7 +162,7 @@ func (sp ServerSpec) start(ctx context.Context, sys System, nodes int) (*Server,
 			s.Stop()
 			return nil, fmt.Errorf("no %s binary given", sys)
 		}
-		p, err := startProc(name, bin, args, logPath)
+		p, err := startProc(name, bin, args, env, logPath)
 		if err != nil {
 			s.Stop()
 			return nil, err
@@ -270,6 +303,10 @@ func (s *Server) Stop() {
 		p.stop(5 * time.Second)
 	}
 	s.procs = nil
+	for _, p := range s.proxies {
+		p.Close()
+	}
+	s.proxies = nil
 	if s.dir != "" {
 		_ = os.RemoveAll(s.dir)
 		s.dir = ""

@@ -95,6 +95,7 @@ var Workloads = []workload{
 	{ID: 8, Name: "memory", Title: "server memory per idle session and per held lock", nodes: 1, run: runMemory},
 	{ID: 9, Name: "scaling", Title: "own locks at 1 to 256 goroutines over up to 4 connections", nodes: 1, run: runScaling},
 	{ID: 10, Name: "cluster", Title: "workloads 1-3 on a 3-node cluster", nodes: 3, run: runCluster},
+	{ID: 11, Name: "commit", Title: "commit latency: one client's sequential writes on a 3-node cluster", nodes: 3, run: runCommits, etcdClient: true},
 }
 
 // --- 1: one client ---
@@ -694,9 +695,14 @@ const memoryTTL = time.Minute
 // --- 10: a 3-node cluster ---
 
 // runCluster runs workloads 1-3 on a 3-node cluster, every client given
-// all three endpoints, as a user's would be.
+// all three endpoints, as a user's would be; with delayed peer links,
+// the leader's only (atLeader).
 func runCluster(ctx context.Context, e *env) ([]Result, error) {
 	var out []Result
+	e, err := e.atLeader(ctx)
+	if err != nil {
+		return nil, err
+	}
 	r, err := e.ownLocks(ctx, 1, e.sz.duration)
 	r.Variant = "1: one client"
 	out = append(out, r)

@@ -30,6 +30,8 @@ type benchOptions struct {
 	markdown     string
 	tenureBinary string
 	quiet        bool
+	peerRTT      time.Duration
+	syncDelay    time.Duration
 }
 
 // NewBenchCommand builds `tenure bench`, the side-by-side benchmark of
@@ -67,6 +69,15 @@ Workloads (names or numbers for --workloads):
   8 memory       server memory per 10,000 idle sessions, 100,000 held locks
   9 scaling      workload 2 at 1, 4, 16, 64 and 256 goroutines
   10 cluster     workloads 1-3 on 3-node clusters
+  11 commit      one client's sequential writes on 3-node clusters: commit latency
+
+With --peer-rtt, every 3-node cluster's nodes (Tenure's and etcd's alike)
+reach each other through delaying proxies that add that round trip to
+their peer traffic, and the clients of workloads 10 and 11 talk to the
+leader alone. With --sync-delay, every sync of Tenure's log store takes
+that much longer (etcd's disk is untouched): it needs a tenure binary
+built with -tags benchsync, given as --tenure-binary. Together they play
+a cloud deployment on one machine (issue 24: 1ms sync, 0.3ms round trip).
 
 The full run (--against etcd, 5s windows, 3 rounds) takes about a quarter of
 an hour on two cores; --short takes under a minute, Tenure only.`,
@@ -80,7 +91,12 @@ an hour on two cores; --short takes under a minute, Tenure only.`,
   tenure bench --against etcd --client etcd
 
   # Tenure alone, about a second per workload
-  tenure bench --short`,
+  tenure bench --short
+
+  # Commits on 3-node clusters with a cloud disk and a same-zone network
+  go build -tags benchsync -o tenure-bench ./cmd/tenure
+  tenure bench --tenure-binary ./tenure-bench --workloads commit,cluster \
+    --peer-rtt 300us --sync-delay 1ms --rounds 1 --duration 5s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runBench(cmd, o)
@@ -99,6 +115,8 @@ an hour on two cores; --short takes under a minute, Tenure only.`,
 	f.StringVar(&o.markdown, "markdown", "", "write the figures as one Markdown table to this file (for docs/benchmarks.md)")
 	f.StringVar(&o.tenureBinary, "tenure-binary", "", "the tenure binary whose serve is measured (default: this one)")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no progress lines")
+	f.DurationVar(&o.peerRTT, "peer-rtt", 0, "add this round trip between the nodes of 3-node clusters, Tenure's and etcd's (e.g. 300us)")
+	f.DurationVar(&o.syncDelay, "sync-delay", 0, "add this to every sync of Tenure's log store (e.g. 1ms); needs a tenure binary built with -tags benchsync")
 	return cmd
 }
 
@@ -137,10 +155,22 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 		return usage("--client %s: %v", o.client, err)
 	}
 	cfg.Workloads = ids
+	if o.peerRTT < 0 {
+		return usage("--peer-rtt %v must not be negative", o.peerRTT)
+	}
+	if o.syncDelay < 0 {
+		return usage("--sync-delay %v must not be negative", o.syncDelay)
+	}
+	cfg.Servers.PeerRTT, cfg.Servers.SyncDelay = o.peerRTT, o.syncDelay
 	cfg.Servers.TenureBinary = o.tenureBinary
 	if cfg.Servers.TenureBinary == "" {
 		if cfg.Servers.TenureBinary, err = os.Executable(); err != nil {
 			return fmt.Errorf("find this binary to run tenure serve (give --tenure-binary): %w", err)
+		}
+	}
+	if o.syncDelay > 0 {
+		if err := bench.CheckBenchSync(cfg.Servers.TenureBinary); err != nil {
+			return usage("--sync-delay %v: %v", o.syncDelay, err)
 		}
 	}
 	if cfg.Against != nil {
@@ -167,6 +197,9 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	rep.Command = strings.Join(words, " ")
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "\n%s\n", rep.Machine)
+	if rep.PeerRTT != "" || rep.SyncDelay != "" {
+		fmt.Fprintf(out, "injected: peer round trip %s, Tenure log sync +%s\n", orNone(rep.PeerRTT), orNone(rep.SyncDelay))
+	}
 	if err := rep.WriteText(out); err != nil {
 		return err
 	}
@@ -204,4 +237,11 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 		return unmet(runErr)
 	}
 	return errors.Join(errs...)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "0s"
+	}
+	return s
 }

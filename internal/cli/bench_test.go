@@ -26,6 +26,10 @@ func TestBenchUsageErrors(t *testing.T) {
 			[]string{"bench", "--client", "grpcurl"}, `--client grpcurl: client "grpcurl": only "tenure" and "etcd" are known`},
 		{"a workload with no etcd-client form",
 			[]string{"bench", "--client", "etcd", "--workloads", "1,memory"}, "--client etcd: workload 8 memory: not run through etcd's client, which runs 1 one-client,"},
+		{"a negative round trip",
+			[]string{"bench", "--peer-rtt", "-1ms"}, "--peer-rtt -1ms must not be negative"},
+		{"a sync delay asked of a binary that cannot add it",
+			[]string{"bench", "--sync-delay", "1ms"}, "not built with -tags benchsync"},
 		{"an etcd binary that is not there",
 			[]string{"bench", "--against", "etcd", "--etcd", "/nonexistent/etcd"}, "install it with scripts/install-etcd.sh"},
 	}
