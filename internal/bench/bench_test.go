@@ -247,6 +247,9 @@ func TestInjectedLatencyReachesEveryCommit(t *testing.T) {
 		if least := ms(want[r.System]); !ok || f.Value < least {
 			t.Errorf("%s commit p50: got = %vms (present %v), expected: at least %vms", r.System, f.Value, ok, least)
 		}
+		if f, ok := r.figure("log sync mean, all nodes"); !ok || (r.System == Tenure && f.Value < ms(sync)) {
+			t.Errorf("%s log sync mean: got = %vms (present %v), expected: present, and for Tenure at least %vms", r.System, f.Value, ok, ms(sync))
+		}
 	}
 	if len(got) != len(want) {
 		t.Errorf("systems measured: got = %v, expected: %v", got, want)

@@ -52,6 +52,21 @@
 // acknowledged heartbeat, the earliest moment the holder itself may
 // believe it still leads.
 //
+// # A deployment's latencies on one machine
+//
+// On one machine a commit pays neither a network round trip nor a cloud
+// disk's sync, and an engine that syncs before it replicates
+// (hashicorp/raft) looks as fast as one that does both at once. So
+// ServerSpec.PeerRTT puts a delay line (internal/proccluster/delayline)
+// in front of every cluster node's peer port, for Tenure and etcd alike,
+// and ServerSpec.SyncDelay has a benchsync build of tenure sleep after
+// every log sync (raftnode's afterLogSync). With delayed peer links the
+// cluster workloads' clients talk to the leader alone: etcd forwards a
+// follower's proposals over its peer link and Tenure over its API, which
+// is not delayed, and that hop is not what is measured. Workload 11,
+// one client's sequential writes, is a single commit's latency, the
+// figure issue 24's model predicts.
+//
 // # What the caller must do
 //
 // Run needs the tenure binary (its serve command is what is measured)

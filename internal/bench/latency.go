@@ -134,6 +134,10 @@ func runCommits(ctx context.Context, e *env) ([]Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get: %w", err)
 	}
+	syncs0, err := e.srv.logSyncs(ctx)
+	if err != nil {
+		return nil, err
+	}
 	w := e.openWindow(ctx, e.sz.warmup, e.sz.duration)
 	st, err := runWorkers(ctx, w, 1, timed(func(ctx context.Context, _ int) error {
 		next, err := c.cas(ctx, key, rev, "v"+strconv.FormatInt(rev, 10))
@@ -147,9 +151,36 @@ func runCommits(ctx context.Context, e *env) ([]Result, error) {
 	if err = errors.Join(err, werr); err != nil {
 		return nil, err
 	}
+	syncs1, err := e.srv.logSyncs(ctx)
+	if err != nil {
+		return nil, err
+	}
 	ops := st.total()
 	r.add("writes/s", float64(ops)/e.sz.duration.Seconds(), "/s", Higher)
 	r.addLatency("commit", mergeSorted(st.lats...))
+	if n := syncs1.count - syncs0.count; n > 0 {
+		r.add("log sync mean, all nodes", (syncs1.seconds-syncs0.seconds)/n*1000, "ms", Lower)
+	}
 	r.addCPU(cpu, ops, "write")
 	return []Result{r}, nil
+}
+
+// syncs is how many log writes a cluster's nodes have made durable and
+// the seconds they took, from their metrics.
+type syncs struct{ count, seconds float64 }
+
+// logSyncs reads the nodes' log-sync histograms: Tenure's raft log
+// append (raft-wal's write and fsync, and the benchsync delay) and
+// etcd's WAL fsync. Their mean is the sync time the model uses.
+func (s *Server) logSyncs(ctx context.Context) (syncs, error) {
+	name := "tenure_raft_store_logs_duration_seconds"
+	if s.System == Etcd {
+		name = "etcd_disk_wal_fsync_duration_seconds"
+	}
+	count, err := s.Metric(ctx, name+"_count")
+	if err != nil {
+		return syncs{}, err
+	}
+	secs, err := s.Metric(ctx, name+"_sum")
+	return syncs{count: count, seconds: secs}, err
 }
