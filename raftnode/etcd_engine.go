@@ -87,6 +87,7 @@ type etcdEngine struct {
 	snapshotIdx atomic.Uint64 // the index of the last snapshot taken or restored
 	snapping    sync.WaitGroup
 	snapNow     chan chan error // snapshotNow's requests to apply
+	snapWanted  chan struct{}   // raftStorage's: a snapshot to send names a configuration that is out of date
 	stop        chan struct{}
 	wg          sync.WaitGroup
 }
@@ -161,6 +162,7 @@ func openEtcd(n *Node, cfg Config, st stores, trans peerTransport) (*etcdEngine,
 		applyCh:     make(chan applyTask, 64),
 		bootstrapCh: make(chan bootstrapRequest),
 		snapNow:     make(chan chan error),
+		snapWanted:  make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		// Request numbers start at the clock, so that a restarted node
 		// never reuses one an entry still in the log carries.
@@ -183,7 +185,7 @@ func openEtcd(n *Node, cfg Config, st stores, trans peerTransport) (*etcdEngine,
 		ID:                        e.rid,
 		ElectionTick:              electionTicks,
 		HeartbeatTick:             1,
-		Storage:                   e.ms,
+		Storage:                   raftStorage{MemoryStorage: e.ms, e: e},
 		Applied:                   boot.snap.Metadata.Index,
 		MaxSizePerMsg:             1 << 20,
 		MaxInflightMsgs:           256,
@@ -506,6 +508,9 @@ func (e *etcdEngine) applyLoop() {
 				return
 			}
 			task = t
+		case <-e.snapWanted:
+			e.forceSnapshot()
+			continue
 		case done := <-e.snapNow:
 			// Between batches, so the state, its index and the membership
 			// agree.
@@ -687,6 +692,65 @@ func (e *etcdEngine) maybeSnapshot() {
 			e.n.log.Error("raft: snapshot", "error", err)
 		}
 	}()
+}
+
+// forceSnapshot takes a snapshot now, written in the background as
+// maybeSnapshot's are.
+func (e *etcdEngine) forceSnapshot() {
+	e.snapping.Wait()
+	write, err := e.copyState()
+	if err != nil {
+		// Raft asks again with its next attempt to send.
+		e.n.log.Debug("raft: snapshot for a peer", "error", err)
+		return
+	}
+	e.snapping.Add(1)
+	go func() {
+		defer e.snapping.Done()
+		if err := write(); err != nil {
+			e.n.log.Error("raft: snapshot for a peer", "error", err)
+		}
+	}()
+}
+
+// raftStorage is what raft reads its log and snapshot from: the
+// MemoryStorage, except that a snapshot it is to send a peer must name
+// the configuration as it is now. Raft takes the newest stored snapshot,
+// and a node added since it was taken (a learner joining a cluster whose
+// log was compacted, or a converted node's first peer) refuses one whose
+// configuration lacks it. So such a snapshot is withheld, raft is told to
+// try again, and apply takes a fresh one, as etcd's server sends its
+// current state instead of the stored snapshot.
+type raftStorage struct {
+	*etcdraft.MemoryStorage
+	e *etcdEngine
+}
+
+func (s raftStorage) Snapshot() (raftpb.Snapshot, error) {
+	snap, err := s.MemoryStorage.Snapshot()
+	if err != nil || s.e.namesEveryMember(snap.Metadata.ConfState) {
+		return snap, err
+	}
+	select {
+	case s.e.snapWanted <- struct{}{}:
+	default:
+	}
+	return raftpb.Snapshot{}, etcdraft.ErrSnapshotTemporarilyUnavailable
+}
+
+// namesEveryMember reports whether cs lists every node of the applied
+// configuration.
+func (e *etcdEngine) namesEveryMember(cs raftpb.ConfState) bool {
+	e.memMu.RLock()
+	defer e.memMu.RUnlock()
+	for _, ids := range [][]uint64{e.conf.Voters, e.conf.Learners} {
+		for _, id := range ids {
+			if !slices.Contains(cs.Voters, id) && !slices.Contains(cs.Learners, id) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // snapshotNow takes a snapshot of the state as it is and waits until it
