@@ -437,8 +437,12 @@ func (e *etcdEngine) persist(node etcdraft.Node, rd etcdraft.Ready) bool {
 			// Calls that need the leader now fail at once, naming the
 			// disk (notLeader), instead of waiting on a write that cannot
 			// happen; a cluster elects another leader meanwhile, since
-			// this node has stopped heartbeating.
+			// this node has stopped heartbeating. What is in flight may
+			// still commit there (the followers have it), so it fails as
+			// a lost leadership, outcome unknown.
 			e.setRole(etcdraft.StateFollower, 0)
+			e.failWaiters(0)
+			e.failReads()
 		}
 		if attempt%60 == 0 {
 			e.n.log.Error("raft: cannot write the log; retrying, and not acknowledging anything meanwhile", "error", err)
