@@ -20,5 +20,11 @@ for target in ${CROSS_TARGETS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
       echo "scripts/build.sh for ${target}: the binary's build info lacks ${want}:"; echo "${info}" | grep -v '^	dep'; exit 1
     fi
   done
+  # A benchsync build sleeps after every log sync when
+  # TENURE_BENCH_SYNC_DELAY is set (raftnode/syncdelay_benchsync.go):
+  # for measurements only, never in what we ship.
+  if grep -E -- '^[[:space:]]*build[[:space:]]+-tags=(.*,)?benchsync(,|$)' <<<"${info}"; then
+    echo "scripts/build.sh for ${target}: the binary was built with -tags benchsync, whose log syncs can be slowed"; exit 1
+  fi
 done
 echo "== release build and cross-compiles passed"
