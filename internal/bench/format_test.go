@@ -139,12 +139,12 @@ func TestWriteMarkdown(t *testing.T) {
 }
 
 func TestParseWorkloads(t *testing.T) {
-	got, err := ParseWorkloads([]string{"3", "one-client", " 3 ", "cluster"})
-	if err != nil || len(got) != 3 || got[0] != 3 || got[1] != 1 || got[2] != 10 {
-		t.Errorf("ParseWorkloads got = %v, %v, expected: [3 1 10], nil", got, err)
+	got, err := ParseWorkloads([]string{"3", "one-client", " 3 ", "cluster", "commit"})
+	if err != nil || len(got) != 4 || got[0] != 3 || got[1] != 1 || got[2] != 10 || got[3] != 11 {
+		t.Errorf("ParseWorkloads got = %v, %v, expected: [3 1 10 11], nil", got, err)
 	}
-	if _, err := ParseWorkloads([]string{"11"}); err == nil || !strings.Contains(err.Error(), `unknown workload "11"`) {
-		t.Errorf("ParseWorkloads([11]) got = %v, expected: an unknown workload error", err)
+	if _, err := ParseWorkloads([]string{"12"}); err == nil || !strings.Contains(err.Error(), `unknown workload "12"`) {
+		t.Errorf("ParseWorkloads([12]) got = %v, expected: an unknown workload error", err)
 	}
 }
 
