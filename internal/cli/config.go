@@ -52,6 +52,7 @@ var otherEnv = map[string]string{
 	"TENURE_WRITE_SCREENSHOT": "read by tests",
 	"TENURE_FIGURES":          "read by the benchmarks",
 	"TENURE_FIGURES_KILLS":    "read by the benchmarks",
+	"TENURE_BENCH_SYNC_DELAY": "read by a benchsync build's log store (tenure bench --sync-delay)",
 	"TENURE_VERSION":          "read by scripts/build.sh",
 	"TENURE_COMMIT":           "read by scripts/build.sh",
 	"TENURE_COMMIT_TIME":      "read by scripts/build.sh",
