@@ -147,7 +147,7 @@ func (p *serverProc) start(ctx context.Context) {
 	// A low snapshot threshold makes restarts restore snapshots and replay
 	// the log after them, not only replay.
 	args := append([]string{"serve", "--listen", p.listen, "--peer-listen", p.peer, "--data-dir", p.dataDir,
-		"--snapshot-threshold", "256", "--snapshot-interval", "200ms"}, p.args...)
+		"--snapshot-threshold", "256"}, p.args...)
 	cmd := exec.Command(p.bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	setDeathSignal(cmd)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,106 +15,54 @@ import (
 	"github.com/tenurehq/tenure/statemachine"
 )
 
-// testCluster is fake-state nodes in one process, in the manner of
-// hashicorp/raft's MakeCluster: in-memory transports wired to each other
-// and in-memory stores, so that a partition is a function call and no
-// test waits for a disk. The server's harness (internal/cluster) does the
-// same with whole servers; this one sits below it, as raftnode's tests
-// cannot import the server.
+// testCluster is fake-state nodes in one process on an in-memory
+// network, each on its own data dir, so that a partition is a function
+// call. The server's harness (internal/cluster) does the same with whole
+// servers; this one sits below it, as raftnode's tests cannot import the
+// server.
 type testCluster struct {
 	t     testing.TB
 	nodes []*Node
-	trans []*raft.InmemTransport
-	net   *MemNetwork // the etcd engine's, instead of trans
+	net   *MemNetwork
 	ids   []string
 }
 
 // newTestCluster starts size nodes, n1…nsize, all bootstrapped with the
-// same configuration, and closes them and their transports when the test
-// ends.
+// same configuration, and closes them when the test ends.
 func newTestCluster(t testing.TB, size int) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t}
+	c := &testCluster{t: t, net: NewMemNetwork()}
 	voters := make([]Peer, size)
 	for i := range size {
 		id := fmt.Sprintf("n%d", i+1)
 		voters[i] = Peer{ID: id, Address: id}
 		c.ids = append(c.ids, id)
 	}
-	if testEngine == EngineEtcd {
-		c.net = NewMemNetwork()
-		for i := range size {
-			cfg := testConfig(t.TempDir(), "")
-			cfg.PeerAddr = ""
-			cfg.NodeID = voters[i].ID
-			cfg.Network = c.net
-			cfg.WALSegmentSize = 1 << 20
-			cfg.InitialVoters = voters
-			c.nodes = append(c.nodes, openFake(t, cfg, nil))
-		}
-		return c
-	}
-	for _, id := range c.ids {
-		_, tr := raft.NewInmemTransport(raft.ServerAddress(id))
-		c.trans = append(c.trans, tr)
-	}
-	// Registered first, so it runs after every node's Close: the nodes
-	// do not close what they were given.
-	t.Cleanup(func() {
-		for _, tr := range c.trans {
-			tr.Close()
-		}
-	})
-	c.heal()
 	for i := range size {
-		store := raft.NewInmemStore()
-		// testConfig's timeouts, on the in-memory transport and stores.
-		cfg := testConfig("", "")
+		cfg := testConfig(t.TempDir(), "")
 		cfg.PeerAddr = ""
 		cfg.NodeID = voters[i].ID
-		cfg.Transport = c.trans[i]
-		cfg.Stores = Stores{Log: store, Stable: store, Snapshots: raft.NewInmemSnapshotStore()}
+		cfg.Network = c.net
+		cfg.WALSegmentSize = 1 << 20
 		cfg.InitialVoters = voters
 		c.nodes = append(c.nodes, openFake(t, cfg, nil))
 	}
 	return c
 }
 
-// heal connects every transport to every other.
+// heal connects every node to every other.
 func (c *testCluster) heal() {
-	if c.net != nil {
-		for _, a := range c.ids {
-			for _, b := range c.ids {
-				if a != b {
-					c.net.Connect(a, b)
-				}
-			}
-		}
-		return
-	}
-	for _, a := range c.trans {
-		for _, b := range c.trans {
+	for _, a := range c.ids {
+		for _, b := range c.ids {
 			if a != b {
-				a.Connect(b.LocalAddr(), b)
+				c.net.Connect(a, b)
 			}
 		}
 	}
 }
 
 // isolate cuts n off from every other node, both ways.
-func (c *testCluster) isolate(n *Node) {
-	if c.net != nil {
-		c.net.Isolate(n.Addr())
-		return
-	}
-	for _, tr := range c.trans {
-		if string(tr.LocalAddr()) == n.Addr() {
-			tr.DisconnectAll()
-		} else {
-			tr.Disconnect(raft.ServerAddress(n.Addr()))
-		}
-	}
-}
+func (c *testCluster) isolate(n *Node) { c.net.Isolate(n.Addr()) }
 
 // leader waits until exactly one of among believes it leads, and returns
 // it. A partitioned old leader may believe so for a while too, so callers
@@ -202,53 +149,29 @@ func TestAPartitionedLeaderCommitsNothing(t *testing.T) {
 	}
 }
 
-// closeCounter is a transport that counts Close calls.
-type closeCounter struct {
-	*raft.InmemTransport
-	closes atomic.Int32
-}
-
-func (c *closeCounter) Close() error {
-	c.closes.Add(1)
-	return c.InmemTransport.Close()
-}
-
-// TestGivenTransportAndStoresOutliveTheNode: Close leaves what the
-// caller gave open, and a node opened again on the same stores carries on
-// from their state, as a restarted process on the same files would.
-func TestGivenTransportAndStoresOutliveTheNode(t *testing.T) {
+// TestGivenNetworkAndStoresOutliveTheNode: Close leaves what the caller
+// gave open, and a node opened again on the same stores carries on from
+// their state, as a restarted process on the same files would.
+func TestGivenNetworkAndStoresOutliveTheNode(t *testing.T) {
 	bolt, err := raftboltdb.NewBoltStore(filepath.Join(t.TempDir(), "raft.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, inmem := raft.NewInmemTransport("n1")
-	tr := &closeCounter{InmemTransport: inmem}
-	// Registered before the nodes' own cleanups, so these run after them.
-	t.Cleanup(func() {
-		bolt.Close()
-		inmem.Close()
-	})
+	// Registered before the nodes' own cleanups, so it runs after them.
+	t.Cleanup(func() { bolt.Close() })
 	cfg := testConfig(t.TempDir(), "")
-	cfg.DataDir, cfg.PeerAddr = "", ""
-	cfg.Transport = tr
+	cfg.DataDir, cfg.PeerAddr, cfg.NodeID = "", "", "n1"
+	cfg.Network = NewMemNetwork()
 	cfg.Stores = Stores{Log: bolt, Stable: bolt, Snapshots: raft.NewInmemSnapshotStore()}
-	if testEngine == EngineEtcd {
-		// The etcd engine's in-memory network is given the same way; the
-		// node takes its own transport off it when it closes.
-		cfg.Transport, cfg.NodeID, cfg.Network = nil, "n1", NewMemNetwork()
-	}
 
 	n := openFake(t, cfg, nil)
 	waitLeader(t, n)
 	if n.Addr() != "n1" {
-		t.Errorf("Addr = %q, expected: the transport's n1", n.Addr())
+		t.Errorf("Addr = %q, expected: its ID on the network, n1", n.Addr())
 	}
 	put(t, n, "a", "1")
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
-	}
-	if got := tr.closes.Load(); got != 0 {
-		t.Errorf("transport closed %d times by the node, expected: 0", got)
 	}
 	if _, err := bolt.LastIndex(); err != nil {
 		t.Errorf("store after the node closed: %v, expected: still open", err)
@@ -263,8 +186,6 @@ func TestGivenTransportAndStoresOutliveTheNode(t *testing.T) {
 
 func TestOpenRefusesPlugsThatContradictEachOther(t *testing.T) {
 	store := raft.NewInmemStore()
-	_, tr := raft.NewInmemTransport("n1")
-	defer tr.Close()
 	voters := []Peer{{ID: "n1"}, {ID: "n2", Address: "n2"}}
 	for _, tc := range []struct {
 		name   string
@@ -280,9 +201,12 @@ func TestOpenRefusesPlugsThatContradictEachOther(t *testing.T) {
 		{"a node without a transport needs a peer address", func(c *Config) {
 			c.PeerAddr = ""
 		}, "PeerAddr is required"},
-		{"a given transport has its own address", func(c *Config) {
-			c.Transport = tr
-		}, "must be empty when a Transport is given"},
+		{"a given network has its own address", func(c *Config) {
+			c.Network = NewMemNetwork()
+		}, "must be empty when a Network is given"},
+		{"an election timeout too short to tick", func(c *Config) {
+			c.ElectionTimeout = time.Millisecond
+		}, "ElectionTimeout 1ms is below 10ms"},
 		{"initial voters are for bootstrapping", func(c *Config) {
 			c.Bootstrap, c.NodeID, c.InitialVoters = false, "n1", voters
 		}, "only used with Bootstrap"},

@@ -8,9 +8,6 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
-
-	"github.com/hashicorp/raft"
 
 	"github.com/tenurehq/tenure/statemachine"
 )
@@ -28,9 +25,9 @@ type state interface {
 
 var _ state = (*statemachine.Machine)(nil)
 
-// fsm owns the state and is the only writer to it. Raft calls ApplyBatch,
-// Snapshot and Restore from its single FSM goroutine, never concurrently
-// with each other; Node's readers run alongside under mu.
+// fsm owns the state and is the only writer to it: the engine's apply
+// goroutine applies, snapshots and restores, never concurrently with
+// each other; Node's readers run alongside under mu.
 type fsm struct {
 	mu sync.RWMutex // guards st; held for writing across a whole batch
 	st state
@@ -42,8 +39,7 @@ type fsm struct {
 	metrics   *metrics
 
 	// applied is the index of the last entry whose effect is visible under
-	// mu. Barrier also advances it (see advance), since raft does not hand
-	// no-op and barrier entries to the FSM.
+	// mu, raft's own empty entries and barriers included.
 	applied atomic.Uint64
 
 	waitMu sync.Mutex    // guards waitCh
@@ -51,50 +47,6 @@ type fsm struct {
 	// waiting lets a batch skip waitMu when no reader is parked, which is
 	// the common case under write load.
 	waiting atomic.Bool
-}
-
-var _ raft.BatchingFSM = (*fsm)(nil)
-
-// ApplyBatch is called by raft's FSM goroutine with committed entries in
-// log order. It holds the write lock for the whole batch: readers see
-// either none or all of a group commit, and the lock is taken once per
-// batch rather than once per entry.
-func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
-	start := time.Now()
-	out := make([]any, len(logs))
-	f.mu.Lock()
-	for i, l := range logs {
-		// Configuration entries arrive here too; they change membership,
-		// not the state, and nobody waits for a result from them.
-		if l.Type == raft.LogCommand {
-			out[i] = f.applyLocked(l)
-		}
-	}
-	f.mu.Unlock()
-	if len(logs) > 0 {
-		f.advance(logs[len(logs)-1].Index)
-	}
-	f.metrics.applyBatch.Observe(time.Since(start).Seconds())
-	f.metrics.batchSize.Observe(float64(len(logs)))
-	return out
-}
-
-// Apply is raft.FSM's single-entry path. Raft uses ApplyBatch since fsm
-// implements BatchingFSM; this exists to satisfy the interface.
-func (f *fsm) Apply(l *raft.Log) any {
-	if l.Type != raft.LogCommand {
-		f.advance(l.Index)
-		return nil
-	}
-	f.mu.Lock()
-	res := f.applyLocked(l)
-	f.mu.Unlock()
-	f.advance(l.Index)
-	return res
-}
-
-func (f *fsm) applyLocked(l *raft.Log) statemachine.Result {
-	return f.applyData(l.Index, l.Term, l.Data)
 }
 
 // applyData applies one encoded command; the caller holds mu for writing.
@@ -161,18 +113,11 @@ const snapshotVersion byte = 1
 
 const snapshotHeaderLen = 1 + 8
 
-// Snapshot serialises the state into memory under the read lock. Raft
-// calls Persist on another goroutine while applies continue, and the
-// Machine is not safe for concurrent use; copying it to a buffer first is
-// cheap at Tenure's sizes (sessions, leases and small keys, bounded by
-// the limits) and keeps disk I/O out of every lock.
-func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
-	data, err := f.snapshotBytes()
-	if err != nil {
-		return nil, err
-	}
-	return &fsmSnapshot{data: data}, nil
-}
+// Snapshots are taken into memory under the read lock and written out
+// while applies continue: the Machine is not safe for concurrent use, and
+// copying it to a buffer first is cheap at Tenure's sizes (sessions,
+// leases and small keys, bounded by the limits) and keeps disk I/O out of
+// every lock.
 
 // snapshotBytes is the state and its applied index in the snapshot
 // format, taken under the read lock.
@@ -225,15 +170,3 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.wake()
 	return nil
 }
-
-type fsmSnapshot struct{ data []byte }
-
-func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s.data); err != nil {
-		sink.Cancel()
-		return fmt.Errorf("raftnode: write snapshot: %w", err)
-	}
-	return sink.Close()
-}
-
-func (s *fsmSnapshot) Release() {}

@@ -3,10 +3,8 @@ package raftnode
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -15,7 +13,7 @@ import (
 type Status struct {
 	ID       string
 	Addr     string // raft address
-	Role     string // "leader", "follower", "candidate" or "shutdown"
+	Role     string // "leader", "follower" or "candidate"
 	LeaderID string // empty while no leader is known
 	Leader   string // the leader's raft address
 	Term     uint64
@@ -30,48 +28,10 @@ type Status struct {
 
 // Term is the raft term this node knows: cheap, without Status's other
 // reads.
-func (n *Node) Term() uint64 {
-	if n.etcd != nil {
-		return n.etcd.term.Load()
-	}
-	return n.raft.CurrentTerm()
-}
+func (n *Node) Term() uint64 { return n.etcd.term.Load() }
 
 // Status reports this node's view of itself.
-func (n *Node) Status() Status {
-	if n.etcd != nil {
-		return n.etcd.status()
-	}
-	addr, id := n.raft.LeaderWithID()
-	st := Status{
-		ID:           n.id,
-		Addr:         n.Addr(),
-		Role:         roleName(n.raft.State()),
-		LeaderID:     string(id),
-		Leader:       string(addr),
-		Term:         n.raft.CurrentTerm(),
-		CommitIndex:  n.raft.CommitIndex(),
-		AppliedIndex: n.AppliedIndex(),
-		LastLogIndex: n.raft.LastIndex(),
-	}
-	if st.Role != "leader" {
-		st.LastContact = n.raft.LastContact()
-	}
-	return st
-}
-
-func roleName(s raft.RaftState) string {
-	switch s {
-	case raft.Leader:
-		return "leader"
-	case raft.Candidate:
-		return "candidate"
-	case raft.Follower:
-		return "follower"
-	default:
-		return "shutdown"
-	}
-}
+func (n *Node) Status() Status { return n.etcd.status() }
 
 // Formed reports whether this node belongs to a cluster yet: a node
 // started without Bootstrap has no configuration until a leader adds it
@@ -91,91 +51,35 @@ func (n *Node) BootstrapCluster(voters []Peer) error {
 		return err
 	}
 	defer n.inflight.Done()
-	if n.etcd != nil {
-		return n.etcd.bootstrapCluster(voters)
-	}
-	conf, err := initialConfiguration(Config{NodeID: n.id, InitialVoters: voters}, n.trans.LocalAddr())
-	if err != nil {
-		return err
-	}
-	if err := n.raft.BootstrapCluster(conf).Error(); err != nil {
-		if errors.Is(err, raft.ErrCantBootstrap) {
-			return ErrAlreadyFormed
-		}
-		return fmt.Errorf("raftnode: bootstrap: %w", err)
-	}
-	return nil
+	return n.etcd.bootstrapCluster(voters)
 }
 
 // ErrAlreadyFormed is returned by BootstrapCluster on a node that already
 // belongs to a cluster.
 var ErrAlreadyFormed = errors.New("raftnode: this node already has cluster state")
 
-// AddNonvoter adds a node that receives the log but does not vote, or
-// updates its address. A joining node starts so, and is promoted with
-// AddVoter once it has caught up, so that a slow newcomer never counts
-// towards a quorum it cannot yet help make. It must be called on the
-// leader.
+// AddNonvoter adds a node that receives the log but does not vote (a
+// raft learner), or updates its address. A joining node starts so, and
+// is promoted with AddVoter once it has caught up, so that a slow
+// newcomer never counts towards a quorum it cannot yet help make. It must
+// be called on the leader.
 func (n *Node) AddNonvoter(ctx context.Context, id, addr string) error {
-	if n.etcd != nil {
-		return n.etcdMembership(ctx, "add non-voter", raftpb.ConfChangeAddLearnerNode, id, addr)
-	}
-	return n.changeMembership(ctx, "add non-voter", func(timeout time.Duration) raft.Future {
-		return n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout)
-	})
+	return n.changeMembership(ctx, "add non-voter", raftpb.ConfChangeAddLearnerNode, id, addr)
 }
 
 // TransferLeadership hands leadership to voter id, or to the most
-// up-to-date voter when id is empty, and returns once raft has done so
-// or given up. It must be called on the leader. Proposals made during the
-// transfer are refused with a *NotLeaderError, so they are never in doubt.
+// up-to-date voter when id is empty, and returns once another node leads
+// or an election's time has passed. It must be called on the leader.
+// Proposals made during the transfer are refused with a *NotLeaderError,
+// so they are never in doubt.
 func (n *Node) TransferLeadership(ctx context.Context, id string) error {
-	if n.etcd != nil {
-		if err := n.enter(); err != nil {
-			return err
-		}
-		defer n.inflight.Done()
-		return n.etcd.transferLeadership(ctx, id)
-	}
-	if id == "" {
-		return n.changeMembership(ctx, "transfer leadership", func(time.Duration) raft.Future {
-			return n.raft.LeadershipTransfer()
-		})
-	}
-	members, err := n.Members()
-	if err != nil {
+	if err := n.enter(); err != nil {
 		return err
 	}
-	for _, m := range members {
-		if m.ID != id {
-			continue
-		}
-		if !m.Voter {
-			return fmt.Errorf("raftnode: transfer leadership: %s does not vote, so it cannot lead", id)
-		}
-		return n.changeMembership(ctx, "transfer leadership", func(time.Duration) raft.Future {
-			return n.raft.LeadershipTransferToServer(raft.ServerID(m.ID), raft.ServerAddress(m.Address))
-		})
-	}
-	return fmt.Errorf("raftnode: transfer leadership: %w: %s", ErrUnknownMember, id)
+	defer n.inflight.Done()
+	return n.etcd.transferLeadership(ctx, id)
 }
 
 // ErrUnknownMember is returned for a server ID the configuration does not
 // list.
 var ErrUnknownMember = errors.New("no such member")
-
-// changeMembership runs one membership or leadership call on the leader.
-func (n *Node) changeMembership(ctx context.Context, op string, call func(timeout time.Duration) raft.Future) error {
-	if err := n.enter(); err != nil {
-		return err
-	}
-	defer n.inflight.Done()
-	timeout, err := enqueueTimeout(ctx)
-	if err != nil {
-		return fmt.Errorf("raftnode: %s: %w", op, err)
-	}
-	if err := n.await(ctx, call(timeout)); err != nil {
-		return n.raftError(op, err)
-	}
-	return nil
-}

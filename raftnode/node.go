@@ -1,17 +1,16 @@
 package raftnode
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -24,8 +23,8 @@ import (
 )
 
 // Config configures a Node. The zero value of every field but DataDir and
-// PeerAddr has a usable default; a node given its stores and transport
-// (Stores, Transport) needs neither.
+// PeerAddr has a usable default; a node given its stores and network
+// (Stores, Network) needs neither.
 type Config struct {
 	NodeID    string // raft server ID, default "node1"
 	DataDir   string // holds the log store, snapshots and stable store under DataDir/raft
@@ -40,26 +39,17 @@ type Config struct {
 	// neither send raft RPCs to the cluster nor receive them.
 	PeerTLS *tls.Config
 
-	// Transport, when set, carries raft's RPCs instead of a TCP transport
-	// bound on PeerAddr, which must then be empty, as must Advertise: the
-	// node's address is Transport.LocalAddr(). Tests pass a
-	// raft.InmemTransport to run a cluster in one process. The node never
-	// closes it, not even through raft's Shutdown (which closes any
-	// transport it can): whoever made it closes it, after Close.
-	Transport raft.Transport
-	// Engine picks the consensus engine: EngineHashicorp (hashicorp/raft,
-	// the default) or EngineEtcd (go.etcd.io/raft/v3). A data dir is
-	// written by one engine and refused by the other.
-	Engine string
-	// Network, with EngineEtcd, carries raft's messages instead of a TCP
-	// transport, as Transport does for the hashicorp engine: the node's
-	// address is its NodeID on the network. The node does not own it.
+	// Network, when set, carries raft's messages instead of a TCP
+	// transport bound on PeerAddr, which must then be empty, as must
+	// Advertise: the node's address on it is its NodeID. Tests pass one to
+	// run a cluster in one process. The node takes its own transport off
+	// the network when it closes; whoever made the network owns it.
 	Network *MemNetwork
 	// Stores, when set, are used instead of the stores the node would open
 	// under DataDir. LogStore, WALSegmentSize, MinFreeBytes,
 	// DiskCheckInterval, FreeSpace and RepairLog then do not apply, since
-	// they describe those files, and DataDir may be empty. As with
-	// Transport, the node never closes them.
+	// they describe those files, and DataDir may be empty. The node never
+	// closes them.
 	Stores Stores
 
 	// WALSegmentSize is the size of each raft-wal segment file, which is
@@ -97,25 +87,25 @@ type Config struct {
 	InitialVoters []Peer
 	// ForceNewCluster rewrites the configuration stored in DataDir to this
 	// node alone, a voter at its own address, before raft starts, keeping
-	// every entry's effect on the state (hashicorp/raft RecoverCluster, as
-	// etcd's --force-new-cluster and Consul's peers.json). It is for
+	// every entry's effect on the state (as etcd's --force-new-cluster and
+	// Consul's peers.json): the log becomes one snapshot. It is for
 	// restoring a backup onto a new node ID or address: on a member of a
 	// live cluster it makes a second cluster that diverges from the first.
 	// Open fails if DataDir holds no state, and does nothing when the
 	// configuration already is this node alone at this address.
 	ForceNewCluster bool
 
-	// Zero means raft's defaults (1s, 1s, 500ms), adjusted so that a
-	// heartbeat timeout below them alone still validates.
-	HeartbeatTimeout   time.Duration
-	ElectionTimeout    time.Duration
-	LeaderLeaseTimeout time.Duration
-	SnapshotThreshold  uint64        // entries between snapshots; zero = raft's 8192
-	SnapshotInterval   time.Duration // how often to check the threshold; zero = raft's 120s
+	// ElectionTimeout is how long a follower that hears nothing from a
+	// leader waits (raft picks between it and twice it, per election)
+	// before it stands for election; the leader heartbeats every tenth of
+	// it, and steps down once it has gone that long without hearing from
+	// a quorum (check-quorum). Zero means 1s.
+	ElectionTimeout   time.Duration
+	SnapshotThreshold uint64 // entries applied between snapshots; zero = 8192
 	// CatchUpEntries is how many log entries a snapshot leaves behind it,
 	// for followers that trail by less to catch up from the log; one
 	// further behind (a node down for long, a new one) is sent the
-	// snapshot instead. Zero = raft's 10240.
+	// snapshot instead. Zero = 10240.
 	CatchUpEntries uint64
 
 	Logger     *slog.Logger          // default slog.Default()
@@ -162,60 +152,55 @@ type Peer struct {
 }
 
 const (
-	defaultNodeID       = "node1"
-	defaultApplyTimeout = 10 * time.Second
-	// maxAppendEntries bounds both a replication RPC and, with
-	// BatchApplyCh, how many queued proposals the leader writes with one
-	// fsync. 512 of raft's allowed 1024 keeps the worst-case batch fsync
-	// short while amortising it across many concurrent callers.
-	maxAppendEntries = 512
-	retainSnapshots  = 2
-	transportPool    = 3
-	transportTimeout = 10 * time.Second
+	defaultNodeID          = "node1"
+	defaultApplyTimeout    = 10 * time.Second
+	defaultElectionTimeout = time.Second
+	retainSnapshots        = 2
+)
+
+// The engine's name, as nodes exchange it when one joins another
+// (JoinRequest.engine): a node of the other engine (hashicorp/raft, which
+// builds before issue 24 ran, and which says nothing) speaks another peer
+// protocol and must never join.
+const (
+	EngineHashicorp = "hashicorp"
+	EngineEtcd      = "etcd"
 )
 
 // Node is one member of Tenure's replicated log, applying committed
 // entries to its statemachine.Machine. All methods are safe for concurrent
 // use. The caller should call Close when finished.
 type Node struct {
-	id       string      // this node's raft server ID
-	etcd     *etcdEngine // set when Config.Engine is EngineEtcd; raft and trans are then nil
-	raft     *raft.Raft
+	id       string // this node's raft server ID
+	etcd     *etcdEngine
 	fsm      *fsm
-	trans    raft.Transport
 	space    *spaceCheck
 	metrics  *metrics
 	log      *slog.Logger
-	election time.Duration
-	peerTLS  *tls.Config // nil: raft traffic is plain TCP
+	election time.Duration // the longest a failover's election takes
+	peerTLS  *tls.Config   // nil: raft traffic is plain TCP
 
-	// closeTransport and closeStores close what open opened; they do
-	// nothing for a transport or stores the caller passed in.
+	// closeTransport and closeStores close what open opened; closeStores
+	// does nothing for stores the caller passed in.
 	closeTransport, closeStores func() error
 
-	// readyTerm is the term in which this node, as leader, has seen a
-	// barrier complete. Until then its commit index may trail entries
-	// committed by the previous leader, so a read index taken from it
-	// would not be linearizable.
-	readyTerm atomic.Uint64
-
-	notifyCh chan bool // raft's NotifyCh, drained by watchLeader
 	leaderCh chan bool // see LeaderChanges
 
 	mu       sync.RWMutex // guards closed; held for reading while a call registers in inflight
 	closed   bool
-	inflight sync.WaitGroup // calls and waiters that may hold a raft future
+	inflight sync.WaitGroup // calls in flight
 
 	closeOnce  sync.Once
 	closeErr   error
-	shutdownCh chan struct{} // closed by Close after raft has shut down
+	shutdownCh chan struct{} // closed by Close once the engine has stopped
 	wg         sync.WaitGroup
 }
 
 // Open starts a node on cfg.DataDir. With cfg.Bootstrap and no existing
 // state it forms a one-voter cluster (or cfg.InitialVoters) and soon
 // elects a leader; otherwise it rejoins the cluster recorded in its log,
-// or waits to be added.
+// or waits to be added. A data dir of the hashicorp engine converts
+// itself first, once, if it is a single node's (see convertFromHashicorp).
 func Open(cfg Config) (*Node, error) {
 	return open(cfg, func() state { return statemachine.New() })
 }
@@ -223,25 +208,10 @@ func Open(cfg Config) (*Node, error) {
 // open runs the steps of Open in order, undoing what earlier steps opened
 // when a later one fails.
 func open(cfg Config, newState func() state) (n *Node, err error) {
-	if cfg.Engine == EngineEtcd {
-		return openEtcdNode(cfg, newState)
-	}
-	if cfg.Stores.given() == 0 && cfg.DataDir != "" {
-		dir := filepath.Join(cfg.DataDir, "raft")
-		if engine, err := readEngine(dir); err != nil {
-			return nil, err
-		} else if engine == engineEtcd {
-			return nil, fmt.Errorf("%w: %s holds the etcd engine's state, and this node runs the hashicorp engine", ErrOtherEngine, dir)
-		}
-	}
 	if cfg, err = cfg.withDefaults(); err != nil {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "raft", "node", cfg.NodeID)
-	rc, err := raftConfig(cfg, log)
-	if err != nil {
-		return nil, err
-	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: register metrics: %w", err)
@@ -255,25 +225,65 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 			m.unregister()
 		}
 	}()
-
+	converting := false
+	if cfg.Stores.given() == 0 {
+		if converting, err = claimDir(filepath.Join(cfg.DataDir, "raft")); err != nil {
+			return nil, err
+		}
+	}
 	st, err := openStores(cfg, m, log)
 	if err != nil {
 		return nil, err
 	}
 	undo = append(undo, st.close)
-	trans, err := openTransport(cfg, log)
-	if err != nil {
+	var trans peerTransport
+	if cfg.Network != nil {
+		trans = cfg.Network.Transport(cfg.NodeID)
+	} else {
+		t, err := listenPeers(peerConfig{ID: raftID(cfg.NodeID), Bind: cfg.PeerAddr, Advertise: cfg.Advertise, TLS: cfg.PeerTLS, ClusterTag: engineEtcd, Logger: log, Metrics: m.peers})
+		if err != nil {
+			return nil, fmt.Errorf("raftnode: transport: %w", err)
+		}
+		trans = t
+	}
+	undo = append(undo, trans.Close)
+	self := memberInfo{ID: cfg.NodeID, Addr: trans.LocalAddr()}
+	if err := prepareEtcd(cfg, st, self, newState, converting, m, log); err != nil {
 		return nil, err
 	}
-	undo = append(undo, trans.close)
-	newScratchFSM := func() raft.FSM { return &fsm{st: newState(), newState: newState, log: log, metrics: m} }
-	if err := bootstrapOrRecover(cfg, rc, st, trans, newScratchFSM, log); err != nil {
+	n = &Node{
+		id: cfg.NodeID,
+		fsm: &fsm{
+			st:        newState(),
+			newState:  newState,
+			observer:  cfg.Observer,
+			onRestore: cfg.OnRestore,
+			log:       log,
+			metrics:   m,
+		},
+		closeTransport: trans.Close,
+		closeStores:    st.close,
+		space:          st.space,
+		metrics:        m,
+		log:            log,
+		// Raft draws each election timeout between one and two of it.
+		election:   2 * cfg.ElectionTimeout,
+		peerTLS:    cfg.PeerTLS,
+		leaderCh:   make(chan bool, 1),
+		shutdownCh: make(chan struct{}),
+	}
+	if n.etcd, err = openEtcd(n, cfg, st, trans); err != nil {
 		return nil, err
 	}
-	return start(cfg, rc, newState, st, trans, m, log)
+	if st.dir != "" {
+		n.wg.Add(1)
+		go n.watchSpace(cfg.DiskCheckInterval)
+	}
+	log.Info("raft node open", "engine", engineEtcd, "addr", trans.LocalAddr(), "log_store", st.kind, "dir", st.dir)
+	return n, nil
 }
 
-// withDefaults checks that cfg names its stores and transport one way
+// withDefaults checks that cfg names its stores and network one way
 // each, and fills in the defaults.
 func (cfg Config) withDefaults() (Config, error) {
 	switch given := cfg.Stores.given(); {
@@ -283,21 +293,16 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, errors.New("raftnode: DataDir is required")
 	}
 	switch {
-	case cfg.Engine != "" && cfg.Engine != EngineHashicorp && cfg.Engine != EngineEtcd:
-		return cfg, fmt.Errorf("raftnode: unknown Engine %q (want %q or %q)", cfg.Engine, EngineHashicorp, EngineEtcd)
-	case cfg.Network != nil && (cfg.Engine != EngineEtcd || cfg.PeerAddr != "" || cfg.Advertise != ""):
-		return cfg, errors.New("raftnode: Network is for the etcd engine, with PeerAddr and Advertise empty")
-	case cfg.Network != nil:
-	case cfg.Transport == nil && cfg.PeerAddr == "":
+	case cfg.Network == nil && cfg.PeerAddr == "":
 		return cfg, errors.New("raftnode: PeerAddr is required")
-	case cfg.Transport != nil && (cfg.PeerAddr != "" || cfg.Advertise != ""):
-		return cfg, errors.New("raftnode: PeerAddr and Advertise must be empty when a Transport is given: its LocalAddr is the node's address")
+	case cfg.Network != nil && (cfg.PeerAddr != "" || cfg.Advertise != ""):
+		return cfg, errors.New("raftnode: PeerAddr and Advertise must be empty when a Network is given: the node's address on it is its NodeID")
 	}
-	if cfg.NodeID == "" {
-		cfg.NodeID = defaultNodeID
-	}
-	if cfg.LogStore == "" {
-		cfg.LogStore = "wal"
+	cfg.NodeID = cmp.Or(cfg.NodeID, defaultNodeID)
+	cfg.LogStore = cmp.Or(cfg.LogStore, "wal")
+	cfg.ElectionTimeout = cmp.Or(cfg.ElectionTimeout, defaultElectionTimeout)
+	if cfg.ElectionTimeout < 10*time.Millisecond {
+		return cfg, fmt.Errorf("raftnode: ElectionTimeout %v is below 10ms: a tick of a tenth of it would be shorter than a scheduler's slice", cfg.ElectionTimeout)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -323,45 +328,6 @@ func (cfg Config) withDefaults() (Config, error) {
 		}
 	}
 	return cfg, nil
-}
-
-// raftConfig translates cfg into raft's configuration. start sets
-// NotifyCh, which only the running node reads.
-func raftConfig(cfg Config, log *slog.Logger) (*raft.Config, error) {
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.Logger = newHCLogger(log, "raft")
-	rc.BatchApplyCh = true
-	rc.MaxAppendEntries = maxAppendEntries
-	// Raft must only stop when Close says so: a raft that shuts itself
-	// down abandons queued futures, and their callers would wait forever.
-	rc.ShutdownOnRemove = false
-	if cfg.HeartbeatTimeout > 0 {
-		rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	}
-	if cfg.ElectionTimeout > 0 {
-		rc.ElectionTimeout = cfg.ElectionTimeout
-	} else {
-		rc.ElectionTimeout = max(rc.ElectionTimeout, rc.HeartbeatTimeout)
-	}
-	if cfg.LeaderLeaseTimeout > 0 {
-		rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
-	} else {
-		rc.LeaderLeaseTimeout = min(rc.LeaderLeaseTimeout, rc.HeartbeatTimeout)
-	}
-	if cfg.SnapshotThreshold > 0 {
-		rc.SnapshotThreshold = cfg.SnapshotThreshold
-	}
-	if cfg.SnapshotInterval > 0 {
-		rc.SnapshotInterval = cfg.SnapshotInterval
-	}
-	if cfg.CatchUpEntries > 0 {
-		rc.TrailingLogs = cfg.CatchUpEntries
-	}
-	if err := raft.ValidateConfig(rc); err != nil {
-		return nil, fmt.Errorf("raftnode: %w", err)
-	}
-	return rc, nil
 }
 
 // stores are raft's log, stable and snapshot stores, as the node uses
@@ -411,153 +377,6 @@ func openStores(cfg Config, m *metrics, log *slog.Logger) (stores, error) {
 		dir:    dir,
 		close:  closeLogs,
 	}, nil
-}
-
-// transport is raft's transport, as the node uses it.
-type transport struct {
-	// raft is what raft is handed, never a wrapper of it: raft finds
-	// pre-vote support and Close by asserting interfaces on it.
-	raft  raft.Transport
-	close func() error // closes what openTransport opened, nothing when given
-}
-
-// openTransport binds a TCP transport on PeerAddr, or takes
-// cfg.Transport.
-func openTransport(cfg Config, log *slog.Logger) (transport, error) {
-	if cfg.Transport != nil {
-		return transport{raft: borrow(cfg.Transport), close: func() error { return nil }}, nil
-	}
-	var advertise net.Addr
-	if cfg.Advertise != "" {
-		var err error
-		if advertise, err = net.ResolveTCPAddr("tcp", cfg.Advertise); err != nil {
-			return transport{}, fmt.Errorf("raftnode: advertise address: %w", err)
-		}
-	}
-	if cfg.PeerTLS != nil {
-		stream, err := listenTLS(cfg.PeerAddr, advertise, cfg.PeerTLS)
-		if err != nil {
-			return transport{}, fmt.Errorf("raftnode: transport: %w", err)
-		}
-		t := raft.NewNetworkTransportWithLogger(stream, transportPool, transportTimeout, newHCLogger(log, "transport"))
-		return transport{raft: t, close: func() error { t.CloseStreams(); return t.Close() }}, nil
-	}
-	t, err := raft.NewTCPTransportWithLogger(cfg.PeerAddr, advertise, transportPool, transportTimeout, newHCLogger(log, "transport"))
-	if err != nil {
-		return transport{}, fmt.Errorf("raftnode: transport: %w", err)
-	}
-	return transport{raft: t, close: func() error { t.CloseStreams(); return t.Close() }}, nil
-}
-
-// borrow hides a given transport's Close from raft, whose Shutdown closes
-// any transport that has one: the node did not open it, so closing it is
-// its owner's business. Pre-vote support, which raft also detects by
-// interface, stays visible.
-func borrow(t raft.Transport) raft.Transport {
-	if pv, ok := t.(raft.WithPreVote); ok {
-		return borrowedPreVoteTransport{t, pv}
-	}
-	return borrowedTransport{t}
-}
-
-type borrowedTransport struct{ raft.Transport }
-
-type borrowedPreVoteTransport struct {
-	raft.Transport
-	raft.WithPreVote
-}
-
-// bootstrapOrRecover prepares the stores before raft starts, while they
-// can be read and written without racing it: ForceNewCluster and the
-// membership check (reconcileConfiguration), then, with Bootstrap and no
-// state yet, the first configuration.
-func bootstrapOrRecover(cfg Config, rc *raft.Config, st stores, trans transport, newScratchFSM func() raft.FSM, log *slog.Logger) error {
-	if err := reconcileConfiguration(cfg, rc, st.logs, st.stable, st.snaps, trans.raft, newScratchFSM, log); err != nil {
-		return err
-	}
-	if !cfg.Bootstrap {
-		return nil
-	}
-	exists, err := raft.HasExistingState(st.logs, st.stable, st.snaps)
-	if err != nil {
-		return fmt.Errorf("raftnode: inspect state: %w", err)
-	}
-	if exists {
-		return nil
-	}
-	conf, err := initialConfiguration(cfg, trans.raft.LocalAddr())
-	if err != nil {
-		return err
-	}
-	if err := raft.BootstrapCluster(rc, st.logs, st.stable, st.snaps, trans.raft, conf); err != nil {
-		return fmt.Errorf("raftnode: bootstrap: %w", err)
-	}
-	return nil
-}
-
-// initialConfiguration is the configuration a bootstrapping node writes:
-// cfg.InitialVoters, or this node alone, with this node at self, the
-// transport's address (the bound port when PeerAddr ends in :0).
-func initialConfiguration(cfg Config, self raft.ServerAddress) (raft.Configuration, error) {
-	if len(cfg.InitialVoters) == 0 {
-		return raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(cfg.NodeID), Address: self}}}, nil
-	}
-	var conf raft.Configuration
-	for _, p := range cfg.InitialVoters {
-		addr := raft.ServerAddress(p.Address)
-		if p.ID == cfg.NodeID {
-			if addr != "" && addr != self {
-				// Peers would dial an address nobody answers on.
-				return conf, fmt.Errorf("raftnode: InitialVoters lists this node %s at %s, but its address is %s", p.ID, p.Address, self)
-			}
-			addr = self
-		}
-		conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: addr})
-	}
-	return conf, nil
-}
-
-// start runs raft on the prepared stores and transport, and the node's own
-// goroutines.
-func start(cfg Config, rc *raft.Config, newState func() state, st stores, trans transport, m *metrics, log *slog.Logger) (*Node, error) {
-	notifyCh := make(chan bool, 1)
-	rc.NotifyCh = notifyCh
-	f := &fsm{
-		st:        newState(),
-		newState:  newState,
-		observer:  cfg.Observer,
-		onRestore: cfg.OnRestore,
-		log:       log,
-		metrics:   m,
-	}
-	r, err := raft.NewRaft(rc, f, st.logs, st.stable, st.snaps, trans.raft)
-	if err != nil {
-		return nil, fmt.Errorf("raftnode: start raft: %w", err)
-	}
-	n := &Node{
-		id:             cfg.NodeID,
-		raft:           r,
-		fsm:            f,
-		trans:          trans.raft,
-		closeTransport: trans.close,
-		closeStores:    st.close,
-		space:          st.space,
-		metrics:        m,
-		log:            log,
-		election:       rc.ElectionTimeout,
-		peerTLS:        cfg.PeerTLS,
-		notifyCh:       notifyCh,
-		leaderCh:       make(chan bool, 1),
-		shutdownCh:     make(chan struct{}),
-	}
-	n.wg.Add(1)
-	go n.watchLeader()
-	if st.dir != "" {
-		n.wg.Add(1)
-		go n.watchSpace(cfg.DiskCheckInterval)
-	}
-	log.Info("raft node open", "addr", string(trans.raft.LocalAddr()), "log_store", st.kind, "dir", st.dir)
-	return n, nil
 }
 
 // openLogStore opens the log store, which is also the stable store (term,
@@ -643,34 +462,9 @@ func walOpenError(dir string, cfg Config, err error) error {
 	return fmt.Errorf("raftnode: open wal: %w", err)
 }
 
-// watchLeader drains raft's NotifyCh, which raft sends to blockingly, and
-// republishes it on leaderCh where a slow consumer cannot stall raft.
-func (n *Node) watchLeader() {
-	defer n.wg.Done()
-	last := false
-	for {
-		select {
-		case v := <-n.notifyCh:
-			last = v
-			if v {
-				n.metrics.isLeader.Set(1)
-			} else {
-				n.metrics.isLeader.Set(0)
-			}
-			n.publishLeader(v)
-		case <-n.shutdownCh:
-			n.metrics.isLeader.Set(0)
-			if last {
-				n.publishLeader(false)
-			}
-			return
-		}
-	}
-}
-
 // publishLeader replaces any unread value: the consumer needs the latest
-// state, not the history. Only watchLeader sends, so after the drain the
-// send cannot block.
+// state, not the history. Only the engine's Ready loop sends, and Close
+// once that loop has ended, so after the drain the send cannot block.
 func (n *Node) publishLeader(v bool) {
 	select {
 	case <-n.leaderCh:
@@ -679,9 +473,8 @@ func (n *Node) publishLeader(v bool) {
 	n.leaderCh <- v
 }
 
-// enter registers a call that may wait on a raft future. Close waits for
-// registered calls before shutting raft down, because raft abandons
-// futures still queued when it stops and their waiters would hang.
+// enter registers a call in flight. Close waits for registered calls
+// before it stops the engine, so that none is cut off half way.
 func (n *Node) enter() error {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
@@ -693,10 +486,10 @@ func (n *Node) enter() error {
 }
 
 // Close stops the node: it refuses new calls, waits for calls in flight
-// (each is bounded by a commit, a step-down or its context), shuts raft
-// down and closes the transport and stores it opened, but not those given
-// in Config, whose owner closes them after Close returns. It is safe to
-// call twice; the second call returns the first call's result.
+// (each is bounded by a commit, a step-down or its context), stops the
+// engine and closes the transport and the stores it opened, but not those
+// given in Config, whose owner closes them after Close returns. It is
+// safe to call twice; the second call returns the first call's result.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.mu.Lock()
@@ -704,17 +497,12 @@ func (n *Node) Close() error {
 		n.mu.Unlock()
 		n.inflight.Wait()
 
-		var errs []error
-		if n.etcd != nil {
-			wasLeader := n.etcd.isLeader()
-			errs = append(errs, n.etcd.close())
-			if wasLeader {
-				n.publishLeader(false)
-			}
-			n.metrics.isLeader.Set(0)
-		} else {
-			errs = append(errs, n.raft.Shutdown().Error())
+		wasLeader := n.etcd.isLeader()
+		errs := []error{n.etcd.close()}
+		if wasLeader {
+			n.publishLeader(false)
 		}
+		n.metrics.isLeader.Set(0)
 		close(n.shutdownCh)
 		n.wg.Wait()
 		errs = append(errs, n.closeTransport(), n.closeStores())
@@ -732,48 +520,24 @@ func (n *Node) Close() error {
 //
 // Errors: a *NotLeaderError (errors.Is ErrNotLeader) means the command was
 // not appended; so does a *DiskFullError (errors.Is ErrDiskFull), returned
-// instead while no node leads because this node's log ran out of space. A context error, ErrLeadershipLost or ErrClosed after the
-// entry was enqueued mean the outcome is unknown: the entry may still
-// commit.
+// instead while no node leads because this node's log ran out of space.
+// A context error, ErrLeadershipLost or ErrClosed after the entry was
+// appended mean the outcome is unknown: the entry may still commit.
 func (n *Node) Propose(ctx context.Context, cmd statemachine.Command) (statemachine.Result, error) {
 	if err := n.enter(); err != nil {
 		return statemachine.Result{}, err
 	}
 	defer n.inflight.Done()
-	if n.etcd != nil {
-		start := time.Now()
-		data, err := statemachine.Encode(start.UnixNano(), cmd)
-		if err != nil {
-			return statemachine.Result{}, err
-		}
-		res, err := n.etcd.propose(ctx, "propose", data)
-		if err == nil {
-			n.metrics.propose.Observe(time.Since(start).Seconds())
-		}
-		return res, err
-	}
-	if n.raft.State() != raft.Leader {
-		return statemachine.Result{}, n.notLeader()
-	}
-	timeout, err := enqueueTimeout(ctx)
-	if err != nil {
-		return statemachine.Result{}, fmt.Errorf("raftnode: propose: %w", err)
-	}
 	start := time.Now()
 	data, err := statemachine.Encode(start.UnixNano(), cmd)
 	if err != nil {
 		return statemachine.Result{}, err
 	}
-	f := n.raft.Apply(data, timeout)
-	if err := n.await(ctx, f); err != nil {
-		return statemachine.Result{}, n.raftError("propose", err)
+	res, err := n.etcd.propose(ctx, "propose", data)
+	if err == nil {
+		n.metrics.propose.Observe(time.Since(start).Seconds())
 	}
-	res, ok := f.Response().(statemachine.Result)
-	if !ok {
-		return statemachine.Result{}, fmt.Errorf("raftnode: propose: entry produced %T, not a statemachine.Result", f.Response())
-	}
-	n.metrics.propose.Observe(time.Since(start).Seconds())
-	return res, nil
+	return res, err
 }
 
 // Read runs fn on the state once it reflects every entry committed before
@@ -800,51 +564,21 @@ func machine(st state) *statemachine.Machine {
 	return m
 }
 
-// readState is the read-index protocol from the raft thesis (§6.4), as in
-// rqlite's waitForLinearizableRead: record the commit index, confirm
-// leadership, wait for the FSM to reach the recorded index.
+// readState is the read-index protocol (raft thesis §6.4): the leader
+// learns from a quorum that it still leads and what its commit index was
+// then, and fn runs once the state has applied that far. Concurrent reads
+// share one quorum round.
 func (n *Node) readState(ctx context.Context, fn func(state) error) error {
 	if err := n.enter(); err != nil {
 		return err
 	}
 	defer n.inflight.Done()
-
-	if n.etcd != nil {
-		if !n.etcd.isLeader() {
-			return n.notLeader()
-		}
-		idx, err := n.etcd.readIndex(ctx)
-		if err != nil {
-			return err
-		}
-		if err := n.waitApplied(ctx, idx); err != nil {
-			return err
-		}
-		return n.readLocked(fn)
-	}
-	term := n.raft.CurrentTerm()
-	if n.raft.State() != raft.Leader {
+	if !n.etcd.isLeader() {
 		return n.notLeader()
 	}
-	if n.readyTerm.Load() != term {
-		// A new leader only knows the true commit index once an entry of
-		// its own term commits; the barrier does that and also moves
-		// applied past the leader's no-op, which the FSM never sees.
-		if err := n.barrier(ctx); err != nil {
-			return err
-		}
-		if n.raft.CurrentTerm() == term {
-			n.readyTerm.Store(term)
-		}
-	}
-	idx := n.raft.CommitIndex()
-	if err := n.await(ctx, n.raft.VerifyLeader()); err != nil {
-		return n.raftError("read", err)
-	}
-	// A term change means another leader may have committed entries our
-	// recorded index does not cover.
-	if n.raft.CurrentTerm() != term {
-		return n.notLeader()
+	idx, err := n.etcd.readIndex(ctx)
+	if err != nil {
+		return err
 	}
 	if err := n.waitApplied(ctx, idx); err != nil {
 		return err
@@ -888,112 +622,28 @@ func (n *Node) Barrier(ctx context.Context) error {
 		return err
 	}
 	defer n.inflight.Done()
-	return n.barrier(ctx)
-}
-
-func (n *Node) barrier(ctx context.Context) error {
-	if n.etcd != nil {
-		_, err := n.etcd.propose(ctx, "barrier", nil)
-		return err
-	}
-	timeout, err := enqueueTimeout(ctx)
-	if err != nil {
-		return fmt.Errorf("raftnode: barrier: %w", err)
-	}
-	f := n.raft.Barrier(timeout)
-	if err := n.await(ctx, f); err != nil {
-		return n.raftError("barrier", err)
-	}
-	// Raft responds to a barrier on the FSM goroutine after applying all
-	// before it, so the state does reach the barrier's index; the FSM is
-	// not told, since barriers carry no command.
-	if idx, ok := f.(raft.IndexFuture); ok {
-		n.fsm.advance(idx.Index())
-	}
-	return nil
+	_, err := n.etcd.propose(ctx, "barrier", nil)
+	return err
 }
 
 // AddVoter adds a node to the cluster as a voter, promotes a non-voter,
 // or updates a voter's address. It must be called on the leader.
 func (n *Node) AddVoter(ctx context.Context, id, addr string) error {
-	if n.etcd != nil {
-		return n.etcdMembership(ctx, "add voter", raftpb.ConfChangeAddNode, id, addr)
-	}
-	return n.changeMembership(ctx, "add voter", func(timeout time.Duration) raft.Future {
-		return n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout)
-	})
+	return n.changeMembership(ctx, "add voter", raftpb.ConfChangeAddNode, id, addr)
 }
 
 // RemoveServer removes a node from the cluster. It must be called on the
 // leader.
 func (n *Node) RemoveServer(ctx context.Context, id string) error {
-	if n.etcd != nil {
-		return n.etcdMembership(ctx, "remove server", raftpb.ConfChangeRemoveNode, id, "")
-	}
-	return n.changeMembership(ctx, "remove server", func(timeout time.Duration) raft.Future {
-		return n.raft.RemoveServer(raft.ServerID(id), 0, timeout)
-	})
+	return n.changeMembership(ctx, "remove server", raftpb.ConfChangeRemoveNode, id, "")
 }
 
-// await waits for f or ctx. Raft futures cannot be selected on, so a
-// cancellable wait needs a goroutine; it is registered in inflight so that
-// Close keeps raft alive until the future resolves.
-func (n *Node) await(ctx context.Context, f raft.Future) error {
-	if ctx.Done() == nil {
-		return f.Error()
-	}
-	done := make(chan error, 1)
-	n.inflight.Add(1) // the caller holds an inflight slot, so Close is still waiting
-	go func() {
-		defer n.inflight.Done()
-		done <- f.Error()
-	}()
-	select {
-	case err := <-done:
+func (n *Node) changeMembership(ctx context.Context, op string, typ raftpb.ConfChangeType, id, addr string) error {
+	if err := n.enter(); err != nil {
 		return err
-	case <-ctx.Done():
-		return ctx.Err()
 	}
-}
-
-// enqueueTimeout turns the context's deadline into raft's enqueue timeout.
-func enqueueTimeout(ctx context.Context) (time.Duration, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	if d, ok := ctx.Deadline(); ok {
-		t := time.Until(d)
-		if t <= 0 {
-			return 0, context.DeadlineExceeded
-		}
-		return t, nil
-	}
-	return defaultApplyTimeout, nil
-}
-
-// raftError maps raft's errors to this package's, so that callers need not
-// import raft.
-func (n *Node) raftError(op string, err error) error {
-	switch {
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("raftnode: %s: %w", op, err)
-	case errors.Is(err, raft.ErrNotLeader):
-		return n.notLeader()
-	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
-		// Refused at enqueue, so never appended: as good as not leader,
-		// which is what this node is about to be.
-		return &NotLeaderError{}
-	case errors.Is(err, raft.ErrLeadershipLost):
-		return fmt.Errorf("raftnode: %s: %w", op, ErrLeadershipLost)
-	case errors.Is(err, raft.ErrRaftShutdown):
-		return ErrClosed
-	case errors.Is(err, raft.ErrEnqueueTimeout):
-		// Not enqueued, so not applied: the deadline passed while raft's
-		// queue was full.
-		return fmt.Errorf("raftnode: %s: not enqueued before the deadline: %w", op, context.DeadlineExceeded)
-	default:
-		return fmt.Errorf("raftnode: %s: %w", op, err)
-	}
+	defer n.inflight.Done()
+	return n.etcd.changeMembership(ctx, op, typ, memberInfo{ID: id, Addr: addr})
 }
 
 // notLeader is the error for a call that needs the leader: a
@@ -1001,33 +651,22 @@ func (n *Node) raftError(op string, err error) error {
 // leading while no other leads.
 func (n *Node) notLeader() error {
 	addr, id := n.Leader()
-	if id == "" || string(id) == n.id {
+	if id == "" || id == n.id {
 		if err := n.LogFull(); err != nil {
 			return err
 		}
 	}
-	return &NotLeaderError{Leader: string(addr), LeaderID: string(id)}
+	return &NotLeaderError{Leader: addr, LeaderID: id}
 }
 
 // IsLeader reports whether this node believes it is the leader. The
-// belief can be stale by up to the leader lease; Read and Propose confirm
-// it with a quorum.
-func (n *Node) IsLeader() bool {
-	if n.etcd != nil {
-		return n.etcd.isLeader()
-	}
-	return n.raft.State() == raft.Leader
-}
+// belief can be stale by up to an election timeout; Read and Propose
+// confirm it with a quorum.
+func (n *Node) IsLeader() bool { return n.etcd.isLeader() }
 
 // Leader returns the leader's raft transport address and ID, empty when no
 // leader is known.
-func (n *Node) Leader() (addr string, id string) {
-	if n.etcd != nil {
-		return n.etcd.leaderInfo()
-	}
-	a, i := n.raft.LeaderWithID()
-	return string(a), string(i)
-}
+func (n *Node) Leader() (addr string, id string) { return n.etcd.leaderInfo() }
 
 // LeaderChanges delivers true when this node becomes leader and false when
 // it stops being leader, including a final false on Close if it was
@@ -1046,15 +685,10 @@ func (n *Node) AppliedIndex() uint64 { return n.fsm.applied.Load() }
 // not deliver during the failover.
 func (n *Node) ElectionTimeout() time.Duration { return n.election }
 
-// Stats returns raft's own statistics plus this node's applied index, for
+// Stats returns raft's figures plus this node's applied index, for
 // display and debugging.
 func (n *Node) Stats() map[string]string {
-	var s map[string]string
-	if n.etcd != nil {
-		s = n.etcd.stats()
-	} else {
-		s = n.raft.Stats()
-	}
+	s := n.etcd.stats()
 	s["fsm_applied_index"] = strconv.FormatUint(n.AppliedIndex(), 10)
 	return s
 }
@@ -1063,13 +697,8 @@ func (n *Node) Stats() map[string]string {
 func (n *Node) ID() string { return n.id }
 
 // Addr is this node's raft address, where other nodes reach it: the
-// advertised or bound TCP address, or the given transport's LocalAddr.
-func (n *Node) Addr() string {
-	if n.etcd != nil {
-		return n.etcd.self.Addr
-	}
-	return string(n.trans.LocalAddr())
-}
+// advertised or bound TCP address, or its NodeID on a given Network.
+func (n *Node) Addr() string { return n.etcd.self.Addr }
 
 // Member is one server in the raft configuration.
 type Member struct {
@@ -1079,29 +708,16 @@ type Member struct {
 	Leader  bool
 }
 
-// Members lists the servers in the latest raft configuration, with which
-// of them leads as far as this node knows.
+// Members lists the servers in the latest applied configuration, with
+// which of them leads as far as this node knows.
 func (n *Node) Members() ([]Member, error) {
 	if err := n.enter(); err != nil {
 		return nil, err
 	}
 	defer n.inflight.Done()
-	if n.etcd != nil {
-		return n.etcd.membersList(), nil
-	}
-	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return nil, fmt.Errorf("raftnode: configuration: %w", err)
-	}
-	_, leaderID := n.raft.LeaderWithID()
-	var out []Member
-	for _, s := range f.Configuration().Servers {
-		out = append(out, Member{
-			ID:      string(s.ID),
-			Address: string(s.Address),
-			Voter:   s.Suffrage == raft.Voter,
-			Leader:  s.ID == leaderID,
-		})
-	}
-	return out, nil
+	return n.etcd.membersList(), nil
 }
+
+// Engine names the consensus engine this node runs, what a joining node
+// must run too.
+func (n *Node) Engine() string { return EngineEtcd }

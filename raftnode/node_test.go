@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -73,21 +72,14 @@ func (s *fakeState) Restore(r io.Reader) error { return json.NewDecoder(r).Decod
 // short timeouts.
 func testConfig(dir, logStore string) Config {
 	return Config{
-		DataDir:            dir,
-		PeerAddr:           "127.0.0.1:0",
-		LogStore:           logStore,
-		Bootstrap:          true,
-		HeartbeatTimeout:   50 * time.Millisecond,
-		ElectionTimeout:    50 * time.Millisecond,
-		LeaderLeaseTimeout: 50 * time.Millisecond,
-		Logger:             slog.New(slog.DiscardHandler),
-		Engine:             testEngine,
+		DataDir:         dir,
+		PeerAddr:        "127.0.0.1:0",
+		LogStore:        logStore,
+		Bootstrap:       true,
+		ElectionTimeout: 50 * time.Millisecond,
+		Logger:          slog.New(slog.DiscardHandler),
 	}
 }
-
-// testEngine is the engine the tests run on: TENURE_TEST_ENGINE=etcd runs
-// them on the etcd engine.
-var testEngine = os.Getenv("TENURE_TEST_ENGINE")
 
 func openFake(t testing.TB, cfg Config, hook func(statemachine.Command)) *Node {
 	t.Helper()

@@ -2,7 +2,6 @@ package raftnode
 
 import (
 	"fmt"
-	"log/slog"
 	"strings"
 
 	"github.com/hashicorp/raft"
@@ -50,84 +49,9 @@ func formatServers(servers []Member) string {
 	return "[" + strings.Join(parts, ", ") + "]"
 }
 
-// reconcileConfiguration runs in open after the stores and the transport
-// are open and before raft starts, when the stored configuration can
-// still be read and rewritten without racing raft.
-//
-// With cfg.ForceNewCluster it rewrites the configuration to this node
-// alone, a voter at trans.LocalAddr(), keeping the state: RecoverCluster
-// replays the snapshot and log into a scratch FSM from newFSM, writes one
-// snapshot carrying the new configuration, and empties the log. It fails
-// on a data dir with no state, where there is nothing to restore, and does
-// nothing when the configuration already is this node alone at this
-// address, so that a flag left on a single node's restarts is harmless.
-//
-// Otherwise, on a node with cfg.Bootstrap and existing state, it returns a
-// *MembershipError when the configuration lists servers but not this
-// node's ID. It checks nothing on a node without state (it bootstraps or
-// waits to be added) nor on a node started without Bootstrap: such a node
-// waits for a leader to add it, and until that leader's configuration
-// entry reaches it its log may name a cluster without it. A node listed
-// at another address only gets a warning: raft elects by ID, so it
-// works, and restarting on a fresh "127.0.0.1:0" port as the same ID is
-// common in tests and embedding; only the members list, and peers that
-// would dial it, see the old address.
-func reconcileConfiguration(cfg Config, rc *raft.Config, logs raft.LogStore, stable raft.StableStore,
-	snaps raft.SnapshotStore, trans raft.Transport, newFSM func() raft.FSM, log *slog.Logger,
-) error {
-	if !cfg.Bootstrap && !cfg.ForceNewCluster {
-		return nil
-	}
-	exists, err := raft.HasExistingState(logs, stable, snaps)
-	if err != nil {
-		return fmt.Errorf("raftnode: inspect state: %w", err)
-	}
-	if !exists {
-		if cfg.ForceNewCluster {
-			return fmt.Errorf("raftnode: force new cluster: data dir %s holds no raft state, so there is nothing to restore (is it the copied backup?)", cfg.DataDir)
-		}
-		return nil
-	}
-	stored, err := storedConfiguration(logs, snaps)
-	if err != nil {
-		return err
-	}
-	id, addr := rc.LocalID, trans.LocalAddr()
-	if cfg.ForceNewCluster {
-		if len(stored.Servers) == 1 && stored.Servers[0].ID == id && stored.Servers[0].Address == addr && stored.Servers[0].Suffrage == raft.Voter {
-			log.Info("force new cluster: the configuration already is this node alone at this address; nothing to rewrite", "addr", string(addr))
-			return nil
-		}
-		log.Warn("FORCE NEW CLUSTER: rewriting the stored raft configuration to this node alone; every other member is forgotten. "+
-			"This is a restore tool: on a member of a live cluster it makes a second cluster that diverges from the first",
-			"dir", cfg.DataDir, "old_configuration", formatServers(members(stored)), "new_configuration", formatServers([]Member{{ID: string(id), Address: string(addr), Voter: true}}))
-		conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: id, Address: addr}}}
-		if err := raft.RecoverCluster(rc, newFSM(), logs, stable, snaps, trans, conf); err != nil {
-			return fmt.Errorf("raftnode: force new cluster: %w", err)
-		}
-		log.Warn("force new cluster: configuration rewritten; remove the flag from later starts", "addr", string(addr))
-		return nil
-	}
-	if len(stored.Servers) == 0 {
-		return nil
-	}
-	for _, s := range stored.Servers {
-		if s.ID != id {
-			continue
-		}
-		if s.Address != addr {
-			log.Warn("the stored configuration records this node at another address; it can still be elected, but members and other nodes see the old one",
-				"stored_addr", string(s.Address), "addr", string(addr))
-		}
-		return nil
-	}
-	return &MembershipError{DataDir: cfg.DataDir, NodeID: string(id), Addr: string(addr), Servers: members(stored)}
-}
-
-// storedConfiguration returns the latest configuration in the stores, as
-// NewRaft will find it: the last configuration entry in the log after the
-// newest snapshot, else that snapshot's. It reads only what NewRaft reads
-// again right after.
+// storedConfiguration returns the latest configuration in a hashicorp
+// engine's stores, as hashicorp/raft found it: the last configuration
+// entry in the log after the newest snapshot, else that snapshot's.
 func storedConfiguration(logs raft.LogStore, snaps raft.SnapshotStore) (raft.Configuration, error) {
 	var conf raft.Configuration
 	var after uint64

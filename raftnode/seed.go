@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/hashicorp/raft"
+	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/tenurehq/tenure/statemachine"
@@ -33,8 +33,8 @@ const seedIndex, seedTerm = 1, 1
 // snapshot stopped. Grow the cluster from there with joins. It returns
 // the snapshot's revision.
 func Seed(cfg Config, state io.Reader) (revision int64, err error) {
-	if cfg.Transport != nil || cfg.Stores.given() > 0 {
-		return 0, errors.New("raftnode: Seed opens the stores under DataDir itself: leave Transport and Stores unset")
+	if cfg.Network != nil || cfg.Stores.given() > 0 {
+		return 0, errors.New("raftnode: Seed opens the stores under DataDir itself: leave Network and Stores unset")
 	}
 	if cfg, err = cfg.withDefaults(); err != nil {
 		return 0, err
@@ -63,12 +63,10 @@ func Seed(cfg Config, state io.Reader) (revision int64, err error) {
 		return 0, err
 	}
 	defer lock.Unlock()
-	if cfg.Engine == EngineEtcd {
-		if converting, err := claimDir(filepath.Join(cfg.DataDir, "raft")); err != nil {
-			return 0, err
-		} else if converting {
-			return 0, fmt.Errorf("raftnode: seed %s: %w", cfg.DataDir, ErrHasState)
-		}
+	if converting, err := claimDir(filepath.Join(cfg.DataDir, "raft")); err != nil {
+		return 0, err
+	} else if converting {
+		return 0, fmt.Errorf("raftnode: seed %s: %w", cfg.DataDir, ErrHasState)
 	}
 	met, err := newMetrics(nil)
 	if err != nil {
@@ -79,40 +77,30 @@ func Seed(cfg Config, state io.Reader) (revision int64, err error) {
 		return 0, err
 	}
 	defer st.close()
-	exists, err := raft.HasExistingState(st.logs, st.stable, st.snaps)
+	d := &diskStorage{logs: st.logs, stable: st.stable, snaps: st.snaps}
+	boot, err := d.load()
 	if err != nil {
-		return 0, fmt.Errorf("raftnode: inspect state: %w", err)
+		return 0, err
 	}
-	if exists {
+	if !etcdraft.IsEmptySnap(boot.snap) || len(boot.ents) > 0 || !etcdraft.IsEmptyHardState(boot.hs) {
 		return 0, fmt.Errorf("raftnode: seed %s: %w", cfg.DataDir, ErrHasState)
 	}
 	addr := cfg.Advertise
 	if addr == "" {
 		addr = cfg.PeerAddr
 	}
-	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(cfg.NodeID), Address: raft.ServerAddress(addr)}}}
-	// The file store encodes peers through a transport for old snapshot
-	// versions only; an in-memory one stands in, since nothing is dialled.
-	_, trans := raft.NewInmemTransport(raft.ServerAddress(addr))
-	defer trans.Close()
-	sink, err := st.snaps.Create(raft.SnapshotVersionMax, seedIndex, seedTerm, conf, seedIndex, trans)
+	self := memberInfo{ID: cfg.NodeID, Addr: addr}
+	meta := raftpb.SnapshotMetadata{Index: seedIndex, Term: seedTerm, ConfState: raftpb.ConfState{Voters: []uint64{raftID(cfg.NodeID)}}}
+	if err := d.writeSnapshot(meta, map[uint64]memberInfo{raftID(cfg.NodeID): self}, body.Bytes()); err != nil {
+		return 0, fmt.Errorf("raftnode: seed: %w", err)
+	}
+	// Raft must not start a term below the snapshot's, nor apply again
+	// what the snapshot holds.
+	hs, err := (&raftpb.HardState{Term: seedTerm, Commit: seedIndex}).Marshal()
+	if err == nil {
+		err = st.stable.Set(hardStateKey, hs)
+	}
 	if err != nil {
-		return 0, fmt.Errorf("raftnode: seed: create snapshot: %w", err)
-	}
-	if _, err := sink.Write(body.Bytes()); err != nil {
-		sink.Cancel()
-		return 0, fmt.Errorf("raftnode: seed: write snapshot: %w", err)
-	}
-	if err := sink.Close(); err != nil {
-		return 0, fmt.Errorf("raftnode: seed: write snapshot: %w", err)
-	}
-	// Raft must not start a term below the snapshot's.
-	if cfg.Engine == EngineEtcd {
-		hs, _ := (&raftpb.HardState{Term: seedTerm, Commit: seedIndex}).Marshal()
-		if err := st.stable.Set(hardStateKey, hs); err != nil {
-			return 0, fmt.Errorf("raftnode: seed: %w", err)
-		}
-	} else if err := st.stable.SetUint64([]byte("CurrentTerm"), seedTerm); err != nil {
 		return 0, fmt.Errorf("raftnode: seed: %w", err)
 	}
 	return m.Revision(), nil

@@ -8,15 +8,13 @@ import (
 	"net"
 	"sync"
 	"time"
-
-	"github.com/hashicorp/raft"
 )
 
-// tlsStream is raft's stream layer over TLS: a listener that completes
-// each handshake before handing the connection to raft (so a peer
-// without a certificate from the peer CA is dropped before raft reads a
-// byte of it), and a dialer that presents this node's certificate and
-// checks the other's. Handshakes run on their own goroutines, so a
+// tlsStream is the peer transport's listener over TLS: it completes
+// each handshake before handing the connection on (so a peer without a
+// certificate from the peer CA is dropped before a byte of it is read);
+// dialTLS is the dialer's side, which presents this node's certificate
+// and checks the other's. Handshakes run on their own goroutines, so a
 // connection that stalls in one holds up no other.
 type tlsStream struct {
 	ln        net.Listener
@@ -129,13 +127,6 @@ func (s *tlsStream) Close() error {
 
 func (s *tlsStream) Addr() net.Addr { return s.advertise }
 
-func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: dialTLS(s.cfg, string(address))}
-	return d.Dial("tcp", string(address))
-}
-
-// dialTLS is cfg for dialing address: its host is the name the other
-// node's certificate must carry.
 func dialTLS(cfg *tls.Config, address string) *tls.Config {
 	c := cfg.Clone()
 	c.ClientAuth = tls.NoClientCert

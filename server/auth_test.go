@@ -177,7 +177,7 @@ func startAuthServer(t testing.TB) *authServer {
 		Logger:   logger,
 		Raft: raftnode.Config{
 			NodeID: "node1", DataDir: t.TempDir(), PeerAddr: "127.0.0.1:0", Bootstrap: true,
-			HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond,
+			ElectionTimeout: 100 * time.Millisecond,
 		},
 	})
 	if err != nil {

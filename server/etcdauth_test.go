@@ -123,7 +123,7 @@ func startEtcdAuthServer(t *testing.T) *etcdAuthServer {
 		Etcd:     EtcdConfig{Listener: etcdLn, Advertise: etcdLn.Addr().String()},
 		Raft: raftnode.Config{
 			NodeID: "node1", DataDir: t.TempDir(), PeerAddr: "127.0.0.1:0", Bootstrap: true,
-			HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond,
+			ElectionTimeout: 100 * time.Millisecond,
 		},
 	})
 	if err != nil {

@@ -47,13 +47,11 @@ func openServer(t testing.TB, dir string, limits Limits, tweaks ...func(*raftnod
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	rc := raftnode.Config{
-		NodeID:             "node1",
-		DataDir:            dir,
-		PeerAddr:           "127.0.0.1:0",
-		Bootstrap:          true,
-		HeartbeatTimeout:   100 * time.Millisecond,
-		ElectionTimeout:    100 * time.Millisecond,
-		LeaderLeaseTimeout: 100 * time.Millisecond,
+		NodeID:          "node1",
+		DataDir:         dir,
+		PeerAddr:        "127.0.0.1:0",
+		Bootstrap:       true,
+		ElectionTimeout: 100 * time.Millisecond,
 	}
 	for _, tweak := range tweaks {
 		tweak(&rc)

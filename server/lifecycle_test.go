@@ -143,8 +143,8 @@ func seedOldMember(t *testing.T, dir, peer string) (oldPeer, oldAPI string) {
 	oldPeer, oldAPI = testnet.Free(t), testnet.Free(t)
 	n, err := raftnode.Open(raftnode.Config{
 		NodeID: "node1", DataDir: dir, PeerAddr: peer, Bootstrap: true,
-		HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ElectionTimeout: 100 * time.Millisecond,
+		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -77,13 +77,14 @@ func engineOf(engine string) string {
 // otherEngine is why node id, of engine, cannot be one cluster with
 // other (a node, or "this cluster"), of theirs: the engines' peer
 // protocols differ, so the two could exchange no raft traffic, and a
-// configuration holding both could lose its quorum for good. It names
-// both ways out.
+// configuration holding both could lose its quorum for good. The other
+// engine is hashicorp/raft, which Tenure ran before the etcd raft engine;
+// the message names the way across.
 func otherEngine(id, engine, other, theirs string) error {
-	return fmt.Errorf("%w: node %s runs the %s engine and %s the %s engine, whose peer protocols differ, and the nodes of a cluster all run one engine: "+
-		"start node %s with --raft-engine %s to be one of them, or, to move a cluster to the %s engine, run tenure snapshot save against the old cluster, "+
-		"then tenure snapshot restore into the data dir of the first node of a new cluster of %s nodes (docs/operations.md, \"Moving to another consensus engine\")",
-		raftnode.ErrOtherEngine, id, engine, other, theirs, id, theirs, engine, engine)
+	return fmt.Errorf("%w: node %s runs the %s raft engine and %s the %s raft engine, whose peer protocols differ, and the nodes of a cluster all run one engine: "+
+		"run one Tenure build on every node (builds before the etcd raft engine run hashicorp/raft), or, to move a cluster to this build, run tenure snapshot save against the old cluster, "+
+		"then tenure snapshot restore into the data dir of the first node of a new cluster (docs/operations.md, \"Moving to another consensus engine\")",
+		raftnode.ErrOtherEngine, id, engine, other, theirs)
 }
 
 func (h *clusterService) Introduce(ctx context.Context, req *connect.Request[tenurev1.IntroduceRequest]) (*connect.Response[tenurev1.IntroduceResponse], error) {

@@ -75,7 +75,7 @@ func startQuotaServer(t *testing.T, limits Limits) *quotaServer {
 		Logger:   slog.New(slog.DiscardHandler),
 		Raft: raftnode.Config{
 			NodeID: "node1", DataDir: t.TempDir(), PeerAddr: "127.0.0.1:0", Bootstrap: true,
-			HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond,
+			ElectionTimeout: 100 * time.Millisecond,
 		},
 	})
 	if err != nil {

@@ -66,9 +66,7 @@ func newTCPCluster(t *testing.T, n int) *tcpCluster {
 				WALSegmentSize: 1 << 20,
 				// Short enough for a failover well under a second, long
 				// enough not to start needless elections under -race.
-				HeartbeatTimeout:   200 * time.Millisecond,
-				ElectionTimeout:    200 * time.Millisecond,
-				LeaderLeaseTimeout: 100 * time.Millisecond,
+				ElectionTimeout: 200 * time.Millisecond,
 			},
 		})
 		if err != nil {

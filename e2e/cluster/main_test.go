@@ -39,5 +39,5 @@ func skipShort(t *testing.T) {
 // restarts restore snapshots and followers catch up from them too.
 func startCluster(t *testing.T) *proccluster.Cluster {
 	t.Helper()
-	return proccluster.Start(t, 3, "--snapshot-threshold", "1024", "--snapshot-interval", "1s")
+	return proccluster.Start(t, 3, "--snapshot-threshold", "1024")
 }

@@ -10,15 +10,11 @@ import (
 	"github.com/tenurehq/tenure/internal/proccluster"
 )
 
-// raftHeartbeatTimeout is `tenure serve`'s default --heartbeat-timeout:
-// a follower that has not heard from the leader for a random time
-// between it and twice it stands for election.
-const raftHeartbeatTimeout = 500 * time.Millisecond
-
 // failoverTime is the longest a new leader takes to be elected after
-// the leader stops: up to two raft heartbeat timeouts before a follower
-// stands, an election timeout for the vote.
-const failoverTime = electionTimeout + 2*raftHeartbeatTimeout
+// the leader stops: a follower that has not heard from it for a random
+// time between --election-timeout and twice it stands (pre-vote, then
+// vote), and the vote takes an election timeout at most.
+const failoverTime = 3 * electionTimeout
 
 // stallFor is how long the leader is frozen in
 // TestLeaderStallKeepsEveryLock for sessions of the given TTL: the TTL
@@ -46,8 +42,7 @@ func stallFor(ttl time.Duration) time.Duration { return ttl - failoverTime }
 // TTL of 3s, less than failoverTime (1.5s). At 5s it has 2.08s.
 func TestLeaderStallKeepsEveryLock(t *testing.T) {
 	skipShort(t)
-	c := proccluster.Start(t, 3,
-		"--heartbeat-timeout", raftHeartbeatTimeout.String(), "--election-timeout", electionTimeout.String())
+	c := proccluster.Start(t, 3, "--election-timeout", electionTimeout.String())
 	ttls := []time.Duration{5 * time.Second, 6 * time.Second, 8 * time.Second}
 	stalls := []time.Duration{stallFor(ttls[0]), stallFor(ttls[1]), stallFor(ttls[2]), stallFor(ttls[0]), stallFor(ttls[1])}
 	var frozen time.Duration

@@ -26,13 +26,11 @@ import (
 
 type serveOptions struct {
 	listen, peerListen, dataDir, nodeID, logStore, logLevel string
-	raftEngine                                              string
 	advertise, peerAdvertise                                string
 	join                                                    []string
 	bootstrapExpect                                         int
 	snapshotThreshold, catchUpEntries                       uint64
-	heartbeatTimeout, electionTimeout, leaderLeaseTimeout   time.Duration
-	snapshotInterval                                        time.Duration
+	electionTimeout                                         time.Duration
 	forceNewCluster                                         bool
 	repairLog                                               bool
 	walSegmentSize, minFreeSpace                            byteSize
@@ -124,7 +122,6 @@ variables (TENURE_ENDPOINTS, TENURE_TOKEN, ...) do not apply to serve.`,
 	f.IntVar(&o.bootstrapExpect, "bootstrap-expect", 0, "form a new cluster of this many voters once this node has met them through --join (every node given the same number)")
 	f.StringVar(&o.nodeID, "node-id", "", "this node's raft ID (default: derived from --peer-advertise or --peer-listen)")
 	f.StringVar(&o.logStore, "log-store", "wal", `raft log store: "wal" (raft-wal) or "boltdb" (raft-boltdb/v2)`)
-	f.StringVar(&o.raftEngine, "raft-engine", raftnode.EngineHashicorp, `consensus engine: "hashicorp" (hashicorp/raft) or "etcd" (go.etcd.io/raft/v3); every node of a cluster runs the same one, and "etcd" converts a single node's hashicorp data dir at start (docs/operations.md, "Moving to another consensus engine")`)
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.certFile, "cert-file", "", "serve the API over TLS only, with this PEM certificate (re-read when it changes; see tenure certs init)")
 	f.StringVar(&o.keyFile, "key-file", "", "the PEM private key of --cert-file")
@@ -145,14 +142,20 @@ variables (TENURE_ENDPOINTS, TENURE_TOKEN, ...) do not apply to serve.`,
 	f.Var(&o.minFreeSpace, "min-free-space", "free disk space to keep: below it writes that add state are refused until space is freed (default twice --wal-segment-size; 0 turns it off)")
 	f.BoolVar(&o.repairLog, "repair-log", false, "start on a log whose checksums fail by cutting the damaged entries off, losing acknowledged writes unless a snapshot covers them (see docs/operations.md)")
 	f.Uint64Var(&o.snapshotThreshold, "snapshot-threshold", 8192, "log entries between snapshots")
-	// Half hashicorp/raft's defaults (1s, 1s, 500ms): a leader's death is
-	// noticed in 0.5-1s, so a failover, election and promotion included,
-	// takes about a second (docs/benchmarks.md), well inside the 2s
-	// minimum TTL. 20ms made leadership flap on two loaded cores.
-	f.DurationVar(&o.heartbeatTimeout, "heartbeat-timeout", 500*time.Millisecond, "raft: how long a follower waits to hear from the leader before it stands for election")
-	f.DurationVar(&o.electionTimeout, "election-timeout", 500*time.Millisecond, "raft: how long a candidate waits for votes before it tries again; a new leader adds it to every session's deadline")
-	f.DurationVar(&o.leaderLeaseTimeout, "leader-lease-timeout", 250*time.Millisecond, "raft: how long a leader keeps leading without hearing from a quorum (at most --heartbeat-timeout)")
-	f.DurationVar(&o.snapshotInterval, "snapshot-interval", 2*time.Minute, "how often to check whether a snapshot is due")
+	// Half etcd's 1s: a leader's death is noticed in 0.5-1s, so a
+	// failover, election and promotion included, takes about a second
+	// (docs/benchmarks.md), well inside the 2s minimum TTL. 20ms made
+	// leadership flap on two loaded cores.
+	f.DurationVar(&o.electionTimeout, "election-timeout", 500*time.Millisecond, "raft: a follower that hears nothing from the leader for this long (raft draws between it and twice it) stands for election; the leader heartbeats every tenth of it and steps down after one without hearing from a quorum; a new leader adds twice it to every session's deadline")
+	// The hashicorp/raft engine's timeouts, which the etcd raft engine
+	// derives from --election-timeout: kept so that a config that sets
+	// them still starts, with a warning.
+	for _, old := range []string{"heartbeat-timeout", "leader-lease-timeout"} {
+		f.Duration(old, 0, "")
+		_ = f.MarkDeprecated(old, "ignored since the etcd raft engine: it heartbeats every tenth of --election-timeout and its leader steps down after an election timeout without a quorum")
+	}
+	f.Duration("snapshot-interval", 0, "")
+	_ = f.MarkDeprecated("snapshot-interval", "ignored since the etcd raft engine: it checks --snapshot-threshold after every applied batch")
 	f.Uint64Var(&o.catchUpEntries, "catch-up-entries", 10240, "log entries kept behind each snapshot for a lagging node to catch up from; a node further behind is sent the snapshot")
 	l := &o.limits
 	f.IntVar(&l.MaxNameBytes, "max-name-bytes", l.MaxNameBytes, "longest key, lease name or identity")
@@ -188,9 +191,6 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if o.logStore != "wal" && o.logStore != "boltdb" {
 		return fmt.Errorf(`--log-store %q: must be "wal" or "boltdb"`, o.logStore)
 	}
-	if o.raftEngine != raftnode.EngineHashicorp && o.raftEngine != raftnode.EngineEtcd {
-		return usage(`--raft-engine %q: must be %q or %q`, o.raftEngine, raftnode.EngineHashicorp, raftnode.EngineEtcd)
-	}
 	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
 	if o.sources.File != "" || len(o.sources.Env) > 0 {
 		logger.Info("settings read", "config", o.sources.File, "env", o.sources.Env)
@@ -203,19 +203,8 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
 	nodeID := serveNodeID(o.nodeID, o.peerListen, o.peerAdvertise)
-	for _, d := range []struct {
-		flag string
-		v    time.Duration
-	}{{"--heartbeat-timeout", o.heartbeatTimeout}, {"--election-timeout", o.electionTimeout}, {"--leader-lease-timeout", o.leaderLeaseTimeout}} {
-		if d.v < 10*time.Millisecond {
-			return usage("%s %v: must be at least 10ms", d.flag, d.v)
-		}
-	}
-	if o.leaderLeaseTimeout > o.heartbeatTimeout {
-		return usage("--leader-lease-timeout %v must not exceed --heartbeat-timeout %v", o.leaderLeaseTimeout, o.heartbeatTimeout)
-	}
-	if o.electionTimeout < o.heartbeatTimeout {
-		return usage("--election-timeout %v must be at least --heartbeat-timeout %v", o.electionTimeout, o.heartbeatTimeout)
+	if o.electionTimeout < 10*time.Millisecond {
+		return usage("--election-timeout %v: must be at least 10ms", o.electionTimeout)
 	}
 	if o.bootstrapExpect < 0 {
 		return usage("--bootstrap-expect %d: must be at least 1", o.bootstrapExpect)
@@ -324,7 +313,6 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 			PeerAddr:  o.peerListen,
 			Advertise: o.peerAdvertise,
 			LogStore:  o.logStore,
-			Engine:    o.raftEngine,
 			PeerTLS:   peerTLS,
 			Bootstrap: true,
 
@@ -334,12 +322,8 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 			MinFreeBytes:    minFree,
 
 			SnapshotThreshold: o.snapshotThreshold,
-			SnapshotInterval:  o.snapshotInterval,
 			CatchUpEntries:    o.catchUpEntries,
-
-			HeartbeatTimeout:   o.heartbeatTimeout,
-			ElectionTimeout:    o.electionTimeout,
-			LeaderLeaseTimeout: o.leaderLeaseTimeout,
+			ElectionTimeout:   o.electionTimeout,
 		},
 	})
 	if err != nil {

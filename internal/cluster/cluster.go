@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
@@ -54,14 +53,11 @@ func WithRaft(change func(*raftnode.Config)) Option {
 // which sends them to stderr at debug level.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
-// Default raft timeouts: short enough that a failover takes well under a
-// second, long enough that a follower fsyncing under -race on two cores
-// does not miss heartbeats and start needless elections.
-const (
-	HeartbeatTimeout   = 200 * time.Millisecond
-	ElectionTimeout    = 200 * time.Millisecond
-	LeaderLeaseTimeout = 100 * time.Millisecond
-)
+// ElectionTimeout is every node's: short enough that a failover takes
+// well under a second, long enough that a follower fsyncing under -race
+// on two cores does not miss heartbeats (every 20ms) and start needless
+// elections.
+const ElectionTimeout = 200 * time.Millisecond
 
 // Cluster is n Tenure servers in one process. The methods that change it
 // are meant for the test goroutine; the others are safe anywhere.
@@ -71,17 +67,11 @@ type Cluster struct {
 	voters []raftnode.Peer
 	nodes  []*Node
 
-	mu        sync.Mutex // guards every node's srv, trans, reg and group, and nextGroup
+	mu        sync.Mutex // guards every node's srv, reg and group, and nextGroup
 	nextGroup int
 
-	// net carries the etcd engine's raft messages, instead of each node's
-	// trans; nil on the hashicorp engine.
-	net *raftnode.MemNetwork
+	net *raftnode.MemNetwork // carries every node's raft messages
 }
-
-// Engine is the consensus engine the harness runs: TENURE_TEST_ENGINE,
-// or raftnode's default.
-var Engine = os.Getenv("TENURE_TEST_ENGINE")
 
 // Node is one server of a Cluster. Its accessors are safe for concurrent
 // use.
@@ -99,7 +89,6 @@ type Node struct {
 
 	// guarded by c.mu
 	srv   *server.Server // nil while stopped
-	trans *raft.InmemTransport
 	reg   *prometheus.Registry
 	group int // nodes in the same group reach each other
 }
@@ -134,10 +123,7 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 		opt(&o)
 	}
 
-	c := &Cluster{t: t, opts: o}
-	if Engine == raftnode.EngineEtcd {
-		c.net = raftnode.NewMemNetwork()
-	}
+	c := &Cluster{t: t, opts: o, net: raftnode.NewMemNetwork()}
 	for i := range n {
 		id := fmt.Sprintf("n%d", i)
 		c.voters = append(c.voters, raftnode.Peer{ID: id, Address: id})
@@ -186,26 +172,17 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 // start opens node's server on ln, on a new transport at the node's raft
 // address, and wires it to the nodes of its group.
 func (c *Cluster) start(node *Node, ln net.Listener) error {
-	var tr *raft.InmemTransport
 	rc := raftnode.Config{
 		NodeID:  node.id,
 		DataDir: node.dir,
-		Engine:  Engine,
+		Network: c.net,
 		// Ignored on a restart, which finds state in DataDir.
 		Bootstrap:     true,
 		InitialVoters: c.voters,
 		// Each segment is preallocated whole; raft-wal's 64MiB, times
 		// the nodes of every test, is disk for nothing.
-		WALSegmentSize:     1 << 20,
-		HeartbeatTimeout:   HeartbeatTimeout,
-		ElectionTimeout:    ElectionTimeout,
-		LeaderLeaseTimeout: LeaderLeaseTimeout,
-	}
-	if c.net != nil {
-		rc.Network = c.net
-	} else {
-		_, tr = raft.NewInmemTransport(raft.ServerAddress(node.id))
-		rc.Transport = tr
+		WALSegmentSize:  1 << 20,
+		ElectionTimeout: ElectionTimeout,
 	}
 	for _, change := range c.opts.raft {
 		change(&rc)
@@ -222,7 +199,6 @@ func (c *Cluster) start(node *Node, ln net.Listener) error {
 		eln, err := net.Listen("tcp", node.etcd)
 		if err != nil {
 			ln.Close()
-			closeTransport(tr)
 			return fmt.Errorf("start %s: etcd API: %w", node.id, err)
 		}
 		cfg.Etcd = server.EtcdConfig{Listener: eln, Compaction: *c.opts.etcd}
@@ -233,12 +209,11 @@ func (c *Cluster) start(node *Node, ln net.Listener) error {
 		if cfg.Etcd.Listener != nil {
 			cfg.Etcd.Listener.Close()
 		}
-		closeTransport(tr)
 		return fmt.Errorf("start %s: %w", node.id, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	node.srv, node.trans, node.reg = srv, tr, reg
+	node.srv, node.reg = srv, reg
 	c.wireLocked()
 	return nil
 }
@@ -246,31 +221,14 @@ func (c *Cluster) start(node *Node, ln net.Listener) error {
 // wireLocked connects every running node to the running nodes of its
 // group and disconnects it from all others, both ways.
 func (c *Cluster) wireLocked() {
-	if c.net != nil {
-		for _, a := range c.nodes {
-			for _, b := range c.nodes {
-				switch {
-				case a == b:
-				case a.srv != nil && b.srv != nil && a.group == b.group:
-					c.net.Connect(a.id, b.id)
-				default:
-					c.net.Disconnect(a.id, b.id)
-				}
-			}
-		}
-		return
-	}
 	for _, a := range c.nodes {
-		if a.srv == nil {
-			continue
-		}
 		for _, b := range c.nodes {
 			switch {
 			case a == b:
-			case b.srv != nil && a.group == b.group:
-				a.trans.Connect(raft.ServerAddress(b.id), b.trans)
+			case a.srv != nil && b.srv != nil && a.group == b.group:
+				c.net.Connect(a.id, b.id)
 			default:
-				a.trans.Disconnect(raft.ServerAddress(b.id))
+				c.net.Disconnect(a.id, b.id)
 			}
 		}
 	}
@@ -382,23 +340,17 @@ func (c *Cluster) Heal() {
 // does nothing.
 func (c *Cluster) Stop(n *Node) error {
 	c.mu.Lock()
-	srv, tr := n.srv, n.trans
-	n.srv, n.trans, n.reg = nil, nil, nil
+	srv := n.srv
+	n.srv, n.reg = nil, nil
 	if srv != nil {
-		c.wireLocked() // the others no longer reach it
-		if tr != nil {
-			tr.DisconnectAll()
-		}
+		c.wireLocked() // the others no longer reach it, nor it them
 	}
 	c.mu.Unlock()
 	if srv == nil {
 		return nil
 	}
 	n.http.CloseIdleConnections()
-	err := srv.Close()
-	// The node never closes a transport it was given.
-	closeTransport(tr)
-	return err
+	return srv.Close()
 }
 
 // Shutdown stops n the way SIGTERM stops tenure serve: still connected,
@@ -406,7 +358,7 @@ func (c *Cluster) Stop(n *Node) error {
 // another voter before closing. Restart brings it back.
 func (c *Cluster) Shutdown(n *Node) error {
 	c.mu.Lock()
-	srv, tr := n.srv, n.trans
+	srv := n.srv
 	c.mu.Unlock()
 	if srv == nil {
 		return nil
@@ -414,13 +366,9 @@ func (c *Cluster) Shutdown(n *Node) error {
 	n.http.CloseIdleConnections()
 	err := srv.Close()
 	c.mu.Lock()
-	n.srv, n.trans, n.reg = nil, nil, nil
+	n.srv, n.reg = nil, nil
 	c.wireLocked()
 	c.mu.Unlock()
-	if tr != nil {
-		tr.DisconnectAll()
-	}
-	closeTransport(tr)
 	return err
 }
 
@@ -485,11 +433,3 @@ func (n *Node) Metrics() (prometheus.Gatherer, error) {
 }
 
 func (n *Node) String() string { return n.id }
-
-// closeTransport closes a hashicorp engine's in-memory transport; the
-// etcd engine's node takes its own off the network.
-func closeTransport(tr *raft.InmemTransport) {
-	if tr != nil {
-		tr.Close()
-	}
-}

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 
@@ -141,7 +140,7 @@ func TestEveryMemberAdvertisesItsAPIAddress(t *testing.T) {
 // only catch up by being sent the snapshot; it does, with every write.
 func TestANodeDownForLongCatchesUpFromASnapshot(t *testing.T) {
 	c := cluster.New(t, 3, cluster.WithRaft(func(rc *raftnode.Config) {
-		rc.SnapshotThreshold, rc.SnapshotInterval, rc.CatchUpEntries = 50, 20*time.Millisecond, 5
+		rc.SnapshotThreshold, rc.CatchUpEntries = 50, 5
 	}))
 	lead := leader(t, c)
 	var down *cluster.Node
@@ -198,7 +197,7 @@ func TestANodeDownForLongCatchesUpFromASnapshot(t *testing.T) {
 }
 
 // newestSnapshot is the raft index of the newest snapshot in n's data
-// dir (hashicorp/raft names them term-index-time), 0 if none.
+// dir (the file snapshot store names them term-index-time), 0 if none.
 func newestSnapshot(t *testing.T, n *cluster.Node) uint64 {
 	t.Helper()
 	entries, err := os.ReadDir(filepath.Join(n.DataDir(), "raft", "snapshots"))

@@ -1,7 +1,7 @@
 // Package cluster runs a Tenure cluster of real servers in one process,
-// for tests. Like hashicorp/raft's MakeCluster, it wires every node's
-// raft traffic over a raft.InmemTransport, so that a partition, a crash
-// and a restart are plain function calls. Each node is a whole
+// for tests. It wires every node's raft traffic over one
+// raftnode.MemNetwork, so that a partition, a crash and a restart are
+// plain function calls. Each node is a whole
 // server.Server, with its own data directory (the real log store, not a
 // stand-in), its own API port on 127.0.0.1 and its own metrics registry.
 //
@@ -10,7 +10,7 @@
 // raftnode's tests cannot import the server, the server's own tests run
 // one node, and process-level tests (e2e) cannot cut raft traffic without
 // cutting everything. This package needs only raftnode's plug point for a
-// transport (raftnode.Config.Transport) and the server's Open; the server
+// network (raftnode.Config.Network) and the server's Open; the server
 // knows nothing about it. It is internal because it is a testing tool:
 // exported, it would become API that production code could lean on, as
 // hashicorp/raft's exported MockFSM did.

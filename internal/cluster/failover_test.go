@@ -170,11 +170,11 @@ func TestAHeartbeatingSessionSurvivesFailover(t *testing.T) {
 // its lock.
 func TestADeposedLeaderCannotExpireWhatTheMajorityKeeps(t *testing.T) {
 	// The old leader must reach the holder's deadline before its leader
-	// lease runs out, and the holder must live through the setup, both
+	// lease (an election timeout without a quorum) runs out, and the holder must live through the setup, both
 	// with room to spare under -race on two loaded cores.
 	const ttl, lease = 400 * time.Millisecond, 1500 * time.Millisecond
 	c := cluster.New(t, 3, cluster.WithRaft(func(rc *raftnode.Config) {
-		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = lease, lease, lease
+		rc.ElectionTimeout = lease
 	}))
 	old := leader(t, c)
 	var majority []*cluster.Node

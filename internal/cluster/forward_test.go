@@ -199,7 +199,7 @@ func TestARollingRestartCostsClientsNothing(t *testing.T) {
 	// CPU (the whole suite shares two cores) would, honestly, leave a
 	// write in doubt.
 	c := cluster.New(t, 3, cluster.WithRaft(func(rc *raftnode.Config) {
-		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = 500*time.Millisecond, 500*time.Millisecond, 250*time.Millisecond
+		rc.ElectionTimeout = 500 * time.Millisecond
 	}))
 	cl := dial(t, c.Nodes()...)
 	ctx, cancel := context.WithCancel(context.Background())

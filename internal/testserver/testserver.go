@@ -75,12 +75,10 @@ func open(ln net.Listener, dir, peer string, limits server.Limits, authn ...*aut
 		Limits:   limits,
 		Logger:   slog.New(slog.DiscardHandler),
 		Raft: raftnode.Config{
-			DataDir:            dir,
-			PeerAddr:           peer,
-			Bootstrap:          true,
-			HeartbeatTimeout:   100 * time.Millisecond,
-			ElectionTimeout:    100 * time.Millisecond,
-			LeaderLeaseTimeout: 100 * time.Millisecond,
+			DataDir:         dir,
+			PeerAddr:        peer,
+			Bootstrap:       true,
+			ElectionTimeout: 100 * time.Millisecond,
 		},
 	}
 	if len(authn) > 0 {

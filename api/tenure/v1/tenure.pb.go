@@ -4718,8 +4718,8 @@ type StatusResponse struct {
 	// The version the cluster runs, as this node has applied it: raised by
 	// the leader once every member runs a build that knows it.
 	ClusterVersion int32 `protobuf:"varint,15,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
-	// The consensus engine this node runs, "hashicorp" or "etcd" (tenure
-	// serve --raft-engine); empty (older builds) means "hashicorp".
+	// The consensus engine this node runs: "etcd" (go.etcd.io/raft/v3);
+	// empty, from builds before it, means "hashicorp" (hashicorp/raft).
 	Engine        string `protobuf:"bytes,16,opt,name=engine,proto3" json:"engine,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -1267,3 +1267,19 @@ func (e *etcdEngine) snapshotIndex() uint64 {
 	}
 	return s.Metadata.Index
 }
+
+// bootstrapCluster is BootstrapCluster for the etcd engine: it is run by
+// the Ready loop, which swaps the waiting raft node for a bootstrapped one.
+func (e *etcdEngine) bootstrapCluster(voters []Peer) error {
+	peers, err := bootstrapPeers(Config{InitialVoters: voters}, e.self)
+	if err != nil {
+		return err
+	}
+	req := bootstrapRequest{peers: peers, done: make(chan error, 1)}
+	select {
+	case e.bootstrapCh <- req:
+	case <-e.stop:
+		return ErrClosed
+	}
+	return <-req.done
+}

@@ -368,3 +368,25 @@ func (d *diskStorage) compact(index uint64) error {
 type peerEncoder struct{ raft.Transport }
 
 func (peerEncoder) EncodePeer(_ raft.ServerID, addr raft.ServerAddress) []byte { return []byte(addr) }
+
+// claimDir makes sure dir holds the etcd engine's state, none, or the
+// hashicorp engine's (converting: Open converts it), and marks a new one
+// as the etcd engine's before anything is written in it.
+func claimDir(dir string) (converting bool, err error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return false, fmt.Errorf("raftnode: %w", err)
+	}
+	engine, err := readEngine(dir)
+	switch {
+	case err != nil:
+		return false, err
+	case engine == "":
+		return false, writeEngine(dir, engineEtcd)
+	case engine == engineEtcd:
+		return false, nil
+	case engine == engineHashicorp:
+		return true, nil
+	default:
+		return false, fmt.Errorf("raftnode: %s holds state of an engine this build does not know, %q", dir, engine)
+	}
+}
