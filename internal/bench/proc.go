@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,16 +19,19 @@ import (
 // proc is one server process the harness started. Stop ends it; every
 // proc is stopped by the Server that owns it.
 type proc struct {
-	name    string
-	cmd     *exec.Cmd
-	logPath string
-	exited  chan struct{} // closed once cmd.Wait has returned
-	waitErr error         // set before exited is closed
+	thread    *forkThread // started it, and starts it again
+	name      string
+	bin       string
+	args, env []string // as started, for restart
+	cmd       *exec.Cmd
+	logPath   string
+	exited    chan struct{} // closed once cmd.Wait has returned
+	waitErr   error         // set before exited is closed
 }
 
 // startProc runs bin with args and env added to the harness's
-// environment, its output appended to logPath.
-func startProc(name, bin string, args, env []string, logPath string) (*proc, error) {
+// environment, its output appended to logPath, forked on thread.
+func startProc(thread *forkThread, name, bin string, args, env []string, logPath string) (*proc, error) {
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("%s: open its log: %w", name, err)
@@ -40,10 +44,10 @@ func startProc(name, bin string, args, env []string, logPath string) (*proc, err
 	}
 	cmd.Stdout, cmd.Stderr = log, log
 	childAttr(cmd)
-	if err := cmd.Start(); err != nil {
+	if err := thread.run(cmd.Start); err != nil {
 		return nil, fmt.Errorf("%s: start %s: %w", name, bin, err)
 	}
-	p := &proc{name: name, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	p := &proc{thread: thread, name: name, bin: bin, args: args, env: env, cmd: cmd, logPath: logPath, exited: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.exited)
@@ -77,6 +81,58 @@ func (p *proc) stop(grace time.Duration) {
 	// Also after a clean exit: a grandchild may still hold the group.
 	_ = signalGroup(p.pid(), syscall.SIGKILL)
 	<-p.exited
+}
+
+// kill sends SIGKILL to the process group, as a crash or kill -9 would
+// end it, and returns once the process has been reaped.
+func (p *proc) kill() {
+	_ = signalGroup(p.pid(), syscall.SIGKILL)
+	<-p.exited
+}
+
+// restart starts the process again as it was started, on the same data
+// and log.
+func (p *proc) restart() (*proc, error) {
+	return startProc(p.thread, p.name, p.bin, p.args, p.env, p.logPath)
+}
+
+// forkThread is an OS thread that servers are started from, locked to
+// a goroutine of its own until close. The kernel sends a child's
+// parent-death signal (childAttr) when the *thread* that forked it ends,
+// not the process, and the Go runtime ends a thread whose goroutine
+// exits locked to it, as delayline's sleepers do when a link closes: a
+// server forked on a thread that later served such a goroutine was
+// killed with it (all three nodes at once, when a failover's kill
+// closed the links). Threads locked here serve nothing else.
+type forkThread struct {
+	calls chan func()
+	done  chan struct{} // closed when the goroutine has ended
+}
+
+func newForkThread() *forkThread {
+	t := &forkThread{calls: make(chan func()), done: make(chan struct{})}
+	go func() {
+		defer close(t.done)
+		runtime.LockOSThread() // never unlocked: the thread ends with close
+		for f := range t.calls {
+			f()
+		}
+	}()
+	return t
+}
+
+// run runs f on the thread and returns its error.
+func (t *forkThread) run(f func() error) error {
+	errc := make(chan error, 1)
+	t.calls <- func() { errc <- f() }
+	return <-errc
+}
+
+// close ends the thread; the processes forked on it that still run get
+// their parent-death signal. The caller must have stopped them first.
+func (t *forkThread) close() {
+	close(t.calls)
+	<-t.done
 }
 
 // usage is a process's CPU time (user and system) and resident memory.

@@ -28,6 +28,7 @@ type Server struct {
 	// asked for them (EtcdAPI).
 	EtcdEndpoints []string
 	procs         []*proc
+	thread        *forkThread        // the procs are started on it
 	proxies       []*delayline.Proxy // in front of each node's peer port, with PeerRTT
 	dir           string
 	metrics       []string // each node's /metrics URL
@@ -79,7 +80,7 @@ func (sp ServerSpec) start(ctx context.Context, sys System, nodes int) (*Server,
 	if err != nil {
 		return nil, fmt.Errorf("make a data directory: %w", err)
 	}
-	s := &Server{System: sys, dir: dir}
+	s := &Server{System: sys, dir: dir, thread: newForkThread()}
 	ports, err := freePorts(3 * nodes)
 	if err != nil {
 		s.Stop()
@@ -162,7 +163,7 @@ func (sp ServerSpec) start(ctx context.Context, sys System, nodes int) (*Server,
 			s.Stop()
 			return nil, fmt.Errorf("no %s binary given", sys)
 		}
-		p, err := startProc(name, bin, args, env, logPath)
+		p, err := startProc(s.thread, name, bin, args, env, logPath)
 		if err != nil {
 			s.Stop()
 			return nil, err
@@ -223,25 +224,35 @@ func (s *Server) Usage() (usage, error) {
 // include every one in match, given as `key="value"`) over every node's
 // /metrics.
 func (s *Server) Metric(ctx context.Context, name string, match ...string) (float64, error) {
-	hc := http.Client{Timeout: 5 * time.Second}
 	var sum float64
-	for _, u := range s.metrics {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	for i := range s.metrics {
+		v, err := s.nodeMetric(ctx, i, name, match...)
 		if err != nil {
 			return 0, err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, fmt.Errorf("read metrics: %w", err)
-		}
-		v, err := sumMetric(resp.Body, name, match)
-		resp.Body.Close()
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", u, err)
 		}
 		sum += v
 	}
 	return sum, nil
+}
+
+// nodeMetric is Metric of node i alone.
+func (s *Server) nodeMetric(ctx context.Context, i int, name string, match ...string) (float64, error) {
+	hc := http.Client{Timeout: 5 * time.Second}
+	u := s.metrics[i]
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("read metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	v, err := sumMetric(resp.Body, name, match)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", u, err)
+	}
+	return v, nil
 }
 
 // sumMetric adds up the samples of metric name in Prometheus' text format
@@ -303,6 +314,10 @@ func (s *Server) Stop() {
 		p.stop(5 * time.Second)
 	}
 	s.procs = nil
+	if s.thread != nil {
+		s.thread.close()
+		s.thread = nil
+	}
 	for _, p := range s.proxies {
 		p.Close()
 	}
