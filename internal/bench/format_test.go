@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -139,12 +140,12 @@ func TestWriteMarkdown(t *testing.T) {
 }
 
 func TestParseWorkloads(t *testing.T) {
-	got, err := ParseWorkloads([]string{"3", "one-client", " 3 ", "cluster", "commit"})
-	if err != nil || len(got) != 4 || got[0] != 3 || got[1] != 1 || got[2] != 10 || got[3] != 11 {
-		t.Errorf("ParseWorkloads got = %v, %v, expected: [3 1 10 11], nil", got, err)
+	got, err := ParseWorkloads([]string{"3", "one-client", " 3 ", "cluster", "commit", "failover"})
+	if err != nil || !slices.Equal(got, []int{3, 1, 10, 11, 12}) {
+		t.Errorf("ParseWorkloads got = %v, %v, expected: [3 1 10 11 12], nil", got, err)
 	}
-	if _, err := ParseWorkloads([]string{"12"}); err == nil || !strings.Contains(err.Error(), `unknown workload "12"`) {
-		t.Errorf("ParseWorkloads([12]) got = %v, expected: an unknown workload error", err)
+	if _, err := ParseWorkloads([]string{"13"}); err == nil || !strings.Contains(err.Error(), `unknown workload "13"`) {
+		t.Errorf("ParseWorkloads([13]) got = %v, expected: an unknown workload error", err)
 	}
 }
 
@@ -174,11 +175,11 @@ func TestGoalsThroughEtcdClient(t *testing.T) {
 }
 
 func TestCheckClient(t *testing.T) {
-	if got, err := CheckClient(ClientEtcd, nil); err != nil || len(got) != 6 || got[4] != 5 || got[5] != 7 {
-		t.Errorf("CheckClient(etcd, all) got = %v, %v, expected: [1 2 3 4 5 7], nil", got, err)
+	if got, err := CheckClient(ClientEtcd, nil); err != nil || !slices.Equal(got, []int{1, 2, 3, 4, 5, 7, 10, 11}) {
+		t.Errorf("CheckClient(etcd, all) got = %v, %v, expected: [1 2 3 4 5 7 10 11], nil", got, err)
 	}
-	if _, err := CheckClient(ClientEtcd, []int{1, 10}); !errors.Is(err, ErrNotThroughEtcdClient) || !strings.Contains(err.Error(), "workload 10 cluster") {
-		t.Errorf("CheckClient(etcd, [1 10]) got = %v, expected: ErrNotThroughEtcdClient naming workload 10", err)
+	if _, err := CheckClient(ClientEtcd, []int{1, 12}); !errors.Is(err, ErrNotThroughEtcdClient) || !strings.Contains(err.Error(), "workload 12 failover") {
+		t.Errorf("CheckClient(etcd, [1 12]) got = %v, expected: ErrNotThroughEtcdClient naming workload 12", err)
 	}
 	if got, err := CheckClient(ClientTenure, nil); err != nil || got != nil {
 		t.Errorf("CheckClient(tenure, all) got = %v, %v, expected: nil (every workload), nil", got, err)

@@ -32,6 +32,8 @@ type sizes struct {
 
 	scaling         []int // workload 9: goroutines at each point
 	scalingDuration time.Duration
+
+	failoverIterations int // workload 12: leaders killed per run
 }
 
 // sizesFor returns the full run's sizes, or the short mode's, which
@@ -46,6 +48,7 @@ func sizesFor(short bool, d time.Duration) sizes {
 			crashTTL:  2 * time.Second, crashIterations: 1,
 			idleSessions: 500, heldLeases: 2000, heldSessions: 20,
 			scaling: []int{1, 16}, scalingDuration: d,
+			failoverIterations: 1,
 		}
 	}
 	return sizes{
@@ -56,6 +59,7 @@ func sizesFor(short bool, d time.Duration) sizes {
 		crashTTL:      5 * time.Second, crashIterations: 1,
 		idleSessions: 10000, heldLeases: 100000, heldSessions: 1000,
 		scaling: []int{1, 4, 16, 64, 256}, scalingDuration: max(d/2, time.Second),
+		failoverIterations: 5,
 	}
 }
 
@@ -76,7 +80,7 @@ type workload struct {
 	once bool
 	// etcdClient marks the workloads that --client etcd runs: those
 	// issue 23 compares through etcd's own client (lock pairs, resign,
-	// compare-and-swap, keep-alive capacity). The others are written
+	// compare-and-swap, keep-alive capacity), on one node or three. The others are written
 	// against the same interfaces, but their figures through Tenure's
 	// etcd API have not been checked, so they are refused rather than
 	// published unexamined.
@@ -94,8 +98,9 @@ var Workloads = []workload{
 	{ID: 7, Name: "cas", Title: "compare-and-swap, 64 goroutines on their own keys over 4 connections", nodes: 1, run: runCAS, etcdClient: true},
 	{ID: 8, Name: "memory", Title: "server memory per idle session and per held lock", nodes: 1, run: runMemory},
 	{ID: 9, Name: "scaling", Title: "own locks at 1 to 256 goroutines over up to 4 connections", nodes: 1, run: runScaling},
-	{ID: 10, Name: "cluster", Title: "workloads 1-3 on a 3-node cluster", nodes: 3, run: runCluster},
+	{ID: 10, Name: "cluster", Title: "workloads 1-3 and 5 on a 3-node cluster", nodes: 3, run: runCluster, etcdClient: true},
 	{ID: 11, Name: "commit", Title: "commit latency: one client's sequential writes on a 3-node cluster", nodes: 3, run: runCommits, etcdClient: true},
+	{ID: 12, Name: "failover", Title: "leader killed → first acknowledged write on a 3-node cluster", nodes: 3, run: runFailover},
 }
 
 // --- 1: one client ---
@@ -387,19 +392,27 @@ func openSessions(ctx context.Context, conns []conn, n int, ttl time.Duration, d
 // been caught up. The figure is the time from just before Resign is
 // called to the moment the other's Campaign returns. Then they swap.
 func runResign(ctx context.Context, e *env) ([]Result, error) {
+	r, err := e.resign(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return []Result{r}, nil
+}
+
+func (e *env) resign(ctx context.Context) (Result, error) {
 	var r Result
 	ms, closeAll, err := e.fleet(ctx, 2, sessionTTL)
 	if err != nil {
-		return nil, err
+		return r, err
 	}
 	defer closeAll()
 	els := []elector{ms[0].s.election("resign"), ms[1].s.election("resign")}
 	if err := els[0].campaign(ctx, "a"); err != nil {
-		return nil, fmt.Errorf("campaign: %w", err)
+		return r, fmt.Errorf("campaign: %w", err)
 	}
 	u0, err := e.srv.Usage()
 	if err != nil {
-		return nil, err
+		return r, err
 	}
 	var lats latencies
 	leader := 0
@@ -408,31 +421,31 @@ func runResign(ctx context.Context, e *env) ([]Result, error) {
 		next := 1 - leader
 		elected, err := campaignInBackground(ctx, els[next], strconv.Itoa(next))
 		if err != nil {
-			return nil, err
+			return r, err
 		}
 		if err := waitCampaigners(ctx, ms[leader].c, "resign", 2); err != nil {
-			return nil, err
+			return r, err
 		}
 		if !sleepUntil(ctx, time.Now().Add(150*time.Millisecond)) {
-			return nil, ctx.Err()
+			return r, ctx.Err()
 		}
 		resigned := time.Now()
 		if err := els[leader].resign(ctx); err != nil {
-			return nil, fmt.Errorf("resign: %w", err)
+			return r, fmt.Errorf("resign: %w", err)
 		}
 		res := <-elected
 		if res.err != nil {
-			return nil, fmt.Errorf("campaign: %w", res.err)
+			return r, fmt.Errorf("campaign: %w", res.err)
 		}
 		lats = append(lats, res.at.Sub(resigned))
 		leader = next
 	}
 	u1, err := e.srv.Usage()
 	if err != nil {
-		return nil, err
+		return r, err
 	}
 	if err := els[leader].resign(ctx); err != nil {
-		return nil, fmt.Errorf("resign: %w", err)
+		return r, fmt.Errorf("resign: %w", err)
 	}
 	r.addLatency("resign→next", mergeSorted(lats))
 	r.add("handovers", float64(len(lats)), "", Neither)
@@ -440,7 +453,7 @@ func runResign(ctx context.Context, e *env) ([]Result, error) {
 	// be listed, the idle 150ms (both servers' background ticks) and the
 	// resign.
 	r.addCPU(u1.CPU-u0.CPU, int64(len(lats)), "handover")
-	return []Result{r}, nil
+	return r, nil
 }
 
 type electedAt struct {
@@ -694,7 +707,7 @@ const memoryTTL = time.Minute
 
 // --- 10: a 3-node cluster ---
 
-// runCluster runs workloads 1-3 on a 3-node cluster, every client given
+// runCluster runs workloads 1-3 and 5 on a 3-node cluster, every client given
 // all three endpoints, as a user's would be; with delayed peer links,
 // the leader's only (atLeader).
 func runCluster(ctx context.Context, e *env) ([]Result, error) {
@@ -717,6 +730,12 @@ func runCluster(ctx context.Context, e *env) ([]Result, error) {
 	}
 	r, err = e.contended(ctx)
 	r.Variant = "3: 16 contenders, one lock"
+	out = append(out, r)
+	if err != nil {
+		return out, err
+	}
+	r, err = e.resign(ctx)
+	r.Variant = "4: resign → next leader"
 	out = append(out, r)
 	return out, err
 }
