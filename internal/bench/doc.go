@@ -65,7 +65,10 @@
 // follower's proposals over its peer link and Tenure over its API, which
 // is not delayed, and that hop is not what is measured. Workload 11,
 // one client's sequential writes, is a single commit's latency, the
-// figure issue 24's model predicts.
+// figure issue 24's model predicts. Workload 12 kills the leader's
+// process between two of one client's writes and times the first write
+// a new leader acknowledges: the election timeout, mostly, which is why
+// its figure is p50 and max over a few kills, not a throughput.
 //
 // # What the caller must do
 //
@@ -73,7 +76,9 @@
 // and, to compare, the etcd binary; it starts and stops the servers on
 // free 127.0.0.1 ports itself and stops them when ctx ends. Servers run
 // in their own process groups with a parent-death signal, so none
-// outlives the harness. Run is not safe to call concurrently with
+// outlives the harness; they are forked on an OS thread that each
+// Server keeps locked until it stops, since the kernel sends that signal
+// when the forking thread ends, not the process. Run is not safe to call concurrently with
 // itself on a machine that should give meaningful figures, since the
 // runs would share the CPUs.
 package bench
