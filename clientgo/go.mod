@@ -80,6 +80,7 @@ require (
 	go.etcd.io/bbolt v1.3.12 // indirect
 	go.etcd.io/etcd/api/v3 v3.5.35 // indirect
 	go.etcd.io/etcd/server/v3 v3.5.35 // indirect
+	go.etcd.io/raft/v3 v3.6.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect

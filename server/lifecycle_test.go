@@ -119,8 +119,9 @@ func TestANodeOnAnOlderBuildCannotJoinANewerCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// No version: a build from before versions.
-	_, err = cluster.Join(ctxT(t), connect.NewRequest(&tenurev1.JoinRequest{Id: "old", PeerAddress: "127.0.0.1:1", ApiAddress: "127.0.0.1:2"}))
+	// No version: a build from before versions (on this engine, to test
+	// the version alone).
+	_, err = cluster.Join(ctxT(t), connect.NewRequest(&tenurev1.JoinRequest{Id: "old", PeerAddress: "127.0.0.1:1", ApiAddress: "127.0.0.1:2", Engine: raftnode.EngineEtcd}))
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition || reasonOf(err) != api.ReasonNotSupported {
 		t.Fatalf("join of a version-1 build: got = %v, expected: failed_precondition, reason %s", err, api.ReasonNotSupported)
 	}
@@ -201,7 +202,7 @@ func TestAMemberOnAnOlderBuildHoldsTheClusterVersionBack(t *testing.T) {
 
 	// The old member comes back upgraded: the leader raises the version.
 	cluster := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
-	if _, err := cluster.Join(ctxT(t), connect.NewRequest(&tenurev1.JoinRequest{Id: "old", PeerAddress: oldPeer, ApiAddress: oldAPI, Version: statemachine.Version})); err != nil {
+	if _, err := cluster.Join(ctxT(t), connect.NewRequest(&tenurev1.JoinRequest{Id: "old", PeerAddress: oldPeer, ApiAddress: oldAPI, Version: statemachine.Version, Engine: raftnode.EngineEtcd})); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the cluster version to reach this build's", func() bool {
