@@ -30,6 +30,8 @@ func prepareEtcd(cfg Config, st stores, self memberInfo, newState func() state, 
 	if !cfg.Bootstrap && !cfg.ForceNewCluster {
 		return nil
 	}
+	// No logger: the engine loads the same state again right after, and
+	// says what it finds.
 	d := &diskStorage{logs: st.logs, stable: st.stable, snaps: st.snaps}
 	boot, err := d.load()
 	if err != nil {
@@ -248,7 +250,7 @@ func convertFromHashicorp(cfg Config, st stores, self memberInfo, newState func(
 	if v, err := st.stable.GetUint64([]byte("CurrentTerm")); err == nil {
 		term = max(term, v)
 	}
-	d := &diskStorage{logs: st.logs, stable: st.stable, snaps: st.snaps}
+	d := &diskStorage{logs: st.logs, stable: st.stable, snaps: st.snaps, log: log}
 	if last.index > 0 {
 		if err := fold(d, scratch, last, term, self); err != nil {
 			return fmt.Errorf("raftnode: convert: %w", err)

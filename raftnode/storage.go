@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -194,6 +195,7 @@ type diskStorage struct {
 	logs   raft.LogStore
 	stable raft.StableStore
 	snaps  raft.SnapshotStore
+	log    *slog.Logger // may be nil
 	// hs is the hard state last written, to skip writes that change
 	// nothing durable.
 	hs raftpb.HardState
@@ -214,15 +216,18 @@ func (d *diskStorage) load() (bootState, error) {
 	if err != nil {
 		return b, fmt.Errorf("raftnode: list snapshots: %w", err)
 	}
-	if len(metas) > 0 {
-		meta, rc, err := d.snaps.Open(metas[0].ID)
+	for i, m := range metas { // newest first
+		meta, state, err := d.readSnapshot(m.ID)
 		if err != nil {
-			return b, fmt.Errorf("raftnode: open snapshot %s: %w", metas[0].ID, err)
-		}
-		state, err := io.ReadAll(rc)
-		// The store checks the snapshot's CRC when it is closed.
-		if err = errors.Join(err, rc.Close()); err != nil {
-			return b, fmt.Errorf("raftnode: read snapshot %s: %w", meta.ID, err)
+			if i+1 < len(metas) {
+				// The file store keeps the one before; the log may still
+				// reach back to it (checked below).
+				if d.log != nil {
+					d.log.Warn("raft: a snapshot is damaged; starting from the one before it", "snapshot", m.ID, "error", err, "previous", metas[i+1].ID)
+				}
+				continue
+			}
+			return b, err
 		}
 		cs, members := confState(meta.Configuration)
 		b.state, b.members = state, members
@@ -230,6 +235,7 @@ func (d *diskStorage) load() (bootState, error) {
 			Data:     encodeSnapshotData(members, state),
 			Metadata: raftpb.SnapshotMetadata{Index: meta.Index, Term: meta.Term, ConfState: cs},
 		}
+		break
 	}
 	if v, err := d.stable.Get(hardStateKey); err == nil && len(v) > 0 {
 		if err := b.hs.Unmarshal(v); err != nil {
@@ -243,6 +249,10 @@ func (d *diskStorage) load() (bootState, error) {
 	last, err := d.logs.LastIndex()
 	if err != nil {
 		return b, fmt.Errorf("raftnode: log: %w", err)
+	}
+	if after := b.snap.Metadata.Index + 1; first > after && len(metas) > 0 {
+		return b, fmt.Errorf("raftnode: the newest snapshot is damaged and the one before it, at index %d, does not reach the log, which starts at %d: "+
+			"the entries between are on no disk of this node; start it on a copy of a healthy member's data dir, or remove it and join it again", b.snap.Metadata.Index, first)
 	}
 	from := max(first, b.snap.Metadata.Index+1)
 	for i := from; first > 0 && i <= last; i++ {
@@ -266,6 +276,19 @@ func (d *diskStorage) load() (bootState, error) {
 	}
 	d.hs = b.hs
 	return b, nil
+}
+
+// readSnapshot reads one snapshot whole; the store checks its CRC.
+func (d *diskStorage) readSnapshot(id string) (*raft.SnapshotMeta, []byte, error) {
+	meta, rc, err := d.snaps.Open(id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("raftnode: open snapshot %s: %w", id, err)
+	}
+	state, err := io.ReadAll(rc)
+	if err = errors.Join(err, rc.Close()); err != nil {
+		return nil, nil, fmt.Errorf("raftnode: read snapshot %s: %w", id, err)
+	}
+	return meta, state, nil
 }
 
 // saveHardState writes hs when term or vote changed; the commit index

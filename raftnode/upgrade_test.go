@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -225,5 +227,73 @@ func TestANodeJoiningACompactedLeaderCatchesUp(t *testing.T) {
 	})
 	if got, _ := localKV(t, joiner); got["k00"] != "v" || got["last"] != "v" {
 		t.Errorf("newcomer's keys: got = %v, expected k00..k39 and last", got)
+	}
+}
+
+// flipNewestSnapshot damages one byte of the newest snapshot in dir.
+func flipNewestSnapshot(t *testing.T, dir string) {
+	t.Helper()
+	snaps, err := filepath.Glob(filepath.Join(dir, "raft", "snapshots", "*", "state.bin"))
+	if err != nil || len(snaps) == 0 {
+		t.Fatalf("snapshots in %s: %v (%v)", dir, snaps, err)
+	}
+	slices.Sort(snaps) // term-index-time: the last is the newest here
+	path := snaps[len(snaps)-1]
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestADamagedSnapshotIsPassedOverForTheOneBefore: the newest snapshot
+// fails its CRC; the node starts from the one before and replays the log
+// after it, losing nothing, and says which snapshot it passed over.
+func TestADamagedSnapshotIsPassedOverForTheOneBefore(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir, "wal")
+	n := openFake(t, cfg, nil)
+	waitLeader(t, n)
+	put(t, n, "a", "1")
+	snapshotNow(t, n)
+	put(t, n, "b", "2")
+	snapshotNow(t, n)
+	put(t, n, "c", "3")
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	flipNewestSnapshot(t, dir)
+
+	logs := &recordHandler{}
+	cfg.Logger = slog.New(logs)
+	n = openFake(t, cfg, nil)
+	waitLeader(t, n)
+	if got, rev := readKV(t, n); rev != 3 || got["a"] != "1" || got["b"] != "2" || got["c"] != "3" {
+		t.Errorf("after passing over the damaged snapshot: kv = %v at revision %d, expected a, b and c at 3", got, rev)
+	}
+	if c := logs.count("a snapshot is damaged"); c != 1 {
+		t.Errorf("warnings about the damaged snapshot: %d, expected: 1", c)
+	}
+}
+
+// TestADamagedOnlySnapshotIsRefusedNamingIt: with no snapshot before it
+// to fall back on, Open refuses, naming the snapshot and the damage.
+func TestADamagedOnlySnapshotIsRefusedNamingIt(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir, "wal")
+	n := openFake(t, cfg, nil)
+	waitLeader(t, n)
+	put(t, n, "a", "1")
+	snapshotNow(t, n)
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	flipNewestSnapshot(t, dir)
+	_, err := open(cfg, newFake(nil))
+	if err == nil || !strings.Contains(err.Error(), "snapshot") || !strings.Contains(err.Error(), "CRC") {
+		t.Fatalf("got = %v, expected: an error naming the snapshot and its CRC", err)
 	}
 }
