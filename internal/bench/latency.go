@@ -162,6 +162,7 @@ func runCommits(ctx context.Context, e *env) ([]Result, error) {
 		r.add("log sync mean, all nodes", (syncs1.seconds-syncs0.seconds)/n*1000, "ms", Lower)
 	}
 	r.addCPU(cpu, ops, "write")
+	w.addContext(&r, ops, "write")
 	return []Result{r}, nil
 }
 

@@ -97,7 +97,11 @@ type window struct {
 	start, end time.Time
 	done       chan struct{} // closed once both edges have been read
 	u0, u1     usage
-	err        error
+	// h0, h1 are the harness's own CPU time (its clients and delay
+	// lines) and m0, m1 the machine's busy CPU time, at the edges; zero
+	// where /proc could not be read, as they are context, not results.
+	h0, h1, m0, m1 time.Duration
+	err            error
 }
 
 // openWindow starts a window that opens warm from now and lasts dur.
@@ -111,11 +115,13 @@ func (e *env) openWindow(ctx context.Context, warm, dur time.Duration) *window {
 			return
 		}
 		w.u0, w.err = e.srv.Usage()
+		w.h0, w.m0 = harnessCPU(), machineBusy()
 		if !sleepUntil(ctx, w.end) && w.err == nil {
 			w.err = ctx.Err()
 			return
 		}
 		u1, err := e.srv.Usage()
+		w.h1, w.m1 = harnessCPU(), machineBusy()
 		w.u1, w.err = u1, errors.Join(w.err, err)
 	}()
 	return w
@@ -126,6 +132,20 @@ func (e *env) openWindow(ctx context.Context, warm, dur time.Duration) *window {
 func (w *window) wait() (cpu time.Duration, rss int64, err error) {
 	<-w.done
 	return w.u1.CPU - w.u0.CPU, w.u1.RSS, w.err
+}
+
+// addContext adds to r what else used the CPU in the window, read after
+// wait: the harness's CPU per op (the clients, and the delay lines with
+// --peer-rtt), and how many of the machine's cores were busy on
+// average, by anyone: a figure near runtime.NumCPU() says the window was
+// bound by CPU, whoever took it.
+func (w *window) addContext(r *Result, ops int64, per string) {
+	if w.h1 > 0 && ops > 0 {
+		r.add("harness CPU/"+per+" (clients, proxies)", float64((w.h1-w.h0).Microseconds())/float64(ops), "µs", Neither)
+	}
+	if w.m1 > 0 {
+		r.add("machine CPU busy", (w.m1-w.m0).Seconds()/w.end.Sub(w.start).Seconds(), "cores", Neither)
+	}
 }
 
 // in reports whether t falls in the window.

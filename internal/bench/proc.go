@@ -167,6 +167,50 @@ func readUsage(pid int) (usage, error) {
 	return usage{CPU: cpu, RSS: rss}, nil
 }
 
+// harnessCPU is this process's CPU time, 0 if /proc cannot say.
+func harnessCPU() time.Duration {
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0
+	}
+	cpu, _ := parseStatCPU(stat)
+	return cpu
+}
+
+// machineBusy is the CPU time all the machine's CPUs have spent on
+// anything but idling and waiting for I/O since boot, 0 if /proc cannot
+// say.
+func machineBusy() time.Duration {
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	busy, _ := parseBusy(stat)
+	return busy
+}
+
+// parseBusy returns the busy time in the "cpu" line of /proc/stat: every
+// field but idle (4th) and iowait (5th), in clock ticks. Guest time is
+// already counted in user, and is not added twice.
+func parseBusy(stat []byte) (time.Duration, error) {
+	line, _, _ := bytes.Cut(stat, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: first line %q, want \"cpu\" and at least 8 counters", line)
+	}
+	var busy int64
+	for i, v := range f[1:9] { // user nice system idle iowait irq softirq steal
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		if i != 3 && i != 4 {
+			busy += n
+		}
+	}
+	return time.Duration(busy) * time.Second / clockTick, nil
+}
+
 // parseStatCPU returns utime + stime from the text of /proc/PID/stat.
 // The command name (field 2) is in parentheses and may hold spaces, so
 // the fields are counted from the last ')'.

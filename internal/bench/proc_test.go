@@ -19,6 +19,19 @@ func TestParseStatCPU(t *testing.T) {
 	}
 }
 
+func TestParseBusy(t *testing.T) {
+	// user nice system idle iowait irq softirq steal guest guest_nice:
+	// idle and iowait are not busy, and guest is inside user already.
+	stat := "cpu  100 2 30 5000 40 5 6 7 50 0\ncpu0 50 1 15 2500 20 2 3 3 25 0\n"
+	got, err := parseBusy([]byte(stat))
+	if want := 150 * time.Second / clockTick; err != nil || got != want {
+		t.Errorf("parseBusy got = %v, %v, expected: %v, nil", got, err, want)
+	}
+	if _, err := parseBusy([]byte("intr 1 2 3\n")); err == nil {
+		t.Error("parseBusy without a cpu line got = nil error, expected: an error")
+	}
+}
+
 func TestParseStatusRSS(t *testing.T) {
 	got, err := parseStatusRSS([]byte("Name:\ttenure\nVmHWM:\t  9000 kB\nVmRSS:\t  2048 kB\n"))
 	if err != nil || got != 2048<<10 {

@@ -164,6 +164,7 @@ func (e *env) ownLocks(ctx context.Context, n int, dur time.Duration) (Result, e
 	r.add("pairs/s", float64(ops)/dur.Seconds(), "/s", Higher)
 	r.addLatency("pair", mergeSorted(st.lats...))
 	r.addCPU(cpu, ops, "pair")
+	w.addContext(&r, ops, "pair")
 	return r, nil
 }
 
@@ -224,6 +225,7 @@ func (e *env) contended(ctx context.Context) (Result, error) {
 	r.add("fewest acquisitions of a contender", float64(least), "", Neither)
 	r.add("most acquisitions of a contender", float64(most), "", Neither)
 	r.addCPU(cpu, ops, "handoff")
+	w.addContext(&r, ops, "handoff")
 	return r, nil
 }
 
@@ -619,6 +621,7 @@ func runCAS(ctx context.Context, e *env) ([]Result, error) {
 	r.add("CAS/s", float64(ops)/e.sz.duration.Seconds(), "/s", Higher)
 	r.addLatency("CAS", mergeSorted(st.lats...))
 	r.addCPU(cpu, ops, "CAS")
+	w.addContext(&r, ops, "CAS")
 	return []Result{r}, nil
 }
 
