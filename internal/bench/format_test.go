@@ -174,6 +174,30 @@ func TestGoalsThroughEtcdClient(t *testing.T) {
 	}
 }
 
+// Issue 24's goals for the 3-node cluster are per variant of workload
+// 10, and a p99 meets its goal when it is no worse than etcd's.
+func TestGoalsOnThreeNodes(t *testing.T) {
+	rep := &Report{Client: ClientTenure, Rounds: 1, Duration: "5s", Systems: []System{Tenure, Etcd}, Results: []Result{
+		{Workload: 10, Variant: clusterOneClient, System: Tenure, Round: 1, Figures: []Figure{
+			{Name: "pairs/s", Value: 300, Unit: "/s", Better: Higher}, {Name: "pair p99", Value: 6, Unit: "ms", Better: Lower}}},
+		{Workload: 10, Variant: clusterOneClient, System: Etcd, Round: 1, Figures: []Figure{
+			{Name: "pairs/s", Value: 250, Unit: "/s", Better: Higher}, {Name: "pair p99", Value: 6, Unit: "ms", Better: Lower}}},
+		{Workload: 10, Variant: clusterContended, System: Tenure, Round: 1, Figures: []Figure{{Name: "handoffs/s", Value: 900, Unit: "/s", Better: Higher}}},
+		{Workload: 10, Variant: clusterContended, System: Etcd, Round: 1, Figures: []Figure{{Name: "handoffs/s", Value: 150, Unit: "/s", Better: Higher}}},
+		{Workload: 10, Variant: "4: resign → next leader", System: Tenure, Round: 1, Figures: []Figure{{Name: "resign→next p50", Value: 2, Unit: "ms", Better: Lower}}},
+	}}
+	want := []string{"≥ 1.5×: not met", "≥ 1×: met", "≥ 6×: met", ""}
+	rows := rep.rows()
+	if len(rows) != len(want) {
+		t.Fatalf("rows got = %d, expected: %d", len(rows), len(want))
+	}
+	for i, x := range rows {
+		if got := x.goalText(); got != want[i] {
+			t.Errorf("%s %s goal got = %q, expected: %q", x.variant, x.figure, got, want[i])
+		}
+	}
+}
+
 func TestCheckClient(t *testing.T) {
 	if got, err := CheckClient(ClientEtcd, nil); err != nil || !slices.Equal(got, []int{1, 2, 3, 4, 5, 7, 10, 11}) {
 		t.Errorf("CheckClient(etcd, all) got = %v, %v, expected: [1 2 3 4 5 7 10 11], nil", got, err)
