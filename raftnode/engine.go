@@ -968,7 +968,9 @@ func (e *etcdEngine) readRound() (uint64, error) {
 	// back until then, except in a one-voter cluster, which answers with
 	// whatever commit index it restarted with. A barrier settles both.
 	if term := e.term.Load(); e.readyTerm.Load() != term {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*e.n.election)
+		// Bounded loosely: a step-down fails it at once (failWaiters),
+		// and the callers' own contexts bound their waits.
+		ctx, cancel := context.WithTimeout(context.Background(), defaultApplyTimeout)
 		_, err := e.propose(ctx, "read", nil)
 		cancel()
 		if err != nil {
@@ -986,9 +988,11 @@ func (e *etcdEngine) readRound() (uint64, error) {
 		delete(e.readWaiters, id)
 		e.readMu.Unlock()
 	}()
-	// A round that loses its leader gets no answer; it is given the time
-	// an election takes before it is called off.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*e.n.election)
+	// A round whose leader steps down is answered by failReads; one
+	// whose quorum is unreachable waits for check-quorum to step it down.
+	// The timeout is only a backstop: a loaded machine may take long to
+	// confirm, and the callers' contexts bound their own waits.
+	ctx, cancel := context.WithTimeout(context.Background(), defaultApplyTimeout)
 	defer cancel()
 	rctx := make([]byte, 8)
 	binary.BigEndian.PutUint64(rctx, id)

@@ -102,14 +102,19 @@ stage "go vet" vet_all
 # of those stages' time is spent waiting, and together they keep both
 # cores busy. Their output is shown after.
 beside light test_modules $light
+# Four packages at a time, not go test's one per core: most of the
+# suite's time is spent waiting (for TTLs, elections, processes to start),
+# and at one per core the two cores stood half idle.
 # The benchmark harness's short run loads both cores with servers and
 # clients for most of a minute; run beside the fault tests it would make
-# their timing its own. It runs alone afterwards.
-stage "go test -race" go test -race -count=1 -timeout 15m $(go list ./... | grep -v '/internal/bench$')
+# their timing its own. It runs afterwards, beside the fuzzing and
+# e2e/etcd, which mind no one's timing.
+stage "go test -race" go test -race -count=1 -p 4 -timeout 15m $(go list ./... | grep -v '/internal/bench$')
 stage "api, client, fence and clientgo modules (go test -race, beside the core's)" done_beside light
 beside etcd test_modules e2e/etcd
-stage "go test -race ./internal/bench (after the core's fault tests)" go test -race -count=1 -timeout 10m ./internal/bench
+beside bench go test -race -count=1 -timeout 10m ./internal/bench
 stage "fuzz (${fuzztime} each)" fuzz_all
+stage "go test -race ./internal/bench (after the core's fault tests, beside the fuzzing)" done_beside bench
 stage "e2e/etcd module (go test, beside the last two)" done_beside etcd
 
 if [ ${#failed[@]} -gt 0 ]; then
