@@ -3,35 +3,12 @@ package proccluster
 import (
 	"bufio"
 	"context"
-	"io"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tenurehq/tenure/internal/testnet"
 )
-
-// echo serves a line echo on 127.0.0.1 until the test ends.
-func echo(t *testing.T) string {
-	t.Helper()
-	ln := testnet.Listen(t)
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			})
-		}
-	})
-	return ln.Addr().String()
-}
 
 // oneNode is a cluster of one node with no process: its three proxies
 // front an echo server, so a test can drive the proxies alone.
@@ -40,7 +17,7 @@ func oneNode(t *testing.T) *Cluster {
 	c := &Cluster{t: t, groups: make([]int, 1)}
 	n := &Node{c: c}
 	c.Nodes = []*Node{n}
-	target := echo(t)
+	target := testnet.Echo(t)
 	n.apiProxy = newProxy(c, 0, testnet.Listen(t), target, false)
 	n.peerProxy = newProxy(c, 0, testnet.Listen(t), target, true)
 	n.etcdProxy = newProxy(c, 0, testnet.Listen(t), target, false)

@@ -3,7 +3,9 @@
 package testnet
 
 import (
+	"io"
 	"net"
+	"sync"
 	"testing"
 )
 
@@ -53,4 +55,27 @@ func FreeN(t testing.TB, n int) []string {
 		addrs = append(addrs, ln.Addr().String())
 	}
 	return addrs
+}
+
+// Echo serves an echo (every byte written back) on 127.0.0.1 until the
+// test ends, and returns its address: the far end of a proxy or a delayed
+// link under test.
+func Echo(t testing.TB) string {
+	t.Helper()
+	ln := Listen(t)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			})
+		}
+	})
+	return ln.Addr().String()
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/tenurehq/tenure/internal/testnet"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -96,35 +98,11 @@ func TestCopyEndsWhenItsWriteFails(t *testing.T) {
 	}
 }
 
-// echo serves a line echo on 127.0.0.1 until the test ends.
-func echo(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			})
-		}
-	})
-	return ln.Addr().String()
-}
-
 // TestProxyAddsTheRoundTripAndCloseEndsItsConnections times round trips
 // through a proxy before and after SetRTT, and checks that Close cuts an
 // open connection.
 func TestProxyAddsTheRoundTripAndCloseEndsItsConnections(t *testing.T) {
-	p, err := Listen("127.0.0.1:0", echo(t), 10*time.Millisecond)
+	p, err := Listen("127.0.0.1:0", testnet.Echo(t), 10*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
