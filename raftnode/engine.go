@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -513,7 +514,7 @@ func (e *etcdEngine) applyLoop() {
 			}
 			task = t
 		case <-e.snapWanted:
-			e.forceSnapshot()
+			e.snapshotInBackground("raft: snapshot for a peer", slog.LevelDebug)
 			continue
 		case done := <-e.snapNow:
 			// Between batches, so the state, its index and the membership
@@ -680,39 +681,27 @@ func (e *etcdEngine) setMembership(cs raftpb.ConfState, members map[uint64]membe
 // applied since the last one: the state is copied here, between batches,
 // and written by a goroutine of its own while applies go on.
 func (e *etcdEngine) maybeSnapshot() {
-	if e.n.fsm.applied.Load()-e.snapshotIdx.Load() < e.snapshot.threshold {
-		return
+	if e.n.fsm.applied.Load()-e.snapshotIdx.Load() >= e.snapshot.threshold {
+		e.snapshotInBackground("raft: snapshot", slog.LevelError)
 	}
-	e.snapping.Wait() // one at a time
-	write, err := e.copyState()
-	if err != nil {
-		e.n.log.Error("raft: snapshot", "error", err)
-		return
-	}
-	e.snapping.Add(1)
-	go func() {
-		defer e.snapping.Done()
-		if err := write(); err != nil {
-			e.n.log.Error("raft: snapshot", "error", err)
-		}
-	}()
 }
 
-// forceSnapshot takes a snapshot now, written in the background as
-// maybeSnapshot's are.
-func (e *etcdEngine) forceSnapshot() {
+// snapshotInBackground copies the state now and writes it on a goroutine
+// of its own, one snapshot at a time. A copy that fails is logged at
+// copyFailed: Debug for a peer's snapshot, since raft asks again with its
+// next attempt to send.
+func (e *etcdEngine) snapshotInBackground(what string, copyFailed slog.Level) {
 	e.snapping.Wait()
 	write, err := e.copyState()
 	if err != nil {
-		// Raft asks again with its next attempt to send.
-		e.n.log.Debug("raft: snapshot for a peer", "error", err)
+		e.n.log.Log(context.Background(), copyFailed, what, "error", err)
 		return
 	}
 	e.snapping.Add(1)
 	go func() {
 		defer e.snapping.Done()
 		if err := write(); err != nil {
-			e.n.log.Error("raft: snapshot for a peer", "error", err)
+			e.n.log.Error(what, "error", err)
 		}
 	}()
 }
