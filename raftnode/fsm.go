@@ -41,6 +41,10 @@ type fsm struct {
 	// applied is the index of the last entry whose effect is visible under
 	// mu, raft's own empty entries and barriers included.
 	applied atomic.Uint64
+	// version is the state's cluster version, kept beside it so that a
+	// proposal picks the log's form (statemachine.EncodeFor) without
+	// taking mu. 0 until the state says: the form every build reads.
+	version atomic.Int32
 
 	waitMu sync.Mutex    // guards waitCh
 	waitCh chan struct{} // closed when applied moves; nil until a reader waits
@@ -59,10 +63,21 @@ func (f *fsm) applyData(index, term uint64, data []byte) statemachine.Result {
 		return statemachine.Result{Revision: f.st.Revision(), Err: err}
 	}
 	res := f.st.Apply(now, cmd)
+	if _, ok := cmd.(statemachine.SetVersion); ok {
+		f.noteVersion()
+	}
 	if len(res.Events) > 0 && f.observer != nil {
 		f.observer(machine(f.st), res.Events)
 	}
 	return res
+}
+
+// noteVersion copies the state's cluster version into version; the
+// caller holds mu.
+func (f *fsm) noteVersion() {
+	if m := machine(f.st); m != nil {
+		f.version.Store(int32(m.ClusterVersion()))
+	}
 }
 
 // advance raises applied to idx and wakes parked readers. It never lowers
@@ -159,6 +174,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.st = st
+	f.noteVersion()
 	if f.onRestore != nil {
 		f.onRestore(st.Revision())
 	}

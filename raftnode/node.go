@@ -529,7 +529,9 @@ func (n *Node) Propose(ctx context.Context, cmd statemachine.Command) (statemach
 	}
 	defer n.inflight.Done()
 	start := time.Now()
-	data, err := statemachine.Encode(start.UnixNano(), cmd)
+	// A cluster version raised after this read only widens what every
+	// member reads: an entry in the older form is still read by all.
+	data, err := statemachine.EncodeFor(int(n.fsm.version.Load()), start.UnixNano(), cmd)
 	if err != nil {
 		return statemachine.Result{}, err
 	}

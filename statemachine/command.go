@@ -36,6 +36,10 @@ const (
 	lastKind = KindCompact
 )
 
+// Every kind leaves the entry's binaryFlag bit clear: this fails to
+// compile when one does not.
+const _ = uint8(binaryFlag - 1 - lastKind)
+
 // Command is one state change proposed to the log.
 type Command interface {
 	Kind() Kind
@@ -270,11 +274,49 @@ func (AskStepDown) Kind() Kind    { return KindAskStepDown }
 func (Txn) Kind() Kind            { return KindTxn }
 func (Compact) Kind() Kind        { return KindCompact }
 
+// A log entry is a header, one byte of kind and eight of the leader's
+// unix nanoseconds, then the command's body. The body is binary (codec.go)
+// when the kind byte has binaryFlag set, and JSON otherwise: the form of
+// builds before cluster version 6, which this one still reads, and writes
+// while a member may run one of them.
 const headerLen = 1 + 8
 
-// Encode turns a command and the leader's time into a log entry: one byte
-// of kind, eight bytes of unix nanoseconds, then the command as JSON.
+// binaryFlag marks an entry whose body is binary. No kind reaches it.
+const binaryFlag = 0x80
+
+// EncodeFor turns a command and the leader's time into a log entry that
+// every member of a cluster at clusterVersion reads: binary from
+// BinaryVersion on, JSON before it.
+func EncodeFor(clusterVersion int, now int64, cmd Command) ([]byte, error) {
+	if clusterVersion >= BinaryVersion {
+		return Encode(now, cmd)
+	}
+	return EncodeJSON(now, cmd)
+}
+
+// Encode turns a command and the leader's time into a binary log entry.
 func Encode(now int64, cmd Command) ([]byte, error) {
+	if cmd == nil || cmd.Kind() == 0 || cmd.Kind() > lastKind {
+		return nil, fmt.Errorf("encode %T: %w", cmd, ErrUnknownCommand)
+	}
+	e := encoder{b: make([]byte, headerLen, headerLen+64)}
+	e.b[0] = byte(cmd.Kind()) | binaryFlag
+	binary.BigEndian.PutUint64(e.b[1:], uint64(now))
+	encodeCommand(&e, cmd)
+	return e.b, nil
+}
+
+// EncodeJSON turns a command into a log entry in the JSON form, which
+// builds before cluster version 6 read. JSON strings are UTF-8, and
+// encoding/json would rewrite any other byte to U+FFFD without a word:
+// a command with a string that is not UTF-8 is refused instead, with
+// ErrNotSupported, and changes nothing.
+func EncodeJSON(now int64, cmd Command) ([]byte, error) {
+	check := encoder{checkUTF8: true}
+	encodeCommand(&check, cmd)
+	if check.notUTF8 {
+		return nil, fmt.Errorf("%w: a key or value that is not UTF-8 needs cluster version %d, and a member still runs an older build: upgrade every member", ErrNotSupported, BinaryVersion)
+	}
 	body, err := json.Marshal(cmd)
 	if err != nil {
 		return nil, fmt.Errorf("encode %T: %w", cmd, err)
@@ -285,60 +327,80 @@ func Encode(now int64, cmd Command) ([]byte, error) {
 	return append(buf, body...), nil
 }
 
-// Decode is the inverse of Encode.
+// Decode is the inverse of Encode and of EncodeJSON.
 func Decode(data []byte) (now int64, cmd Command, err error) {
 	if len(data) < headerLen {
 		return 0, nil, fmt.Errorf("%w: entry of %d bytes is shorter than its header", ErrUnknownCommand, len(data))
 	}
 	now = int64(binary.BigEndian.Uint64(data[1:]))
-	body := data[headerLen:]
-	switch Kind(data[0]) {
-	case KindOpenSession:
-		cmd, err = decodeAs[OpenSession](body)
-	case KindCloseSession:
-		cmd, err = decodeAs[CloseSession](body)
-	case KindExpireSession:
-		cmd, err = decodeAs[ExpireSessions](body)
-	case KindAcquire:
-		cmd, err = decodeAs[Acquire](body)
-	case KindRelease:
-		cmd, err = decodeAs[Release](body)
-	case KindSetValue:
-		cmd, err = decodeAs[SetValue](body)
-	case KindRevoke:
-		cmd, err = decodeAs[Revoke](body)
-	case KindCancelWait:
-		cmd, err = decodeAs[CancelWait](body)
-	case KindPut:
-		cmd, err = decodeAs[Put](body)
-	case KindDelete:
-		cmd, err = decodeAs[Delete](body)
-	case KindCompareAndSwap:
-		cmd, err = decodeAs[CompareAndSwap](body)
-	case KindExpireKeys:
-		cmd, err = decodeAs[ExpireKeys](body)
-	case KindEndLockDelays:
-		cmd, err = decodeAs[EndLockDelays](body)
-	case KindNewEpoch:
-		cmd, err = decodeAs[NewEpoch](body)
-	case KindSetMember:
-		cmd, err = decodeAs[SetMember](body)
-	case KindCollectLeases:
-		cmd, err = decodeAs[CollectLeases](body)
-	case KindSetPreferred:
-		cmd, err = decodeAs[SetPreferred](body)
-	case KindSetVersion:
-		cmd, err = decodeAs[SetVersion](body)
-	case KindAskStepDown:
-		cmd, err = decodeAs[AskStepDown](body)
-	case KindTxn:
-		cmd, err = decodeAs[Txn](body)
-	case KindCompact:
-		cmd, err = decodeAs[Compact](body)
-	default:
+	kind, body := Kind(data[0]&^binaryFlag), data[headerLen:]
+	if kind == 0 || kind > lastKind {
 		return 0, nil, fmt.Errorf("%w: kind %d", ErrUnknownCommand, data[0])
 	}
-	return now, cmd, err
+	if data[0]&binaryFlag == 0 {
+		cmd, err = decodeJSON(kind, body)
+		if err != nil {
+			return 0, nil, err
+		}
+		return now, cmd, nil
+	}
+	d := decoder{b: body}
+	cmd = decodeCommand(&d, kind)
+	if d.err == nil && len(d.b) > 0 {
+		d.fail("%d bytes after the command", len(d.b))
+	}
+	if d.err != nil {
+		return 0, nil, fmt.Errorf("%w: %T: %v", ErrUnknownCommand, cmd, d.err)
+	}
+	return now, cmd, nil
+}
+
+func decodeJSON(kind Kind, body []byte) (Command, error) {
+	switch kind {
+	case KindOpenSession:
+		return decodeAs[OpenSession](body)
+	case KindCloseSession:
+		return decodeAs[CloseSession](body)
+	case KindExpireSession:
+		return decodeAs[ExpireSessions](body)
+	case KindAcquire:
+		return decodeAs[Acquire](body)
+	case KindRelease:
+		return decodeAs[Release](body)
+	case KindSetValue:
+		return decodeAs[SetValue](body)
+	case KindRevoke:
+		return decodeAs[Revoke](body)
+	case KindCancelWait:
+		return decodeAs[CancelWait](body)
+	case KindPut:
+		return decodeAs[Put](body)
+	case KindDelete:
+		return decodeAs[Delete](body)
+	case KindCompareAndSwap:
+		return decodeAs[CompareAndSwap](body)
+	case KindExpireKeys:
+		return decodeAs[ExpireKeys](body)
+	case KindEndLockDelays:
+		return decodeAs[EndLockDelays](body)
+	case KindNewEpoch:
+		return decodeAs[NewEpoch](body)
+	case KindSetMember:
+		return decodeAs[SetMember](body)
+	case KindCollectLeases:
+		return decodeAs[CollectLeases](body)
+	case KindSetPreferred:
+		return decodeAs[SetPreferred](body)
+	case KindSetVersion:
+		return decodeAs[SetVersion](body)
+	case KindAskStepDown:
+		return decodeAs[AskStepDown](body)
+	case KindTxn:
+		return decodeAs[Txn](body)
+	case KindCompact:
+		return decodeAs[Compact](body)
+	}
+	return nil, fmt.Errorf("%w: kind %d", ErrUnknownCommand, kind)
 }
 
 func decodeAs[T Command](body []byte) (Command, error) {

@@ -41,21 +41,31 @@ func sampleCommands() []Command {
 }
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
+	forms := []struct {
+		name   string
+		encode func(int64, Command) ([]byte, error)
+		flag   byte
+	}{
+		{"binary", Encode, binaryFlag},
+		{"JSON", EncodeJSON, 0},
+	}
 	kinds := map[Kind]bool{}
 	for _, cmd := range sampleCommands() {
 		kinds[cmd.Kind()] = true
-		for _, now := range []int64{0, 1_700_000_000_000_000_000, -1, math.MaxInt64, math.MinInt64} {
-			data, err := Encode(now, cmd)
-			if err != nil {
-				t.Fatalf("Encode(%T): %v", cmd, err)
+		for _, form := range forms {
+			for _, now := range []int64{0, 1_700_000_000_000_000_000, -1, math.MaxInt64, math.MinInt64} {
+				data, err := form.encode(now, cmd)
+				if err != nil {
+					t.Fatalf("%s Encode(%T): %v", form.name, cmd, err)
+				}
+				expect(t, form.name+" kind byte", data[0], byte(cmd.Kind())|form.flag)
+				gotNow, got, err := Decode(data)
+				if err != nil {
+					t.Fatalf("Decode(%s %T): got = %v, expected: nil", form.name, cmd, err)
+				}
+				expect(t, "now", gotNow, now)
+				expect(t, "command", got, cmd)
 			}
-			expect(t, "kind byte", Kind(data[0]), cmd.Kind())
-			gotNow, got, err := Decode(data)
-			if err != nil {
-				t.Fatalf("Decode(%T): got = %v, expected: nil", cmd, err)
-			}
-			expect(t, "now", gotNow, now)
-			expect(t, "command", got, cmd)
 		}
 	}
 	for k := KindOpenSession; k <= lastKind; k++ {
@@ -120,11 +130,13 @@ func fuzzFixture(t testing.TB) *Machine {
 
 func FuzzDecode(f *testing.F) {
 	for _, cmd := range sampleCommands() {
-		data, err := Encode(12345, cmd)
-		if err != nil {
-			f.Fatal(err)
+		for _, encode := range []func(int64, Command) ([]byte, error){Encode, EncodeJSON} {
+			data, err := encode(12345, cmd)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(data)
 		}
-		f.Add(data)
 	}
 	f.Add([]byte{})
 	f.Add([]byte{byte(KindAcquire), 0, 0, 0, 0, 0, 0, 0, 1, '{', '}'})

@@ -22,7 +22,10 @@ import (
 //     their Actor may not act for its identity (ErrNotOwner).
 //   - 5: keys take KV revisions and keep their history (mvcc.go); Txn,
 //     Compact, and sessions opened with an etcd lease ID.
-const Version = 5
+//   - 6: the log and snapshots are binary (codec.go, BinaryVersion), so
+//     keys and values keep every byte; before it a key or value that is
+//     not UTF-8 is refused.
+const Version = 6
 
 // Machine is the whole replicated state. It is not safe for concurrent
 // use: the replication layer applies commands one at a time and guards

@@ -1,14 +1,22 @@
 package statemachine
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 )
 
-// snapshotVersion is written first so that a future format can be told
-// apart instead of misread.
+// A snapshot is JSON before cluster version 6 (BinaryVersion), whose
+// "version" field is snapshotVersion, and binary from it on:
+// binarySnapshotMagic, then a varint of binarySnapshotFormat, then the
+// fields of snapshot in the codec of codec.go. Restore reads both; a
+// JSON snapshot begins with '{', which the magic does not.
 const snapshotVersion = 1
+
+var binarySnapshotMagic = []byte("\xffTSN")
+
+const binarySnapshotFormat = 2
 
 type snapshot struct {
 	Version  int        `json:"version"`
@@ -64,21 +72,198 @@ func (m *Machine) Snapshot(w io.Writer) error {
 		snap.History = append(snap.History, keyVersion{Key: v.Key, Main: v.Main, Sub: v.Sub, KV: v.KV, Expired: v.Expired})
 	}
 	snap.Keys, _ = m.Range("", 0)
-	if err := json.NewEncoder(w).Encode(&snap); err != nil {
+	if !m.atLeast(BinaryVersion) {
+		if err := json.NewEncoder(w).Encode(&snap); err != nil {
+			return fmt.Errorf("write snapshot: %w", err)
+		}
+		return nil
+	}
+	e := encoder{b: append([]byte(nil), binarySnapshotMagic...)}
+	e.uint(binarySnapshotFormat)
+	snap.encode(&e)
+	if _, err := w.Write(e.b); err != nil {
 		return fmt.Errorf("write snapshot: %w", err)
 	}
 	return nil
 }
 
+// readSnapshot reads a snapshot in either form.
+func readSnapshot(r io.Reader) (snapshot, error) {
+	var snap snapshot
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return snap, fmt.Errorf("read snapshot: %w", err)
+	}
+	if !bytes.HasPrefix(data, binarySnapshotMagic) {
+		if err := json.Unmarshal(data, &snap); err != nil {
+			return snap, fmt.Errorf("read snapshot: %w", err)
+		}
+		if snap.Version != snapshotVersion {
+			return snap, fmt.Errorf("read snapshot: version %d, this build reads version %d", snap.Version, snapshotVersion)
+		}
+		return snap, nil
+	}
+	d := decoder{b: data[len(binarySnapshotMagic):]}
+	if f := d.uint(); d.err == nil && f != binarySnapshotFormat {
+		return snap, fmt.Errorf("read snapshot: binary format %d, this build reads format %d", f, binarySnapshotFormat)
+	}
+	snap.decode(&d)
+	if d.err == nil && len(d.b) > 0 {
+		d.fail("%d bytes after the state", len(d.b))
+	}
+	if d.err != nil {
+		return snapshot{}, fmt.Errorf("read snapshot: %w", d.err)
+	}
+	return snap, nil
+}
+
+func (s *snapshot) encode(e *encoder) {
+	e.int(s.Revision)
+	e.int(s.Epoch)
+	encodeSlice(e, s.Sessions, func(e *encoder, s *Session) {
+		e.int(s.ID)
+		e.str(s.Identity)
+		e.int(s.TTL)
+		e.labels(s.Labels)
+		e.int(s.OpenTime)
+		e.int(s.LeaseID)
+	})
+	encodeSlice(e, s.Leases, encodeLease)
+	encodeSlice(e, s.Keys, encodeKeyValue)
+	e.labels(s.Members)
+	e.intMap(s.Versions)
+	e.int(int64(s.ClusterVersion))
+	e.int(s.KVRevision)
+	e.int(s.CompactRevision)
+	encodeSlice(e, s.History, func(e *encoder, v *keyVersion) {
+		e.str(v.Key)
+		e.int(v.Main)
+		e.int(v.Sub)
+		e.bool(v.KV != nil)
+		if v.KV != nil {
+			encodeKeyValue(e, v.KV)
+		}
+		e.bool(v.Expired)
+	})
+	e.labels(s.EtcdAddresses)
+}
+
+func (s *snapshot) decode(d *decoder) {
+	s.Version = snapshotVersion
+	s.Revision, s.Epoch = d.int(), d.int()
+	s.Sessions = decodeSlice(d, func(d *decoder, s *Session) {
+		*s = Session{ID: d.int(), Identity: d.str(), TTL: d.int(), Labels: d.labels(), OpenTime: d.int(), LeaseID: d.int()}
+	})
+	s.Leases = decodeSlice(d, decodeLease)
+	s.Keys = decodeSlice(d, decodeKeyValue)
+	s.Members = d.labels()
+	s.Versions = d.intMap()
+	s.ClusterVersion = d.goInt()
+	s.KVRevision, s.CompactRevision = d.int(), d.int()
+	s.History = decodeSlice(d, func(d *decoder, v *keyVersion) {
+		*v = keyVersion{Key: d.str(), Main: d.int(), Sub: d.int()}
+		if d.bool() {
+			v.KV = &KeyValue{}
+			decodeKeyValue(d, v.KV)
+		}
+		v.Expired = d.bool()
+	})
+	s.EtcdAddresses = d.labels()
+}
+
+func encodeKeyValue(e *encoder, kv *KeyValue) {
+	e.str(kv.Key)
+	e.str(kv.Value)
+	e.int(kv.CreateRevision)
+	e.int(kv.ModRevision)
+	e.int(kv.Version)
+	e.int(kv.TTL)
+	e.int(kv.SessionID)
+	e.int(kv.LeaseID)
+}
+
+func decodeKeyValue(d *decoder, kv *KeyValue) {
+	*kv = KeyValue{
+		Key: d.str(), Value: d.str(), CreateRevision: d.int(), ModRevision: d.int(),
+		Version: d.int(), TTL: d.int(), SessionID: d.int(), LeaseID: d.int(),
+	}
+}
+
+func encodeLease(e *encoder, l *Lease) {
+	e.leaseID(l.LeaseID)
+	e.int(int64(l.Capacity))
+	encodeSlice(e, l.Holders, func(e *encoder, g *Grant) {
+		e.int(g.SessionID)
+		e.str(g.Holder)
+		e.int(g.Token)
+		e.int(g.AcquireTime)
+		e.int(g.RenewTime)
+		e.str(g.Value)
+		e.bool(g.Exclusive)
+		e.str(g.StepDown)
+		e.int(g.MaxHold)
+	})
+	encodeSlice(e, l.Waiters, func(e *encoder, w *Waiter) {
+		e.int(w.SessionID)
+		e.str(w.Holder)
+		e.int(w.Since)
+		e.str(w.Value)
+		e.bool(w.Exclusive)
+		e.int(w.MaxHold)
+	})
+	e.int(l.Transitions)
+	e.labels(l.Labels)
+	e.int(l.LockDelay)
+	e.int(l.DelayRevision)
+	e.int(l.CreateRevision)
+	e.int(l.ModRevision)
+	e.bool(l.Last != nil)
+	if g := l.Last; g != nil {
+		e.int(g.SessionID)
+		e.str(g.Holder)
+		e.int(g.Token)
+		e.int(g.AcquireTime)
+		e.int(g.RenewTime)
+		e.int(g.EndTime)
+		e.str(string(g.Ended))
+		e.str(g.Reason)
+	}
+	e.int(l.GCAfter)
+	e.int(l.IdleSince)
+	e.str(l.PreferredHolder)
+}
+
+func decodeLease(d *decoder, l *Lease) {
+	*l = Lease{LeaseID: d.leaseID(), Capacity: d.goInt()}
+	l.Holders = decodeSlice(d, func(d *decoder, g *Grant) {
+		*g = Grant{
+			SessionID: d.int(), Holder: d.str(), Token: d.int(), AcquireTime: d.int(), RenewTime: d.int(),
+			Value: d.str(), Exclusive: d.bool(), StepDown: d.str(), MaxHold: d.int(),
+		}
+	})
+	l.Waiters = decodeSlice(d, func(d *decoder, w *Waiter) {
+		*w = Waiter{SessionID: d.int(), Holder: d.str(), Since: d.int(), Value: d.str(), Exclusive: d.bool(), MaxHold: d.int()}
+	})
+	l.Transitions = d.int()
+	l.Labels = d.labels()
+	l.LockDelay, l.DelayRevision = d.int(), d.int()
+	l.CreateRevision, l.ModRevision = d.int(), d.int()
+	if d.bool() {
+		l.Last = &EndedGrant{
+			SessionID: d.int(), Holder: d.str(), Token: d.int(), AcquireTime: d.int(),
+			RenewTime: d.int(), EndTime: d.int(), Ended: Ending(d.str()), Reason: d.str(),
+		}
+	}
+	l.GCAfter, l.IdleSince = d.int(), d.int()
+	l.PreferredHolder = d.str()
+}
+
 // Restore replaces the state with a snapshot and rebuilds the indexes.
 // On error the machine is unchanged.
 func (m *Machine) Restore(r io.Reader) error {
-	var snap snapshot
-	if err := json.NewDecoder(r).Decode(&snap); err != nil {
-		return fmt.Errorf("read snapshot: %w", err)
-	}
-	if snap.Version != snapshotVersion {
-		return fmt.Errorf("read snapshot: version %d, this build reads version %d", snap.Version, snapshotVersion)
+	snap, err := readSnapshot(r)
+	if err != nil {
+		return err
 	}
 	next := New()
 	next.revision, next.epoch = snap.Revision, snap.Epoch

@@ -206,3 +206,77 @@ func TestSnapshotKeepsTheKeysHistory(t *testing.T) {
 	expect(t, "etcd lease of session 18", s.EtcdLeaseID(), int64(18|1<<62))
 	expect(t, "final snapshot", string(snapshotBytes(t, restored)), string(snapshotBytes(t, m)))
 }
+
+func TestSnapshotsTurnBinaryWithTheClusterVersionAndKeepEveryByte(t *testing.T) {
+	m := New()
+	applyOK(t, m, 1, v5)
+	applyOK(t, m, 1, writes(putOp("/u/п", "v"), putOp("text", "\uFFFD")))
+	json := snapshotBytes(t, m)
+	if json[0] != '{' {
+		t.Fatalf("snapshot at cluster version 5: got = %q..., expected: JSON, which builds before version 6 read", json[:8])
+	}
+
+	// At version 6 the same state is binary, and restores to itself.
+	applyOK(t, m, 1, SetVersion{Version: BinaryVersion})
+	for _, s := range awkwardStrings[1:] {
+		applyOK(t, m, 1, writes(putOp("/c/"+s, s)))
+	}
+	applyOK(t, m, 1, writes(deleteOp("/c/\xbf", "")))
+	snap := snapshotBytes(t, m)
+	if !bytes.HasPrefix(snap, binarySnapshotMagic) {
+		t.Fatalf("snapshot at cluster version %d: got = %q..., expected: the binary magic", BinaryVersion, snap[:8])
+	}
+	restored := New()
+	if err := restored.Restore(bytes.NewReader(snap)); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	expect(t, "snapshot of the restored machine", snapshotBytes(t, restored), snap)
+	expect(t, "cluster version", restored.ClusterVersion(), BinaryVersion)
+	for _, s := range awkwardStrings[1:] {
+		kv, ok := restored.Key("/c/" + s)
+		if s == "\xbf" {
+			expect(t, "deleted "+s, ok, false)
+			continue
+		}
+		expect(t, "value of /c/"+s, [2]any{kv.Value, ok}, [2]any{s, true})
+	}
+	expect(t, "history", keyEventsFrom(t, restored, 1), keyEventsFrom(t, m, 1))
+	checkInvariants(t, restored)
+	checkHistory(t, restored)
+
+	// A JSON snapshot of an older build still restores here.
+	old := New()
+	if err := old.Restore(bytes.NewReader(json)); err != nil {
+		t.Fatalf("Restore of the JSON snapshot: %v", err)
+	}
+	kv, _ := old.Key("/u/п")
+	expect(t, "key from the JSON snapshot", kv.Value, "v")
+}
+
+func TestRestoreRefusesDamagedBinarySnapshots(t *testing.T) {
+	m := busyMachine(t)
+	applyOK(t, m, 1, SetVersion{Version: BinaryVersion})
+	good := snapshotBytes(t, m)
+	format := len(binarySnapshotMagic)
+	tests := []struct {
+		name    string
+		snap    []byte
+		message string
+	}{
+		{"a snapshot cut short is refused", good[:len(good)-1], "read snapshot"},
+		{"a snapshot with bytes after the state is refused", append(bytes.Clone(good), 0), "bytes after the state"},
+		{"a snapshot of another binary format is refused", append(append(bytes.Clone(good[:format]), 3), good[format+1:]...), "binary format 3"},
+		{"the magic alone is refused", bytes.Clone(good[:format]), "read snapshot"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			target := busyMachine(t)
+			before := snapshotBytes(t, target)
+			err := target.Restore(bytes.NewReader(tt.snap))
+			if err == nil || !strings.Contains(err.Error(), tt.message) {
+				t.Fatalf("Restore: got = %v, expected: an error containing %q", err, tt.message)
+			}
+			expect(t, "state after a failed restore", snapshotBytes(t, target), before)
+		})
+	}
+}

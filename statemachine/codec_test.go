@@ -1,0 +1,245 @@
+package statemachine
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// awkwardStrings are the byte strings every encoding on the way must keep
+// as they are: empty, NUL, DEL, a lone continuation byte, 0xff, invalid
+// and valid UTF-8, and prefixes whose range end carries.
+var awkwardStrings = []string{
+	"", "\x00", "\x7f", "\xbf", "\xff", "\xff\xfe", "\xc0\x80", "\xed\xa0\x80",
+	"/c/\xff", "a\xff", "\xff\xff", "п", "пример", "日本", "\x00\x00\x00", "a\x00b",
+}
+
+// fill sets every field of the value v points to, recursively, from r:
+// strings from awkwardStrings and random bytes, numbers over their whole
+// range, slices and maps of one to three items, pointers set. A field
+// the codec forgets comes back zero, and the round trip tells.
+func fill(r *rand.Rand, v reflect.Value, depth int) {
+	switch v.Kind() {
+	case reflect.String:
+		if r.IntN(2) == 0 {
+			v.SetString(awkwardStrings[r.IntN(len(awkwardStrings)-1)+1])
+			return
+		}
+		b := make([]byte, 1+r.IntN(12))
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		v.SetString(string(b))
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int64:
+		n := int64(r.Uint64())
+		if v.Kind() == reflect.Int && v.Type().Size() < 8 {
+			n = int64(int32(n))
+		}
+		if n == 0 {
+			n = 1
+		}
+		v.SetInt(n)
+	case reflect.Uint8:
+		v.SetUint(uint64(1 + r.IntN(255)))
+	case reflect.Pointer:
+		if depth > 2 {
+			return // a Txn nests Txns: stop somewhere
+		}
+		p := reflect.New(v.Type().Elem())
+		fill(r, p.Elem(), depth+1)
+		v.Set(p)
+	case reflect.Slice:
+		n := 1 + r.IntN(3)
+		s := reflect.MakeSlice(v.Type(), n, n)
+		for i := range n {
+			fill(r, s.Index(i), depth)
+		}
+		v.Set(s)
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		for range 1 + r.IntN(3) {
+			k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+			fill(r, k, depth)
+			fill(r, e, depth)
+			m.SetMapIndex(k, e)
+		}
+		v.Set(m)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fill(r, v.Field(i), depth)
+			}
+		}
+	default:
+		panic("fill: no rule for " + v.Type().String())
+	}
+}
+
+func TestTheBinaryCodecKeepsEveryFieldOfEveryCommand(t *testing.T) {
+	r := rand.New(rand.NewPCG(28, 6))
+	for _, sample := range sampleCommands() {
+		for range 50 {
+			p := reflect.New(reflect.TypeOf(sample))
+			fill(r, p.Elem(), 0)
+			cmd := p.Elem().Interface().(Command)
+			now := int64(r.Uint64())
+			data, err := Encode(now, cmd)
+			if err != nil {
+				t.Fatalf("Encode(%T): %v", cmd, err)
+			}
+			gotNow, got, err := Decode(data)
+			if err != nil {
+				t.Fatalf("Decode(Encode(%#v)): %v", cmd, err)
+			}
+			expect(t, "now", gotNow, now)
+			if !reflect.DeepEqual(got, cmd) {
+				t.Fatalf("round trip of %T:\ngot = %#v\nexpected: %#v", cmd, got, cmd)
+			}
+		}
+	}
+}
+
+func TestTheBinarySnapshotKeepsEveryField(t *testing.T) {
+	r := rand.New(rand.NewPCG(28, 7))
+	for range 50 {
+		var snap snapshot
+		fill(r, reflect.ValueOf(&snap).Elem(), 0)
+		snap.Version = snapshotVersion
+		e := encoder{b: append([]byte(nil), binarySnapshotMagic...)}
+		e.uint(binarySnapshotFormat)
+		snap.encode(&e)
+		got, err := readSnapshot(bytes.NewReader(e.b))
+		if err != nil {
+			t.Fatalf("readSnapshot: %v", err)
+		}
+		if !reflect.DeepEqual(got, snap) {
+			t.Fatalf("round trip:\ngot = %#v\nexpected: %#v", got, snap)
+		}
+	}
+}
+
+func TestKeysAndValuesKeepEveryByteThroughTheLog(t *testing.T) {
+	for _, s := range awkwardStrings {
+		cmd := Txn{
+			Compares: []TxnCompare{{Key: "k" + s, End: s + "\xff", Target: TargetValue, Op: CmpEqual, Value: s}},
+			Success:  []TxnOp{{Type: OpPut, Key: s + "k", Value: s}, {Type: OpDelete, Key: s + "a", End: s + "b"}},
+		}
+		data, err := EncodeFor(Version, 1, cmd)
+		if err != nil {
+			t.Fatalf("EncodeFor(%d, %q): %v", Version, s, err)
+		}
+		_, got, err := Decode(data)
+		if err != nil {
+			t.Fatalf("Decode: %v", err)
+		}
+		expect(t, "Txn of "+s, got, Command(cmd))
+	}
+}
+
+func TestTheJSONFormRefusesWhatItWouldRewrite(t *testing.T) {
+	for _, cmd := range []Command{
+		Put{Key: "/b", Value: "\xff\xfe"},
+		Put{Key: "/c/\xff", Value: "one"},
+		Delete{Key: "\xbf"},
+		Txn{Success: []TxnOp{{Type: OpDelete, Key: "/u/п", End: "/u/\xd0\xc0"}}},
+		Txn{Compares: []TxnCompare{{Key: "k", Target: TargetValue, Value: "\xfe"}}},
+		Txn{Failure: []TxnOp{{Type: OpTxn, Txn: &Txn{Success: []TxnOp{{Type: OpPut, Key: "k", Value: "\x80"}}}}}},
+		CompareAndSwap{Key: "k", Target: CompareValue, Value: "\xc0"},
+	} {
+		for _, version := range []int{1, BinaryVersion - 1} {
+			if _, err := EncodeFor(version, 1, cmd); !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "not UTF-8") {
+				t.Errorf("EncodeFor(%d, %#v): got = %v, expected: %v naming UTF-8", version, cmd, err, ErrNotSupported)
+			}
+		}
+		if _, err := EncodeFor(BinaryVersion, 1, cmd); err != nil {
+			t.Errorf("EncodeFor(%d, %#v): got = %v, expected: nil", BinaryVersion, cmd, err)
+		}
+	}
+	// Text that is UTF-8, "п" and U+FFFD itself among it, still goes as
+	// JSON, in the form older builds read.
+	cmd := Put{Key: "/u/п", Value: "\uFFFD日本"}
+	data, err := EncodeFor(BinaryVersion-1, 1, cmd)
+	if err != nil {
+		t.Fatalf("EncodeFor(%d, UTF-8): %v", BinaryVersion-1, err)
+	}
+	expect(t, "kind byte", data[0], byte(KindPut))
+	expect(t, "body", string(data[headerLen:]), `{"key":"/u/п","value":"`+"\uFFFD"+`日本"}`)
+}
+
+func TestDecodeRefusesDamagedBinaryEntries(t *testing.T) {
+	entry := func(k Kind, body ...byte) []byte {
+		b := make([]byte, headerLen, headerLen+len(body))
+		b[0] = byte(k) | binaryFlag
+		binary.BigEndian.PutUint64(b[1:], 42)
+		return append(b, body...)
+	}
+	put, _ := Encode(42, Put{Key: "k", Value: "v"})
+	tests := []struct {
+		name string
+		data []byte
+	}{
+		{"a body cut short is refused", put[:len(put)-1]},
+		{"a body with a byte after it is refused", append(bytes.Clone(put), 0)},
+		{"a string longer than the body is refused", entry(KindDelete, 5, 'a', 0)},
+		{"a boolean that is neither 0 nor 1 is refused", entry(KindDelete, 1, 'a', 2)},
+		{"a varint that never ends is refused", entry(KindCompact, 0x80, 0x80)},
+		{"a varint over 64 bits is refused", entry(KindCompact, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01)},
+		{"an enumeration over 255 is refused", entry(KindCompareAndSwap, 1, 'k', 0x80, 0x02)},
+		{"labels out of order are refused", entry(KindOpenSession, 0, 2, 2, 1, 'b', 0, 1, 'a', 0, 0, 0)},
+		{"labels with a key twice are refused", entry(KindOpenSession, 0, 2, 2, 1, 'a', 0, 1, 'a', 0, 0, 0)},
+		{"a count over the bytes left is refused", entry(KindExpireSession, 2, 200, 1)},
+		{"an entry of kind 0 with the binary flag is refused", entry(0)},
+		{"an entry of a kind after the last with the binary flag is refused", entry(lastKind + 1)},
+		{"Txns nested past the bound are refused", entry(KindTxn, deepTxn(maxTxnDepth+1)...)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, cmd, err := Decode(tt.data)
+			if !errors.Is(err, ErrUnknownCommand) {
+				t.Errorf("Err: got = %v, expected: %v", err, ErrUnknownCommand)
+			}
+			if cmd != nil {
+				t.Errorf("command: got = %#v, expected: nil", cmd)
+			}
+		})
+	}
+	// The bound itself is not refused.
+	if _, _, err := Decode(entry(KindTxn, deepTxn(maxTxnDepth)...)); err != nil {
+		t.Errorf("Txns nested %d deep: got = %v, expected: nil", maxTxnDepth, err)
+	}
+}
+
+// deepTxn is the body of a Txn nesting n Txns, each one operation of the
+// one before it.
+func deepTxn(n int) []byte {
+	var e encoder
+	var nest func(depth int)
+	nest = func(depth int) {
+		e.uint(0) // compares
+		if depth == n {
+			e.uint(0) // success
+		} else {
+			e.uint(1) // success: one nested Txn
+			e.uint(uint64(OpTxn))
+			e.str("")
+			e.str("")
+			e.int(0)
+			e.str("")
+			e.int(0)
+			e.bool(false)
+			e.bool(false)
+			e.bool(true)
+			nest(depth + 1)
+		}
+		e.uint(0)      // failure
+		e.bool(false) // actor
+	}
+	nest(1)
+	return e.b
+}
