@@ -237,7 +237,7 @@ func deepTxn(n int) []byte {
 			e.bool(true)
 			nest(depth + 1)
 		}
-		e.uint(0)      // failure
+		e.uint(0)     // failure
 		e.bool(false) // actor
 	}
 	nest(1)
