@@ -11,7 +11,9 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 )
 
-// KeyValue is a key with its revisions.
+// KeyValue is a key with its revisions. Key and Value are the bytes as
+// stored, which need not be UTF-8 (a key written through the etcd API
+// may be any bytes); api.EscapeNonUTF8 shows them to a person.
 type KeyValue struct {
 	Key            string
 	Value          string
@@ -26,8 +28,15 @@ func kvFrom(p *tenurev1.KeyValue) KeyValue {
 	if p == nil {
 		return KeyValue{}
 	}
+	key, value := p.GetKey(), p.GetValue()
+	if b := p.GetKeyBytes(); len(b) > 0 {
+		key = string(b)
+	}
+	if b := p.GetValueBytes(); len(b) > 0 {
+		value = string(b)
+	}
 	return KeyValue{
-		Key: p.GetKey(), Value: p.GetValue(),
+		Key: key, Value: value,
 		CreateRevision: p.GetCreateRevision(), ModRevision: p.GetModRevision(), Version: p.GetVersion(),
 		TTL: p.GetTtl().AsDuration(), SessionID: p.GetSessionId(),
 	}

@@ -38,6 +38,9 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCPermissionDenied
 	case errors.Is(err, statemachine.ErrTooManySessions):
 		return rpctypes.ErrGRPCRequestTooManyRequests
+	case errors.Is(err, statemachine.ErrNotUTF8):
+		// etcd never refuses bytes; say why Tenure does, for now.
+		return status.Error(codes.FailedPrecondition, "etcdserver: "+err.Error())
 	case errors.Is(err, statemachine.ErrNotSupported):
 		return rpctypes.ErrGRPCNotCapable // etcd's exact text, which clients map
 	case errors.Is(err, context.Canceled):

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/tenurehq/tenure/api"
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/statemachine"
 )
@@ -142,15 +143,25 @@ func kvProto(kv *statemachine.KeyValue) *tenurev1.KeyValue {
 	if kv == nil {
 		return nil
 	}
-	return &tenurev1.KeyValue{
-		Key:            kv.Key,
-		Value:          kv.Value,
+	out := &tenurev1.KeyValue{
+		Key:            api.EscapeNonUTF8(kv.Key),
+		Value:          api.EscapeNonUTF8(kv.Value),
 		CreateRevision: kv.CreateRevision,
 		ModRevision:    kv.ModRevision,
 		Version:        kv.Version,
 		Ttl:            dur(kv.TTL),
 		SessionId:      kv.SessionID,
 	}
+	// A proto string holds only UTF-8: a key or value written as other
+	// bytes through the etcd API comes exactly in the bytes fields, and
+	// escaped in the strings, which would otherwise fail to marshal.
+	if out.Key != kv.Key {
+		out.KeyBytes = []byte(kv.Key)
+	}
+	if out.Value != kv.Value {
+		out.ValueBytes = []byte(kv.Value)
+	}
+	return out
 }
 
 var leaseEventTypes = map[statemachine.EventType]tenurev1.LeaseEventType{

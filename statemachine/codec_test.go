@@ -153,8 +153,8 @@ func TestTheJSONFormRefusesWhatItWouldRewrite(t *testing.T) {
 		CompareAndSwap{Key: "k", Target: CompareValue, Value: "\xc0"},
 	} {
 		for _, version := range []int{1, BinaryVersion - 1} {
-			if _, err := EncodeFor(version, 1, cmd); !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "not UTF-8") {
-				t.Errorf("EncodeFor(%d, %#v): got = %v, expected: %v naming UTF-8", version, cmd, err, ErrNotSupported)
+			if _, err := EncodeFor(version, 1, cmd); !errors.Is(err, ErrNotUTF8) || !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "upgrade every member") {
+				t.Errorf("EncodeFor(%d, %#v): got = %v, expected: %v, which is %v, saying what to do", version, cmd, err, ErrNotUTF8, ErrNotSupported)
 			}
 		}
 		if _, err := EncodeFor(BinaryVersion, 1, cmd); err != nil {

@@ -310,12 +310,12 @@ func Encode(now int64, cmd Command) ([]byte, error) {
 // builds before cluster version 6 read. JSON strings are UTF-8, and
 // encoding/json would rewrite any other byte to U+FFFD without a word:
 // a command with a string that is not UTF-8 is refused instead, with
-// ErrNotSupported, and changes nothing.
+// ErrNotUTF8, and changes nothing.
 func EncodeJSON(now int64, cmd Command) ([]byte, error) {
 	check := encoder{checkUTF8: true}
 	encodeCommand(&check, cmd)
 	if check.notUTF8 {
-		return nil, fmt.Errorf("%w: a key or value that is not UTF-8 needs cluster version %d, and a member still runs an older build: upgrade every member", ErrNotSupported, BinaryVersion)
+		return nil, fmt.Errorf("%w, and a member still runs an older build: upgrade every member", ErrNotUTF8)
 	}
 	body, err := json.Marshal(cmd)
 	if err != nil {

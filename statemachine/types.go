@@ -1,6 +1,9 @@
 package statemachine
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors returned in Result.Err. The API maps each to a wire code in one
 // table; callers branch with errors.Is.
@@ -41,6 +44,11 @@ var (
 	// ErrUnknownCommand is returned for a log entry this version cannot
 	// decode. It is never silently skipped.
 	ErrUnknownCommand = errors.New("unknown command")
+	// ErrNotUTF8 wraps ErrNotSupported. It is returned for a command
+	// holding a key or value that is not UTF-8 while the cluster version
+	// is below BinaryVersion: the log is still JSON, which would rewrite
+	// it. The command changes nothing.
+	ErrNotUTF8 = fmt.Errorf("%w: a key or value that is not UTF-8 needs cluster version %d", ErrNotSupported, BinaryVersion)
 )
 
 // Session is a client's liveness contract. Its ID is the revision at which

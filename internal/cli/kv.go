@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tenurehq/tenure/api"
 	"github.com/tenurehq/tenure/client"
 )
 
@@ -86,7 +87,7 @@ func kvGet(g *globals) *cobra.Command {
 	var stale bool
 	cmd := &cobra.Command{
 		Use:     "get KEY",
-		Short:   "Print a key's value (exit 1 if absent)",
+		Short:   "Print a key's value, its bytes exactly (exit 1 if absent)",
 		Example: `  tenure kv get my-lock`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -124,7 +125,7 @@ func kvRange(g *globals) *cobra.Command {
 	var stale bool
 	cmd := &cobra.Command{
 		Use:     "range PREFIX",
-		Short:   "Print every key with a prefix and its value, a line each",
+		Short:   "Print every key with a prefix and its value, a line each (bytes that are not UTF-8 as \\xNN)",
 		Example: `  tenure kv range jobs/`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -134,7 +135,7 @@ func kvRange(g *globals) *cobra.Command {
 					return unreachable(err)
 				}
 				for _, kv := range kvs {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s\n%s\n", kv.Key, kv.Value)
+					fmt.Fprintf(cmd.OutOrStdout(), "%s\n%s\n", api.EscapeNonUTF8(kv.Key), api.EscapeNonUTF8(kv.Value))
 				}
 				return nil
 			})
@@ -326,5 +327,5 @@ value. --rev replays from a past revision while the server still has it.`,
 }
 
 func printKeyEvent(w io.Writer, ev client.WatchEvent) {
-	fmt.Fprintf(w, "%s\n%s\n%s\n", ev.Type, ev.KV.Key, ev.KV.Value)
+	fmt.Fprintf(w, "%s\n%s\n%s\n", ev.Type, api.EscapeNonUTF8(ev.KV.Key), api.EscapeNonUTF8(ev.KV.Value))
 }

@@ -3391,7 +3391,15 @@ type KeyValue struct {
 	// Set when the key expires after a TTL of its own.
 	Ttl *durationpb.Duration `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// Set when the key is bound to a session and vanishes with it.
-	SessionId     int64 `protobuf:"varint,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId int64 `protobuf:"varint,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Keys and values are bytes, and a proto string holds only UTF-8. A
+	// key that is not UTF-8 (one written through the etcd API) comes
+	// exactly in key_bytes, set only then; key then shows it, each byte
+	// outside a UTF-8 character as \xNN and each backslash doubled. Read
+	// key_bytes first when it is set.
+	KeyBytes []byte `protobuf:"bytes,8,opt,name=key_bytes,json=keyBytes,proto3" json:"key_bytes,omitempty"`
+	// value_bytes is to value what key_bytes is to key.
+	ValueBytes    []byte `protobuf:"bytes,9,opt,name=value_bytes,json=valueBytes,proto3" json:"value_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3473,6 +3481,20 @@ func (x *KeyValue) GetSessionId() int64 {
 		return x.SessionId
 	}
 	return 0
+}
+
+func (x *KeyValue) GetKeyBytes() []byte {
+	if x != nil {
+		return x.KeyBytes
+	}
+	return nil
+}
+
+func (x *KeyValue) GetValueBytes() []byte {
+	if x != nil {
+		return x.ValueBytes
+	}
+	return nil
 }
 
 type GetRequest struct {
@@ -5737,7 +5759,7 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x05value\x18\b \x01(\tR\x05value\x12\x16\n" +
 	"\x06reason\x18\t \x01(\tR\x06reason\x12.\n" +
 	"\x04time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xe4\x01\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xa2\x02\n" +
 	"\bKeyValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12'\n" +
@@ -5746,7 +5768,10 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\aversion\x18\x05 \x01(\x03R\aversion\x12+\n" +
 	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\a \x01(\x03R\tsessionId\"4\n" +
+	"session_id\x18\a \x01(\x03R\tsessionId\x12\x1b\n" +
+	"\tkey_bytes\x18\b \x01(\fR\bkeyBytes\x12\x1f\n" +
+	"\vvalue_bytes\x18\t \x01(\fR\n" +
+	"valueBytes\"4\n" +
 	"\n" +
 	"GetRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +

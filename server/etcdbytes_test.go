@@ -1,0 +1,259 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/internal/testnet"
+	"github.com/tenurehq/tenure/raftnode"
+)
+
+// etcdNode is a single node on dir serving the etcd API, and an etcd
+// client of it, ready for writes.
+func etcdNode(t *testing.T, dir string) (*testServer, *clientv3.Client) {
+	t.Helper()
+	ts := startServer(t, dir, testLimits(), func(rc *raftnode.Config) { rc.SnapshotThreshold = 16 })
+	ln := testnet.Listen(t)
+	ts.cfg.Etcd = EtcdConfig{Listener: ln, Advertise: ln.Addr().String()}
+	if err := ts.startEtcd(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{ln.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return ts, c
+}
+
+func keysOf(resp *clientv3.GetResponse) []string {
+	var out []string
+	for _, kv := range resp.Kvs {
+		out = append(out, string(kv.Key))
+	}
+	return out
+}
+
+// The cases of issue 28, each of which etcd passes: bytes that are not
+// UTF-8 come back as they were given, through the log, a snapshot and a
+// restart, in reads, compares, prefix deletes and watch events.
+func TestEtcdKeysAndValuesKeepEveryByte(t *testing.T) {
+	dir := t.TempDir()
+	ts, c := etcdNode(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w := c.Watch(ctx, "/", clientv3.WithPrefix(), clientv3.WithPrevKV())
+
+	// etcdctl put /b $'\xff\xfe' reads back ff fe, not ef bf bd ef bf bd.
+	mustPut(t, c, "/b", "\xff\xfe")
+	if got := mustGet(t, c, "/b"); len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "\xff\xfe" {
+		t.Fatalf("value of /b: got = %q, expected: %q", got.Kvs, "\xff\xfe")
+	}
+	// Two keys that differ in a byte that is not UTF-8 stay two.
+	mustPut(t, c, "/c/\xff", "one")
+	mustPut(t, c, "/c/\xfe", "two")
+	if got := keysOf(mustGet(t, c, "/c/", clientv3.WithPrefix())); strings.Join(got, ",") != "/c/\xfe,/c/\xff" {
+		t.Fatalf("keys under /c/: got = %q, expected: [/c/\\xfe /c/\\xff]", got)
+	}
+	// A compare-and-swap that must fail fails: \xff is not \xfe.
+	mustPut(t, c, "/cas", "\xff")
+	resp, err := c.Txn(ctx).If(clientv3.Compare(clientv3.Value("/cas"), "=", "\xfe")).Then(clientv3.OpPut("/cas", "swapped")).Commit()
+	if err != nil || resp.Succeeded {
+		t.Fatalf("Txn comparing \\xff with \\xfe: got = succeeded %v (%v), expected: failed", resp != nil && resp.Succeeded, err)
+	}
+	// A prefix whose range end is not UTF-8 (п is d0 bf, its end d0 c0)
+	// deletes what it names and nothing else.
+	for _, k := range []string{"/u/п", "/u/пример", "/u/рыба", "/u/日本", "/u/zebra"} {
+		mustPut(t, c, k, "v")
+	}
+	del, err := c.Delete(ctx, "/u/п", clientv3.WithPrefix())
+	if err != nil || del.Deleted != 2 {
+		t.Fatalf("del --prefix /u/п: got = %v deleted (%v), expected: 2", del, err)
+	}
+	if got := keysOf(mustGet(t, c, "/u/", clientv3.WithPrefix())); strings.Join(got, ",") != "/u/zebra,/u/рыба,/u/日本" {
+		t.Fatalf("keys left under /u/: got = %q", got)
+	}
+
+	// Watch events carry the bytes, prev_kv too.
+	mustPut(t, c, "/c/\xff", "\x00\x80")
+	want := []string{"/b=\xff\xfe", "/c/\xff=one", "/c/\xfe=two", "/cas=\xff"}
+	var got []string
+	for len(got) < 12 {
+		select {
+		case wr := <-w:
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.PUT {
+					got = append(got, string(ev.Kv.Key)+"="+string(ev.Kv.Value))
+				} else {
+					got = append(got, "-"+string(ev.Kv.Key))
+				}
+				if string(ev.Kv.Key) == "/c/\xff" && string(ev.Kv.Value) == "\x00\x80" && (ev.PrevKv == nil || string(ev.PrevKv.Value) != "one") {
+					t.Fatalf("prev_kv of the second put of /c/\\xff: got = %v, expected: one", ev.PrevKv)
+				}
+			}
+		case <-ctx.Done():
+			t.Fatalf("watch events: got = %q, expected: 12", got)
+		}
+	}
+	for i, e := range want {
+		if got[i] != e {
+			t.Fatalf("watch event %d: got = %q, expected: %q", i, got[i], e)
+		}
+	}
+
+	// The native API shows what it cannot carry as a string escaped, and
+	// gives it exactly in the bytes fields; JSON too.
+	r, err := ts.KV.Range(ctx, connect.NewRequest(&tenurev1.RangeRequest{Prefix: "/c/"}))
+	if err != nil {
+		t.Fatalf("native Range of keys that are not UTF-8: %v", err)
+	}
+	kvs := r.Msg.GetKvs()
+	if len(kvs) != 2 || kvs[0].GetKey() != `/c/\xfe` || string(kvs[0].GetKeyBytes()) != "/c/\xfe" ||
+		kvs[1].GetValue() != "\x00\\x80" || string(kvs[1].GetValueBytes()) != "\x00\x80" || kvs[0].GetValueBytes() != nil {
+		t.Fatalf("native Range: got = %v", kvs)
+	}
+	code, out := postJSON(t, ts.URL, "tenure.v1.KVService/Range", `{"prefix":"/c/"}`)
+	first, _ := out["kvs"].([]any)
+	if code != http.StatusOK || len(first) != 2 || fmt.Sprint(first[0].(map[string]any)["key"]) != `/c/\xfe` ||
+		fmt.Sprint(first[0].(map[string]any)["keyBytes"]) != "L2Mv/g==" {
+		t.Fatalf("native Range as JSON: got = %d %v, expected: the key escaped and its bytes in base64", code, out)
+	}
+
+	// A restart (from a snapshot and the log after it) keeps them.
+	if err := ts.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, c = etcdNode(t, dir)
+	if got := keysOf(mustGet(t, c, "/c/", clientv3.WithPrefix())); strings.Join(got, ",") != "/c/\xfe,/c/\xff" {
+		t.Fatalf("keys under /c/ after a restart: got = %q", got)
+	}
+	if got := mustGet(t, c, "/b"); string(got.Kvs[0].Value) != "\xff\xfe" {
+		t.Fatalf("value of /b after a restart: got = %q, expected: %q", got.Kvs[0].Value, "\xff\xfe")
+	}
+}
+
+func mustPut(t *testing.T, c *clientv3.Client, key, value string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Put(ctx, key, value); err != nil {
+		t.Fatalf("put %q: %v", key, err)
+	}
+}
+
+func mustGet(t *testing.T, c *clientv3.Client, key string, opts ...clientv3.OpOption) *clientv3.GetResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := c.Get(ctx, key, opts...)
+	if err != nil {
+		t.Fatalf("get %q: %v", key, err)
+	}
+	return resp
+}
+
+// The native watch of keys that are not UTF-8, as newline-delimited JSON,
+// shows them escaped with their bytes beside, instead of failing.
+func TestNativeKeyWatchShowsKeysThatAreNotUTF8(t *testing.T) {
+	ts, c := etcdNode(t, t.TempDir())
+	mustPut(t, c, "w/\xff", "\xfe")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/v1/watch/keys?key=w/&prefix=true&start_revision=1", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("first event: %v", err)
+	}
+	for _, part := range [][]byte{[]byte(`"key":"w/\\xff"`), []byte(`"keyBytes":"dy//"`), []byte(`"value":"\\xfe"`), []byte(`"valueBytes":"/g=="`)} {
+		if !bytes.Contains(line, part) {
+			t.Fatalf("event: got = %s, expected: it to hold %s", line, part)
+		}
+	}
+}
+
+// A principal allowed only the keys under app/п deletes exactly those
+// with del --prefix app/п: the range end (app/ then d0 c0, not UTF-8) is
+// authorized and applied as the same bytes. Before the binary log, the
+// end was rewritten between the check and the apply, and the delete took
+// app/рыба too. A range beyond its prefix is refused, changing nothing.
+func TestEtcdAuthorizationDecidesOnTheBytesApplied(t *testing.T) {
+	es := startEtcdAuthServer(t)
+	admin := es.client(t, "admin", "admin-pw")
+	policy := `
+principals:
+  - name: petr
+    roles: [cyrillic]
+    etcd_password_bcrypt: %q
+  - name: admin
+    roles: [admin]
+    etcd_password_bcrypt: %q
+roles:
+  cyrillic:
+    - keys: [app/п]
+      verbs: [read, write]
+  admin:
+    - namespaces: ["*"]
+      keys: ["*"]
+      verbs: [read, lock, write, admin]
+`
+	if err := os.WriteFile(es.policyFile, []byte(fmt.Sprintf(policy, bcryptOf(t, "petr-pw"), es.adminHash)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := es.policy.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	petr := es.client(t, "petr", "petr-pw")
+	for _, k := range []string{"app/п", "app/пример", "app/рыба", "app/日本", "app/zebra"} {
+		mustPut(t, admin, k, "v")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name string
+		opts []clientv3.OpOption
+		key  string
+	}{
+		{"a range past app/п's end", []clientv3.OpOption{clientv3.WithRange("app/\xd1")}, "app/п"},
+		{"the prefix app/", []clientv3.OpOption{clientv3.WithPrefix()}, "app/"},
+		{"every key from app/п on", []clientv3.OpOption{clientv3.WithFromKey()}, "app/п"},
+	} {
+		if _, err := petr.Delete(ctx, tc.key, tc.opts...); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			t.Fatalf("petr deletes %s: got = %v, expected: %v", tc.name, err, rpctypes.ErrPermissionDenied)
+		}
+	}
+	if n := len(mustGet(t, admin, "app/", clientv3.WithPrefix()).Kvs); n != 5 {
+		t.Fatalf("keys after the refusals: got = %d, expected: 5", n)
+	}
+	del, err := petr.Delete(ctx, "app/п", clientv3.WithPrefix(), clientv3.WithPrevKV())
+	if err != nil || del.Deleted != 2 {
+		t.Fatalf("petr: del --prefix app/п: got = %v (%v), expected: 2 deleted", del, err)
+	}
+	if got := keysOf(mustGet(t, admin, "app/", clientv3.WithPrefix())); strings.Join(got, ",") != "app/zebra,app/рыба,app/日本" {
+		t.Fatalf("keys left: got = %q, expected: app/zebra, app/рыба, app/日本", got)
+	}
+	// Bytes past the prefix, UTF-8 or not, are its keys.
+	mustPut(t, petr, "app/п\xff", "\xff")
+	if got := mustGet(t, petr, "app/п\xff"); len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "\xff" {
+		t.Fatalf("petr's key app/п\\xff: got = %v", got.Kvs)
+	}
+}
