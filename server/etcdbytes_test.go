@@ -17,17 +17,22 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/internal/testnet"
 	"github.com/tenurehq/tenure/raftnode"
+	"github.com/tenurehq/tenure/statemachine"
 )
 
 // etcdNode is a single node on dir serving the etcd API, and an etcd
 // client of it, ready for writes.
-func etcdNode(t *testing.T, dir string) (*testServer, *clientv3.Client) {
+func etcdNode(t *testing.T, dir string, tweaks ...func(*raftnode.Config)) (*testServer, *clientv3.Client) {
 	t.Helper()
-	ts := startServer(t, dir, testLimits(), func(rc *raftnode.Config) { rc.SnapshotThreshold = 16 })
+	tweaks = append([]func(*raftnode.Config){func(rc *raftnode.Config) { rc.SnapshotThreshold = 16 }}, tweaks...)
+	ts := startServer(t, dir, testLimits(), tweaks...)
 	ln := testnet.Listen(t)
 	ts.cfg.Etcd = EtcdConfig{Listener: ln, Advertise: ln.Addr().String()}
 	if err := ts.startEtcd(); err != nil {
@@ -255,5 +260,44 @@ roles:
 	mustPut(t, petr, "app/п\xff", "\xff")
 	if got := mustGet(t, petr, "app/п\xff"); len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "\xff" {
 		t.Fatalf("petr's key app/п\\xff: got = %v", got.Kvs)
+	}
+}
+
+// In a rolling upgrade from the build before the binary log, a member
+// that reads only JSON holds the cluster at version 5: a key that is not
+// UTF-8 is refused, saying why, and nothing is written. Once the member
+// registers this build, the version rises and the same put keeps its
+// bytes.
+func TestEtcdBytesWaitForEveryMemberToReadTheBinaryLog(t *testing.T) {
+	dir, peer := t.TempDir(), testnet.Free(t)
+	oldPeer, oldAPI := seedOldMember(t, dir, peer, statemachine.BinaryVersion-1)
+	ts, c := etcdNode(t, dir, func(rc *raftnode.Config) { rc.PeerAddr = peer })
+	waitFor(t, "the cluster version to reach the old member's", func() bool {
+		return clusterStatus(t, ts).GetClusterVersion() == statemachine.BinaryVersion-1
+	})
+	mustPut(t, c, "/text/п", "日本") // UTF-8 goes as JSON, as the old member reads it
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := c.Put(ctx, "/b", "\xff\xfe")
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "not UTF-8") || !strings.Contains(err.Error(), "upgrade every member") {
+		t.Fatalf("a value that is not UTF-8 at cluster version %d: got = %v, expected: FailedPrecondition naming UTF-8 and the upgrade", statemachine.BinaryVersion-1, err)
+	}
+	if got := mustGet(t, c, "/b"); len(got.Kvs) != 0 {
+		t.Fatalf("/b after the refusal: got = %v, expected: absent", got.Kvs)
+	}
+
+	cluster := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
+	if _, err := cluster.Join(ctx, connect.NewRequest(&tenurev1.JoinRequest{Id: "old", PeerAddress: oldPeer, ApiAddress: oldAPI, Version: statemachine.Version, Engine: raftnode.EngineEtcd})); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the cluster version to reach this build's", func() bool {
+		return clusterStatus(t, ts).GetClusterVersion() == statemachine.Version
+	})
+	mustPut(t, c, "/b", "\xff\xfe")
+	if got := mustGet(t, c, "/b"); len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "\xff\xfe" {
+		t.Fatalf("/b after the upgrade: got = %v, expected: ff fe", got.Kvs)
+	}
+	if got := mustGet(t, c, "/text/п"); len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "日本" {
+		t.Fatalf("/text/п, written as JSON: got = %v", got.Kvs)
 	}
 }

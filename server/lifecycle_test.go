@@ -135,11 +135,11 @@ func TestANodeOnAnOlderBuildCannotJoinANewerCluster(t *testing.T) {
 }
 
 // seedOldMember makes dir hold a one-voter cluster, node1 at peer, that
-// also lists a non-voter "old" which registered as a build from before
-// cluster versions did (SetMember without a version), as a rolling
-// upgrade would find it. Nothing listens at old's addresses, which
-// it returns.
-func seedOldMember(t *testing.T, dir, peer string) (oldPeer, oldAPI string) {
+// also lists a non-voter "old" which registered as a build of cluster
+// version version (0: from before cluster versions, SetMember without
+// one), as a rolling upgrade would find it. Nothing listens at old's
+// addresses, which it returns.
+func seedOldMember(t *testing.T, dir, peer string, version int) (oldPeer, oldAPI string) {
 	t.Helper()
 	oldPeer, oldAPI = testnet.Free(t), testnet.Free(t)
 	n, err := raftnode.Open(raftnode.Config{
@@ -162,7 +162,7 @@ func seedOldMember(t *testing.T, dir, peer string) (oldPeer, oldAPI string) {
 	if err := n.AddNonvoter(ctx, "old", oldPeer); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Propose(ctx, statemachine.SetMember{ID: "old", APIAddress: oldAPI}); err != nil {
+	if _, err := n.Propose(ctx, statemachine.SetMember{ID: "old", APIAddress: oldAPI, Version: version}); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Close(); err != nil {
@@ -173,7 +173,7 @@ func seedOldMember(t *testing.T, dir, peer string) (oldPeer, oldAPI string) {
 
 func TestAMemberOnAnOlderBuildHoldsTheClusterVersionBack(t *testing.T) {
 	dir, peer := t.TempDir(), testnet.Free(t)
-	oldPeer, oldAPI := seedOldMember(t, dir, peer)
+	oldPeer, oldAPI := seedOldMember(t, dir, peer, 0)
 	samePeer := func(rc *raftnode.Config) { rc.PeerAddr = peer }
 	ts := startServer(t, dir, testLimits(), samePeer)
 
