@@ -31,10 +31,19 @@ func (s *Server) openWatch(spec watchSpec) (eventSource, error) {
 // twice. The events of one command share a KV revision; the watcher
 // counts those it has sent at the last one, so that a resync after the
 // hub dropped it (ErrLagged) resumes exactly where it stopped.
+//
+// A key event's KV revision is its key's mod revision, on either clock:
+// before cluster version 5 keys take the global revision, and the KV
+// revision starts above it when the version is raised. So the watcher
+// reads every event's revision from its key, never from the hub, and a
+// node whose state is from before version 5 — the cluster's, or only
+// this node's, restarted or catching up and not yet past the entry that
+// raised it — serves a watch from the hub's history by the same rule,
+// and goes on serving it right once that entry applies.
 type keyWatcher struct {
 	s      *Server
 	filter func(*statemachine.Event) bool
-	from   int64 // live events below it are older than the start
+	from   int64 // live events below it are older than the start; 0 until replay pins "now"
 	queue  []statemachine.Event
 	hub    *watch.Watcher
 	// last is the KV revision of the last event returned, and sent how
@@ -44,20 +53,7 @@ type keyWatcher struct {
 }
 
 // watchKeys starts a keyWatcher at KV revision start (0: from now).
-// Before cluster version 5 keys took the global revision, so the hub's
-// cursor is theirs and the hub serves the watch as it is.
 func (s *Server) watchKeys(start int64, filter func(*statemachine.Event) bool) (eventSource, error) {
-	var kvRev int64
-	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
-		kvRev = m.KVRevision()
-		return nil
-	})
-	if kvRev == 0 {
-		return s.hub.Watch(start, filter)
-	}
-	if start == 0 {
-		start = kvRev + 1
-	}
 	w := &keyWatcher{s: s, filter: filter, from: start, last: start - 1}
 	if err := w.replay(); err != nil {
 		return nil, err
@@ -72,11 +68,28 @@ func (w *keyWatcher) replay() error {
 		w.hub.Close()
 		w.hub = nil
 	}
-	var global int64
+	var follow int64 // the global revision the hub is followed from
 	skip := w.sent
 	err := w.s.node.ReadLocal(func(m *statemachine.Machine) error {
-		global = m.Revision()
-		if w.last+1 > m.KVRevision() && w.sent == 0 {
+		global, kvRev := m.Revision(), m.KVRevision()
+		follow = global + 1
+		if w.from == 0 {
+			now := kvRev
+			if now == 0 {
+				now = global // keys still take the global revision
+			}
+			w.from, w.last = now+1, now
+		}
+		if kvRev == 0 {
+			// Keys take the global revision in this state: a key
+			// event's KV revision is its global one, and the hub holds
+			// the history owed, from the next revision on (or from
+			// now, when that is still to come). Events of one command
+			// have revisions of their own here.
+			follow = min(w.last+1, global+1)
+			return nil
+		}
+		if w.last+1 > kvRev && w.sent == 0 {
 			return nil // nothing owed yet: a start at or past the next revision
 		}
 		from := max(w.last, 1)
@@ -107,7 +120,7 @@ func (w *keyWatcher) replay() error {
 	if err != nil {
 		return err
 	}
-	w.hub, err = w.s.hub.Watch(global+1, w.filter)
+	w.hub, err = w.s.hub.Watch(follow, w.filter)
 	return err
 }
 
