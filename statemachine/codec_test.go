@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -242,4 +243,44 @@ func deepTxn(n int) []byte {
 	}
 	nest(1)
 	return e.b
+}
+
+// The log's encoding runs on every proposal and every apply: the binary
+// form against the JSON one, per command of the kinds the hot paths
+// propose (go test -run '^$' -bench Codec ./statemachine).
+func BenchmarkCodec(b *testing.B) {
+	actor := &Actor{Principal: "app", Identities: []string{"app-*"}}
+	cmds := []Command{
+		Acquire{SessionID: 1234567, Lease: LeaseID{Namespace: "default", Name: "scheduler"}, Capacity: 1, Wait: true, GCAfter: gcAfter, Actor: actor},
+		Release{Lease: LeaseID{Namespace: "default", Name: "scheduler"}, Token: 1234590, Actor: actor},
+		Txn{
+			Compares: []TxnCompare{{Key: "/registry/pods/default/web-1", Target: TargetMod, Op: CmpEqual, Number: 4242}},
+			Success:  []TxnOp{{Type: OpPut, Key: "/registry/pods/default/web-1", Value: strings.Repeat("k8s", 341)}},
+			Failure:  []TxnOp{{Type: OpRange, Key: "/registry/pods/default/web-1"}},
+		},
+	}
+	for _, cmd := range cmds {
+		for _, form := range []struct {
+			name   string
+			encode func(int64, Command) ([]byte, error)
+		}{{"binary", Encode}, {"json", EncodeJSON}} {
+			data, err := form.encode(1, cmd)
+			if err != nil {
+				b.Fatal(err)
+			}
+			name := fmt.Sprintf("%T/%s", cmd, form.name)
+			b.Run(name+"/encode", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					_, _ = form.encode(1, cmd)
+				}
+			})
+			b.Run(name+"/decode", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					_, _, _ = Decode(data)
+				}
+			})
+		}
+	}
 }
