@@ -16,6 +16,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3election/v3electionpb"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -299,5 +301,46 @@ func TestEtcdBytesWaitForEveryMemberToReadTheBinaryLog(t *testing.T) {
 	}
 	if got := mustGet(t, c, "/text/п"); len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "日本" {
 		t.Fatalf("/text/п, written as JSON: got = %v", got.Kvs)
+	}
+}
+
+// etcd's Lock and Election services keep the bytes of names and values:
+// the Python and Node clients' recipes store binary UUIDs as values.
+func TestEtcdLockAndElectionKeepEveryByte(t *testing.T) {
+	_, c := etcdNode(t, t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	grant, err := c.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks := v3lockpb.NewLockClient(c.ActiveConnection())
+	lock, err := locks.Lock(ctx, &v3lockpb.LockRequest{Name: []byte("locks/\xff\x00"), Lease: int64(grant.ID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(lock.Key, []byte("locks/\xff\x00/")) {
+		t.Fatalf("lock key: got = %q, expected: under locks/\\xff\\x00/", lock.Key)
+	}
+	if got := mustGet(t, c, string(lock.Key)); len(got.Kvs) != 1 {
+		t.Fatalf("the lock's key %q: got = %v, expected: it", lock.Key, got.Kvs)
+	}
+
+	elections := v3electionpb.NewElectionClient(c.ActiveConnection())
+	uuid := []byte{0x9f, 0x1b, 0x00, 0xff, 0xc3, 0x28, 0x80, 0x01}
+	camp, err := elections.Campaign(ctx, &v3electionpb.CampaignRequest{Name: []byte("el/\xfe"), Lease: int64(grant.ID), Value: uuid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader, err := elections.Leader(ctx, &v3electionpb.LeaderRequest{Name: []byte("el/\xfe")})
+	if err != nil || !bytes.Equal(leader.Kv.Value, uuid) || !bytes.Equal(leader.Kv.Key, camp.Leader.Key) {
+		t.Fatalf("leader: got = %v (%v), expected: value %q at %q", leader, err, uuid, camp.Leader.Key)
+	}
+	next := append(bytes.Clone(uuid), 0xfe)
+	if _, err := elections.Proclaim(ctx, &v3electionpb.ProclaimRequest{Leader: camp.Leader, Value: next}); err != nil {
+		t.Fatal(err)
+	}
+	if leader, err := elections.Leader(ctx, &v3electionpb.LeaderRequest{Name: []byte("el/\xfe")}); err != nil || !bytes.Equal(leader.Kv.Value, next) {
+		t.Fatalf("leader after Proclaim: got = %v (%v), expected: value %q", leader, err, next)
 	}
 }
