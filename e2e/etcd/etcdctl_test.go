@@ -40,6 +40,7 @@ func TestEtcdctl(t *testing.T) {
 		{"lock", ctlLock},
 		{"elect", ctlElect},
 		{"maintenance", ctlMaintenance},
+		{"bytes", ctlBytes},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			ref, sut, ok := pair(t)
