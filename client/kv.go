@@ -3,7 +3,9 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -22,6 +24,20 @@ type KeyValue struct {
 	Version        int64
 	TTL            time.Duration // 0 unless the key has a TTL of its own
 	SessionID      int64         // 0 unless the key is bound to a session
+}
+
+// checkUTF8 refuses, before anything is sent, a key or value that is not
+// UTF-8: the native API carries them as protobuf strings, which hold only
+// UTF-8. Such keys are written through the etcd API; the native API
+// reads them (KeyValue holds their bytes). args alternate names and
+// values.
+func checkUTF8(args ...string) error {
+	for i := 0; i+1 < len(args); i += 2 {
+		if !utf8.ValidString(args[i+1]) {
+			return fmt.Errorf("%w: %s %q is not UTF-8: the native API takes UTF-8 keys and values; write other bytes through the etcd API", ErrInvalidArgument, args[i], args[i+1])
+		}
+	}
+	return nil
 }
 
 func kvFrom(p *tenurev1.KeyValue) KeyValue {
@@ -101,6 +117,9 @@ func Stale() ReadOption { return func(o *readOptions) { o.stale = true } }
 // Get returns a key, or ErrNotFound.
 func (kv *KV) Get(ctx context.Context, key string, opts ...ReadOption) (KeyValue, error) {
 	var out KeyValue
+	if err := checkUTF8("key", key); err != nil {
+		return out, err
+	}
 	o := readOpts(opts)
 	err := kv.c.do(ctx, "Get", idempotent, func(ctx context.Context, ep *endpoint) error {
 		resp, err := ep.kv.Get(ctx, connect.NewRequest(&tenurev1.GetRequest{Key: key, Stale: o.stale}))
@@ -116,6 +135,9 @@ func (kv *KV) Get(ctx context.Context, key string, opts ...ReadOption) (KeyValue
 // keys' revision (the KV revision) at the read, and whether more were
 // left out.
 func (kv *KV) Range(ctx context.Context, prefix string, limit int64, opts ...ReadOption) (kvs []KeyValue, revision int64, more bool, err error) {
+	if err := checkUTF8("prefix", prefix); err != nil {
+		return nil, 0, false, err
+	}
 	o := readOpts(opts)
 	err = kv.c.do(ctx, "Range", idempotent, func(ctx context.Context, ep *endpoint) error {
 		resp, err := ep.kv.Range(ctx, connect.NewRequest(&tenurev1.RangeRequest{Prefix: prefix, Limit: limit, Stale: o.stale}))
@@ -136,6 +158,9 @@ func (kv *KV) Range(ctx context.Context, prefix string, limit int64, opts ...Rea
 // repeated after a failure that leaves its outcome unknown: it returns
 // ErrUnknownOutcome instead.
 func (kv *KV) Put(ctx context.Context, key, value string, opts ...WriteOption) (int64, error) {
+	if err := checkUTF8("key", key, "value", value); err != nil {
+		return 0, err
+	}
 	ttl, session := writeOpts(opts)
 	var rev int64
 	err := kv.c.do(ctx, "Put", once, func(ctx context.Context, ep *endpoint) error {
@@ -159,6 +184,9 @@ func (kv *KV) DeletePrefix(ctx context.Context, prefix string) (int64, error) {
 }
 
 func (kv *KV) delete(ctx context.Context, key string, prefix bool) (int64, error) {
+	if err := checkUTF8("key", key); err != nil {
+		return 0, err
+	}
 	var n int64
 	err := kv.c.do(ctx, "Delete", once, func(ctx context.Context, ep *endpoint) error {
 		resp, err := ep.kv.Delete(ctx, connect.NewRequest(&tenurev1.DeleteRequest{Key: key, Prefix: prefix}))
@@ -217,6 +245,9 @@ func (kv *KV) CompareAndDelete(ctx context.Context, key string, cmp Compare) err
 }
 
 func (kv *KV) cas(ctx context.Context, op string, req *tenurev1.CompareAndSwapRequest, opts []WriteOption) (KeyValue, error) {
+	if err := checkUTF8("key", req.GetKey(), "value", req.GetValue(), "compared value", req.GetCompare().GetValue()); err != nil {
+		return KeyValue{}, err
+	}
 	req.Ttl, req.SessionId = writeOpts(opts)
 	var out KeyValue
 	err := kv.c.do(ctx, op, once, func(ctx context.Context, ep *endpoint) error {
@@ -300,6 +331,12 @@ func (kv *KV) Watch(ctx context.Context, key string, opts ...WatchOption) <-chan
 	var o watchOptions
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if err := checkUTF8("key", key); err != nil {
+		ch := make(chan WatchEvent, 1)
+		ch <- WatchEvent{Err: err}
+		close(ch)
+		return ch
 	}
 	return watchInto(ctx, kv.c, "Watch", o.revision, false,
 		func(ctx context.Context, ep *endpoint, from int64) (*connect.ServerStreamForClient[tenurev1.WatchEvent], error) {
