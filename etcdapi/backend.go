@@ -22,6 +22,12 @@ type Backend interface {
 	// Read runs fn on the state: a linearizable read on the leader, or
 	// this node's state as it is when serializable. fn must not keep m.
 	Read(ctx context.Context, serializable bool, fn func(m *statemachine.Machine) error) error
+	// Sync brings this node's own state up to every write acknowledged
+	// before the call, so that a serializable Read after it sees them
+	// (a follower learns from the leader how far that is). It gives up,
+	// leaving the state as it is, when no leader answers within a bound:
+	// an etcd member cut off from its leader serves from its own state.
+	Sync(ctx context.Context)
 	// Renew renews session id on the leader, as a heartbeat does, and
 	// returns its TTL; statemachine.ErrSessionNotFound when it is gone.
 	Renew(ctx context.Context, id int64) (time.Duration, error)

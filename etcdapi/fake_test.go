@@ -85,6 +85,9 @@ func (f *fakeBackend) Read(ctx context.Context, serializable bool, fn func(m *st
 	return fn(f.m)
 }
 
+// Sync has nothing to do: the fake is its own leader.
+func (f *fakeBackend) Sync(context.Context) {}
+
 func (f *fakeBackend) Renew(ctx context.Context, id int64) (time.Duration, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

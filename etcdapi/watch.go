@@ -443,6 +443,13 @@ func (st *watchStream) create(cr *pb.WatchCreateRequest) error {
 	}
 	w.release = release
 
+	// A watch from a revision is answered as of every write acknowledged
+	// before it, wherever it was made: above all a compaction, after
+	// which etcd cancels a watch from before it (its compacted response)
+	// on any member. A follower may not have applied it yet.
+	if cr.StartRevision > 0 {
+		st.b.Sync(st.ctx)
+	}
 	// Added before the history is read, so that the hub watcher's filter
 	// takes every event after that read.
 	st.watches[w.id] = w

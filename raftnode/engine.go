@@ -956,7 +956,9 @@ func (e *etcdEngine) readRound() (uint64, error) {
 	// once an entry of its own term commits: raft holds read requests
 	// back until then, except in a one-voter cluster, which answers with
 	// whatever commit index it restarted with. A barrier settles both.
-	if term := e.term.Load(); e.readyTerm.Load() != term {
+	// A follower's round (Sync) is the leader's to settle: raft sends it
+	// there and the leader holds it back the same way.
+	if term := e.term.Load(); e.isLeader() && e.readyTerm.Load() != term {
 		// Bounded loosely: a step-down fails it at once (failWaiters),
 		// and the callers' own contexts bound their waits.
 		ctx, cancel := context.WithTimeout(context.Background(), defaultApplyTimeout)

@@ -65,6 +65,10 @@ var etcdLeaderStreams = map[string]bool{
 	"/v3electionpb.Election/Observe":     true,
 }
 
+// Sync is syncLocal: a follower's etcd watch from a revision is
+// answered as of every write acknowledged before it.
+func (b etcdBackend) Sync(ctx context.Context) { b.s.syncLocal(ctx) }
+
 func (s *Server) etcdUnaryInterceptors() []grpc.UnaryServerInterceptor {
 	return []grpc.UnaryServerInterceptor{s.etcdUnaryAuth(), s.etcdForwardUnary}
 }

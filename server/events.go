@@ -89,7 +89,7 @@ func (s *Server) streamEvents(ctx context.Context, spec watchSpec, send func(*st
 // feedEvents is streamEvents without the slot, for a grant watch, which
 // holds a wait slot instead.
 func (s *Server) feedEvents(ctx context.Context, spec watchSpec, send func(*statemachine.Event) error) error {
-	w, err := s.openWatch(spec)
+	w, err := s.openWatch(ctx, spec)
 	if err != nil {
 		return toConnect(err)
 	}

@@ -116,7 +116,7 @@ func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, spec watchSpe
 		return
 	}
 	defer release()
-	watcher, err := s.openWatch(spec)
+	watcher, err := s.openWatch(r.Context(), spec)
 	if err != nil {
 		httpError(w, toConnect(err))
 		return

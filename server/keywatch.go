@@ -15,12 +15,40 @@ type eventSource interface {
 	Close()
 }
 
-// openWatch starts the events spec asks for.
-func (s *Server) openWatch(spec watchSpec) (eventSource, error) {
+// openWatch starts the events spec asks for. A key watch from a
+// revision first brings this node up to every write acknowledged before
+// it (syncLocal), so that a compaction acknowledged a moment ago through
+// any node refuses it here too.
+func (s *Server) openWatch(ctx context.Context, spec watchSpec) (eventSource, error) {
 	if !spec.keys {
 		return s.hub.Watch(spec.start, spec.filter)
 	}
+	if spec.start > 0 {
+		s.syncLocal(ctx)
+	}
 	return s.watchKeys(spec.start, spec.filter)
+}
+
+// syncWait bounds how long syncLocal waits for the leader to say how far
+// the log is committed: about an election, as a forwarded call waits.
+const syncWait = leaderWait
+
+// syncLocal brings this node's own state up to every write acknowledged
+// before the call, for a read that is served here but must not miss one
+// (a watch from a revision, whose history the leader may have compacted
+// a moment ago). A promoted leader has applied all of them already; a
+// follower asks the leader (raftnode.Node.Sync). When no leader answers
+// within syncWait the state stays as it is, and the caller serves from
+// it, as an etcd member cut off from its leader serves watches.
+func (s *Server) syncLocal(ctx context.Context) {
+	if s.leading.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, syncWait)
+	defer cancel()
+	if err := s.node.Sync(ctx); err != nil {
+		s.log.Debug("serving from this node's state, not brought up to the leader's", "err", err)
+	}
 }
 
 // keyWatcher follows key events on the keys' own clock, the KV revision
