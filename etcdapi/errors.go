@@ -11,6 +11,23 @@ import (
 	"github.com/tenurehq/tenure/statemachine"
 )
 
+// What a Backend returns (possibly wrapped) when the leader a call ran
+// on lost its leadership while the call was under way; ErrNotLeader is
+// for one that never started. Each is answered as etcd answers the same
+// situation: Unavailable, which clients take as "try again" (clientv3
+// retries a read, and leaves a write, whose outcome is unknown, to the
+// caller).
+var (
+	// ErrLeaderChanged is returned for a read the leader could not
+	// confirm before it stepped down: etcd's "leader changed".
+	ErrLeaderChanged = errors.New("leader changed before the read was confirmed")
+	// ErrLeaderFailed is returned for a write in flight when its leader
+	// stepped down: it may still commit under the next leader, or not.
+	// etcd waits for such a write until its request timeout and answers
+	// "request timed out, possibly due to previous leader failure".
+	ErrLeaderFailed = errors.New("leader stepped down with the write in flight")
+)
+
 // toGRPC turns an error of the state machine or the Backend into the
 // error etcd would answer, with its code and text: clients match on
 // both. An error that already is a gRPC status passes as it is.
@@ -24,6 +41,10 @@ func toGRPC(err error) error {
 	switch {
 	case errors.Is(err, ErrNotLeader):
 		return rpctypes.ErrGRPCNoLeader
+	case errors.Is(err, ErrLeaderFailed):
+		return rpctypes.ErrGRPCTimeoutDueToLeaderFail
+	case errors.Is(err, ErrLeaderChanged):
+		return rpctypes.ErrGRPCLeaderChanged
 	case errors.Is(err, statemachine.ErrCompacted):
 		return rpctypes.ErrGRPCCompacted
 	case errors.Is(err, statemachine.ErrFutureRevision):

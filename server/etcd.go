@@ -147,7 +147,8 @@ func (s *Server) stopEtcd() {
 type etcdBackend struct{ s *Server }
 
 // etcdError turns a node's error into etcd's: the state machine's own
-// errors pass, for etcdapi to map.
+// errors pass, for etcdapi to map. A lost leadership is a read's here;
+// etcdProposeError is for a write.
 func etcdError(err error) error {
 	var nl *notLeaderError
 	switch {
@@ -155,12 +156,24 @@ func etcdError(err error) error {
 		return nil
 	case errors.As(err, &nl), errors.Is(err, raftnode.ErrNotLeader), errors.Is(err, lessor.ErrNotLeader):
 		return fmt.Errorf("%w: %v", etcdapi.ErrNotLeader, err)
+	case errors.Is(err, raftnode.ErrLeadershipLost):
+		return fmt.Errorf("%w: %w", etcdapi.ErrLeaderChanged, err)
 	case errors.Is(err, raftnode.ErrDiskFull):
 		return rpctypes.ErrGRPCNoSpace
 	case errors.Is(err, raftnode.ErrClosed):
 		return rpctypes.ErrGRPCStopped
 	}
 	return err
+}
+
+// etcdProposeError is etcdError for a proposal: one in flight when its
+// leader lost its leadership may still commit, and etcd answers it as a
+// timeout due to the leader's failure.
+func etcdProposeError(err error) error {
+	if errors.Is(err, raftnode.ErrLeadershipLost) {
+		return fmt.Errorf("%w: %w", etcdapi.ErrLeaderFailed, err)
+	}
+	return etcdError(err)
 }
 
 // Propose waits out the moment after a new cluster's election when
@@ -180,13 +193,13 @@ func (b etcdBackend) Propose(ctx context.Context, cmd statemachine.Command) (sta
 	for {
 		res, err := b.s.propose(ctx, cmd)
 		if !errors.Is(err, statemachine.ErrNotSupported) || time.Now().After(deadline) {
-			return res, etcdError(err)
+			return res, etcdProposeError(err)
 		}
 		select {
 		case <-ctx.Done():
-			return res, etcdError(err)
+			return res, etcdProposeError(err)
 		case <-b.s.stopC:
-			return res, etcdError(err)
+			return res, etcdProposeError(err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
