@@ -86,8 +86,8 @@ func TestDifferentialFuzz(t *testing.T) {
 	var total runStats
 	seeds := 0
 	summary := func() string {
-		return fmt.Sprintf("%d seeds (%d to %d), %d operations, %d answers and %d watch events compared in %v",
-			seeds, cfg.seed, cfg.seed+uint64(seeds)-1, total.ops, total.answers, total.events, time.Since(start).Round(time.Second))
+		return fmt.Sprintf("%s (%d to %d), %d operations, %d answers and %d watch events compared in %v",
+			plural(seeds, "seed"), cfg.seed, cfg.seed+uint64(seeds)-1, total.ops, total.answers, total.events, time.Since(start).Round(time.Second))
 	}
 	for i := 0; cfg.more(t, i, start); i++ {
 		seed := cfg.seed + uint64(i)
