@@ -263,7 +263,7 @@ func (cfg fuzzConfig) failure(t *testing.T, pool *pairPool, seed uint64, ops []o
 	if cfg.script != "" && os.Getenv("TENURE_DIFF_SHRINK") == "" {
 		budget = 0 // a script replays as it is, unless asked
 	}
-	sh := &shrinker{pool: pool, deadline: time.Now().Add(budget)}
+	sh := &shrinker{run: func(ops []operation) (*runResult, error) { return attempt(pool, ops) }, deadline: time.Now().Add(budget)}
 	began := time.Now()
 	sh.shrink(ops, res)
 	switch {
