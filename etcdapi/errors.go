@@ -28,6 +28,20 @@ var (
 	ErrLeaderFailed = errors.New("leader stepped down with the write in flight")
 )
 
+// statusError is an answer in etcd's code and text that still says, to
+// the server that sends it, what it answers (errors.Is finds cause): a
+// call answered for want of the leader wraps ErrNotLeader whichever code
+// etcd gives it there, and the server forwards it to the leader. gRPC
+// sends the status alone.
+type statusError struct {
+	st    *status.Status
+	cause error
+}
+
+func (e *statusError) Error() string              { return e.st.Err().Error() }
+func (e *statusError) GRPCStatus() *status.Status { return e.st }
+func (e *statusError) Unwrap() error              { return e.cause }
+
 // toGRPC turns an error of the state machine or the Backend into the
 // error etcd would answer, with its code and text: clients match on
 // both. An error that already is a gRPC status passes as it is.
@@ -40,7 +54,7 @@ func toGRPC(err error) error {
 	}
 	switch {
 	case errors.Is(err, ErrNotLeader):
-		return rpctypes.ErrGRPCNoLeader
+		return &statusError{st: status.Convert(rpctypes.ErrGRPCNoLeader), cause: err}
 	case errors.Is(err, ErrLeaderFailed):
 		return rpctypes.ErrGRPCTimeoutDueToLeaderFail
 	case errors.Is(err, ErrLeaderChanged):

@@ -42,3 +42,36 @@ func TestErrorsAreEtcds(t *testing.T) {
 		})
 	}
 }
+
+// TestNoLeaderAnswersKeepTheirCause: an answer for want of the leader is
+// etcd's in code and text for its method — Unavailable for KV, and
+// codes.Unknown from the Lock and Election recipes, as etcd's are — and
+// still wraps ErrNotLeader for the server that sends it, which forwards
+// such a call to the leader. A recipe's own errors, "election: not
+// leader" among them, do not.
+func TestNoLeaderAnswersKeepTheirCause(t *testing.T) {
+	r := recipes{b: newFakeBackend(t)}
+	noLeader := fmt.Errorf("%w: no leader known", ErrNotLeader)
+	for _, tc := range []struct {
+		name     string
+		err      error
+		code     codes.Code
+		msg      string
+		noLeader bool
+	}{
+		{"a KV call", toGRPC(noLeader), codes.Unavailable, "etcdserver: no leader", true},
+		{"a recipe", r.fail(noLeader), codes.Unknown, "etcdserver: no leader", true},
+		{"a recipe's own error", r.fail(errElectionNotLeader), codes.Unknown, "election: not leader", false},
+		{"a recipe's lease gone", r.fail(statemachine.ErrSessionNotFound), codes.Unknown, "etcdserver: requested lease not found", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, _ := status.FromError(tc.err)
+			if st.Code() != tc.code || st.Message() != tc.msg {
+				t.Errorf("got = %v %q, expected: %v %q", st.Code(), st.Message(), tc.code, tc.msg)
+			}
+			if got := errors.Is(tc.err, ErrNotLeader); got != tc.noLeader {
+				t.Errorf("errors.Is(ErrNotLeader) got = %v, expected: %v", got, tc.noLeader)
+			}
+		})
+	}
+}

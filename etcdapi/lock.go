@@ -124,9 +124,11 @@ func (r recipes) untilStopped(ctx context.Context) (context.Context, context.Can
 // it. There the recipes run on a client of the server, whose errors are
 // plain errors by the time the handler returns them: gRPC sends them as
 // codes.Unknown with etcd's text ("etcdserver: requested lease not
-// found"), and a caller's cancelled or expired context as its own code.
-// Once the node stops, etcd's "server stopped", so that clients go
-// elsewhere.
+// found", "etcdserver: no leader"), and a caller's cancelled or expired
+// context as its own code. Once the node stops, etcd's "server
+// stopped", so that clients go elsewhere. The answer still wraps err,
+// so that the server tells a follower's "no leader" (ErrNotLeader),
+// which it forwards, from the recipe's own answers.
 func (r recipes) fail(err error) error {
 	select {
 	case <-r.b.Done():
@@ -136,7 +138,7 @@ func (r recipes) fail(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return status.FromContextError(err).Err()
 	}
-	return status.Error(codes.Unknown, status.Convert(toGRPC(err)).Message())
+	return &statusError{st: status.New(codes.Unknown, status.Convert(toGRPC(err)).Message()), cause: err}
 }
 
 // firstCreate reads the key of prefix range [pfx, end) with the lowest

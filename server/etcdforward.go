@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/tenurehq/tenure/auth"
+	"github.com/tenurehq/tenure/etcdapi"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -77,17 +77,23 @@ func (s *Server) etcdStreamInterceptors() []grpc.StreamServerInterceptor {
 	return []grpc.StreamServerInterceptor{s.etcdStreamAuth(), s.etcdForwardStream}
 }
 
-// isNoLeader reports whether err is the answer of a node that needed the
-// leader and is not it.
-func isNoLeader(err error) bool {
-	st, ok := status.FromError(err)
-	want, _ := status.FromError(rpctypes.ErrGRPCNoLeader)
-	return ok && st.Code() == want.Code() && st.Message() == want.Message()
-}
+// etcdNoLeaderKey is set in the trailer of a forwarded call's answer
+// when the node it reached answered it for want of the leader, so that
+// the follower tells that from every other answer, whatever code and
+// text etcd gives it for the method (Unavailable for KV, codes.Unknown
+// for Lock and Election, as etcd's concurrency errors are). Only nodes
+// read it: a client's own calls never get it.
+const etcdNoLeaderKey = "tenure-no-leader"
+
+// isNoLeader reports whether err, a handler's answer here, is that of a
+// node that needed the leader and is not it: etcdapi's answers keep the
+// condition (etcdapi.ErrNotLeader) for the server that sends them.
+func isNoLeader(err error) bool { return errors.Is(err, etcdapi.ErrNotLeader) }
 
 func (s *Server) etcdForwardUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	newReply, forwardable := etcdReplies[info.FullMethod]
-	forwardable = forwardable && !forwardedCall(ctx)
+	forwarded := forwardedCall(ctx)
+	forwardable = forwardable && !forwarded
 	// Right after an election the leader may not be promoted yet, or
 	// its etcd address not yet known to its followers: etcd clients do
 	// not retry a refused write, so the call waits for the leader a
@@ -102,26 +108,37 @@ func (s *Server) etcdForwardUnary(ctx context.Context, req any, info *grpc.Unary
 		if forwardable {
 			if conn, cerr := s.etcdLeaderConn(ctx); cerr == nil {
 				reply := newReply()
-				ferr := conn.Invoke(s.etcdForwardContext(ctx), info.FullMethod, req, reply)
+				var trailer metadata.MD
+				ferr := conn.Invoke(s.etcdForwardContext(ctx), info.FullMethod, req, reply, grpc.Trailer(&trailer))
 				if ferr == nil {
 					return reply, nil
 				}
-				if !isNoLeader(ferr) {
-					return nil, ferr
+				if len(trailer.Get(etcdNoLeaderKey)) == 0 {
+					return nil, ferr // the leader's answer, as it gave it
 				}
 			}
 		}
 		if time.Now().After(deadline) {
-			return res, err
+			return etcdNoLeader(ctx, forwarded, res, err)
 		}
 		select {
 		case <-ctx.Done():
-			return res, err
+			return etcdNoLeader(ctx, forwarded, res, err)
 		case <-s.stopC:
-			return res, err
+			return etcdNoLeader(ctx, forwarded, res, err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// etcdNoLeader answers a call for want of the leader with the handler's
+// answer, res and err, marked as such for the follower that forwarded
+// it.
+func etcdNoLeader(ctx context.Context, forwarded bool, res any, err error) (any, error) {
+	if forwarded {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(etcdNoLeaderKey, "1"))
+	}
+	return res, err
 }
 
 // leaderWait bounds how long an etcd call waits for a leader to serve it:
