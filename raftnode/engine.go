@@ -91,6 +91,10 @@ type etcdEngine struct {
 	snapWanted  chan struct{}   // raftStorage's: a snapshot to send names a configuration that is out of date
 	stop        chan struct{}
 	wg          sync.WaitGroup
+
+	failOnce sync.Once
+	failed   chan struct{} // closed by fail; failErr is set before
+	failErr  error
 }
 
 // raftHandle boxes the raft node so that it can be swapped atomically.
@@ -165,6 +169,7 @@ func openEtcd(n *Node, cfg Config, st stores, trans peerTransport) (*etcdEngine,
 		snapNow:     make(chan chan error),
 		snapWanted:  make(chan struct{}, 1),
 		stop:        make(chan struct{}),
+		failed:      make(chan struct{}),
 		// Request numbers start at the clock, so that a restarted node
 		// never reuses one an entry still in the log carries.
 		nextReq: uint64(time.Now().UnixNano()),
@@ -1027,6 +1032,9 @@ func (e *etcdEngine) failReads() {
 // Process, ReportUnreachable and ReportSnapshot are the transport's way
 // into raft (messageHandler).
 func (e *etcdEngine) Process(ctx context.Context, m raftpb.Message) error {
+	if err := e.checkLog(m); err != nil {
+		return err
+	}
 	switch m.Type {
 	case raftpb.MsgApp, raftpb.MsgHeartbeat, raftpb.MsgSnap:
 		e.lastContact.Store(time.Now().UnixNano())

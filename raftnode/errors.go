@@ -31,6 +31,15 @@ var (
 	// failed for lack of space). Nothing was appended; writes resume by
 	// themselves once space is freed. The error is a *DiskFullError.
 	ErrDiskFull = errors.New("disk full")
+
+	// ErrLogLost is what Node.Err returns once the leader has shown that
+	// this node is a member whose log it no longer has: the leader knows
+	// the node held entries up to an index past the end of its log, as
+	// when its data dir was emptied or replaced while it stayed in the
+	// configuration. Raft cannot go on with such a node (etcd's raft
+	// panics: "tocommit(…) is out of range"); it takes no more raft
+	// traffic, and Node.Failed is closed. The error is a *LogLostError.
+	ErrLogLost = errors.New("raft log lost")
 )
 
 // NotLeaderError is returned when a call needs the leader and this node is

@@ -208,6 +208,29 @@ func (s *Server) join(ctx context.Context, r *tenurev1.JoinRequest) error {
 	return s.register(ctx, r.GetId(), r.GetApiAddress(), r.GetEtcdAddress(), int(r.GetVersion()))
 }
 
+// exitOnLostLog ends serving, with the way out, once raft has found that
+// the cluster counts this node as a member with a log it no longer has
+// (raftnode.ErrLogLost): a voter started again on an empty data dir
+// under its old ID, say. Nothing it could do would make it that member
+// again, and as a new one it must first be removed. It returns when the
+// server stops or after it has reported the failure (Server.Err).
+func (s *Server) exitOnLostLog() {
+	select {
+	case <-s.stopC:
+		return
+	case <-s.node.Failed():
+	}
+	err := s.node.Err()
+	if errors.Is(err, raftnode.ErrLogLost) {
+		id := s.node.ID()
+		err = fmt.Errorf("node %s cannot take part in the cluster: %w; the cluster still counts it as a member with the log it had: remove it (tenure members remove %s), then start it again on an empty data dir to join as a new member", id, err, id)
+	}
+	select {
+	case s.serveErr <- err:
+	default:
+	}
+}
+
 // register records a member's API address and the cluster version its
 // build runs in the log, unless they are already there.
 func (s *Server) register(ctx context.Context, id, api, etcdAPI string, version int) error {

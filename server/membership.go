@@ -120,6 +120,12 @@ func (h *clusterService) Introduce(ctx context.Context, req *connect.Request[ten
 
 // membershipLoop runs the steps above until the server closes.
 func (s *Server) membershipLoop() {
+	lost := make(chan struct{})
+	go func() {
+		defer close(lost)
+		s.exitOnLostLog()
+	}()
+	defer func() { <-lost }()
 	s.discovery.add(s.selfInfo())
 	m := membership{s: s}
 	pause := 100 * time.Millisecond
