@@ -56,6 +56,9 @@ type fsm struct {
 // applyData applies one encoded command; the caller holds mu for writing.
 func (f *fsm) applyData(index, term uint64, data []byte) statemachine.Result {
 	now, cmd, err := statemachine.Decode(data)
+	if v := int(f.version.Load()); err == nil && statemachine.IsBinary(data) && v < statemachine.BinaryVersion {
+		err = fmt.Errorf("%w: a binary entry at cluster version %d, which a member on an older build could not read", statemachine.ErrNotSupported, v)
+	}
 	if err != nil {
 		// Every replica fails the same entry the same way, so the state
 		// stays identical; the proposer learns why from Result.Err.

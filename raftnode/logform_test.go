@@ -54,8 +54,18 @@ func TestTheLogIsJSONUntilTheClusterVersionReadsBinary(t *testing.T) {
 	if _, err := n.Propose(ctxT(t), binary); !errors.Is(err, statemachine.ErrNotSupported) {
 		t.Fatalf("a key that is not UTF-8 at cluster version %d: got = %v, expected: %v", statemachine.BinaryVersion-1, err, statemachine.ErrNotSupported)
 	}
+	// A binary entry that reached the log below the version anyway (a
+	// leader of a newer build, say) is refused on every replica, as a
+	// member of the older build, unable to decode it, refuses it.
+	raw, err := statemachine.Encode(1, binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := n.etcd.propose(ctxT(t), "propose", raw); err != nil || !errors.Is(res.Err, statemachine.ErrNotSupported) {
+		t.Fatalf("a binary entry at cluster version %d: got = %v, %v, expected: %v", statemachine.BinaryVersion-1, err, res.Err, statemachine.ErrNotSupported)
+	}
 	if kv, _ := machineKeys(t, n); len(kv) != 1 {
-		t.Fatalf("keys after the refusal: got = %q, expected: only text", kv)
+		t.Fatalf("keys after the refusals: got = %q, expected: only text", kv)
 	}
 
 	propose(statemachine.SetVersion{Version: statemachine.BinaryVersion})

@@ -103,7 +103,8 @@ func writeHashicorpDataDir(t *testing.T, cfg Config, voters []raft.Server, puts 
 				t.Fatal(err)
 			}
 		}
-		data, err := statemachine.Encode(time.Now().UnixNano(), p)
+		// The engine before wrote the JSON form.
+		data, err := statemachine.EncodeJSON(time.Now().UnixNano(), p)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -327,6 +327,13 @@ func EncodeJSON(now int64, cmd Command) ([]byte, error) {
 	return append(buf, body...), nil
 }
 
+// IsBinary reports whether data is an entry in the binary form. Such an
+// entry is applied only at BinaryVersion or later: below it a member may
+// run a build that cannot decode it, and refuses it as ErrUnknownCommand,
+// so every replica must refuse it too (ErrNotSupported) to stay alike.
+// Leaders write binary entries only from BinaryVersion on (EncodeFor).
+func IsBinary(data []byte) bool { return len(data) > 0 && data[0]&binaryFlag != 0 }
+
 // Decode is the inverse of Encode and of EncodeJSON.
 func Decode(data []byte) (now int64, cmd Command, err error) {
 	if len(data) < headerLen {

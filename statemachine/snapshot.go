@@ -73,6 +73,14 @@ func (m *Machine) Snapshot(w io.Writer) error {
 	}
 	snap.Keys, _ = m.Range("", 0)
 	if !m.atLeast(BinaryVersion) {
+		// No command that is not UTF-8 is applied below BinaryVersion
+		// (EncodeJSON refuses it, and raftnode refuses a binary entry):
+		// should one be anyway, fail rather than let JSON rewrite it.
+		check := encoder{checkUTF8: true}
+		snap.encode(&check)
+		if check.notUTF8 {
+			return fmt.Errorf("write snapshot: %w: the state holds bytes that are not UTF-8 at cluster version %d, and JSON would rewrite them", ErrNotUTF8, m.ClusterVersion())
+		}
 		if err := json.NewEncoder(w).Encode(&snap); err != nil {
 			return fmt.Errorf("write snapshot: %w", err)
 		}
