@@ -64,17 +64,10 @@ type Backend interface {
 	AuthEnabled() bool
 	// Done is closed when the node stops: streams end with it.
 	Done() <-chan struct{}
-	// Sizes are the node's limits on a key and a value.
-	Sizes() Sizes
 	// HoldWatch takes one of the caller's and the node's open-watch
 	// slots for a watch, or refuses with an error naming the limit; the
 	// watch calls release when it ends.
 	HoldWatch(ctx context.Context) (release func(), err error)
-}
-
-// Sizes bound what one put writes (0: no bound).
-type Sizes struct {
-	MaxKeyBytes, MaxValueBytes int
 }
 
 // Verb is what a caller does to keys.

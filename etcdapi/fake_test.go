@@ -157,8 +157,6 @@ func (f *fakeBackend) HoldWatch(ctx context.Context) (func(), error) {
 	}, nil
 }
 
-func (f *fakeBackend) Sizes() Sizes { return Sizes{MaxKeyBytes: 512, MaxValueBytes: 64 << 10} }
-
 // serve runs the etcd services over b on 127.0.0.1 and returns an etcd
 // client of it.
 func serve(t testing.TB, b Backend) *clientv3.Client {
@@ -167,7 +165,7 @@ func serve(t testing.TB, b Backend) *clientv3.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(ServerOptions(DefaultMaxRequestBytes)...)
 	Register(gs, b)
 	go func() { _ = gs.Serve(ln) }()
 	t.Cleanup(gs.Stop)

@@ -161,7 +161,7 @@ func (s kvSorter) Less(i, j int) bool { return s.less(s.kvs[i], s.kvs[j]) }
 func (s kvSorter) Swap(i, j int)      { s.kvs[i], s.kvs[j] = s.kvs[j], s.kvs[i] }
 
 func (s *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
-	if err := checkPut(r, s.b.Sizes()); err != nil {
+	if err := checkPut(r); err != nil {
 		return nil, err
 	}
 	if err := s.authorizePut(ctx, r); err != nil {
@@ -195,7 +195,7 @@ func (s *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 }
 
 func (s *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	if err := checkTxn(r, maxTxnOps, s.b.Sizes()); err != nil {
+	if err := checkTxn(r, maxTxnOps); err != nil {
 		return nil, err
 	}
 	// After checkTxn, as etcd does, so that a huge request is refused
@@ -254,16 +254,13 @@ func (s *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Co
 	return &pb.CompactionResponse{Header: header(s.b, res.KVRevision)}, nil
 }
 
-// checkPut is etcd's checkPutRequest, and the node's size limits, which
-// bound the native API's keys and values alike: etcd bounds only whole
-// requests, and answers "request is too large" past them.
-func checkPut(r *pb.PutRequest, lim Sizes) error {
+// checkPut is etcd's checkPutRequest. A key and a value have no bound
+// of their own, as in etcd: the request that carries them has
+// (ServerOptions).
+func checkPut(r *pb.PutRequest) error {
 	switch {
 	case len(r.Key) == 0:
 		return rpctypes.ErrGRPCEmptyKey
-	case lim.MaxKeyBytes > 0 && len(r.Key) > lim.MaxKeyBytes,
-		lim.MaxValueBytes > 0 && len(r.Value) > lim.MaxValueBytes:
-		return rpctypes.ErrGRPCRequestTooLarge
 	case r.IgnoreValue && len(r.Value) != 0:
 		return rpctypes.ErrGRPCValueProvided
 	case r.IgnoreLease && r.Lease != 0:
@@ -274,7 +271,7 @@ func checkPut(r *pb.PutRequest, lim Sizes) error {
 
 // checkTxn is etcd's checkTxnRequest: the largest of the compares and
 // each branch counts against max, and a nested Txn gets what is left.
-func checkTxn(r *pb.TxnRequest, max int, lim Sizes) error {
+func checkTxn(r *pb.TxnRequest, max int) error {
 	opc := max3(len(r.Compare), len(r.Success), len(r.Failure))
 	if opc > max {
 		return rpctypes.ErrGRPCTooManyOps
@@ -292,7 +289,7 @@ func checkTxn(r *pb.TxnRequest, max int, lim Sizes) error {
 	}
 	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
 		for _, op := range ops {
-			if err := checkOp(op, max-opc, lim); err != nil {
+			if err := checkOp(op, max-opc); err != nil {
 				return err
 			}
 		}
@@ -304,7 +301,7 @@ func max3(a, b, c int) int { return max(a, max(b, c)) }
 
 // checkOp is etcd's checkRequestOp: an operation that is none of the
 // four is answered "key not found", as etcd answers it.
-func checkOp(op *pb.RequestOp, max int, lim Sizes) error {
+func checkOp(op *pb.RequestOp, max int) error {
 	switch u := op.GetRequest().(type) {
 	case *pb.RequestOp_RequestRange:
 		if len(u.RequestRange.GetKey()) == 0 {
@@ -314,7 +311,7 @@ func checkOp(op *pb.RequestOp, max int, lim Sizes) error {
 		if u.RequestPut == nil {
 			return rpctypes.ErrGRPCEmptyKey
 		}
-		return checkPut(u.RequestPut, lim)
+		return checkPut(u.RequestPut)
 	case *pb.RequestOp_RequestDeleteRange:
 		if len(u.RequestDeleteRange.GetKey()) == 0 {
 			return rpctypes.ErrGRPCEmptyKey
@@ -323,7 +320,7 @@ func checkOp(op *pb.RequestOp, max int, lim Sizes) error {
 		if u.RequestTxn == nil {
 			return rpctypes.ErrGRPCKeyNotFound
 		}
-		return checkTxn(u.RequestTxn, max, lim)
+		return checkTxn(u.RequestTxn, max)
 	default:
 		return rpctypes.ErrGRPCKeyNotFound
 	}

@@ -1,6 +1,7 @@
 package etcdapi
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -602,6 +603,9 @@ func TestKVTxnRefused(t *testing.T) {
 		return ops
 	}
 	ops := func(o ...*pb.RequestOp) []*pb.RequestOp { return o }
+	bigPut := func(key string, size int) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(key), Value: bytes.Repeat([]byte("v"), size)}}}
+	}
 	cmps := make([]*pb.Compare, 129)
 	for i := range cmps {
 		cmps[i] = &pb.Compare{Key: []byte("k")}
@@ -642,12 +646,13 @@ func TestKVTxnRefused(t *testing.T) {
 			RequestPut: &pb.PutRequest{Key: []byte("b"), Lease: 77}}})}, rpctypes.ErrGRPCLeaseNotFound},
 		{"ignore_value of an absent key", &pb.TxnRequest{Success: ops(put("a"), &pb.RequestOp{Request: &pb.RequestOp_RequestPut{
 			RequestPut: &pb.PutRequest{Key: []byte("absent"), IgnoreValue: true}}})}, rpctypes.ErrGRPCKeyNotFound},
-		// The node's --max-name-bytes and --max-value-bytes (512 and
-		// 64 KiB on the fake) bound etcd's puts as the native API's.
-		{"a key over the size limit", &pb.TxnRequest{Success: ops(put(strings.Repeat("k", 513)))}, rpctypes.ErrGRPCRequestTooLarge},
-		{"a nested value over the size limit", &pb.TxnRequest{Failure: ops(txn(ops(&pb.RequestOp{Request: &pb.RequestOp_RequestPut{
-			RequestPut: &pb.PutRequest{Key: []byte("big"), Value: make([]byte, 64<<10+1)}}}), nil))}, rpctypes.ErrGRPCRequestTooLarge},
-		{"a key at the size limit", &pb.TxnRequest{Success: ops(put(strings.Repeat("k", 512)))}, nil},
+		// As in etcd, only the whole request is bounded (1.5 MiB):
+		// not a key, nor a value, nor how the puts share it.
+		{"a key past the native API's 512 bytes", &pb.TxnRequest{Success: ops(put(strings.Repeat("k", 2048)))}, nil},
+		{"a nested value past the native API's 64 KiB", &pb.TxnRequest{Failure: ops(txn(ops(bigPut("big", 300_000)), nil))}, nil},
+		{"puts that fill the request", &pb.TxnRequest{Success: ops(bigPut("b1", 700<<10), bigPut("b2", 700<<10))}, nil},
+		{"puts that together pass the request's size", &pb.TxnRequest{Success: ops(bigPut("b1", 800<<10), bigPut("b2", 800<<10))}, rpctypes.ErrGRPCRequestTooLarge},
+		{"a nested value past the request's size", &pb.TxnRequest{Failure: ops(txn(ops(bigPut("big", DefaultMaxRequestBytes)), nil))}, rpctypes.ErrGRPCRequestTooLarge},
 	} {
 		before := k.rev()
 		_, err := k.raw.Txn(k.ctx, tc.r)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -94,13 +95,14 @@ func (s *Server) startEtcd() error {
 	if err := ec.Compaction.Validate(); err != nil {
 		return err
 	}
-	opts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(s.cfg.Limits.MaxRequestBytes + 4096),
+	// etcd's request and answer sizes first: its interceptor refuses a
+	// request too large before authentication and forwarding.
+	opts := append(etcdapi.ServerOptions(s.cfg.Limits.EtcdMaxRequestBytes),
 		grpc.ChainUnaryInterceptor(s.etcdUnaryInterceptors()...),
 		grpc.ChainStreamInterceptor(s.etcdStreamInterceptors()...),
 		// As etcd: clients' keep-alive pings every 5s or more are fine.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	}
+	)
 	if s.etcdTLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.etcdTLS)))
 	}
@@ -123,6 +125,13 @@ func (s *Server) startEtcd() error {
 	s.log.Info("etcd API serving", "addr", ec.Listener.Addr().String(), "advertise", s.etcdAdvertise, "auto_compaction", ec.Compaction.Mode)
 	return nil
 }
+
+// etcdForwardSizes lets a follower's forwarded call carry whatever its
+// etcd API took in and bring back whatever the leader's answers: gRPC's
+// clients take answers of 4 MiB at most, and a Range may return many
+// values of a megabyte, which etcd's own clients take (their limit, as
+// etcd's server's, is gRPC's largest message).
+var etcdForwardSizes = grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32))
 
 // stopEtcd ends the etcd API's calls and streams: unary calls finish,
 // streams are cut, as the HTTP server does them.
@@ -274,10 +283,6 @@ func (b etcdBackend) HoldWatch(ctx context.Context) (func(), error) {
 		return nil, status.Error(codes.ResourceExhausted, "etcdserver: too many watches: "+err.Error())
 	}
 	return release, nil
-}
-
-func (b etcdBackend) Sizes() etcdapi.Sizes {
-	return etcdapi.Sizes{MaxKeyBytes: b.s.cfg.Limits.MaxNameBytes, MaxValueBytes: b.s.cfg.Limits.MaxValueBytes}
 }
 
 // Ident is in every response header, so it reads nothing that costs a

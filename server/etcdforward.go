@@ -271,7 +271,7 @@ func (s *Server) etcdLeaderConn(ctx context.Context) (*grpc.ClientConn, error) {
 	if s.cfg.PeerAPITLS != nil {
 		creds = credentials.NewTLS(s.cfg.PeerAPITLS.Clone())
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), etcdForwardSizes)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenurehq/tenure/api"
+	"github.com/tenurehq/tenure/etcdapi"
 	"github.com/tenurehq/tenure/statemachine"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -15,9 +16,14 @@ import (
 // Limits bounds what a request may ask for. They are checked at the edge,
 // before anything reaches the log, so bad input changes nothing.
 type Limits struct {
-	MaxNameBytes           int           // key, lease name and identity length
-	MaxValueBytes          int           // key and lease values
-	MaxRequestBytes        int           // a whole request message
+	MaxNameBytes    int // key, lease name and identity length (native API)
+	MaxValueBytes   int // key and lease values (native API)
+	MaxRequestBytes int // a whole request message (native API)
+	// EtcdMaxRequestBytes bounds a request of the etcd API as etcd's
+	// --max-request-bytes does, and nothing else there: a key and a
+	// value may fill it (etcdapi.ServerOptions). The native API's
+	// limits above do not apply to it.
+	EtcdMaxRequestBytes    int
 	MinTTL, MaxTTL         time.Duration // session TTL and key TTL
 	DefaultTTL             time.Duration
 	MaxSessionsPerIdentity int // open sessions with one holder identity
@@ -60,6 +66,7 @@ func DefaultLimits() Limits {
 		MaxNameBytes:           512,
 		MaxValueBytes:          64 << 10,
 		MaxRequestBytes:        1 << 20,
+		EtcdMaxRequestBytes:    etcdapi.DefaultMaxRequestBytes,
 		MinTTL:                 2 * time.Second,
 		MaxTTL:                 24 * time.Hour,
 		DefaultTTL:             10 * time.Second,
@@ -99,6 +106,8 @@ func (l Limits) Validate() error {
 		return bad("MaxValueBytes", "max-value-bytes", l.MaxValueBytes, "0 or more")
 	case l.MaxRequestBytes < 1024:
 		return bad("MaxRequestBytes", "max-request-bytes", l.MaxRequestBytes, "at least 1024")
+	case l.EtcdMaxRequestBytes < 1024 || l.EtcdMaxRequestBytes > maxEtcdRequestBytes:
+		return bad("EtcdMaxRequestBytes", "etcd-max-request-bytes", l.EtcdMaxRequestBytes, fmt.Sprintf("between 1024 and %d (8 MiB)", maxEtcdRequestBytes))
 	case l.RequestReadTimeout < 0:
 		return bad("RequestReadTimeout", "request-read-timeout", l.RequestReadTimeout, "0 (no bound) or more")
 	case l.PipelineIdleTimeout < 0:
@@ -134,6 +143,13 @@ func (l Limits) Validate() error {
 	}
 	return nil
 }
+
+// maxEtcdRequestBytes bounds --etcd-max-request-bytes: within the 10 MiB
+// etcd recommends as its largest, and inside the 64 MiB that a log entry
+// (raft-wal's MaxEntrySize) and a raft message between peers (raftnode's
+// frame limit) may take even in the JSON log of a cluster not yet at
+// version 6, which writes a byte as up to six ("\ufffd").
+const maxEtcdRequestBytes = 8 << 20
 
 // maxGCAfter bounds gc_after: ten years, far from the int64 nanoseconds
 // that date a deletion.

@@ -158,9 +158,10 @@ variables (TENURE_ENDPOINTS, TENURE_TOKEN, ...) do not apply to serve.`,
 	_ = f.MarkDeprecated("snapshot-interval", "ignored since the etcd raft engine: it checks --snapshot-threshold after every applied batch")
 	f.Uint64Var(&o.catchUpEntries, "catch-up-entries", 10240, "log entries kept behind each snapshot for a lagging node to catch up from; a node further behind is sent the snapshot")
 	l := &o.limits
-	f.IntVar(&l.MaxNameBytes, "max-name-bytes", l.MaxNameBytes, "longest key, lease name or identity")
-	f.IntVar(&l.MaxValueBytes, "max-value-bytes", l.MaxValueBytes, "largest key or lease value")
-	f.IntVar(&l.MaxRequestBytes, "max-request-bytes", l.MaxRequestBytes, "largest request message")
+	f.IntVar(&l.MaxNameBytes, "max-name-bytes", l.MaxNameBytes, "longest key, lease name or identity the native API writes")
+	f.IntVar(&l.MaxValueBytes, "max-value-bytes", l.MaxValueBytes, "largest key or lease value the native API writes")
+	f.IntVar(&l.MaxRequestBytes, "max-request-bytes", l.MaxRequestBytes, "largest request message of the native API")
+	f.IntVar(&l.EtcdMaxRequestBytes, "etcd-max-request-bytes", l.EtcdMaxRequestBytes, "largest request of the etcd API, as etcd's --max-request-bytes (default 1.5 MiB, as etcd's): its only bound on keys and values")
 	f.DurationVar(&l.RequestReadTimeout, "request-read-timeout", l.RequestReadTimeout, "longest time to receive a request's body, 0 for no bound (streams such as heartbeats are exempt)")
 	f.DurationVar(&l.PipelineIdleTimeout, "pipeline-idle-timeout", l.PipelineIdleTimeout, "close a client's pipeline connection after this long with nothing in flight (its client dials again), 0 for no bound")
 	f.DurationVar(&l.MinTTL, "min-ttl", l.MinTTL, "shortest session or key TTL")
