@@ -43,12 +43,10 @@ func (l Limits) leaseWatch(allNamespaces bool, ns, name string, start int64) (wa
 // keyWatch checks a key watch: one key, or every key under a prefix (which
 // may be empty: the whole keyspace).
 func (l Limits) keyWatch(key string, prefix bool, start int64) (watchSpec, error) {
-	if prefix {
-		if len(key) > l.MaxNameBytes {
-			return watchSpec{}, invalid("prefix is %d bytes, over the limit of %d bytes (--max-name-bytes)", len(key), l.MaxNameBytes)
+	if !prefix {
+		if err := l.readKey("key", key); err != nil {
+			return watchSpec{}, err
 		}
-	} else if err := l.name("key", key); err != nil {
-		return watchSpec{}, err
 	}
 	if err := startRevision(start); err != nil {
 		return watchSpec{}, err

@@ -34,7 +34,7 @@ func keyRevision(res statemachine.Result) int64 {
 
 func (h *kvService) Get(ctx context.Context, req *connect.Request[tenurev1.GetRequest]) (*connect.Response[tenurev1.GetResponse], error) {
 	key := req.Msg.GetKey()
-	if err := h.s.cfg.Limits.name("key", key); err != nil {
+	if err := h.s.cfg.Limits.readKey("key", key); err != nil {
 		return nil, toConnect(err)
 	}
 	out := &tenurev1.GetResponse{}
@@ -53,9 +53,6 @@ func (h *kvService) Get(ctx context.Context, req *connect.Request[tenurev1.GetRe
 }
 
 func (h *kvService) Range(ctx context.Context, req *connect.Request[tenurev1.RangeRequest]) (*connect.Response[tenurev1.RangeResponse], error) {
-	if len(req.Msg.GetPrefix()) > h.s.cfg.Limits.MaxNameBytes {
-		return nil, toConnect(invalid("prefix is %d bytes, over the limit of %d bytes (--max-name-bytes)", len(req.Msg.GetPrefix()), h.s.cfg.Limits.MaxNameBytes))
-	}
 	if req.Msg.GetLimit() < 0 {
 		return nil, toConnect(invalid("limit %d is negative", req.Msg.GetLimit()))
 	}
@@ -112,13 +109,11 @@ func (h *kvService) Put(ctx context.Context, req *connect.Request[tenurev1.PutRe
 func (h *kvService) Delete(ctx context.Context, req *connect.Request[tenurev1.DeleteRequest]) (*connect.Response[tenurev1.DeleteResponse], error) {
 	key := req.Msg.GetKey()
 	if !req.Msg.GetPrefix() {
-		if err := h.s.cfg.Limits.name("key", key); err != nil {
+		if err := h.s.cfg.Limits.readKey("key", key); err != nil {
 			return nil, toConnect(err)
 		}
 	} else if key == "" {
 		return nil, toConnect(invalid("an empty prefix would delete every key; name a prefix"))
-	} else if len(key) > h.s.cfg.Limits.MaxNameBytes {
-		return nil, toConnect(invalid("prefix is %d bytes, over the limit of %d bytes (--max-name-bytes)", len(key), h.s.cfg.Limits.MaxNameBytes))
 	}
 	res, err := h.s.propose(ctx, statemachine.Delete{Key: key, Prefix: req.Msg.GetPrefix()})
 	if err != nil {
@@ -203,7 +198,7 @@ func (h *kvService) Watch(ctx context.Context, req *connect.Request[tenurev1.Wat
 // create starts one at a later revision. Linearizable, like Validate.
 func (h *kvService) ValidateKey(ctx context.Context, req *connect.Request[tenurev1.ValidateKeyRequest]) (*connect.Response[tenurev1.ValidateKeyResponse], error) {
 	key, rev := req.Msg.GetKey(), req.Msg.GetRevision()
-	if err := h.s.cfg.Limits.name("key", key); err != nil {
+	if err := h.s.cfg.Limits.readKey("key", key); err != nil {
 		return nil, toConnect(err)
 	}
 	if rev <= 0 {

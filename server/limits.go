@@ -200,6 +200,19 @@ func (l Limits) name(what, s string) error {
 	return nil
 }
 
+// readKey checks a key the native API reads, watches or deletes: name's
+// rules but its length. --max-name-bytes bounds the keys the native API
+// writes; the etcd API writes keys as long as its requests allow, as
+// etcd does, and the native API reaches those too, within its own
+// request's bound (--max-request-bytes). A read or a delete adds
+// nothing to keep.
+func (l Limits) readKey(what, s string) error {
+	if err := api.ValidateName(what, s); err != nil {
+		return invalid("%v", err)
+	}
+	return nil
+}
+
 func (l Limits) value(what, v string) error {
 	if len(v) > l.MaxValueBytes {
 		return invalid("%s is %d bytes, over the limit of %d bytes (--max-value-bytes)", what, len(v), l.MaxValueBytes)
