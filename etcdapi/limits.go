@@ -66,7 +66,7 @@ func ServerOptions(maxRequestBytes int) []grpc.ServerOption {
 // DeleteRange or Txn counts exactly as etcd's InternalRaftRequest does
 // (with the largest header); the recipes' calls (Lock, Campaign,
 // Proclaim) count their own request, where etcd counts the Txn its
-// recipe makes of it, which holds the name two or three times.
+// recipe makes of it, which holds a lock's name seven times.
 func EntrySize(req any) (int, bool) {
 	switch r := req.(type) {
 	case *pb.RangeRequest:
