@@ -374,7 +374,9 @@ func TestWriteUpgradeFixture(t *testing.T) {
 	acquire(&tenurev1.AcquireRequest{SessionId: alice, Name: "scheduler", Value: "10.0.0.1:8080", Labels: map[string]string{"app": "sched"}, LockDelay: durationpb.New(5 * time.Second)})
 	acquire(&tenurev1.AcquireRequest{SessionId: alice, Namespace: "jobs", Name: "shard-1", Capacity: 2})
 	acquire(&tenurev1.AcquireRequest{SessionId: carol, Namespace: "jobs", Name: "shard-1", Capacity: 2, Value: "carol's"})
-	token := acquire(&tenurev1.AcquireRequest{SessionId: carol, Name: "migration"})
+	// gc_after 0 keeps the released record for good: with the server's
+	// default (1h) the fixture would lose it an hour after it was made.
+	token := acquire(&tenurev1.AcquireRequest{SessionId: carol, Name: "migration", GcAfter: durationpb.New(0)})
 	_, err := p.api.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{Name: "migration", Token: token}))
 	must("release migration", err)
 	put("config/feature", "on", 0, 0)
