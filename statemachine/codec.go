@@ -93,19 +93,18 @@ func (e *encoder) strs(s []string) {
 	}
 }
 
-func (e *encoder) labels(m map[string]string) {
-	e.uint(uint64(len(m)))
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		e.str(k)
-		e.str(m[k])
-	}
-}
+func (e *encoder) labels(m map[string]string) { encodeMap(e, m, (*encoder).str) }
 
 func (e *encoder) intMap(m map[string]int) {
+	encodeMap(e, m, func(e *encoder, v int) { e.int(int64(v)) })
+}
+
+// encodeMap writes m's size, then its pairs in key order.
+func encodeMap[V any](e *encoder, m map[string]V, enc func(*encoder, V)) {
 	e.uint(uint64(len(m)))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		e.str(k)
-		e.int(int64(m[k]))
+		enc(e, m[k])
 	}
 }
 
@@ -246,39 +245,25 @@ func (d *decoder) strs() []string {
 	return s
 }
 
-// mapKey reads a map's next key and checks it rises above the last.
-func (d *decoder) mapKey(i int, last string) string {
-	k := d.str()
-	if i > 0 && k <= last {
-		d.fail("map key %q is not above %q", k, last)
-	}
-	return k
-}
+func (d *decoder) labels() map[string]string { return decodeMap(d, (*decoder).str) }
 
-func (d *decoder) labels() map[string]string {
+func (d *decoder) intMap() map[string]int { return decodeMap(d, (*decoder).goInt) }
+
+// decodeMap reads what encodeMap wrote, refusing keys that do not rise;
+// nil when empty.
+func decodeMap[V any](d *decoder, dec func(*decoder) V) map[string]V {
 	n := d.count()
 	if n == 0 {
 		return nil
 	}
-	m := make(map[string]string, n)
+	m := make(map[string]V, n)
 	var last string
 	for i := range n {
-		last = d.mapKey(i, last)
-		m[last] = d.str()
-	}
-	return m
-}
-
-func (d *decoder) intMap() map[string]int {
-	n := d.count()
-	if n == 0 {
-		return nil
-	}
-	m := make(map[string]int, n)
-	var last string
-	for i := range n {
-		last = d.mapKey(i, last)
-		m[last] = d.goInt()
+		k := d.str()
+		if i > 0 && k <= last {
+			d.fail("map key %q is not above %q", k, last)
+		}
+		m[k], last = dec(d), k
 	}
 	return m
 }

@@ -83,6 +83,7 @@ func TestDecodeErrors(t *testing.T) {
 		return b
 	}
 	with := func(k Kind, body string) []byte { return append(header(k), body...) }
+	put, _ := Encode(42, Put{Key: "k", Value: "v"})
 	tests := []struct {
 		name string
 		data []byte
@@ -97,6 +98,20 @@ func TestDecodeErrors(t *testing.T) {
 		{"a body of the wrong JSON type is refused", with(KindRelease, `{"token":"nine"}`)},
 		{"a body with trailing data is refused", with(KindCloseSession, `{"session_id":1} {}`)},
 		{"a new epoch without a body is refused", header(KindNewEpoch)},
+		// The binary form.
+		{"a binary body cut short is refused", put[:len(put)-1]},
+		{"a binary body with a byte after it is refused", append(bytes.Clone(put), 0)},
+		{"a string longer than the body is refused", binaryEntry(KindDelete, 5, 'a', 0)},
+		{"a boolean that is neither 0 nor 1 is refused", binaryEntry(KindDelete, 1, 'a', 2)},
+		{"a varint that never ends is refused", binaryEntry(KindCompact, 0x80, 0x80)},
+		{"a varint over 64 bits is refused", binaryEntry(KindCompact, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01)},
+		{"an enumeration over 255 is refused", binaryEntry(KindCompareAndSwap, 1, 'k', 0x80, 0x02)},
+		{"labels out of order are refused", binaryEntry(KindOpenSession, 0, 2, 2, 1, 'b', 0, 1, 'a', 0, 0, 0)},
+		{"labels with a key twice are refused", binaryEntry(KindOpenSession, 0, 2, 2, 1, 'a', 0, 1, 'a', 0, 0, 0)},
+		{"a count over the bytes left is refused", binaryEntry(KindExpireSession, 2, 200, 1)},
+		{"a binary entry of kind 0 is refused", binaryEntry(0)},
+		{"a binary entry of a kind after the last is refused", binaryEntry(lastKind + 1)},
+		{"Txns nested past the bound are refused", binaryEntry(KindTxn, deepTxn(maxTxnDepth+1)...)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
