@@ -19,6 +19,7 @@ import (
 // own), an election with a binary value, a lease and a watch; and
 // requires the same output from both. .ci/run installs both clients.
 func TestEtcdClientsOfOtherLanguages(t *testing.T) {
+	t.Parallel() // with its own servers; the failover test, not parallel, runs alone before
 	dir, err := filepath.Abs("testdata/clients")
 	if err != nil {
 		t.Fatal(err)

@@ -117,6 +117,7 @@ func keysUnder(t *testing.T, c *clientv3.Client, prefix string) []*mvccpb.KeyVal
 // when TENURE_ETCD_REFERENCE is set (the long run; the README's test
 // command leaves it out for time).
 func TestConcurrency(t *testing.T) {
+	t.Parallel() // with its own servers; the failover test, not parallel, runs alone before
 	servers := []string{"tenure"}
 	if os.Getenv("TENURE_ETCD_REFERENCE") != "" {
 		servers = append(servers, "etcd")
@@ -791,6 +792,7 @@ func testTxnCAS(t *testing.T, tg target) {
 // restart arrives exactly once, in order. A watch opened after the
 // restart from a revision before it replays the same history.
 func TestConcurrencyWatchResumesAfterRestart(t *testing.T) {
+	t.Parallel() // with its own servers; the failover test, not parallel, runs alone before
 	const prefix = "resume/"
 	s := newTenureServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

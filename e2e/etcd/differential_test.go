@@ -57,6 +57,7 @@ import (
 // !=, never < or >. And a txn never both deletes and puts with
 // ignore_value or ignore_lease, which can make etcd panic.
 func TestDifferentialFuzz(t *testing.T) {
+	t.Parallel() // with its own servers; the failover test, not parallel, runs alone before
 	cfg := fuzzConfigFromEnv(t)
 	requireEtcd(t)
 	pool := newPairPool(tenureBinary(t))
@@ -125,6 +126,7 @@ func tally(counts map[string]int) string {
 // difference the fuzzer or a user once found, against etcd and Tenure on
 // a fresh pair of servers each, compared as the fuzzer compares.
 func TestDifferentialCases(t *testing.T) {
+	t.Parallel() // with its own servers; the failover test, not parallel, runs alone before
 	files, err := filepath.Glob(filepath.Join("testdata", "differential", "*.txt"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no scripts in testdata/differential: %v", err)

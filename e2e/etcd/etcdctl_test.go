@@ -23,6 +23,7 @@ import (
 // member IDs, the lease IDs each server picks, raft term and index, db
 // size, versions, addresses) is normalised.
 func TestEtcdctl(t *testing.T) {
+	t.Parallel() // with its own servers; the failover test, not parallel, runs alone before
 	if _, err := exec.LookPath("etcdctl"); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("etcdctl is not installed (scripts/install-etcd.sh installs it): %v", err)

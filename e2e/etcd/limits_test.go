@@ -44,6 +44,7 @@ func entryOf(key string, size int) int {
 // event of 1.4 MiB), and what etcd refuses Tenure refuses with the same
 // code and text, changing nothing.
 func TestRequestSizesAsEtcds(t *testing.T) {
+	t.Parallel() // with its own servers; the failover test, not parallel, runs alone before
 	ref, sut, ok := pair(t)
 	if !ok {
 		t.Skip("no Tenure side")
