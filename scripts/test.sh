@@ -13,12 +13,13 @@ failed=()
 
 # stage NAME CMD...: runs CMD, and remembers NAME if it fails.
 stage() {
-  local name=$1; shift
+  local name=$1 start=$SECONDS; shift
   echo "== ${name}"
   if ! "$@"; then
     echo "-- FAILED: ${name}"
     failed+=("${name}")
   fi
+  echo "-- ${name}: $((SECONDS - start))s"
 }
 
 gofmt_check() {
@@ -66,7 +67,7 @@ test_modules() {
 # later; done_beside NAME shows it and says how it ended.
 beside() {
   local name=$1; shift
-  "$@" >"/tmp/tenure-test-$$-$name.log" 2>&1 &
+  ( start=$SECONDS; "$@"; rc=$?; echo "-- ${name} (beside): $((SECONDS - start))s"; exit $rc ) >"/tmp/tenure-test-$$-$name.log" 2>&1 &
   eval "pid_$name=$!"
 }
 done_beside() {
@@ -117,6 +118,7 @@ stage "fuzz (${fuzztime} each)" fuzz_all
 stage "go test -race ./internal/bench (after the core's fault tests, beside the fuzzing)" done_beside bench
 stage "e2e/etcd module (go test, beside the last two)" done_beside etcd
 
+echo "== the run took ${SECONDS}s"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "== FAILED stages: ${failed[*]}"
   exit 1
