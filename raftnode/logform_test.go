@@ -31,12 +31,7 @@ func lastCommand(t *testing.T, n *Node) []byte {
 // and a restart replays both forms.
 func TestTheLogIsJSONUntilTheClusterVersionReadsBinary(t *testing.T) {
 	cfg := testConfig(t.TempDir(), "wal")
-	n, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	waitLeader(t, n)
+	n := openLeader(t, cfg)
 	propose := func(cmd statemachine.Command) statemachine.Result {
 		t.Helper()
 		res, err := n.Propose(ctxT(t), cmd)
@@ -64,7 +59,7 @@ func TestTheLogIsJSONUntilTheClusterVersionReadsBinary(t *testing.T) {
 	if res, err := n.etcd.propose(ctxT(t), "propose", raw); err != nil || !errors.Is(res.Err, statemachine.ErrNotSupported) {
 		t.Fatalf("a binary entry at cluster version %d: got = %v, %v, expected: %v", statemachine.BinaryVersion-1, err, res.Err, statemachine.ErrNotSupported)
 	}
-	if kv, _ := machineKeys(t, n); len(kv) != 1 {
+	if kv := machineKeys(t, n); len(kv) != 1 {
 		t.Fatalf("keys after the refusals: got = %q, expected: only text", kv)
 	}
 
@@ -74,7 +69,7 @@ func TestTheLogIsJSONUntilTheClusterVersionReadsBinary(t *testing.T) {
 		t.Fatalf("kind byte at cluster version %d: got = %#x, expected: the binary flag set", statemachine.BinaryVersion, form)
 	}
 	want := map[string]string{"text": "п", "/c/\xff": "\xff\xfe"}
-	if kv, _ := machineKeys(t, n); !maps.Equal(kv, want) {
+	if kv := machineKeys(t, n); !maps.Equal(kv, want) {
 		t.Fatalf("keys: got = %q, expected: %q", kv, want)
 	}
 
@@ -82,13 +77,8 @@ func TestTheLogIsJSONUntilTheClusterVersionReadsBinary(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	n, err = Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	waitLeader(t, n)
-	if kv, _ := machineKeys(t, n); !maps.Equal(kv, want) {
+	n = openLeader(t, cfg)
+	if kv := machineKeys(t, n); !maps.Equal(kv, want) {
 		t.Fatalf("keys after a restart: got = %q, expected: %q", kv, want)
 	}
 	propose(statemachine.Txn{Success: []statemachine.TxnOp{{Type: statemachine.OpPut, Key: "\x00", Value: "\x00"}}})
@@ -98,7 +88,7 @@ func TestTheLogIsJSONUntilTheClusterVersionReadsBinary(t *testing.T) {
 }
 
 // machineKeys is every key of n's machine and its value.
-func machineKeys(t *testing.T, n *Node) (map[string]string, error) {
+func machineKeys(t *testing.T, n *Node) map[string]string {
 	t.Helper()
 	kv := map[string]string{}
 	err := n.Read(ctxT(t), func(m *statemachine.Machine) error {
@@ -111,5 +101,18 @@ func machineKeys(t *testing.T, n *Node) (map[string]string, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kv, nil
+	return kv
+}
+
+// openLeader opens a node of the real state machine on cfg, closed when
+// the test ends, and waits for it to lead.
+func openLeader(t *testing.T, cfg Config) *Node {
+	t.Helper()
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	waitLeader(t, n)
+	return n
 }

@@ -595,14 +595,8 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // TestRealMachine runs the log, a snapshot and a restart against
 // statemachine.Machine instead of the fake.
 func TestRealMachine(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(dir, "wal")
-	n, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	waitLeader(t, n)
+	cfg := testConfig(t.TempDir(), "wal")
+	n := openLeader(t, cfg)
 	res, err := n.Propose(ctxT(t), statemachine.OpenSession{Identity: "test", TTL: int64(10 * time.Second)})
 	if err != nil || res.Err != nil || res.Session == nil {
 		t.Fatalf("open session: err = %v, result = %+v", err, res)
@@ -615,12 +609,7 @@ func TestRealMachine(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	n, err = Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	waitLeader(t, n)
+	n = openLeader(t, cfg)
 	err = n.Read(ctxT(t), func(m *statemachine.Machine) error {
 		kv, ok := m.Key("k")
 		if !ok || kv.Value != "v" {

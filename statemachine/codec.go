@@ -144,6 +144,15 @@ func (d *decoder) fail(format string, args ...any) {
 	d.b = nil
 }
 
+// done is the decoder's error once its caller has read all it knows of: a
+// byte left over is damage too.
+func (d *decoder) done(what string) error {
+	if d.err == nil && len(d.b) > 0 {
+		d.fail("%d bytes after the %s", len(d.b), what)
+	}
+	return d.err
+}
+
 // more reports whether bytes remain: how a field appended to a type
 // after its first release is read only from entries that have it.
 func (d *decoder) more() bool { return d.err == nil && len(d.b) > 0 }

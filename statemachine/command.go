@@ -353,11 +353,8 @@ func Decode(data []byte) (now int64, cmd Command, err error) {
 	}
 	d := decoder{b: body}
 	cmd = decodeCommand(&d, kind)
-	if d.err == nil && len(d.b) > 0 {
-		d.fail("%d bytes after the command", len(d.b))
-	}
-	if d.err != nil {
-		return 0, nil, fmt.Errorf("%w: %T: %v", ErrUnknownCommand, cmd, d.err)
+	if err := d.done("command"); err != nil {
+		return 0, nil, fmt.Errorf("%w: %T: %v", ErrUnknownCommand, cmd, err)
 	}
 	return now, cmd, nil
 }

@@ -116,11 +116,8 @@ func readSnapshot(r io.Reader) (snapshot, error) {
 		return snap, fmt.Errorf("read snapshot: binary format %d, this build reads format %d", f, binarySnapshotFormat)
 	}
 	snap.decode(&d)
-	if d.err == nil && len(d.b) > 0 {
-		d.fail("%d bytes after the state", len(d.b))
-	}
-	if d.err != nil {
-		return snapshot{}, fmt.Errorf("read snapshot: %w", d.err)
+	if err := d.done("state"); err != nil {
+		return snapshot{}, fmt.Errorf("read snapshot: %w", err)
 	}
 	return snap, nil
 }
