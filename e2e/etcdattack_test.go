@@ -151,4 +151,24 @@ func TestEtcdCallsThroughAFollowerOfASecureClusterActAsTheirCaller(t *testing.T)
 	if _, err := leases.LeaseRevoke(a, &pb.LeaseRevokeRequest{ID: mine[0]}); err != nil {
 		t.Errorf("team-a revokes its own lease through a follower: %v", err)
 	}
+	// Bytes keep through the follower to the leader, which authorizes and
+	// applies the range as given: a prefix whose end is not UTF-8 (п's is
+	// d0 c0) deletes what it names; team-b's range over team-a's keys is
+	// refused.
+	for _, k := range []string{"team-a/п", "team-a/пример", "team-a/рыба", "team-a/\xff"} {
+		if _, err := kv.Put(a, &pb.PutRequest{Key: []byte(k), Value: []byte("\x00\xfe")}); err != nil {
+			t.Fatalf("team-a puts %q through a follower: %v", k, err)
+		}
+	}
+	if _, err := kv.DeleteRange(b, &pb.DeleteRangeRequest{Key: []byte("team-a/п"), RangeEnd: []byte("team-a/\xd0\xc0")}); err == nil {
+		t.Errorf("team-b deletes team-a's keys through a follower: got = no error, expected: permission denied")
+	}
+	del, err := kv.DeleteRange(a, &pb.DeleteRangeRequest{Key: []byte("team-a/п"), RangeEnd: []byte("team-a/\xd0\xc0")})
+	if err != nil || del.Deleted != 2 {
+		t.Fatalf("team-a: del --prefix team-a/п through a follower: got = %v (%v), expected: 2 deleted", del, err)
+	}
+	got, err := kv.Range(a, &pb.RangeRequest{Key: []byte("team-a/\xd1"), RangeEnd: []byte("team-a0")})
+	if err != nil || len(got.Kvs) != 2 || string(got.Kvs[0].Key) != "team-a/рыба" || string(got.Kvs[1].Key) != "team-a/\xff" || string(got.Kvs[1].Value) != "\x00\xfe" {
+		t.Fatalf("team-a's keys above п through a follower: got = %v (%v), expected: рыба and \\xff, values 00 fe", got, err)
+	}
 }
