@@ -41,43 +41,6 @@ type EtcdConfig struct {
 	Compaction Compaction
 }
 
-// Compaction configures automatic compaction, as etcd's
-// --auto-compaction-mode and --auto-compaction-retention do.
-type Compaction struct {
-	// Mode is "revision" (keep the last Revisions KV revisions),
-	// "periodic" (keep the revisions of the last Period), or "" (none:
-	// history grows until a client compacts).
-	Mode      string
-	Revisions int64
-	Period    time.Duration
-	// Interval is how often the leader checks (default: a minute, or a
-	// tenth of Period in periodic mode).
-	Interval time.Duration
-}
-
-// DefaultCompaction keeps the last 10,000 KV revisions: etcd keeps
-// everything unless told otherwise, but Tenure keeps its history in
-// memory, so the default bounds it.
-func DefaultCompaction() Compaction { return Compaction{Mode: "revision", Revisions: 10000} }
-
-// Validate checks a Compaction.
-func (c Compaction) Validate() error {
-	switch c.Mode {
-	case "":
-	case "revision":
-		if c.Revisions <= 0 {
-			return fmt.Errorf("--auto-compaction-retention %d: revision mode keeps a positive number of revisions", c.Revisions)
-		}
-	case "periodic":
-		if c.Period <= 0 {
-			return fmt.Errorf("--auto-compaction-retention %v: periodic mode keeps a positive duration", c.Period)
-		}
-	default:
-		return fmt.Errorf(`--auto-compaction-mode %q: must be "revision" or "periodic"`, c.Mode)
-	}
-	return nil
-}
-
 // etcdScheme is the URL scheme of the etcd API: https when it serves TLS.
 func (s *Server) etcdScheme() string {
 	if s.cfg.TLS != nil {
@@ -398,71 +361,4 @@ func dirSize(dir string) int64 {
 		return nil
 	})
 	return n
-}
-
-// compactionLoop, on the leader, compacts the keys' history as the
-// configured mode says, every minute.
-func (s *Server) compactionLoop(c Compaction) {
-	if c.Mode == "" {
-		return
-	}
-	every := time.Minute
-	if c.Mode == "periodic" {
-		// etcd checks a periodic retention ten times over its length,
-		// at most hourly.
-		every = min(max(c.Period/10, time.Second), time.Hour)
-	}
-	if c.Interval > 0 {
-		every = c.Interval
-	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	type sample struct {
-		at  time.Time
-		rev int64
-	}
-	var samples []sample // periodic: the KV revision as time went by
-	for {
-		select {
-		case <-s.stopC:
-			return
-		case now := <-tick.C:
-			if !s.leading.Load() {
-				samples = nil
-				continue
-			}
-			var rev, compacted int64
-			_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
-				rev, compacted = m.KVRevision(), m.CompactRevision()
-				return nil
-			})
-			if rev == 0 {
-				continue // the cluster version has not reached 5
-			}
-			target := int64(0)
-			switch c.Mode {
-			case "revision":
-				target = rev - c.Revisions
-			case "periodic":
-				samples = append(samples, sample{now, rev})
-				i := 0
-				for i < len(samples) && now.Sub(samples[i].at) >= c.Period {
-					target = samples[i].rev
-					i++
-				}
-				samples = samples[max(i-1, 0):]
-			}
-			if target <= compacted {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err := s.node.Propose(ctx, statemachine.Compact{Revision: target})
-			cancel()
-			if err != nil {
-				s.log.Warn("automatic compaction failed; trying again at the next tick", "revision", target, "err", err)
-				continue
-			}
-			s.log.Info("compacted the keys' history", "revision", target, "mode", c.Mode)
-		}
-	}
 }
