@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"github.com/tenurehq/tenure/frontend"
 	"github.com/tenurehq/tenure/statemachine"
 	"github.com/tenurehq/tenure/watch"
 )
@@ -157,6 +158,14 @@ func streamError(err error) error {
 type keyRange struct {
 	key, end string
 	all      bool
+}
+
+// end is the range end as etcd names it, for Backend.Authorize.
+func (r keyRange) rangeEnd() string {
+	if r.all {
+		return "\x00"
+	}
+	return r.end
 }
 
 func (r keyRange) contains(k string) bool {
@@ -438,6 +447,9 @@ func (st *watchStream) create(cr *pb.WatchCreateRequest) error {
 	// Each watch holds a slot of the caller's and the node's open
 	// watches, as a native watch does; a refusal names the limit.
 	release, err := st.b.HoldWatch(st.ctx)
+	if errors.Is(err, frontend.ErrLimit) {
+		return st.refuse("etcdserver: too many watches: " + err.Error())
+	}
 	if err != nil {
 		return st.refuse(toGRPC(err).Error())
 	}
@@ -603,8 +615,12 @@ func (st *watchStream) catchUp(ws []*watcher, r round) error {
 			case len(w.pending) > 0:
 				// As etcd answers a watcher that catches up: all it is
 				// owed in one response, at the current revision.
-				if err := st.send(&pb.WatchResponse{Header: header(st.b, r.rev), WatchId: w.id, Events: w.pending}, w.fragment); err != nil {
+				ended, err := st.sendEvents(w, r.rev, w.pending)
+				if err != nil {
 					return err
+				}
+				if ended {
+					continue
 				}
 				w.pending, w.quiet = nil, false
 			}
@@ -621,6 +637,25 @@ func (st *watchStream) catchUp(ws []*watcher, r round) error {
 			return err
 		}
 	}
+}
+
+// sendEvents sends w its events, if the caller still reads w's keys by
+// the policy in force now: a watch whose read was revoked after it was
+// made is cancelled with the refusal instead, as the native API ends a
+// watch, and ended reports that. The credential itself is checked on
+// every message the stream sends (the server's stream interceptor);
+// this is the check of what it reads.
+func (st *watchStream) sendEvents(w *watcher, rev int64, evs []*mvccpb.Event) (ended bool, err error) {
+	if err := st.b.Authorize(st.ctx, VerbRead, w.keys.key, w.keys.rangeEnd()); err != nil {
+		if errors.Is(err, context.Canceled) {
+			return true, err
+		}
+		st.remove(w.id)
+		return true, st.send(&pb.WatchResponse{
+			Header: header(st.b, rev), WatchId: w.id, Canceled: true, CancelReason: toGRPC(err).Error(),
+		}, false)
+	}
+	return false, st.send(&pb.WatchResponse{Header: header(st.b, rev), WatchId: w.id, Events: evs}, w.fragment)
 }
 
 // remove forgets watch id and its owed progress.
@@ -764,7 +799,7 @@ func (st *watchStream) flush() error {
 		}
 		evs := w.pending
 		w.pending, w.quiet, w.next = nil, false, rev+1
-		if err := st.send(&pb.WatchResponse{Header: header(st.b, rev), WatchId: w.id, Events: evs}, w.fragment); err != nil {
+		if _, err := st.sendEvents(w, rev, evs); err != nil {
 			return err
 		}
 	}

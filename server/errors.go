@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tenurehq/tenure/api"
+	"github.com/tenurehq/tenure/frontend"
 	"github.com/tenurehq/tenure/lessor"
 	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/statemachine"
@@ -57,6 +58,9 @@ var errorCodes = []struct {
 	{errPermissionDenied, connect.CodePermissionDenied, api.ReasonPermissionDenied},
 	{statemachine.ErrNotOwner, connect.CodePermissionDenied, api.ReasonPermissionDenied},
 	{errRateLimited, connect.CodeResourceExhausted, api.ReasonRateLimited},
+	// A wait or watch slot: no reason of its own, the message names
+	// the limit.
+	{frontend.ErrLimit, connect.CodeResourceExhausted, ""},
 	{context.DeadlineExceeded, connect.CodeDeadlineExceeded, api.ReasonDeadlineExceeded},
 	{context.Canceled, connect.CodeCanceled, api.ReasonCanceled},
 }
@@ -74,7 +78,9 @@ func toConnect(err error) error {
 	for _, e := range errorCodes {
 		if errors.Is(err, e.err) {
 			out := connect.NewError(e.code, errorMessage(err))
-			out.Meta().Set(api.ErrorHeader, string(e.reason))
+			if e.reason != "" {
+				out.Meta().Set(api.ErrorHeader, string(e.reason))
+			}
 			return out
 		}
 	}
@@ -101,7 +107,7 @@ func errorMessage(err error) error {
 	}
 	// The code says it already: "permission_denied: permission
 	// denied: ..." would say it twice.
-	for _, sentinel := range []error{errInvalid, errUnauthenticated, errPermissionDenied, errRateLimited} {
+	for _, sentinel := range []error{errInvalid, errUnauthenticated, errPermissionDenied, errRateLimited, frontend.ErrLimit} {
 		if errors.Is(err, sentinel) {
 			msg := err.Error()
 			if p := sentinel.Error() + ": "; len(msg) > len(p) && msg[:len(p)] == p {
