@@ -58,9 +58,6 @@ var errorCodes = []struct {
 	{errPermissionDenied, connect.CodePermissionDenied, api.ReasonPermissionDenied},
 	{statemachine.ErrNotOwner, connect.CodePermissionDenied, api.ReasonPermissionDenied},
 	{errRateLimited, connect.CodeResourceExhausted, api.ReasonRateLimited},
-	// A wait or watch slot: no reason of its own, the message names
-	// the limit.
-	{frontend.ErrLimit, connect.CodeResourceExhausted, ""},
 	{context.DeadlineExceeded, connect.CodeDeadlineExceeded, api.ReasonDeadlineExceeded},
 	{context.Canceled, connect.CodeCanceled, api.ReasonCanceled},
 }
@@ -75,12 +72,16 @@ func toConnect(err error) error {
 	if errors.As(err, &ce) {
 		return err
 	}
+	if errors.Is(err, frontend.ErrLimit) {
+		// A wait or watch slot: no reason of its own, which clients
+		// would map to nothing more than the code; the message names
+		// the limit.
+		return connect.NewError(connect.CodeResourceExhausted, errorMessage(err))
+	}
 	for _, e := range errorCodes {
 		if errors.Is(err, e.err) {
 			out := connect.NewError(e.code, errorMessage(err))
-			if e.reason != "" {
-				out.Meta().Set(api.ErrorHeader, string(e.reason))
-			}
+			out.Meta().Set(api.ErrorHeader, string(e.reason))
 			return out
 		}
 	}
