@@ -5,7 +5,8 @@ package cli
 // what can be checked here. Every `tenure serve` command line in them is
 // parsed by the real serve command, every key of the example config is
 // applied as serve applies it, and the manifests are decoded strictly
-// into the fields packaging_k8s_test.go declares, then checked for what a cluster needs.
+// into the fields packaging_k8s_test.go declares, then checked for what
+// a cluster needs.
 
 import (
 	"bufio"
