@@ -266,18 +266,24 @@ func ruleParkedWaitsAreCounted(t *testing.T, ctx context.Context, n *rulesNode, 
 			t.Fatalf("owner takes %s: %v", name, err)
 		}
 	}
+	// Three waits race for two slots: two park, one is refused.
 	waitCtx, stopWaiting := context.WithCancel(ctx)
 	defer stopWaiting()
-	refused := make(chan error, len(names))
-	for _, name := range names[:2] {
-		go func() { refused <- a.Wait(waitCtx, "waiter", name, waiter) }()
-	}
-	waitFor(t, "waiter's two waits parked", func() bool { return n.quota.waits.count("waiter") == 2 })
-	if err := a.Wait(ctx, "waiter", names[2], waiter); refusal(err) != "resource exhausted" {
-		t.Fatalf("a third parked wait of a principal with waits: 2: got %v, expected: refused as resource exhausted", err)
+	ended := make(chan error, len(names))
+	for _, name := range names {
+		go func() { ended <- a.Wait(waitCtx, "waiter", name, waiter) }()
 	}
 	select {
-	case err := <-refused:
+	case err := <-ended:
+		if refusal(err) != "resource exhausted" {
+			t.Fatalf("of three racing waits of a principal with waits: 2, one ended with %v, expected: refused as resource exhausted", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("three waits of a principal with waits: 2 all parked")
+	}
+	waitFor(t, "waiter's two other waits parked", func() bool { return n.quota.waits.count("waiter") == 2 })
+	select {
+	case err := <-ended:
 		t.Fatalf("one of the two waits within the limit ended: %v", err)
 	default:
 	}
@@ -286,13 +292,31 @@ func ruleParkedWaitsAreCounted(t *testing.T, ctx context.Context, n *rulesNode, 
 }
 
 func ruleSessionsAreCounted(t *testing.T, ctx context.Context, n *rulesNode, a ruleAPI) {
-	if _, err := a.OpenSession(ctx, "opener"); err != nil {
-		t.Fatalf("opener's first session: %v", err)
+	// Eight opens at once: the count and the open are one step, so
+	// exactly one wins whichever order they reach the leader in.
+	const racers = 8
+	errs := make(chan error, racers)
+	for range racers {
+		go func() {
+			_, err := a.OpenSession(ctx, "opener")
+			errs <- err
+		}()
 	}
-	for i := range 3 {
-		if _, err := a.OpenSession(ctx, "opener"); refusal(err) != "resource exhausted" {
-			t.Fatalf("opener's session %d past sessions: 1: got %v, expected: refused as resource exhausted", i+2, err)
+	opened := 0
+	for range racers {
+		switch err := <-errs; refusal(err) {
+		case "none":
+			opened++
+		case "resource exhausted":
+		default:
+			t.Errorf("an open racing seven others: got %v, expected: opened or refused as resource exhausted", err)
 		}
+	}
+	if opened != 1 {
+		t.Fatalf("opener, with sessions: 1, opened %d of %d racing sessions", opened, racers)
+	}
+	if _, err := a.OpenSession(ctx, "opener"); refusal(err) != "resource exhausted" {
+		t.Fatalf("opener's session past sessions: 1: got %v, expected: refused as resource exhausted", err)
 	}
 }
 
