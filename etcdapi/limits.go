@@ -132,6 +132,9 @@ const maxTxnOps = 128
 // recursion.
 func txnOps(r *pb.TxnRequest, limit int) int {
 	n := len(r.Compare)
+	if n > limit {
+		return n
+	}
 	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
 		branch := len(ops)
 		for _, op := range ops {

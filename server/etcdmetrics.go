@@ -67,6 +67,13 @@ func (s *Server) etcdMetricsStream(srv any, ss grpc.ServerStream, info *grpc.Str
 		return handler(srv, ss)
 	}
 	start := time.Now()
+	if !etcdLeaderStreams[info.FullMethod] {
+		err := s.metrics.etcdStream(srv, ss, info, handler)
+		s.metrics.record(info.FullMethod, grpcCodeName(err), start)
+		return err
+	}
+	// Only these are forwarded whole: the rest (Watch, Snapshot) never
+	// pay for looking at their answers.
 	watched := &answerWatcher{ServerStream: ss, s: s}
 	err := s.metrics.etcdStream(srv, watched, info, handler)
 	s.metrics.record(info.FullMethod, grpcCodeName(err), start)
