@@ -10,6 +10,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -278,4 +279,22 @@ func TestAnswerCapCountsWhatIsSent(t *testing.T) {
 			t.Errorf("a DeleteRange whose prev_kvs are at the cap: got = %v, %v, expected: 16 prev_kvs", resp, err)
 		}
 	})
+}
+
+// TestALargeRangeUnderTheDefaultCapIsAnswered: the default cap leaves
+// room for the lists clients make: 32 MiB of values in one Range are
+// answered whole, as etcd answers them.
+func TestALargeRangeUnderTheDefaultCapIsAnswered(t *testing.T) {
+	f := newFakeBackend(t)
+	c := serve(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	putValues(t, f, "big/", 32, 1<<20)
+	resp, err := c.Get(ctx, "big/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatalf("a Range of 32 MiB: got = %v, expected: answered", err)
+	}
+	if len(resp.Kvs) != 32 || len(resp.Kvs[31].Value) != 1<<20 {
+		t.Errorf("got = %d keys, expected: all 32 with their 1 MiB values", len(resp.Kvs))
+	}
 }
