@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/x509"
 	"sync/atomic"
 	"time"
 
@@ -10,6 +11,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 )
 
 // The etcd API's calls are requests like the native API's: they go into
@@ -30,13 +33,13 @@ import (
 //
 // A call is counted once, by the node its client called. A follower
 // that forwards a call to the leader counts it, and the leader, which
-// sees the forwarding mark, does not; the follower counts it in
-// tenure_forwarded_calls_total too when the leader answered it, as the
-// native API counts what it forwards. The follower learns that from the
-// answer itself: every etcd answer's header names the member that
-// answered it, so an answer whose member is another node's came from
-// the leader. For a stream (LeaseKeepAlive, Observe, forwarded whole)
-// the first such answer marks it.
+// sees the forwarding mark (from a node: etcdForwardedByNode), does not;
+// the follower counts it in tenure_forwarded_calls_total too when the
+// leader answered it, as the native API counts what it forwards. The
+// follower learns that from the answer itself: every etcd answer's
+// header names the member that answered it, so an answer whose member
+// is another node's came from the leader. For a stream (LeaseKeepAlive,
+// Observe, forwarded whole) the first such answer marks it.
 
 // newEtcdServerMetrics is etcd's grpc_server_* series, with the
 // handling-time histogram that etcd serves under --metrics=extensive.
@@ -48,7 +51,7 @@ func newEtcdServerMetrics() *grpcprom.ServerMetrics {
 // the etcd API's interceptors, so that it sees every call's outcome:
 // refused by authentication, answered here, or forwarded.
 func (s *Server) etcdMetricsUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if forwardedCall(ctx) {
+	if s.etcdForwardedByNode(ctx) {
 		return handler(ctx, req) // counted by the node the client called
 	}
 	start := time.Now()
@@ -63,7 +66,7 @@ func (s *Server) etcdMetricsUnary(ctx context.Context, req any, info *grpc.Unary
 // etcdMetricsStream is etcdMetricsUnary for streams: the duration is the
 // stream's lifetime, the code its end's.
 func (s *Server) etcdMetricsStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if forwardedCall(ss.Context()) {
+	if s.etcdForwardedByNode(ss.Context()) {
 		return handler(srv, ss)
 	}
 	start := time.Now()
@@ -81,6 +84,29 @@ func (s *Server) etcdMetricsStream(srv any, ss grpc.ServerStream, info *grpc.Str
 		s.metrics.forwarded.Inc()
 	}
 	return err
+}
+
+// etcdForwardedByNode reports whether the etcd call of ctx was forwarded
+// here by another node: it carries the forwarding mark and, under a
+// policy, comes with a node's certificate, as the leader believes a
+// forwarded principal only from one; so a client cannot hide its calls
+// from the metrics by claiming the mark. Only a call with the mark pays
+// for checking the certificate. Without a policy every caller is
+// trusted with everything anyway.
+func (s *Server) etcdForwardedByNode(ctx context.Context) bool {
+	if !forwardedCall(ctx) {
+		return false
+	}
+	if s.auth == nil {
+		return true
+	}
+	var chain []*x509.Certificate
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			chain = ti.State.PeerCertificates
+		}
+	}
+	return s.auth.authn.AuthenticateEtcd(chain, "", "").Peer
 }
 
 // answerWatcher notes whether a stream sent an answer another member

@@ -7,14 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/internal/testnet"
 )
 
@@ -58,8 +61,9 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 // etcd has request series for their calls, in the native API's
 // tenure_requests_total and tenure_request_duration_seconds with the
 // gRPC method for a label and the code as the native API writes it,
-// refusals included; and etcd's own grpc_server_handled_total counts the
-// same calls with etcd's labels.
+// refusals included, and a client's call that claims a node's forwarding
+// mark too; and etcd's own grpc_server_handled_total counts the same
+// calls with etcd's labels.
 func TestEtcdCallsAreCountedAsRequests(t *testing.T) {
 	es := startEtcdAuthServer(t)
 	reg := es.cfg.Registry
@@ -75,7 +79,7 @@ func TestEtcdCallsAreCountedAsRequests(t *testing.T) {
 		{"/etcdserverpb.KV/Put", "ok", 1},
 		{"/etcdserverpb.KV/Put", "permission_denied", 1},
 		{"/etcdserverpb.KV/Put", "invalid_argument", 1},
-		{"/etcdserverpb.KV/Range", "ok", 1},
+		{"/etcdserverpb.KV/Range", "ok", 2},
 		{"/etcdserverpb.KV/Txn", "ok", 1},
 		{"/etcdserverpb.Lease/LeaseGrant", "ok", 1},
 	}
@@ -104,6 +108,11 @@ func TestEtcdCallsAreCountedAsRequests(t *testing.T) {
 		t.Fatal("put of an empty key: accepted, expected: key is not provided")
 	}
 	if _, err := alice.Get(ctx, "app/a"); err != nil {
+		t.Fatal(err)
+	}
+	// A client that claims the mark of a node's forwarded call is no
+	// node: its call is counted all the same.
+	if _, err := alice.Get(metadata.AppendToOutgoingContext(ctx, etcdForwardedKey, "node9"), "app/a"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := alice.Txn(ctx).Then(clientv3.OpGet("app/a")).Commit(); err != nil {
@@ -181,5 +190,28 @@ func TestEtcdAnswerCapIsTheServersLimit(t *testing.T) {
 	raw := pb.NewKVClient(c.ActiveConnection())
 	if _, err := raw.Range(ctx, &pb.RangeRequest{Key: []byte("k/"), RangeEnd: []byte("k0"), KeysOnly: true}); err != nil {
 		t.Errorf("keys only: got = %v, expected: answered", err)
+	}
+}
+
+// TestNativeCallClaimingTheForwardedHeaderIsCounted: the native API,
+// too, leaves a forwarded call to the node that took it only when a node
+// forwarded it: under a policy a client that sets Tenure-Forwarded-By
+// is counted all the same.
+func TestNativeCallClaimingTheForwardedHeaderIsCounted(t *testing.T) {
+	as := startAuthServer(t)
+	c := as.clients(t, "token:team-a")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	get := map[string]string{"method": "/tenure.v1.KVService/Get"}
+	before := series(t, as.cfg.Registry, "tenure_requests_total", get)
+	for _, forged := range []bool{false, true} {
+		req := connect.NewRequest(&tenurev1.GetRequest{Key: "team-a/k"})
+		if forged {
+			req.Header().Set(ForwardedHeader, "node9")
+		}
+		_, _ = c.kv.Get(ctx, req) // not found: any answer is counted
+	}
+	if got := series(t, as.cfg.Registry, "tenure_requests_total", get) - before; got != 2 {
+		t.Errorf("tenure_requests_total of Get rose by: got = %v, expected: 2, the call with a forged header too", got)
 	}
 }

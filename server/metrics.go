@@ -104,6 +104,19 @@ func (m *metrics) interceptor() connect.Interceptor {
 	return &metricsInterceptor{m}
 }
 
+// forwardedByNode reports whether a native call whose ForwardedHeader is
+// forwarded says so truly: under a policy, only a node's certificate
+// makes a caller a node (authenticate attached it), so that a client
+// cannot hide its calls from the metrics by claiming the header.
+// Without a policy every caller is trusted with everything anyway.
+func forwardedByNode(ctx context.Context, forwarded string) bool {
+	if forwarded == "" {
+		return false
+	}
+	c, ok := callerOf(ctx)
+	return !ok || c.Peer
+}
+
 type metricsInterceptor struct{ m *metrics }
 
 func (i *metricsInterceptor) observe(procedure string, start time.Time, err error) {
@@ -119,7 +132,7 @@ func (i *metricsInterceptor) observe(procedure string, start time.Time, err erro
 
 func (i *metricsInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if req.Header().Get(ForwardedHeader) != "" {
+		if forwardedByNode(ctx, req.Header().Get(ForwardedHeader)) {
 			return next(ctx, req)
 		}
 		start := time.Now()
@@ -135,7 +148,7 @@ func (i *metricsInterceptor) WrapStreamingClient(next connect.StreamingClientFun
 
 func (i *metricsInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if conn.RequestHeader().Get(ForwardedHeader) != "" {
+		if forwardedByNode(ctx, conn.RequestHeader().Get(ForwardedHeader)) {
 			return next(ctx, conn)
 		}
 		start := time.Now()
