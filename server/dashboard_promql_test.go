@@ -412,8 +412,9 @@ func (c *promChecker) selector(name string) *promValue {
 		}
 		c.want("}")
 	}
-	// go_ and process_ are the standard collectors the server registers.
-	if !strings.HasPrefix(name, "tenure_") && !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") {
+	// go_ and process_ are the standard collectors the server registers,
+	// grpc_server_ etcd's names for the etcd API's calls.
+	if !strings.HasPrefix(name, "tenure_") && !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") && !strings.HasPrefix(name, "grpc_server_") {
 		c.problem("%s is not a Tenure metric", name)
 		return nil
 	}
