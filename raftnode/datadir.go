@@ -61,7 +61,10 @@ func LockDataDir(dir string) (*DataDirLock, error) {
 		pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
 		return nil, &DataDirInUseError{Dir: dir, PID: pid}
 	}
-	if err := f.Truncate(0); err == nil {
+	// One err for both steps: a truncate or pid write that fails must
+	// fail the lock, not leave a file that names nobody or someone else.
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	if err != nil {
