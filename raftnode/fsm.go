@@ -189,3 +189,8 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.wake()
 	return nil
 }
+
+// restoreBytes restores the state from a snapshot in fsm's format.
+func (f *fsm) restoreBytes(b []byte) error {
+	return f.Restore(io.NopCloser(bytes.NewReader(b)))
+}

@@ -1,23 +1,5 @@
 package raftnode
 
-import (
-	"bytes"
-	"encoding/binary"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"hash/fnv"
-	"io"
-	"log/slog"
-	"os"
-	"path/filepath"
-	"slices"
-	"strings"
-
-	"github.com/hashicorp/raft"
-	"go.etcd.io/raft/v3/raftpb"
-)
-
 // The etcd engine keeps its state in the files the hashicorp engine used,
 // under DataDir/raft: the raft-wal log (walStore, with its checksums,
 // torn-tail and repair rules and the full-disk reserve), raft-wal's meta
@@ -30,13 +12,21 @@ import (
 // A log record's Data is the whole marshalled raftpb.Entry (its type
 // included); its hashicorp Type is always LogCommand.
 
-// engineFile names the engine that wrote DataDir/raft. A directory
-// without it was written by the hashicorp engine.
-const engineFile = "ENGINE"
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
 
-const (
-	engineHashicorp = "hashicorp-raft"
-	engineEtcd      = "etcd-raft"
+	"github.com/hashicorp/raft"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // hardStateKey holds term and vote, which must be durable before a vote
@@ -45,47 +35,6 @@ const (
 // and vote and at snapshots, and a restarted node learns the rest from
 // the leader, or, alone, commits its log again when it is elected.
 var hardStateKey = []byte("etcdraft_hardstate")
-
-// readEngine reports which engine wrote dir (DataDir/raft); "" when dir
-// holds no raft state at all.
-func readEngine(dir string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, engineFile))
-	switch {
-	case err == nil:
-		return strings.TrimSpace(string(b)), nil
-	case !errors.Is(err, os.ErrNotExist):
-		return "", fmt.Errorf("raftnode: %w", err)
-	}
-	for _, old := range []string{"wal", "raft.db", "snapshots"} {
-		if _, err := os.Stat(filepath.Join(dir, old)); err == nil {
-			return engineHashicorp, nil
-		}
-	}
-	return "", nil
-}
-
-// writeEngine records the engine durably: the file is synced and so is
-// the directory that names it.
-func writeEngine(dir, engine string) error {
-	path := filepath.Join(dir, engineFile)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
-	if err != nil {
-		return fmt.Errorf("raftnode: %w", err)
-	}
-	_, err = f.WriteString(engine + "\n")
-	err = errors.Join(err, f.Sync(), f.Close())
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		return fmt.Errorf("raftnode: record engine: %w", err)
-	}
-	return nil
-}
 
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
@@ -391,25 +340,3 @@ func (d *diskStorage) compact(index uint64) error {
 type peerEncoder struct{ raft.Transport }
 
 func (peerEncoder) EncodePeer(_ raft.ServerID, addr raft.ServerAddress) []byte { return []byte(addr) }
-
-// claimDir makes sure dir holds the etcd engine's state, none, or the
-// hashicorp engine's (converting: Open converts it), and marks a new one
-// as the etcd engine's before anything is written in it.
-func claimDir(dir string) (converting bool, err error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return false, fmt.Errorf("raftnode: %w", err)
-	}
-	engine, err := readEngine(dir)
-	switch {
-	case err != nil:
-		return false, err
-	case engine == "":
-		return false, writeEngine(dir, engineEtcd)
-	case engine == engineEtcd:
-		return false, nil
-	case engine == engineHashicorp:
-		return true, nil
-	default:
-		return false, fmt.Errorf("raftnode: %s holds state of an engine this build does not know, %q", dir, engine)
-	}
-}

@@ -1,0 +1,146 @@
+package raftnode
+
+import (
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/tenurehq/tenure/statemachine"
+)
+
+// applyTask is one Ready's worth of work for apply, in this order: a
+// snapshot to restore, entries to apply, then proposals to fail because
+// the term moved on (term) or this node stepped down.
+type applyTask struct {
+	snap     *raftpb.Snapshot
+	ents     []raftpb.Entry
+	term     uint64
+	stepDown bool
+	// confApplied, set when ents hold a configuration change, receives
+	// the answers to this node's changes once the batch is applied: run
+	// waits for it before Advance, and answers after, as etcd's server
+	// does. Raft must not count votes or take the next change under a
+	// configuration the state has not caught up with, and it refuses a
+	// change proposed before it has been told the last one is applied.
+	confApplied chan []resolved
+	// persisted is closed once the Ready's own writes are durable, and so
+	// in raft's storage: a snapshot may only be taken at an index there.
+	persisted chan struct{}
+}
+
+type resolved struct {
+	req uint64
+	res statemachine.Result
+}
+
+// applyLoop applies what run hands over, in order.
+func (e *etcdEngine) applyLoop() {
+	defer e.wg.Done()
+	defer e.snapping.Wait()
+	for {
+		var task applyTask
+		select {
+		case t, ok := <-e.applyCh:
+			if !ok {
+				return
+			}
+			task = t
+		case <-e.snapWanted:
+			e.snapshotInBackground("raft: snapshot for a peer", slog.LevelDebug)
+			continue
+		case done := <-e.snapNow:
+			// Between batches, so the state, its index and the membership
+			// agree.
+			e.snapping.Wait()
+			write, err := e.copyState()
+			if err == nil {
+				err = write()
+			}
+			done <- err
+			continue
+		}
+		if task.snap != nil {
+			e.restoreSnapshot(*task.snap)
+		}
+		confAnswers := e.applyEntries(task.ents)
+		if task.confApplied != nil {
+			task.confApplied <- confAnswers
+		}
+		if task.stepDown {
+			e.failWaiters(0)
+		} else if task.term > 0 {
+			e.failWaiters(task.term)
+		}
+		select {
+		case <-task.persisted:
+			e.maybeSnapshot()
+		case <-e.stop:
+			// run stops at once; the next start snapshots instead.
+		}
+	}
+}
+
+func (e *etcdEngine) restoreSnapshot(snap raftpb.Snapshot) {
+	members, state, err := decodeSnapshotData(snap.Data)
+	if err == nil {
+		err = e.n.fsm.restoreBytes(state)
+	}
+	if err != nil {
+		// The snapshot was checked when it was written; failing to read it
+		// back means the state cannot be trusted at all.
+		panic(fmt.Sprintf("raftnode: restore snapshot %d: %v", snap.Metadata.Index, err))
+	}
+	e.setMembership(snap.Metadata.ConfState, members)
+	e.snapshotIdx.Store(snap.Metadata.Index)
+}
+
+// applyEntries applies a batch under one write lock, as the hashicorp
+// engine's ApplyBatch does, and answers the waiting proposals after the
+// applied index has moved, so that their callers' next reads see them.
+func (e *etcdEngine) applyEntries(ents []raftpb.Entry) (confAnswers []resolved) {
+	f := e.n.fsm
+	if len(ents) == 0 || ents[len(ents)-1].Index <= f.applied.Load() {
+		return nil
+	}
+	start := time.Now()
+	var answers []resolved
+	f.mu.Lock()
+	for _, ent := range ents {
+		if ent.Index <= f.applied.Load() {
+			continue // in a snapshot already restored
+		}
+		switch ent.Type {
+		case raftpb.EntryNormal:
+			if len(ent.Data) < proposalHeader {
+				continue // the empty entry a new leader appends
+			}
+			from, req := binary.BigEndian.Uint64(ent.Data), binary.BigEndian.Uint64(ent.Data[8:])
+			var res statemachine.Result
+			if cmd := ent.Data[proposalHeader:]; len(cmd) > 0 {
+				res = f.applyData(ent.Index, ent.Term, cmd)
+			}
+			if from == e.rid {
+				answers = append(answers, resolved{req: req, res: res})
+			}
+		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
+			if req, mine := e.applyConfChange(ent); mine {
+				confAnswers = append(confAnswers, resolved{req: req})
+			}
+		}
+	}
+	f.mu.Unlock()
+	f.advance(ents[len(ents)-1].Index)
+	e.n.metrics.applyBatch.Observe(time.Since(start).Seconds())
+	e.n.metrics.batchSize.Observe(float64(len(ents)))
+	for _, a := range answers {
+		e.answer(a.req, proposalResult{res: a.res})
+	}
+	return confAnswers
+}
+
+func isConfChange(e raftpb.Entry) bool {
+	return e.Type == raftpb.EntryConfChange || e.Type == raftpb.EntryConfChangeV2
+}
