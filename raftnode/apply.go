@@ -37,7 +37,7 @@ type resolved struct {
 }
 
 // applyLoop applies what run hands over, in order.
-func (e *etcdEngine) applyLoop() {
+func (e *engine) applyLoop() {
 	defer e.wg.Done()
 	defer e.snapping.Wait()
 	for {
@@ -83,10 +83,10 @@ func (e *etcdEngine) applyLoop() {
 	}
 }
 
-func (e *etcdEngine) restoreSnapshot(snap raftpb.Snapshot) {
+func (e *engine) restoreSnapshot(snap raftpb.Snapshot) {
 	members, state, err := decodeSnapshotData(snap.Data)
 	if err == nil {
-		err = e.n.fsm.restoreBytes(state)
+		err = e.n.applier.restoreBytes(state)
 	}
 	if err != nil {
 		// The snapshot was checked when it was written; failing to read it
@@ -100,8 +100,8 @@ func (e *etcdEngine) restoreSnapshot(snap raftpb.Snapshot) {
 // applyEntries applies a batch under one write lock, as the hashicorp
 // engine's ApplyBatch does, and answers the waiting proposals after the
 // applied index has moved, so that their callers' next reads see them.
-func (e *etcdEngine) applyEntries(ents []raftpb.Entry) (confAnswers []resolved) {
-	f := e.n.fsm
+func (e *engine) applyEntries(ents []raftpb.Entry) (confAnswers []resolved) {
+	f := e.n.applier
 	if len(ents) == 0 || ents[len(ents)-1].Index <= f.applied.Load() {
 		return nil
 	}

@@ -18,7 +18,7 @@ import (
 // election. A member of a larger cluster cannot convert alone, since the
 // others would still speak the old engine's protocol.
 func convertFromHashicorp(cfg Config, st stores, self memberInfo, newState func() state, m *metrics, log *slog.Logger) error {
-	conf, err := storedConfiguration(st.logs, st.snaps)
+	conf, err := storedConfiguration(st.wal, st.snapshots)
 	if err != nil {
 		return err
 	}
@@ -30,14 +30,14 @@ func convertFromHashicorp(cfg Config, st stores, self memberInfo, newState func(
 	if len(conf.Servers) == 1 && string(conf.Servers[0].ID) != self.ID {
 		return &MembershipError{DataDir: cfg.DataDir, NodeID: self.ID, Addr: self.Addr, Servers: members(conf)}
 	}
-	scratch := &fsm{st: newState(), newState: newState, log: log, metrics: m}
+	scratch := &applier{st: newState(), newState: newState, log: log, metrics: m}
 	var last logPosition
-	metas, err := st.snaps.List()
+	metas, err := st.snapshots.List()
 	if err != nil {
 		return fmt.Errorf("raftnode: list snapshots: %w", err)
 	}
 	if len(metas) > 0 {
-		meta, rc, err := st.snaps.Open(metas[0].ID)
+		meta, rc, err := st.snapshots.Open(metas[0].ID)
 		if err != nil {
 			return fmt.Errorf("raftnode: open snapshot %s: %w", metas[0].ID, err)
 		}
@@ -46,18 +46,18 @@ func convertFromHashicorp(cfg Config, st stores, self memberInfo, newState func(
 		}
 		last = logPosition{index: meta.Index, term: meta.Term}
 	}
-	first, err := st.logs.FirstIndex()
+	first, err := st.wal.FirstIndex()
 	if err != nil {
 		return err
 	}
-	lastIdx, err := st.logs.LastIndex()
+	lastIdx, err := st.wal.LastIndex()
 	if err != nil {
 		return err
 	}
 	applied := 0
 	for i := max(first, last.index+1); first > 0 && i <= lastIdx; i++ {
 		var l raft.Log
-		if err := st.logs.GetLog(i, &l); err != nil {
+		if err := st.wal.GetLog(i, &l); err != nil {
 			return fmt.Errorf("raftnode: convert: log entry %d: %w", i, err)
 		}
 		if l.Type == raft.LogCommand {
@@ -67,17 +67,17 @@ func convertFromHashicorp(cfg Config, st stores, self memberInfo, newState func(
 		last = logPosition{index: l.Index, term: l.Term}
 	}
 	term := last.term
-	if v, err := st.stable.GetUint64([]byte("CurrentTerm")); err == nil {
+	if v, err := st.meta.GetUint64([]byte("CurrentTerm")); err == nil {
 		term = max(term, v)
 	}
-	d := &diskStorage{logs: st.logs, stable: st.stable, snaps: st.snaps, log: log}
+	d := &diskStorage{wal: st.wal, meta: st.meta, snapshots: st.snapshots, log: log}
 	if last.index > 0 {
 		if err := fold(d, scratch, last, term, self); err != nil {
 			return fmt.Errorf("raftnode: convert: %w", err)
 		}
 	}
 	if st.dir != "" {
-		if err := writeEngine(st.dir, engineEtcd); err != nil {
+		if err := writeEngine(st.dir, engineEtcdRaft); err != nil {
 			return err
 		}
 	}
@@ -139,8 +139,8 @@ func members(c raft.Configuration) []Member {
 const engineFile = "ENGINE"
 
 const (
-	engineHashicorp = "hashicorp-raft"
-	engineEtcd      = "etcd-raft"
+	engineHashicorpRaft = "hashicorp-raft"
+	engineEtcdRaft      = "etcd-raft"
 )
 
 // readEngine reports which engine wrote dir (DataDir/raft); "" when dir
@@ -155,7 +155,7 @@ func readEngine(dir string) (string, error) {
 	}
 	for _, old := range []string{"wal", "raft.db", "snapshots"} {
 		if _, err := os.Stat(filepath.Join(dir, old)); err == nil {
-			return engineHashicorp, nil
+			return engineHashicorpRaft, nil
 		}
 	}
 	return "", nil
@@ -191,17 +191,17 @@ func claimDir(dir string) (converting bool, err error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return false, fmt.Errorf("raftnode: %w", err)
 	}
-	engine, err := readEngine(dir)
+	kind, err := readEngine(dir)
 	switch {
 	case err != nil:
 		return false, err
-	case engine == "":
-		return false, writeEngine(dir, engineEtcd)
-	case engine == engineEtcd:
+	case kind == "":
+		return false, writeEngine(dir, engineEtcdRaft)
+	case kind == engineEtcdRaft:
 		return false, nil
-	case engine == engineHashicorp:
+	case kind == engineHashicorpRaft:
 		return true, nil
 	default:
-		return false, fmt.Errorf("raftnode: %s holds state of an engine this build does not know, %q", dir, engine)
+		return false, fmt.Errorf("raftnode: %s holds state of an engine this build does not know, %q", dir, kind)
 	}
 }

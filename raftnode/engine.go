@@ -36,7 +36,7 @@ import (
 // that apply can answer the proposer and nobody else; a term change
 // fails the proposals of older terms with ErrLeadershipLost, since their
 // entries may or may not commit.
-type etcdEngine struct {
+type engine struct {
 	n        *Node // the node this engine runs; shares its fsm, metrics and log
 	rid      uint64
 	self     memberInfo
@@ -94,13 +94,13 @@ type etcdEngine struct {
 type raftHandle struct{ etcdraft.Node }
 
 // openEtcd starts the engine on the stores open has opened.
-func openEtcd(n *Node, cfg Config, st stores, trans peerTransport) (*etcdEngine, error) {
-	e := &etcdEngine{
+func startEngine(n *Node, cfg Config, st stores, trans peerTransport) (*engine, error) {
+	e := &engine{
 		n:           n,
 		rid:         raftID(cfg.NodeID),
 		self:        memberInfo{ID: cfg.NodeID, Addr: trans.LocalAddr()},
 		ms:          etcdraft.NewMemoryStorage(),
-		disk:        &diskStorage{logs: st.logs, stable: st.stable, snaps: st.snaps, log: n.log},
+		disk:        &diskStorage{wal: st.wal, meta: st.meta, snapshots: st.snapshots, log: n.log},
 		trans:       trans,
 		members:     map[uint64]memberInfo{},
 		waiters:     map[uint64]*waiter{},
@@ -205,12 +205,12 @@ func bootstrapPeers(cfg Config, self memberInfo) ([]etcdraft.Peer, error) {
 // restoreBoot loads what the node restarts from into raft's storage and
 // the state machine; the entries after the snapshot are applied again as
 // raft hands them over.
-func (e *etcdEngine) restoreBoot(b bootState) error {
+func (e *engine) restoreBoot(b bootState) error {
 	if !etcdraft.IsEmptySnap(b.snap) {
 		if err := e.ms.ApplySnapshot(b.snap); err != nil {
 			return fmt.Errorf("raftnode: load snapshot: %w", err)
 		}
-		if err := e.n.fsm.restoreBytes(b.state); err != nil {
+		if err := e.n.applier.restoreBytes(b.state); err != nil {
 			return err
 		}
 		e.setMembership(b.snap.Metadata.ConfState, b.members)
@@ -231,11 +231,11 @@ func (e *etcdEngine) restoreBoot(b bootState) error {
 	return nil
 }
 
-func (e *etcdEngine) raft() etcdraft.Node { return e.node.Load().Node }
+func (e *engine) raft() etcdraft.Node { return e.node.Load().Node }
 
 // Process, ReportUnreachable and ReportSnapshot are the transport's way
 // into raft (messageHandler).
-func (e *etcdEngine) Process(ctx context.Context, m raftpb.Message) error {
+func (e *engine) Process(ctx context.Context, m raftpb.Message) error {
 	if err := e.checkLog(m); err != nil {
 		return err
 	}
@@ -246,15 +246,15 @@ func (e *etcdEngine) Process(ctx context.Context, m raftpb.Message) error {
 	return e.raft().Step(ctx, m)
 }
 
-func (e *etcdEngine) ReportUnreachable(id uint64) { e.raft().ReportUnreachable(id) }
+func (e *engine) ReportUnreachable(id uint64) { e.raft().ReportUnreachable(id) }
 
-func (e *etcdEngine) ReportSnapshot(id uint64, status etcdraft.SnapshotStatus) {
+func (e *engine) ReportSnapshot(id uint64, status etcdraft.SnapshotStatus) {
 	e.raft().ReportSnapshot(id, status)
 }
 
 // close stops the loops and raft; the caller closes the transport and
 // stores afterwards.
-func (e *etcdEngine) close() error {
+func (e *engine) close() error {
 	close(e.stop)
 	e.wg.Wait()
 	e.raft().Stop()
@@ -265,7 +265,7 @@ func (e *etcdEngine) close() error {
 
 // bootstrapCluster is BootstrapCluster for the etcd engine: it is run by
 // the Ready loop, which swaps the waiting raft node for a bootstrapped one.
-func (e *etcdEngine) bootstrapCluster(voters []Peer) error {
+func (e *engine) bootstrapCluster(voters []Peer) error {
 	peers, err := bootstrapPeers(Config{InitialVoters: voters}, e.self)
 	if err != nil {
 		return err

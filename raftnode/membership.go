@@ -31,7 +31,7 @@ func (n *Node) BootstrapCluster(voters []Peer) error {
 		return err
 	}
 	defer n.inflight.Done()
-	return n.etcd.bootstrapCluster(voters)
+	return n.engine.bootstrapCluster(voters)
 }
 
 // ErrAlreadyFormed is returned by BootstrapCluster on a node that already
@@ -57,7 +57,7 @@ func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 		return err
 	}
 	defer n.inflight.Done()
-	return n.etcd.transferLeadership(ctx, id)
+	return n.engine.transferLeadership(ctx, id)
 }
 
 // ErrUnknownMember is returned for a server ID the configuration does not
@@ -81,7 +81,7 @@ func (n *Node) changeMembership(ctx context.Context, op string, typ raftpb.ConfC
 		return err
 	}
 	defer n.inflight.Done()
-	return n.etcd.changeMembership(ctx, op, typ, memberInfo{ID: id, Addr: addr})
+	return n.engine.changeMembership(ctx, op, typ, memberInfo{ID: id, Addr: addr})
 }
 
 // Member is one server in the raft configuration.
@@ -99,12 +99,12 @@ func (n *Node) Members() ([]Member, error) {
 		return nil, err
 	}
 	defer n.inflight.Done()
-	return n.etcd.membersList(), nil
+	return n.engine.membersList(), nil
 }
 
 // applyConfChange applies a membership entry to raft and to the members
 // this engine knows, and reports the request it answers.
-func (e *etcdEngine) applyConfChange(ent raftpb.Entry) (req uint64, mine bool) {
+func (e *engine) applyConfChange(ent raftpb.Entry) (req uint64, mine bool) {
 	var cc raftpb.ConfChangeV2
 	if ent.Type == raftpb.EntryConfChange {
 		var v1 raftpb.ConfChange
@@ -147,7 +147,7 @@ func (e *etcdEngine) applyConfChange(ent raftpb.Entry) (req uint64, mine bool) {
 }
 
 // setMembership replaces the members, from a snapshot.
-func (e *etcdEngine) setMembership(cs raftpb.ConfState, members map[uint64]memberInfo) {
+func (e *engine) setMembership(cs raftpb.ConfState, members map[uint64]memberInfo) {
 	e.memMu.Lock()
 	defer e.memMu.Unlock()
 	for id := range e.members {
@@ -166,7 +166,7 @@ func (e *etcdEngine) setMembership(cs raftpb.ConfState, members map[uint64]membe
 
 // namesEveryMember reports whether cs lists every node of the applied
 // configuration.
-func (e *etcdEngine) namesEveryMember(cs raftpb.ConfState) bool {
+func (e *engine) namesEveryMember(cs raftpb.ConfState) bool {
 	e.memMu.RLock()
 	defer e.memMu.RUnlock()
 	for _, ids := range [][]uint64{e.conf.Voters, e.conf.Learners} {
@@ -181,7 +181,7 @@ func (e *etcdEngine) namesEveryMember(cs raftpb.ConfState) bool {
 
 // changeMembership proposes one configuration change and waits until it
 // is applied here.
-func (e *etcdEngine) changeMembership(ctx context.Context, op string, typ raftpb.ConfChangeType, m memberInfo) error {
+func (e *engine) changeMembership(ctx context.Context, op string, typ raftpb.ConfChangeType, m memberInfo) error {
 	e.confMu.Lock()
 	defer e.confMu.Unlock()
 	if !e.isLeader() {
@@ -240,7 +240,7 @@ func membershipContext(ctx context.Context) (context.Context, context.CancelFunc
 // transferLeadership hands leadership to id, or to the voter whose log is
 // furthest along, and waits until another node leads or the election
 // timeout passes.
-func (e *etcdEngine) transferLeadership(ctx context.Context, id string) error {
+func (e *engine) transferLeadership(ctx context.Context, id string) error {
 	if !e.isLeader() {
 		return e.n.notLeader()
 	}
@@ -293,7 +293,7 @@ func (e *etcdEngine) transferLeadership(ctx context.Context, id string) error {
 	}
 }
 
-func (e *etcdEngine) memberName(id uint64) string {
+func (e *engine) memberName(id uint64) string {
 	e.memMu.RLock()
 	defer e.memMu.RUnlock()
 	if m, ok := e.members[id]; ok {
@@ -304,7 +304,7 @@ func (e *etcdEngine) memberName(id uint64) string {
 
 // leaderInfo is the leader's peer address and node ID, empty when no
 // leader is known.
-func (e *etcdEngine) leaderInfo() (addr, id string) {
+func (e *engine) leaderInfo() (addr, id string) {
 	l := e.leader.Load()
 	if l == 0 {
 		return "", ""
@@ -318,7 +318,7 @@ func (e *etcdEngine) leaderInfo() (addr, id string) {
 	return m.Addr, m.ID
 }
 
-func (e *etcdEngine) membersList() []Member {
+func (e *engine) membersList() []Member {
 	_, leader := e.leaderInfo()
 	e.memMu.RLock()
 	defer e.memMu.RUnlock()

@@ -100,19 +100,19 @@ func (m *metrics) unregister() {
 
 // timedLogStore measures StoreLogs, where raft's leader and followers wait
 // for the disk: the figure operators need when commit latency grows.
-type timedLogStore struct {
+type timedWAL struct {
 	raft.LogStore
 	hist prometheus.Histogram
 }
 
-func (s timedLogStore) StoreLog(l *raft.Log) error {
+func (s timedWAL) StoreLog(l *raft.Log) error {
 	start := time.Now()
 	err := s.LogStore.StoreLog(l)
 	s.hist.Observe(time.Since(start).Seconds())
 	return err
 }
 
-func (s timedLogStore) StoreLogs(logs []*raft.Log) error {
+func (s timedWAL) StoreLogs(logs []*raft.Log) error {
 	start := time.Now()
 	err := s.LogStore.StoreLogs(logs)
 	s.hist.Observe(time.Since(start).Seconds())
@@ -121,9 +121,9 @@ func (s timedLogStore) StoreLogs(logs []*raft.Log) error {
 
 // IsMonotonic must pass through: raft-wal cannot accept a gap in indexes,
 // and raft only resets the log after a restore when the store says so.
-func (s timedLogStore) IsMonotonic() bool {
+func (s timedWAL) IsMonotonic() bool {
 	m, ok := s.LogStore.(raft.MonotonicLogStore)
 	return ok && m.IsMonotonic()
 }
 
-var _ raft.MonotonicLogStore = timedLogStore{}
+var _ raft.MonotonicLogStore = timedWAL{}

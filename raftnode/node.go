@@ -19,8 +19,8 @@ import (
 // use. The caller should call Close when finished.
 type Node struct {
 	id       string // this node's raft server ID
-	etcd     *etcdEngine
-	fsm      *fsm
+	engine   *engine
+	applier  *applier
 	space    *spaceCheck
 	metrics  *metrics
 	log      *slog.Logger
@@ -87,7 +87,7 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 	if cfg.Network != nil {
 		trans = cfg.Network.Transport(cfg.NodeID)
 	} else {
-		t, err := listenPeers(peerConfig{ID: raftID(cfg.NodeID), Bind: cfg.PeerAddr, Advertise: cfg.Advertise, TLS: cfg.PeerTLS, ClusterTag: engineEtcd, Logger: log, Metrics: m.peers})
+		t, err := listenPeers(peerConfig{ID: raftID(cfg.NodeID), Bind: cfg.PeerAddr, Advertise: cfg.Advertise, TLS: cfg.PeerTLS, ClusterTag: engineEtcdRaft, Logger: log, Metrics: m.peers})
 		if err != nil {
 			return nil, fmt.Errorf("raftnode: transport: %w", err)
 		}
@@ -95,12 +95,12 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 	}
 	undo = append(undo, trans.Close)
 	self := memberInfo{ID: cfg.NodeID, Addr: trans.LocalAddr()}
-	if err := prepareEtcd(cfg, st, self, newState, converting, m, log); err != nil {
+	if err := prepareStart(cfg, st, self, newState, converting, m, log); err != nil {
 		return nil, err
 	}
 	n = &Node{
 		id: cfg.NodeID,
-		fsm: &fsm{
+		applier: &applier{
 			st:        newState(),
 			newState:  newState,
 			observer:  cfg.Observer,
@@ -119,14 +119,14 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 		leaderCh:   make(chan bool, 1),
 		shutdownCh: make(chan struct{}),
 	}
-	if n.etcd, err = openEtcd(n, cfg, st, trans); err != nil {
+	if n.engine, err = startEngine(n, cfg, st, trans); err != nil {
 		return nil, err
 	}
 	if st.dir != "" {
 		n.wg.Add(1)
 		go n.watchSpace(cfg.DiskCheckInterval)
 	}
-	log.Info("raft node open", "engine", engineEtcd, "addr", trans.LocalAddr(), "log_store", st.kind, "dir", st.dir)
+	log.Info("raft node open", "engine", engineEtcdRaft, "addr", trans.LocalAddr(), "log_store", st.kind, "dir", st.dir)
 	return n, nil
 }
 
@@ -165,8 +165,8 @@ func (n *Node) Close() error {
 		n.mu.Unlock()
 		n.inflight.Wait()
 
-		wasLeader := n.etcd.isLeader()
-		errs := []error{n.etcd.close()}
+		wasLeader := n.engine.isLeader()
+		errs := []error{n.engine.close()}
 		if wasLeader {
 			n.publishLeader(false)
 		}
@@ -199,11 +199,11 @@ func (n *Node) Propose(ctx context.Context, cmd statemachine.Command) (statemach
 	start := time.Now()
 	// A cluster version raised after this read only widens what every
 	// member reads: an entry in the older form is still read by all.
-	data, err := statemachine.EncodeFor(int(n.fsm.version.Load()), start.UnixNano(), cmd)
+	data, err := statemachine.EncodeFor(int(n.applier.version.Load()), start.UnixNano(), cmd)
 	if err != nil {
 		return statemachine.Result{}, err
 	}
-	res, err := n.etcd.propose(ctx, "propose", data)
+	res, err := n.engine.propose(ctx, "propose", data)
 	if err == nil {
 		n.metrics.propose.Observe(time.Since(start).Seconds())
 	}
@@ -243,10 +243,10 @@ func (n *Node) readState(ctx context.Context, fn func(state) error) error {
 		return err
 	}
 	defer n.inflight.Done()
-	if !n.etcd.isLeader() {
+	if !n.engine.isLeader() {
 		return n.notLeader()
 	}
-	idx, err := n.etcd.readIndex(ctx)
+	idx, err := n.engine.readIndex(ctx)
 	if err != nil {
 		return err
 	}
@@ -265,15 +265,15 @@ func (n *Node) readLocalState(fn func(state) error) error {
 }
 
 func (n *Node) readLocked(fn func(state) error) error {
-	n.fsm.mu.RLock()
-	defer n.fsm.mu.RUnlock()
-	return fn(n.fsm.st)
+	n.applier.mu.RLock()
+	defer n.applier.mu.RUnlock()
+	return fn(n.applier.st)
 }
 
 func (n *Node) waitApplied(ctx context.Context, idx uint64) error {
 	for {
-		changed := n.fsm.appliedChanged()
-		if n.fsm.applied.Load() >= idx {
+		changed := n.applier.appliedChanged()
+		if n.applier.applied.Load() >= idx {
 			return nil
 		}
 		select {
@@ -292,7 +292,7 @@ func (n *Node) Barrier(ctx context.Context) error {
 		return err
 	}
 	defer n.inflight.Done()
-	_, err := n.etcd.propose(ctx, "barrier", nil)
+	_, err := n.engine.propose(ctx, "barrier", nil)
 	return err
 }
 
@@ -312,11 +312,11 @@ func (n *Node) notLeader() error {
 // IsLeader reports whether this node believes it is the leader. The
 // belief can be stale by up to an election timeout; Read and Propose
 // confirm it with a quorum.
-func (n *Node) IsLeader() bool { return n.etcd.isLeader() }
+func (n *Node) IsLeader() bool { return n.engine.isLeader() }
 
 // Leader returns the leader's raft transport address and ID, empty when no
 // leader is known.
-func (n *Node) Leader() (addr string, id string) { return n.etcd.leaderInfo() }
+func (n *Node) Leader() (addr string, id string) { return n.engine.leaderInfo() }
 
 // LeaderChanges delivers true when this node becomes leader and false when
 // it stops being leader, including a final false on Close if it was
@@ -327,7 +327,7 @@ func (n *Node) Leader() (addr string, id string) { return n.etcd.leaderInfo() }
 func (n *Node) LeaderChanges() <-chan bool { return n.leaderCh }
 
 // AppliedIndex is the index of the last log entry reflected in the state.
-func (n *Node) AppliedIndex() uint64 { return n.fsm.applied.Load() }
+func (n *Node) AppliedIndex() uint64 { return n.applier.applied.Load() }
 
 // ElectionTimeout is the longest a new leader can take to be elected after
 // the old one stopped heartbeating. A new leader adds it to every session
@@ -338,7 +338,7 @@ func (n *Node) ElectionTimeout() time.Duration { return n.election }
 // Stats returns raft's figures plus this node's applied index, for
 // display and debugging.
 func (n *Node) Stats() map[string]string {
-	s := n.etcd.stats()
+	s := n.engine.stats()
 	s["fsm_applied_index"] = strconv.FormatUint(n.AppliedIndex(), 10)
 	return s
 }
@@ -348,7 +348,7 @@ func (n *Node) ID() string { return n.id }
 
 // Addr is this node's raft address, where other nodes reach it: the
 // advertised or bound TCP address, or its NodeID on a given Network.
-func (n *Node) Addr() string { return n.etcd.self.Addr }
+func (n *Node) Addr() string { return n.engine.self.Addr }
 
 // Engine names the consensus engine this node runs, what a joining node
 // must run too.

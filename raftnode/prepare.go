@@ -12,7 +12,7 @@ import (
 
 // prepareEtcd runs the checks and rewrites on st. converting is true when
 // st holds the hashicorp engine's state.
-func prepareEtcd(cfg Config, st stores, self memberInfo, newState func() state, converting bool, m *metrics, log *slog.Logger) error {
+func prepareStart(cfg Config, st stores, self memberInfo, newState func() state, converting bool, m *metrics, log *slog.Logger) error {
 	if converting {
 		return convertFromHashicorp(cfg, st, self, newState, m, log)
 	}
@@ -21,7 +21,7 @@ func prepareEtcd(cfg Config, st stores, self memberInfo, newState func() state, 
 	}
 	// No logger: the engine loads the same state again right after, and
 	// says what it finds.
-	d := &diskStorage{logs: st.logs, stable: st.stable, snaps: st.snaps}
+	d := &diskStorage{wal: st.wal, meta: st.meta, snapshots: st.snapshots}
 	boot, err := d.load()
 	if err != nil {
 		return err
@@ -43,7 +43,7 @@ func prepareEtcd(cfg Config, st stores, self memberInfo, newState func() state, 
 		log.Warn("FORCE NEW CLUSTER: rewriting the stored raft configuration to this node alone; every other member is forgotten. "+
 			"This is a restore tool: on a member of a live cluster it makes a second cluster that diverges from the first",
 			"dir", cfg.DataDir, "old_configuration", formatServers(stored), "new_configuration", formatServers([]Member{{ID: self.ID, Address: self.Addr, Voter: true}}))
-		scratch := &fsm{st: newState(), newState: newState, log: log, metrics: m}
+		scratch := &applier{st: newState(), newState: newState, log: log, metrics: m}
 		if !etcdraft.IsEmptySnap(boot.snap) {
 			if err := scratch.restoreBytes(boot.state); err != nil {
 				return err
@@ -148,7 +148,7 @@ type logPosition struct{ index, term uint64 }
 // raft restarts on that snapshot and nothing else. Each step leaves a
 // state a restart reads correctly: the snapshot is renamed into place
 // whole and covers every entry the log still holds.
-func fold(d *diskStorage, f *fsm, last logPosition, term uint64, self memberInfo) error {
+func fold(d *diskStorage, f *applier, last logPosition, term uint64, self memberInfo) error {
 	f.advance(last.index)
 	state, err := f.snapshotBytes()
 	if err != nil {
@@ -159,16 +159,16 @@ func fold(d *diskStorage, f *fsm, last logPosition, term uint64, self memberInfo
 	if err := d.writeSnapshot(meta, members, state); err != nil {
 		return err
 	}
-	first, err := d.logs.FirstIndex()
+	first, err := d.wal.FirstIndex()
 	if err != nil {
 		return err
 	}
-	lastIdx, err := d.logs.LastIndex()
+	lastIdx, err := d.wal.LastIndex()
 	if err != nil {
 		return err
 	}
 	if first > 0 {
-		if err := d.logs.DeleteRange(first, lastIdx); err != nil {
+		if err := d.wal.DeleteRange(first, lastIdx); err != nil {
 			return fmt.Errorf("drop the folded log: %w", err)
 		}
 	}
@@ -177,5 +177,5 @@ func fold(d *diskStorage, f *fsm, last logPosition, term uint64, self memberInfo
 	if err != nil {
 		return err
 	}
-	return d.stable.Set(hardStateKey, b)
+	return d.meta.Set(hardStateKey, b)
 }

@@ -27,7 +27,7 @@ type proposalResult struct {
 }
 
 // register makes a waiter for a proposal this node is about to make.
-func (e *etcdEngine) register() (uint64, *waiter) {
+func (e *engine) register() (uint64, *waiter) {
 	e.waitMu.Lock()
 	defer e.waitMu.Unlock()
 	e.nextReq++
@@ -36,13 +36,13 @@ func (e *etcdEngine) register() (uint64, *waiter) {
 	return e.nextReq, w
 }
 
-func (e *etcdEngine) forget(req uint64) {
+func (e *engine) forget(req uint64) {
 	e.waitMu.Lock()
 	delete(e.waiters, req)
 	e.waitMu.Unlock()
 }
 
-func (e *etcdEngine) answer(req uint64, r proposalResult) {
+func (e *engine) answer(req uint64, r proposalResult) {
 	e.waitMu.Lock()
 	w := e.waiters[req]
 	delete(e.waiters, req)
@@ -54,7 +54,7 @@ func (e *etcdEngine) answer(req uint64, r proposalResult) {
 
 // failWaiters fails the proposals registered before term (all of them
 // for 0): their entries may still commit, or may have been overwritten.
-func (e *etcdEngine) failWaiters(term uint64) {
+func (e *engine) failWaiters(term uint64) {
 	e.waitMu.Lock()
 	defer e.waitMu.Unlock()
 	for req, w := range e.waiters {
@@ -66,7 +66,7 @@ func (e *etcdEngine) failWaiters(term uint64) {
 }
 
 // propose appends header+cmd and waits for it to be applied here.
-func (e *etcdEngine) propose(ctx context.Context, op string, cmd []byte) (statemachine.Result, error) {
+func (e *engine) propose(ctx context.Context, op string, cmd []byte) (statemachine.Result, error) {
 	if !e.isLeader() {
 		return statemachine.Result{}, e.n.notLeader()
 	}
@@ -82,7 +82,7 @@ func (e *etcdEngine) propose(ctx context.Context, op string, cmd []byte) (statem
 	return e.await(ctx, op, req, w)
 }
 
-func (e *etcdEngine) await(ctx context.Context, op string, req uint64, w *waiter) (statemachine.Result, error) {
+func (e *engine) await(ctx context.Context, op string, req uint64, w *waiter) (statemachine.Result, error) {
 	select {
 	case r := <-w.done:
 		if r.err != nil {
@@ -101,7 +101,7 @@ func (e *etcdEngine) await(ctx context.Context, op string, req uint64, w *waiter
 // proposeError maps a refused proposal: dropped means it was never
 // appended (not leader, or a leadership transfer under way), so the
 // caller may send it elsewhere.
-func (e *etcdEngine) proposeError(op string, err error) error {
+func (e *engine) proposeError(op string, err error) error {
 	switch {
 	case errors.Is(err, etcdraft.ErrProposalDropped):
 		if e.isLeader() {
@@ -115,6 +115,6 @@ func (e *etcdEngine) proposeError(op string, err error) error {
 	}
 }
 
-func (e *etcdEngine) isLeader() bool {
+func (e *engine) isLeader() bool {
 	return etcdraft.StateType(e.role.Load()) == etcdraft.StateLeader
 }

@@ -20,7 +20,7 @@ type readBatch struct {
 // readIndex returns an index that covers every entry committed before it
 // was called, confirmed by a quorum that still follows this leader
 // (ReadIndex, raft thesis §6.4). Concurrent callers share a round.
-func (e *etcdEngine) readIndex(ctx context.Context) (uint64, error) {
+func (e *engine) readIndex(ctx context.Context) (uint64, error) {
 	e.readMu.Lock()
 	b := e.pendingRead
 	if b == nil {
@@ -42,7 +42,7 @@ func (e *etcdEngine) readIndex(ctx context.Context) (uint64, error) {
 
 // readLoop runs one ReadIndex round at a time for whoever has gathered
 // in pendingRead meanwhile.
-func (e *etcdEngine) readLoop() {
+func (e *engine) readLoop() {
 	defer e.wg.Done()
 	for {
 		select {
@@ -70,7 +70,7 @@ func (e *etcdEngine) readLoop() {
 	}
 }
 
-func (e *etcdEngine) readRound() (uint64, error) {
+func (e *engine) readRound() (uint64, error) {
 	// A leader's commit index covers the previous leaders' entries only
 	// once an entry of its own term commits: raft holds read requests
 	// back until then, except in a one-voter cluster, which answers with
@@ -122,7 +122,7 @@ func (e *etcdEngine) readRound() (uint64, error) {
 	}
 }
 
-func (e *etcdEngine) readDone(id uint64, r readResult) {
+func (e *engine) readDone(id uint64, r readResult) {
 	e.readMu.Lock()
 	ch := e.readWaiters[id]
 	delete(e.readWaiters, id)
@@ -134,7 +134,7 @@ func (e *etcdEngine) readDone(id uint64, r readResult) {
 
 // failReads answers the read rounds in flight when the term moves: their
 // confirmation will not come from this term's leader.
-func (e *etcdEngine) failReads() {
+func (e *engine) failReads() {
 	e.readMu.Lock()
 	defer e.readMu.Unlock()
 	for id, ch := range e.readWaiters {

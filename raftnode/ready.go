@@ -16,7 +16,7 @@ type bootstrapRequest struct {
 }
 
 // run is the Ready loop.
-func (e *etcdEngine) run() {
+func (e *engine) run() {
 	defer e.wg.Done()
 	defer close(e.applyCh)
 	ticker := time.NewTicker(e.tick)
@@ -39,7 +39,7 @@ func (e *etcdEngine) run() {
 }
 
 // handleReady does one Ready's work; false means the engine is stopping.
-func (e *etcdEngine) handleReady(node etcdraft.Node, rd etcdraft.Ready) bool {
+func (e *engine) handleReady(node etcdraft.Node, rd etcdraft.Ready) bool {
 	task := applyTask{}
 	if rd.SoftState != nil {
 		task.stepDown = e.setRole(rd.SoftState.RaftState, rd.SoftState.Lead)
@@ -101,7 +101,7 @@ func (e *etcdEngine) handleReady(node etcdraft.Node, rd etcdraft.Ready) bool {
 }
 
 // handOver queues a task for apply; false means the engine is stopping.
-func (e *etcdEngine) handOver(task applyTask) bool {
+func (e *engine) handOver(task applyTask) bool {
 	select {
 	case e.applyCh <- task:
 		return true
@@ -112,7 +112,7 @@ func (e *etcdEngine) handOver(task applyTask) bool {
 
 // setRole publishes this node's role and leader, and reports whether it
 // stopped leading.
-func (e *etcdEngine) setRole(role etcdraft.StateType, leader uint64) (steppedDown bool) {
+func (e *engine) setRole(role etcdraft.StateType, leader uint64) (steppedDown bool) {
 	wasLeader := etcdraft.StateType(e.role.Swap(int32(role))) == etcdraft.StateLeader
 	e.leader.Store(leader)
 	isLeader := role == etcdraft.StateLeader
@@ -126,17 +126,17 @@ func (e *etcdEngine) setRole(role etcdraft.StateType, leader uint64) (steppedDow
 // resume publishes raft's own view of the role again once the log can
 // be written after a failure: raft never learnt of the pause, so no
 // Ready will say the role changed.
-func (e *etcdEngine) resume(node etcdraft.Node) {
+func (e *engine) resume(node etcdraft.Node) {
 	st := node.Status()
 	e.setRole(st.RaftState, st.Lead)
-	e.n.log.Info("raft: the log can be written again", "role", etcdRoleName(st.RaftState))
+	e.n.log.Info("raft: the log can be written again", "role", roleName(st.RaftState))
 }
 
 // sendBeforeWrite sends the messages that may leave before this Ready's
 // write is durable and returns the others: votes and append
 // acknowledgements, which promise that the write is done (the same split
 // raft makes itself with asynchronous storage writes).
-func (e *etcdEngine) sendBeforeWrite(msgs []raftpb.Message) (later []raftpb.Message) {
+func (e *engine) sendBeforeWrite(msgs []raftpb.Message) (later []raftpb.Message) {
 	now := msgs[:0:0]
 	for _, m := range msgs {
 		switch m.Type {
@@ -154,7 +154,7 @@ func (e *etcdEngine) sendBeforeWrite(msgs []raftpb.Message) (later []raftpb.Mess
 // while the disk refuses (full): nothing after it may happen before it,
 // and the node stops heartbeating meanwhile, so another node leads. It
 // returns false if the engine stops first.
-func (e *etcdEngine) persist(node etcdraft.Node, rd etcdraft.Ready) bool {
+func (e *engine) persist(node etcdraft.Node, rd etcdraft.Ready) bool {
 	for attempt := 0; ; attempt++ {
 		err := e.write(rd)
 		if err == nil {
@@ -185,7 +185,7 @@ func (e *etcdEngine) persist(node etcdraft.Node, rd etcdraft.Ready) bool {
 	}
 }
 
-func (e *etcdEngine) write(rd etcdraft.Ready) error {
+func (e *engine) write(rd etcdraft.Ready) error {
 	if !etcdraft.IsEmptySnap(rd.Snapshot) {
 		if err := e.disk.saveSnapshot(rd.Snapshot); err != nil {
 			return err
@@ -220,7 +220,7 @@ func (e *etcdEngine) write(rd etcdraft.Ready) error {
 
 // bootstrap forms a cluster on a node that has no state, replacing the
 // raft node that was waiting to be added.
-func (e *etcdEngine) bootstrap(node etcdraft.Node, peers []etcdraft.Peer) error {
+func (e *engine) bootstrap(node etcdraft.Node, peers []etcdraft.Peer) error {
 	if last, _ := e.ms.LastIndex(); last > 0 || e.term.Load() > 0 {
 		return ErrAlreadyFormed
 	}

@@ -13,8 +13,8 @@ import (
 // maybeSnapshot snapshots the state once enough entries have been
 // applied since the last one: the state is copied here, between batches,
 // and written by a goroutine of its own while applies go on.
-func (e *etcdEngine) maybeSnapshot() {
-	if e.n.fsm.applied.Load()-e.snapshotIdx.Load() >= e.snapshot.threshold {
+func (e *engine) maybeSnapshot() {
+	if e.n.applier.applied.Load()-e.snapshotIdx.Load() >= e.snapshot.threshold {
 		e.snapshotInBackground("raft: snapshot", slog.LevelError)
 	}
 }
@@ -23,7 +23,7 @@ func (e *etcdEngine) maybeSnapshot() {
 // of its own, one snapshot at a time. A copy that fails is logged at
 // copyFailed: Debug for a peer's snapshot, since raft asks again with its
 // next attempt to send.
-func (e *etcdEngine) snapshotInBackground(what string, copyFailed slog.Level) {
+func (e *engine) snapshotInBackground(what string, copyFailed slog.Level) {
 	e.snapping.Wait()
 	write, err := e.copyState()
 	if err != nil {
@@ -49,7 +49,7 @@ func (e *etcdEngine) snapshotInBackground(what string, copyFailed slog.Level) {
 // current state instead of the stored snapshot.
 type raftStorage struct {
 	*etcdraft.MemoryStorage
-	e *etcdEngine
+	e *engine
 }
 
 func (s raftStorage) Snapshot() (raftpb.Snapshot, error) {
@@ -66,7 +66,7 @@ func (s raftStorage) Snapshot() (raftpb.Snapshot, error) {
 
 // snapshotNow takes a snapshot of the state as it is and waits until it
 // is written and the log behind it compacted.
-func (e *etcdEngine) snapshotNow() error {
+func (e *engine) snapshotNow() error {
 	done := make(chan error, 1)
 	select {
 	case e.snapNow <- done:
@@ -78,8 +78,8 @@ func (e *etcdEngine) snapshotNow() error {
 
 // copyState copies the state, its index and membership, and returns
 // what writes them out. It runs on the apply goroutine, between batches.
-func (e *etcdEngine) copyState() (write func() error, err error) {
-	f := e.n.fsm
+func (e *engine) copyState() (write func() error, err error) {
+	f := e.n.applier
 	f.mu.RLock()
 	applied := f.applied.Load()
 	e.memMu.RLock()
@@ -102,7 +102,7 @@ func (e *etcdEngine) copyState() (write func() error, err error) {
 	return func() error { return e.takeSnapshot(applied, term, cs, members, state) }, nil
 }
 
-func (e *etcdEngine) takeSnapshot(index, term uint64, cs raftpb.ConfState, members map[uint64]memberInfo, state []byte) error {
+func (e *engine) takeSnapshot(index, term uint64, cs raftpb.ConfState, members map[uint64]memberInfo, state []byte) error {
 	meta := raftpb.SnapshotMetadata{Index: index, Term: term, ConfState: cs}
 	if err := e.disk.writeSnapshot(meta, members, state); err != nil {
 		return err
@@ -123,7 +123,7 @@ func (e *etcdEngine) takeSnapshot(index, term uint64, cs raftpb.ConfState, membe
 	return e.disk.compact(upTo)
 }
 
-func (e *etcdEngine) snapshotIndex() uint64 {
+func (e *engine) snapshotIndex() uint64 {
 	s, err := e.ms.Snapshot()
 	if err != nil {
 		return 0

@@ -27,22 +27,22 @@ type Status struct {
 
 // Term is the raft term this node knows: cheap, without Status's other
 // reads.
-func (n *Node) Term() uint64 { return n.etcd.term.Load() }
+func (n *Node) Term() uint64 { return n.engine.term.Load() }
 
 // Status reports this node's view of itself.
-func (n *Node) Status() Status { return n.etcd.status() }
+func (n *Node) Status() Status { return n.engine.status() }
 
-func (e *etcdEngine) status() Status {
+func (e *engine) status() Status {
 	addr, id := e.leaderInfo()
 	st := Status{
 		ID:           e.self.ID,
 		Addr:         e.self.Addr,
-		Role:         etcdRoleName(etcdraft.StateType(e.role.Load())),
+		Role:         roleName(etcdraft.StateType(e.role.Load())),
 		LeaderID:     id,
 		Leader:       addr,
 		Term:         e.term.Load(),
 		CommitIndex:  e.commit.Load(),
-		AppliedIndex: e.n.fsm.applied.Load(),
+		AppliedIndex: e.n.applier.applied.Load(),
 		LastLogIndex: e.lastIndex.Load(),
 	}
 	if st.Role != "leader" {
@@ -53,7 +53,7 @@ func (e *etcdEngine) status() Status {
 	return st
 }
 
-func etcdRoleName(s etcdraft.StateType) string {
+func roleName(s etcdraft.StateType) string {
 	switch s {
 	case etcdraft.StateLeader:
 		return "leader"
@@ -64,10 +64,10 @@ func etcdRoleName(s etcdraft.StateType) string {
 	}
 }
 
-func (e *etcdEngine) stats() map[string]string {
+func (e *engine) stats() map[string]string {
 	st := e.status()
 	return map[string]string{
-		"engine":            engineEtcd,
+		"engine":            engineEtcdRaft,
 		"state":             st.Role,
 		"term":              strconv.FormatUint(st.Term, 10),
 		"commit_index":      strconv.FormatUint(st.CommitIndex, 10),

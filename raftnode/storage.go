@@ -141,10 +141,10 @@ func decodeSnapshotData(b []byte) (map[uint64]memberInfo, []byte, error) {
 // Only the Ready loop writes; snapshots are also written by the snapshot
 // goroutine, and the stores are safe for that.
 type diskStorage struct {
-	logs   raft.LogStore
-	stable raft.StableStore
-	snaps  raft.SnapshotStore
-	log    *slog.Logger // may be nil
+	wal       raft.LogStore
+	meta      raft.StableStore
+	snapshots raft.SnapshotStore
+	log       *slog.Logger // may be nil
 	// hs is the hard state last written, to skip writes that change
 	// nothing durable.
 	hs raftpb.HardState
@@ -161,7 +161,7 @@ type bootState struct {
 
 func (d *diskStorage) load() (bootState, error) {
 	b := bootState{members: map[uint64]memberInfo{}}
-	metas, err := d.snaps.List()
+	metas, err := d.snapshots.List()
 	if err != nil {
 		return b, fmt.Errorf("raftnode: list snapshots: %w", err)
 	}
@@ -186,16 +186,16 @@ func (d *diskStorage) load() (bootState, error) {
 		}
 		break
 	}
-	if v, err := d.stable.Get(hardStateKey); err == nil && len(v) > 0 {
+	if v, err := d.meta.Get(hardStateKey); err == nil && len(v) > 0 {
 		if err := b.hs.Unmarshal(v); err != nil {
 			return b, fmt.Errorf("raftnode: hard state: %w", err)
 		}
 	}
-	first, err := d.logs.FirstIndex()
+	first, err := d.wal.FirstIndex()
 	if err != nil {
 		return b, fmt.Errorf("raftnode: log: %w", err)
 	}
-	last, err := d.logs.LastIndex()
+	last, err := d.wal.LastIndex()
 	if err != nil {
 		return b, fmt.Errorf("raftnode: log: %w", err)
 	}
@@ -206,7 +206,7 @@ func (d *diskStorage) load() (bootState, error) {
 	from := max(first, b.snap.Metadata.Index+1)
 	for i := from; first > 0 && i <= last; i++ {
 		var l raft.Log
-		if err := d.logs.GetLog(i, &l); err != nil {
+		if err := d.wal.GetLog(i, &l); err != nil {
 			return b, fmt.Errorf("raftnode: log entry %d: %w", i, err)
 		}
 		var e raftpb.Entry
@@ -229,7 +229,7 @@ func (d *diskStorage) load() (bootState, error) {
 
 // readSnapshot reads one snapshot whole; the store checks its CRC.
 func (d *diskStorage) readSnapshot(id string) (*raft.SnapshotMeta, []byte, error) {
-	meta, rc, err := d.snaps.Open(id)
+	meta, rc, err := d.snapshots.Open(id)
 	if err != nil {
 		return nil, nil, fmt.Errorf("raftnode: open snapshot %s: %w", id, err)
 	}
@@ -250,7 +250,7 @@ func (d *diskStorage) saveHardState(hs raftpb.HardState) error {
 	if err != nil {
 		return err
 	}
-	if err := d.stable.Set(hardStateKey, b); err != nil {
+	if err := d.meta.Set(hardStateKey, b); err != nil {
 		return fmt.Errorf("raftnode: save hard state: %w", err)
 	}
 	afterLogSync()
@@ -264,12 +264,12 @@ func (d *diskStorage) append(ents []raftpb.Entry) error {
 	if len(ents) == 0 {
 		return nil
 	}
-	last, err := d.logs.LastIndex()
+	last, err := d.wal.LastIndex()
 	if err != nil {
 		return err
 	}
 	if first := ents[0].Index; first <= last {
-		if err := d.logs.DeleteRange(first, last); err != nil {
+		if err := d.wal.DeleteRange(first, last); err != nil {
 			return fmt.Errorf("raftnode: truncate log from %d: %w", first, err)
 		}
 	}
@@ -281,7 +281,7 @@ func (d *diskStorage) append(ents []raftpb.Entry) error {
 		}
 		logs[i] = &raft.Log{Index: ents[i].Index, Term: ents[i].Term, Type: raft.LogCommand, Data: data}
 	}
-	return d.logs.StoreLogs(logs)
+	return d.wal.StoreLogs(logs)
 }
 
 // saveSnapshot writes a snapshot the node was sent and drops the log it
@@ -294,16 +294,16 @@ func (d *diskStorage) saveSnapshot(snap raftpb.Snapshot) error {
 	if err := d.writeSnapshot(snap.Metadata, members, state); err != nil {
 		return err
 	}
-	first, err := d.logs.FirstIndex()
+	first, err := d.wal.FirstIndex()
 	if err != nil {
 		return err
 	}
-	last, err := d.logs.LastIndex()
+	last, err := d.wal.LastIndex()
 	if err != nil {
 		return err
 	}
 	if first > 0 {
-		if err := d.logs.DeleteRange(first, last); err != nil {
+		if err := d.wal.DeleteRange(first, last); err != nil {
 			return fmt.Errorf("raftnode: drop the log a snapshot replaces: %w", err)
 		}
 	}
@@ -311,7 +311,7 @@ func (d *diskStorage) saveSnapshot(snap raftpb.Snapshot) error {
 }
 
 func (d *diskStorage) writeSnapshot(meta raftpb.SnapshotMetadata, members map[uint64]memberInfo, state []byte) error {
-	sink, err := d.snaps.Create(raft.SnapshotVersionMax, meta.Index, meta.Term, configuration(meta.ConfState, members), meta.Index, peerEncoder{})
+	sink, err := d.snapshots.Create(raft.SnapshotVersionMax, meta.Index, meta.Term, configuration(meta.ConfState, members), meta.Index, peerEncoder{})
 	if err != nil {
 		return fmt.Errorf("raftnode: create snapshot: %w", err)
 	}
@@ -327,11 +327,11 @@ func (d *diskStorage) writeSnapshot(meta raftpb.SnapshotMetadata, members map[ui
 
 // compact drops log entries up to index, which a snapshot covers.
 func (d *diskStorage) compact(index uint64) error {
-	first, err := d.logs.FirstIndex()
+	first, err := d.wal.FirstIndex()
 	if err != nil || first == 0 || first > index {
 		return err
 	}
-	return d.logs.DeleteRange(first, index)
+	return d.wal.DeleteRange(first, index)
 }
 
 // peerEncoder satisfies the one Transport method the snapshot store

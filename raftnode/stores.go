@@ -15,25 +15,25 @@ import (
 // stores are raft's log, stable and snapshot stores, as the node uses
 // them.
 type stores struct {
-	logs   raft.LogStore // wrapped to time StoreLogs
-	stable raft.StableStore
-	snaps  raft.SnapshotStore
-	space  *spaceCheck
-	kind   string       // for the log: Config.LogStore, or "given"
-	dir    string       // the directory they live in; empty when given
-	close  func() error // closes what openStores opened, nothing when given
+	wal       raft.LogStore // wrapped to time StoreLogs
+	meta      raft.StableStore
+	snapshots raft.SnapshotStore
+	space     *spaceCheck
+	kind      string       // for the log: Config.LogStore, or "given"
+	dir       string       // the directory they live in; empty when given
+	close     func() error // closes what openStores opened, nothing when given
 }
 
 // openStores opens the stores under DataDir/raft, or takes cfg.Stores.
 func openStores(cfg Config, m *metrics, log *slog.Logger) (stores, error) {
 	if cfg.Stores.given() > 0 {
 		return stores{
-			logs:   timedLogStore{LogStore: cfg.Stores.Log, hist: m.storeLogs},
-			stable: cfg.Stores.Stable,
-			snaps:  cfg.Stores.Snapshots,
-			space:  unmeasuredSpace(m, log), // not the node's files to watch
-			kind:   "given",
-			close:  func() error { return nil },
+			wal:       timedWAL{LogStore: cfg.Stores.Log, hist: m.storeLogs},
+			meta:      cfg.Stores.Stable,
+			snapshots: cfg.Stores.Snapshots,
+			space:     unmeasuredSpace(m, log), // not the node's files to watch
+			kind:      "given",
+			close:     func() error { return nil },
 		}, nil
 	}
 	dir := filepath.Join(cfg.DataDir, "raft")
@@ -46,24 +46,24 @@ func openStores(cfg Config, m *metrics, log *slog.Logger) (stores, error) {
 	if err != nil {
 		return stores{}, fmt.Errorf("raftnode: snapshot store: %w", err)
 	}
-	logs, stable, closeLogs, err := openLogStore(dir, cfg, snaps, space, log)
+	logs, stable, closeLogs, err := openDiskWAL(dir, cfg, snaps, space, log)
 	if err != nil {
 		return stores{}, err
 	}
 	return stores{
-		logs:   timedLogStore{LogStore: logs, hist: m.storeLogs},
-		stable: stable,
-		snaps:  snaps,
-		space:  space,
-		kind:   cfg.LogStore,
-		dir:    dir,
-		close:  closeLogs,
+		wal:       timedWAL{LogStore: logs, hist: m.storeLogs},
+		meta:      stable,
+		snapshots: snaps,
+		space:     space,
+		kind:      cfg.LogStore,
+		dir:       dir,
+		close:     closeLogs,
 	}, nil
 }
 
 // openLogStore opens the log store, which is also the stable store (term,
 // vote): both kinds implement the two interfaces in one durable file set.
-func openLogStore(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceCheck, log *slog.Logger) (raft.LogStore, raft.StableStore, func() error, error) {
+func openDiskWAL(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceCheck, log *slog.Logger) (raft.LogStore, raft.StableStore, func() error, error) {
 	walDir := filepath.Join(dir, "wal")
 	boltPath := filepath.Join(dir, "raft.db")
 	kind := cfg.LogStore

@@ -20,7 +20,7 @@ import (
 // hashicorpFSM lets hashicorp/raft, the engine before issue 24, drive
 // the test's state, so that the upgrade tests start from a data dir that
 // engine really wrote.
-type hashicorpFSM struct{ f *fsm }
+type hashicorpFSM struct{ f *applier }
 
 func (h hashicorpFSM) Apply(l *raft.Log) any {
 	h.f.mu.Lock()
@@ -79,12 +79,12 @@ func writeHashicorpDataDir(t *testing.T, cfg Config, voters []raft.Server, puts 
 	rc.LocalID = raft.ServerID(cfg.NodeID)
 	rc.Logger = newHCLogger(cfg.Logger, "raft")
 	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
-	if err := raft.BootstrapCluster(rc, st.logs, st.stable, st.snaps, trans, raft.Configuration{Servers: voters}); err != nil {
+	if err := raft.BootstrapCluster(rc, st.wal, st.meta, st.snapshots, trans, raft.Configuration{Servers: voters}); err != nil {
 		t.Fatal(err)
 	}
 	fake := newFake(nil)
-	f := &fsm{st: fake(), newState: fake, log: cfg.Logger, metrics: m}
-	r, err := raft.NewRaft(rc, hashicorpFSM{f}, st.logs, st.stable, st.snaps, trans)
+	f := &applier{st: fake(), newState: fake, log: cfg.Logger, metrics: m}
+	r, err := raft.NewRaft(rc, hashicorpFSM{f}, st.wal, st.meta, st.snapshots, trans)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestAClusterMembersHashicorpDataDirIsNotConverted(t *testing.T) {
 			t.Fatalf("got = %v, expected: ErrOtherEngine naming snapshot save and restore, on every try", err)
 		}
 	}
-	if engine, err := readEngine(filepath.Join(cfg.DataDir, "raft")); err != nil || engine != engineHashicorp {
+	if engine, err := readEngine(filepath.Join(cfg.DataDir, "raft")); err != nil || engine != engineHashicorpRaft {
 		t.Errorf("the data dir after the refusal: engine %q (%v), expected: still the hashicorp engine's", engine, err)
 	}
 }

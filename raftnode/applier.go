@@ -28,7 +28,7 @@ var _ state = (*statemachine.Machine)(nil)
 // fsm owns the state and is the only writer to it: the engine's apply
 // goroutine applies, snapshots and restores, never concurrently with
 // each other; Node's readers run alongside under mu.
-type fsm struct {
+type applier struct {
 	mu sync.RWMutex // guards st; held for writing across a whole batch
 	st state
 
@@ -54,7 +54,7 @@ type fsm struct {
 }
 
 // applyData applies one encoded command; the caller holds mu for writing.
-func (f *fsm) applyData(index, term uint64, data []byte) statemachine.Result {
+func (f *applier) applyData(index, term uint64, data []byte) statemachine.Result {
 	now, cmd, err := statemachine.Decode(data)
 	if v := int(f.version.Load()); err == nil && statemachine.IsBinary(data) && v < statemachine.BinaryVersion {
 		err = fmt.Errorf("%w: a binary entry at cluster version %d, which a member on an older build could not read", statemachine.ErrNotSupported, v)
@@ -77,7 +77,7 @@ func (f *fsm) applyData(index, term uint64, data []byte) statemachine.Result {
 
 // noteVersion copies the state's cluster version into version; the
 // caller holds mu.
-func (f *fsm) noteVersion() {
+func (f *applier) noteVersion() {
 	if m := machine(f.st); m != nil {
 		f.version.Store(int32(m.ClusterVersion()))
 	}
@@ -85,7 +85,7 @@ func (f *fsm) noteVersion() {
 
 // advance raises applied to idx and wakes parked readers. It never lowers
 // applied: a barrier and a batch may report out of order.
-func (f *fsm) advance(idx uint64) {
+func (f *applier) advance(idx uint64) {
 	for {
 		cur := f.applied.Load()
 		if idx <= cur {
@@ -99,7 +99,7 @@ func (f *fsm) advance(idx uint64) {
 	f.wake()
 }
 
-func (f *fsm) wake() {
+func (f *applier) wake() {
 	if !f.waiting.Load() {
 		return
 	}
@@ -114,7 +114,7 @@ func (f *fsm) wake() {
 
 // appliedChanged returns a channel that is closed the next time applied
 // moves. Callers take it before checking applied, so no move is missed.
-func (f *fsm) appliedChanged() <-chan struct{} {
+func (f *applier) appliedChanged() <-chan struct{} {
 	f.waitMu.Lock()
 	defer f.waitMu.Unlock()
 	if f.waitCh == nil {
@@ -139,14 +139,14 @@ const snapshotHeaderLen = 1 + 8
 
 // snapshotBytes is the state and its applied index in the snapshot
 // format, taken under the read lock.
-func (f *fsm) snapshotBytes() ([]byte, error) {
+func (f *applier) snapshotBytes() ([]byte, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.snapshotLocked()
 }
 
 // snapshotLocked is snapshotBytes for a caller that holds mu.
-func (f *fsm) snapshotLocked() ([]byte, error) {
+func (f *applier) snapshotLocked() ([]byte, error) {
 	var buf bytes.Buffer
 	var hdr [snapshotHeaderLen]byte
 	hdr[0] = snapshotVersion
@@ -161,7 +161,7 @@ func (f *fsm) snapshotLocked() ([]byte, error) {
 // Restore replaces the state with a snapshot, at startup or when a
 // follower is sent one. The new state is built outside the lock, so
 // readers keep seeing the old one until the swap.
-func (f *fsm) Restore(rc io.ReadCloser) error {
+func (f *applier) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	var hdr [snapshotHeaderLen]byte
 	if _, err := io.ReadFull(rc, hdr[:]); err != nil {
@@ -191,6 +191,6 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 }
 
 // restoreBytes restores the state from a snapshot in fsm's format.
-func (f *fsm) restoreBytes(b []byte) error {
+func (f *applier) restoreBytes(b []byte) error {
 	return f.Restore(io.NopCloser(bytes.NewReader(b)))
 }
