@@ -1,5 +1,10 @@
 package raftnode
 
+// The applier: the state machine as applied so far, the lock readers
+// share with apply, and the applied index readers wait on. It is the
+// only code that takes the state's lock, so the rule "one writer, many
+// readers, no disk I/O under the lock" is kept in one place.
+
 import (
 	"bytes"
 	"encoding/binary"
@@ -8,6 +13,8 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+
+	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/tenurehq/tenure/statemachine"
 )
@@ -73,6 +80,28 @@ func (f *applier) applyData(index, term uint64, data []byte) statemachine.Result
 		f.observer(machine(f.st), res.Events)
 	}
 	return res
+}
+
+// applyBatch hands each entry of ents the state does not reflect yet
+// (a restored snapshot may cover some) to each, under one write lock
+// for the whole batch, and then raises applied to the last. each reads
+// the entry's framing and calls applyData with the command it carries,
+// under that lock. It reports false, having done nothing, when the
+// state already reflects the whole batch.
+func (f *applier) applyBatch(ents []raftpb.Entry, each func(ent raftpb.Entry)) bool {
+	if len(ents) == 0 || ents[len(ents)-1].Index <= f.applied.Load() {
+		return false
+	}
+	f.mu.Lock()
+	for _, ent := range ents {
+		if ent.Index <= f.applied.Load() {
+			continue // in a snapshot already restored
+		}
+		each(ent)
+	}
+	f.mu.Unlock()
+	f.advance(ents[len(ents)-1].Index)
+	return true
 }
 
 // noteVersion copies the state's cluster version into version; the
@@ -143,6 +172,24 @@ func (f *applier) snapshotBytes() ([]byte, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.snapshotLocked()
+}
+
+// snapshotWith is snapshotBytes that also runs also under the read lock,
+// so that whatever also copies (the configuration) is as of the same
+// applied index as the state; it returns that index.
+func (f *applier) snapshotWith(also func()) (state []byte, applied uint64, err error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	also()
+	state, err = f.snapshotLocked()
+	return state, f.applied.Load(), err
+}
+
+// read runs fn on the state under the read lock.
+func (f *applier) read(fn func(state) error) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return fn(f.st)
 }
 
 // snapshotLocked is snapshotBytes for a caller that holds mu.

@@ -1,5 +1,11 @@
 package raftnode
 
+// Apply: the goroutine that takes committed entries from the Ready loop
+// in order and applies them through the applier (applier.go), which owns
+// the state and its lock. It is the only writer of the state, so it is
+// also where snapshots are copied and restored: between batches, where
+// the state, its applied index and the configuration agree.
+
 import (
 	"encoding/binary"
 	"fmt"
@@ -39,7 +45,7 @@ type resolved struct {
 // applyLoop applies what run hands over, in order.
 func (e *engine) applyLoop() {
 	defer e.wg.Done()
-	defer e.snapping.Wait()
+	defer e.snapshots.writing.Wait()
 	for {
 		var task applyTask
 		select {
@@ -48,13 +54,13 @@ func (e *engine) applyLoop() {
 				return
 			}
 			task = t
-		case <-e.snapWanted:
+		case <-e.snapshots.wanted:
 			e.snapshotInBackground("raft: snapshot for a peer", slog.LevelDebug)
 			continue
-		case done := <-e.snapNow:
+		case done := <-e.snapshots.now:
 			// Between batches, so the state, its index and the membership
 			// agree.
-			e.snapping.Wait()
+			e.snapshots.writing.Wait()
 			write, err := e.copyState()
 			if err == nil {
 				err = write()
@@ -70,9 +76,9 @@ func (e *engine) applyLoop() {
 			task.confApplied <- confAnswers
 		}
 		if task.stepDown {
-			e.failWaiters(0)
+			e.proposals.failBefore(0)
 		} else if task.term > 0 {
-			e.failWaiters(task.term)
+			e.proposals.failBefore(task.term)
 		}
 		select {
 		case <-task.persisted:
@@ -94,28 +100,21 @@ func (e *engine) restoreSnapshot(snap raftpb.Snapshot) {
 		panic(fmt.Sprintf("raftnode: restore snapshot %d: %v", snap.Metadata.Index, err))
 	}
 	e.setMembership(snap.Metadata.ConfState, members)
-	e.snapshotIdx.Store(snap.Metadata.Index)
+	e.snapshots.index.Store(snap.Metadata.Index)
 }
 
 // applyEntries applies a batch under one write lock, as the hashicorp
-// engine's ApplyBatch does, and answers the waiting proposals after the
+// engine's ApplyBatch did, and answers the waiting proposals after the
 // applied index has moved, so that their callers' next reads see them.
 func (e *engine) applyEntries(ents []raftpb.Entry) (confAnswers []resolved) {
-	f := e.n.applier
-	if len(ents) == 0 || ents[len(ents)-1].Index <= f.applied.Load() {
-		return nil
-	}
 	start := time.Now()
 	var answers []resolved
-	f.mu.Lock()
-	for _, ent := range ents {
-		if ent.Index <= f.applied.Load() {
-			continue // in a snapshot already restored
-		}
+	f := e.n.applier
+	applied := f.applyBatch(ents, func(ent raftpb.Entry) {
 		switch ent.Type {
 		case raftpb.EntryNormal:
 			if len(ent.Data) < proposalHeader {
-				continue // the empty entry a new leader appends
+				return // the empty entry a new leader appends
 			}
 			from, req := binary.BigEndian.Uint64(ent.Data), binary.BigEndian.Uint64(ent.Data[8:])
 			var res statemachine.Result
@@ -130,13 +129,14 @@ func (e *engine) applyEntries(ents []raftpb.Entry) (confAnswers []resolved) {
 				confAnswers = append(confAnswers, resolved{req: req})
 			}
 		}
+	})
+	if !applied {
+		return nil
 	}
-	f.mu.Unlock()
-	f.advance(ents[len(ents)-1].Index)
 	e.n.metrics.applyBatch.Observe(time.Since(start).Seconds())
 	e.n.metrics.batchSize.Observe(float64(len(ents)))
 	for _, a := range answers {
-		e.answer(a.req, proposalResult{res: a.res})
+		e.proposals.answer(a.req, proposalResult{res: a.res})
 	}
 	return confAnswers
 }

@@ -1,5 +1,9 @@
 package raftnode
 
+// Config and its defaults: what a caller may set and the checks run
+// before anything is opened, so that bad input is refused with a clear
+// error and nothing on disk changes.
+
 import (
 	"cmp"
 	"crypto/tls"

@@ -1,5 +1,13 @@
 package raftnode
 
+// The old engine: a data dir that hashicorp/raft wrote, and its one-time
+// conversion to the raft engine's format. This is the only file that
+// reads hashicorp/raft's log and configuration as such (LogStore,
+// configuration entries, CurrentTerm in the StableStore); the ENGINE file
+// that tells the two formats apart is kept here too, so that everything
+// the conversion depends on can be deleted together once no hashicorp
+// data dir is left to convert.
+
 import (
 	"errors"
 	"fmt"

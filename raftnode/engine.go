@@ -1,5 +1,15 @@
 package raftnode
 
+// The engine: starting go.etcd.io/raft/v3 on what the node restarts
+// from, and the state every concept shares (the raft node, its
+// MemoryStorage and the WAL behind it, the transport, the role and
+// indexes the Ready loop publishes). Each concept's own state and
+// methods live in its file: ready.go, propose.go, readindex.go,
+// apply.go, snapshot.go, membership.go, status.go. The boundary follows
+// etcd's server (raft.go, apply.go, v3_server.go, snapshot code), so
+// that each file can be read against the one goroutine or protocol it
+// serves.
+
 import (
 	"cmp"
 	"context"
@@ -13,45 +23,44 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// etcdEngine runs the replicated log on go.etcd.io/raft/v3, the library
-// etcd itself runs. What it buys over hashicorp/raft is the order of a
-// commit's work: a leader sends its new entries to the followers before
-// it writes them to its own disk (raft thesis §10.2.1), and counts its
-// own vote only once its write is durable (the library's self-ack), so a
-// commit costs one disk write and a round trip instead of two writes and
-// a round trip. Every proposal queued while a write is under way goes
-// into the next write: one fsync per batch, as before.
+// engine runs the replicated log on the raft engine, go.etcd.io/raft/v3.
+// What it buys over hashicorp/raft is the order of a commit's work: a
+// leader sends its new entries to the followers before it writes them to
+// its own WAL (raft thesis §10.2.1), and counts its own vote only once
+// its write is durable (the library's self-ack), so a commit costs one
+// disk write and a round trip instead of two writes and a round trip.
+// Every proposal queued while a write is under way goes into the next
+// write: one fsync per batch.
 //
-// Three goroutines share the work:
-//   - run owns the raft node's Ready channel: it sends what needs no
-//     durability, writes the log and hard state, sends the rest (votes
-//     and append acknowledgements, which must follow the write), and
-//     hands committed entries to apply, in order;
-//   - apply applies them to the state machine under the state lock,
-//     answers the proposals waiting on them, and takes snapshots;
-//   - reads batches ReadIndex requests, one round at a time, so that
-//     many concurrent linearizable reads cost one quorum round.
+// Three goroutines share the work, each in a file of its own:
+//   - run, the Ready loop (ready.go), owns raft's Ready channel: it sends
+//     what needs no durability, writes the WAL and hard state, sends the
+//     rest (votes and append acknowledgements, which must follow the
+//     write), and hands committed entries to apply, in order;
+//   - applyLoop (apply.go) applies them to the state through the applier,
+//     which owns the state's lock, answers the proposals waiting on them
+//     (propose.go), and takes snapshots (snapshot.go);
+//   - readLoop (readindex.go) batches ReadIndex requests, one round at a
+//     time, so that many concurrent linearizable reads cost one quorum
+//     round.
 //
-// Proposals are tagged with this node's raft ID and a request number, so
-// that apply can answer the proposer and nobody else; a term change
-// fails the proposals of older terms with ErrLeadershipLost, since their
-// entries may or may not commit.
+// The engine's own fields are what every concept needs (raft itself, its
+// storage, the transport, the published role and indexes); what only one
+// concept needs lives in that concept's type: proposals, reads,
+// members, snapshots.
 type engine struct {
-	n        *Node // the node this engine runs; shares its fsm, metrics and log
-	rid      uint64
-	self     memberInfo
-	cfg      etcdraft.Config // the template for StartNode and RestartNode
-	ms       *etcdraft.MemoryStorage
-	disk     *diskStorage
-	trans    peerTransport
-	tick     time.Duration
-	snapshot struct {
-		threshold, catchUp uint64
-	}
+	n     *Node // the node this engine runs; shares its applier, metrics and log
+	rid   uint64
+	self  memberInfo
+	cfg   etcdraft.Config // the template for StartNode and RestartNode
+	ms    *etcdraft.MemoryStorage
+	disk  *diskStorage
+	trans peerTransport
+	tick  time.Duration
 
 	node atomic.Pointer[raftHandle] // replaced once, by BootstrapCluster
 
-	// Published by run for readers on other goroutines.
+	// Published by the Ready loop for readers on other goroutines.
 	role        atomic.Int32 // etcdraft.StateType
 	leader      atomic.Uint64
 	term        atomic.Uint64
@@ -59,29 +68,13 @@ type engine struct {
 	lastIndex   atomic.Uint64
 	lastContact atomic.Int64 // unix nanoseconds a follower last heard from its leader
 
-	memMu   sync.RWMutex // guards members and conf, which apply changes in log order
-	members map[uint64]memberInfo
-	conf    raftpb.ConfState
-
-	waitMu  sync.Mutex // guards nextReq and waiters
-	nextReq uint64
-	waiters map[uint64]*waiter
-
-	confMu sync.Mutex // one membership change at a time: raft refuses a second while one is unapplied
-
-	readMu      sync.Mutex // guards pendingRead and readWaiters
-	pendingRead *readBatch
-	readWaiters map[uint64]chan readResult
-	readSignal  chan struct{}
-	nextReadID  atomic.Uint64
-	readyTerm   atomic.Uint64 // the term in which a barrier was applied; reads wait for one
+	proposals *proposals   // propose.go
+	reads     *readRounds  // readindex.go
+	members   *membership  // membership.go
+	snapshots *snapshotter // snapshot.go
 
 	applyCh     chan applyTask
 	bootstrapCh chan bootstrapRequest
-	snapshotIdx atomic.Uint64 // the index of the last snapshot taken or restored
-	snapping    sync.WaitGroup
-	snapNow     chan chan error // snapshotNow's requests to apply
-	snapWanted  chan struct{}   // raftStorage's: a snapshot to send names a configuration that is out of date
 	stop        chan struct{}
 	wg          sync.WaitGroup
 
@@ -93,7 +86,7 @@ type engine struct {
 // raftHandle boxes the raft node so that it can be swapped atomically.
 type raftHandle struct{ etcdraft.Node }
 
-// openEtcd starts the engine on the stores open has opened.
+// startEngine starts the engine on the stores open has opened.
 func startEngine(n *Node, cfg Config, st stores, trans peerTransport) (*engine, error) {
 	e := &engine{
 		n:           n,
@@ -102,26 +95,16 @@ func startEngine(n *Node, cfg Config, st stores, trans peerTransport) (*engine, 
 		ms:          etcdraft.NewMemoryStorage(),
 		disk:        &diskStorage{wal: st.wal, meta: st.meta, snapshots: st.snapshots, log: n.log},
 		trans:       trans,
-		members:     map[uint64]memberInfo{},
-		waiters:     map[uint64]*waiter{},
-		readWaiters: map[uint64]chan readResult{},
-		readSignal:  make(chan struct{}, 1),
+		tick:        cmp.Or(cfg.ElectionTimeout, time.Second) / electionTicks,
+		proposals:   newProposals(),
+		reads:       newReadRounds(),
+		members:     &membership{byID: map[uint64]memberInfo{}},
+		snapshots:   newSnapshotter(cfg),
 		applyCh:     make(chan applyTask, 64),
 		bootstrapCh: make(chan bootstrapRequest),
-		snapNow:     make(chan chan error),
-		snapWanted:  make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		failed:      make(chan struct{}),
-		// Request numbers start at the clock, so that a restarted node
-		// never reuses one an entry still in the log carries.
-		nextReq: uint64(time.Now().UnixNano()),
 	}
-	e.nextReadID.Store(uint64(time.Now().UnixNano()))
-	election := cmp.Or(cfg.ElectionTimeout, time.Second)
-	e.tick = election / electionTicks
-	e.snapshot.threshold = cmp.Or(cfg.SnapshotThreshold, 8192)
-	e.snapshot.catchUp = cmp.Or(cfg.CatchUpEntries, 10240)
-
 	boot, err := e.disk.load()
 	if err != nil {
 		return nil, err
@@ -214,7 +197,7 @@ func (e *engine) restoreBoot(b bootState) error {
 			return err
 		}
 		e.setMembership(b.snap.Metadata.ConfState, b.members)
-		e.snapshotIdx.Store(b.snap.Metadata.Index)
+		e.snapshots.index.Store(b.snap.Metadata.Index)
 	}
 	if err := e.ms.Append(b.ents); err != nil {
 		return fmt.Errorf("raftnode: load log: %w", err)

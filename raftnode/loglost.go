@@ -41,11 +41,11 @@ func (e *engine) checkLog(m raftpb.Message) error {
 	}
 	if last := e.lastIndex.Load(); m.Commit > last {
 		leader := fmt.Sprintf("%x", m.From)
-		e.memMu.RLock()
-		if mi, ok := e.members[m.From]; ok && mi.ID != "" {
+		e.members.mu.RLock()
+		if mi, ok := e.members.byID[m.From]; ok && mi.ID != "" {
 			leader = mi.ID
 		}
-		e.memMu.RUnlock()
+		e.members.mu.RUnlock()
 		e.fail(&LogLostError{Leader: leader, Commit: m.Commit, LastIndex: last})
 		return e.failErr
 	}

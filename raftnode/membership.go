@@ -1,5 +1,12 @@
 package raftnode
 
+// Membership: the configuration (who votes, who learns, at which peer
+// address) as a change proposes it, as apply applies it, and as a
+// snapshot restores it; leadership transfer, which picks among the
+// voters; and the Node calls that change them. Its state is its own type
+// because a snapshot must copy it at the same applied index as the
+// state, and the transport must be told of every change as it applies.
+
 import (
 	"cmp"
 	"context"
@@ -8,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -102,6 +110,30 @@ func (n *Node) Members() ([]Member, error) {
 	return n.engine.membersList(), nil
 }
 
+// membership is the configuration as this node has applied it: raft's
+// ConfState (who votes, who learns) and, for each member, the node ID its
+// raft ID hashes and its peer address, which raft does not keep. Apply
+// changes it in log order; proposers, the transport's handler and status
+// read it. It lives apart from the engine's other state because the
+// snapshot must copy it at the same applied index as the state.
+type membership struct {
+	// changing serialises proposed changes: raft refuses a second while
+	// one is unapplied.
+	changing sync.Mutex
+	mu       sync.RWMutex // guards byID and conf
+	byID     map[uint64]memberInfo
+	conf     raftpb.ConfState
+}
+
+// copy returns the configuration, for a snapshot; the caller holds mu.
+func (m *membership) copyLocked() (raftpb.ConfState, map[uint64]memberInfo) {
+	members := make(map[uint64]memberInfo, len(m.byID))
+	for id, mi := range m.byID {
+		members[id] = mi
+	}
+	return m.conf, members
+}
+
 // applyConfChange applies a membership entry to raft and to the members
 // this engine knows, and reports the request it answers.
 func (e *engine) applyConfChange(ent raftpb.Entry) (req uint64, mine bool) {
@@ -122,41 +154,41 @@ func (e *engine) applyConfChange(ent raftpb.Entry) (req uint64, mine bool) {
 		}
 	}
 	cs := e.raft().ApplyConfChange(cc)
-	e.memMu.Lock()
+	e.members.mu.Lock()
 	for _, ch := range cc.Changes {
 		switch ch.Type {
 		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
 			if ctx.ID != "" {
-				e.members[ch.NodeID] = ctx.memberInfo
+				e.members.byID[ch.NodeID] = ctx.memberInfo
 			}
-			if m, ok := e.members[ch.NodeID]; ok && ch.NodeID != e.rid {
+			if m, ok := e.members.byID[ch.NodeID]; ok && ch.NodeID != e.rid {
 				e.trans.SetPeer(ch.NodeID, m.Addr)
 			}
 		case raftpb.ConfChangeRemoveNode:
-			delete(e.members, ch.NodeID)
+			delete(e.members.byID, ch.NodeID)
 			if ch.NodeID != e.rid {
 				e.trans.RemovePeer(ch.NodeID)
 			}
 		}
 	}
 	if cs != nil {
-		e.conf = *cs
+		e.members.conf = *cs
 	}
-	e.memMu.Unlock()
+	e.members.mu.Unlock()
 	return ctx.Req, ctx.From == e.rid && ctx.Req != 0
 }
 
 // setMembership replaces the members, from a snapshot.
 func (e *engine) setMembership(cs raftpb.ConfState, members map[uint64]memberInfo) {
-	e.memMu.Lock()
-	defer e.memMu.Unlock()
-	for id := range e.members {
+	e.members.mu.Lock()
+	defer e.members.mu.Unlock()
+	for id := range e.members.byID {
 		if _, ok := members[id]; !ok && id != e.rid {
 			e.trans.RemovePeer(id)
 		}
 	}
-	e.members = members
-	e.conf = cs
+	e.members.byID = members
+	e.members.conf = cs
 	for id, m := range members {
 		if id != e.rid {
 			e.trans.SetPeer(id, m.Addr)
@@ -167,9 +199,9 @@ func (e *engine) setMembership(cs raftpb.ConfState, members map[uint64]memberInf
 // namesEveryMember reports whether cs lists every node of the applied
 // configuration.
 func (e *engine) namesEveryMember(cs raftpb.ConfState) bool {
-	e.memMu.RLock()
-	defer e.memMu.RUnlock()
-	for _, ids := range [][]uint64{e.conf.Voters, e.conf.Learners} {
+	e.members.mu.RLock()
+	defer e.members.mu.RUnlock()
+	for _, ids := range [][]uint64{e.members.conf.Voters, e.members.conf.Learners} {
 		for _, id := range ids {
 			if !slices.Contains(cs.Voters, id) && !slices.Contains(cs.Learners, id) {
 				return false
@@ -182,16 +214,16 @@ func (e *engine) namesEveryMember(cs raftpb.ConfState) bool {
 // changeMembership proposes one configuration change and waits until it
 // is applied here.
 func (e *engine) changeMembership(ctx context.Context, op string, typ raftpb.ConfChangeType, m memberInfo) error {
-	e.confMu.Lock()
-	defer e.confMu.Unlock()
+	e.members.changing.Lock()
+	defer e.members.changing.Unlock()
 	if !e.isLeader() {
 		return e.n.notLeader()
 	}
 	id := raftID(m.ID)
-	e.memMu.RLock()
-	known, exists := e.members[id]
-	voter, learner := slices.Contains(e.conf.Voters, id), slices.Contains(e.conf.Learners, id)
-	e.memMu.RUnlock()
+	e.members.mu.RLock()
+	known, exists := e.members.byID[id]
+	voter, learner := slices.Contains(e.members.conf.Voters, id), slices.Contains(e.members.conf.Learners, id)
+	e.members.mu.RUnlock()
 	if exists && known.ID != m.ID {
 		return fmt.Errorf("raftnode: %s: node IDs %s and %s hash to the same raft ID: rename one", op, known.ID, m.ID)
 	}
@@ -216,11 +248,11 @@ func (e *engine) changeMembership(ctx context.Context, op string, typ raftpb.Con
 	}
 	ctx, cancel := membershipContext(ctx)
 	defer cancel()
-	req, w := e.register()
+	req, w := e.proposals.register(e.term.Load())
 	cc, _ := json.Marshal(confContext{memberInfo: m, Req: req, From: e.rid})
 	change := raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{{Type: typ, NodeID: id}}, Context: cc}
 	if err := e.raft().ProposeConfChange(ctx, change); err != nil {
-		e.forget(req)
+		e.proposals.forget(req)
 		return e.proposeError(op, err)
 	}
 	_, err := e.await(ctx, op, req, w)
@@ -248,10 +280,10 @@ func (e *engine) transferLeadership(ctx context.Context, id string) error {
 	var target uint64
 	if id != "" {
 		target = raftID(id)
-		e.memMu.RLock()
-		_, known := e.members[target]
-		voter := slices.Contains(e.conf.Voters, target)
-		e.memMu.RUnlock()
+		e.members.mu.RLock()
+		_, known := e.members.byID[target]
+		voter := slices.Contains(e.members.conf.Voters, target)
+		e.members.mu.RUnlock()
 		switch {
 		case !known:
 			return fmt.Errorf("raftnode: transfer leadership: %w: %s", ErrUnknownMember, id)
@@ -294,9 +326,9 @@ func (e *engine) transferLeadership(ctx context.Context, id string) error {
 }
 
 func (e *engine) memberName(id uint64) string {
-	e.memMu.RLock()
-	defer e.memMu.RUnlock()
-	if m, ok := e.members[id]; ok {
+	e.members.mu.RLock()
+	defer e.members.mu.RUnlock()
+	if m, ok := e.members.byID[id]; ok {
 		return m.ID
 	}
 	return strconv.FormatUint(id, 16)
@@ -309,30 +341,30 @@ func (e *engine) leaderInfo() (addr, id string) {
 	if l == 0 {
 		return "", ""
 	}
-	e.memMu.RLock()
-	defer e.memMu.RUnlock()
+	e.members.mu.RLock()
+	defer e.members.mu.RUnlock()
 	if l == e.rid {
 		return e.self.Addr, e.self.ID
 	}
-	m := e.members[l]
+	m := e.members.byID[l]
 	return m.Addr, m.ID
 }
 
 func (e *engine) membersList() []Member {
 	_, leader := e.leaderInfo()
-	e.memMu.RLock()
-	defer e.memMu.RUnlock()
+	e.members.mu.RLock()
+	defer e.members.mu.RUnlock()
 	var out []Member
 	add := func(ids []uint64, voter bool) {
 		for _, id := range ids {
-			m := e.members[id]
+			m := e.members.byID[id]
 			if id == e.rid {
 				m = memberInfo{ID: e.self.ID, Addr: cmp.Or(m.Addr, e.self.Addr)}
 			}
 			out = append(out, Member{ID: m.ID, Address: m.Addr, Voter: voter, Leader: m.ID == leader && leader != ""})
 		}
 	}
-	add(e.conf.Voters, true)
-	add(e.conf.Learners, false)
+	add(e.members.conf.Voters, true)
+	add(e.members.conf.Learners, false)
 	return out
 }

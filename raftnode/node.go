@@ -1,5 +1,10 @@
 package raftnode
 
+// Node: the package's API for proposing, reading and watching
+// leadership, and its lifecycle (Open, Close, calls in flight). It knows
+// the engine only through a handful of methods, so the API reads
+// without raft's vocabulary.
+
 import (
 	"context"
 	"crypto/tls"
@@ -265,9 +270,7 @@ func (n *Node) readLocalState(fn func(state) error) error {
 }
 
 func (n *Node) readLocked(fn func(state) error) error {
-	n.applier.mu.RLock()
-	defer n.applier.mu.RUnlock()
-	return fn(n.applier.st)
+	return n.applier.read(fn)
 }
 
 func (n *Node) waitApplied(ctx context.Context, idx uint64) error {

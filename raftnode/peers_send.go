@@ -1,5 +1,10 @@
 package raftnode
 
+// The peer transport's sender: one goroutine per peer draining a
+// bounded queue onto one long-lived connection, and snapshots on a
+// connection of their own. Apart from the wire (peers_wire.go) so that
+// the batching and the back-off can be read on their own.
+
 import (
 	"bufio"
 	"context"

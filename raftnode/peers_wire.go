@@ -1,5 +1,10 @@
 package raftnode
 
+// The peer transport's wire: accepting and dialing connections, the
+// hello that opens each, and the frames that carry raft messages. It is
+// apart from the sender (peers_send.go) because both directions share
+// it, and from peers.go, which keeps the peers and their addresses.
+
 import (
 	"bufio"
 	"context"

@@ -1,10 +1,19 @@
 package raftnode
 
+// Proposals: appending a command on the leader and waiting for its entry
+// to be applied here. The waiters are their own type because three
+// goroutines touch them (the proposer, apply that answers, the Ready
+// loop that fails them on a term change), and the framing of a proposed
+// entry (proposalHeader) is what lets apply tell this node's proposals
+// from everyone else's.
+
 import (
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
 
@@ -16,8 +25,20 @@ import (
 // header is a barrier; one with none is raft's own empty entry.
 const proposalHeader = 16
 
+// proposals are this node's proposals waiting for their entries to be
+// applied. Each is tagged with a request number, which apply reads back
+// from the entry to answer the proposer and nobody else; a term change
+// fails the proposals of older terms, since their entries may or may not
+// commit. The Ready loop, apply and the proposers all reach it, so it
+// keeps its own lock rather than borrowing the engine's.
+type proposals struct {
+	mu      sync.Mutex // guards next and waiting
+	next    uint64     // the last request number handed out
+	waiting map[uint64]*waiter
+}
+
 type waiter struct {
-	term uint64
+	term uint64              // the term it was proposed in
 	done chan proposalResult // buffered: apply never blocks on a waiter
 }
 
@@ -26,40 +47,50 @@ type proposalResult struct {
 	err error
 }
 
-// register makes a waiter for a proposal this node is about to make.
-func (e *engine) register() (uint64, *waiter) {
-	e.waitMu.Lock()
-	defer e.waitMu.Unlock()
-	e.nextReq++
-	w := &waiter{term: e.term.Load(), done: make(chan proposalResult, 1)}
-	e.waiters[e.nextReq] = w
-	return e.nextReq, w
+// newProposals starts request numbers at the clock, so that a restarted
+// node never reuses one an entry still in its log carries.
+func newProposals() *proposals {
+	return &proposals{next: uint64(time.Now().UnixNano()), waiting: map[uint64]*waiter{}}
 }
 
-func (e *engine) forget(req uint64) {
-	e.waitMu.Lock()
-	delete(e.waiters, req)
-	e.waitMu.Unlock()
+// register makes a waiter for a proposal this node is about to make in
+// term.
+func (p *proposals) register(term uint64) (uint64, *waiter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.next++
+	w := &waiter{term: term, done: make(chan proposalResult, 1)}
+	p.waiting[p.next] = w
+	return p.next, w
 }
 
-func (e *engine) answer(req uint64, r proposalResult) {
-	e.waitMu.Lock()
-	w := e.waiters[req]
-	delete(e.waiters, req)
-	e.waitMu.Unlock()
+// forget drops a waiter whose proposer gave up or never appended.
+func (p *proposals) forget(req uint64) {
+	p.mu.Lock()
+	delete(p.waiting, req)
+	p.mu.Unlock()
+}
+
+// answer hands r to the proposer of req, if it still waits.
+func (p *proposals) answer(req uint64, r proposalResult) {
+	p.mu.Lock()
+	w := p.waiting[req]
+	delete(p.waiting, req)
+	p.mu.Unlock()
 	if w != nil {
 		w.done <- r
 	}
 }
 
-// failWaiters fails the proposals registered before term (all of them
-// for 0): their entries may still commit, or may have been overwritten.
-func (e *engine) failWaiters(term uint64) {
-	e.waitMu.Lock()
-	defer e.waitMu.Unlock()
-	for req, w := range e.waiters {
+// failBefore fails the proposals registered before term (all of them
+// for 0) with ErrLeadershipLost: their entries may still commit, or may
+// have been overwritten.
+func (p *proposals) failBefore(term uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for req, w := range p.waiting {
 		if term == 0 || w.term < term {
-			delete(e.waiters, req)
+			delete(p.waiting, req)
 			w.done <- proposalResult{err: ErrLeadershipLost}
 		}
 	}
@@ -70,13 +101,13 @@ func (e *engine) propose(ctx context.Context, op string, cmd []byte) (statemachi
 	if !e.isLeader() {
 		return statemachine.Result{}, e.n.notLeader()
 	}
-	req, w := e.register()
+	req, w := e.proposals.register(e.term.Load())
 	data := make([]byte, proposalHeader+len(cmd))
 	binary.BigEndian.PutUint64(data, e.rid)
 	binary.BigEndian.PutUint64(data[8:], req)
 	copy(data[proposalHeader:], cmd)
 	if err := e.raft().Propose(ctx, data); err != nil {
-		e.forget(req)
+		e.proposals.forget(req)
 		return statemachine.Result{}, e.proposeError(op, err)
 	}
 	return e.await(ctx, op, req, w)
@@ -90,10 +121,10 @@ func (e *engine) await(ctx context.Context, op string, req uint64, w *waiter) (s
 		}
 		return r.res, nil
 	case <-ctx.Done():
-		e.forget(req)
+		e.proposals.forget(req)
 		return statemachine.Result{}, fmt.Errorf("raftnode: %s: %w", op, ctx.Err())
 	case <-e.stop:
-		e.forget(req)
+		e.proposals.forget(req)
 		return statemachine.Result{}, ErrClosed
 	}
 }

@@ -1,37 +1,125 @@
 package raftnode
 
+// The read index (raft thesis §6.4): a linearizable read learns from a
+// quorum that this node still leads, and at which commit index, and then
+// waits for the state to be applied that far. Its state is apart from
+// the proposals' because a read appends nothing: it never waits on a
+// log entry, only on a round of heartbeats, shared by every read that
+// gathered while the previous round ran.
+
 import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
 )
+
+// readRounds gathers concurrent reads into one ReadIndex round at a
+// time. Readers join the pending batch; readLoop takes it and runs its
+// round; the Ready loop hands raft's answers (ReadStates) to done.
+type readRounds struct {
+	mu      sync.Mutex // guards pending and waiting
+	pending *readBatch // the batch the next round answers; nil when none gathered
+	waiting map[uint64]chan readResult
+	signal  chan struct{} // wakes readLoop; holds one value
+	nextID  atomic.Uint64
+	// readyTerm is the term in which this leader's barrier was applied;
+	// a round waits for one first (readRound says why).
+	readyTerm atomic.Uint64
+}
 
 type readResult struct {
 	index uint64
 	err   error
 }
 
+// readBatch is the readers waiting on one round: done is closed once
+// index or err is set.
 type readBatch struct {
 	done  chan struct{}
 	index uint64
 	err   error
 }
 
-// readIndex returns an index that covers every entry committed before it
-// was called, confirmed by a quorum that still follows this leader
-// (ReadIndex, raft thesis §6.4). Concurrent callers share a round.
-func (e *engine) readIndex(ctx context.Context) (uint64, error) {
-	e.readMu.Lock()
-	b := e.pendingRead
+// newReadRounds starts round IDs at the clock, so that an answer to a
+// round of a previous run of this node can never match one of this run.
+func newReadRounds() *readRounds {
+	r := &readRounds{waiting: map[uint64]chan readResult{}, signal: make(chan struct{}, 1)}
+	r.nextID.Store(uint64(time.Now().UnixNano()))
+	return r
+}
+
+// join adds the caller to the pending batch and wakes readLoop.
+func (r *readRounds) join() *readBatch {
+	r.mu.Lock()
+	b := r.pending
 	if b == nil {
 		b = &readBatch{done: make(chan struct{})}
-		e.pendingRead = b
+		r.pending = b
 	}
-	e.readMu.Unlock()
+	r.mu.Unlock()
 	select {
-	case e.readSignal <- struct{}{}:
+	case r.signal <- struct{}{}:
 	default:
 	}
+	return b
+}
+
+// take hands the pending batch to the round about to run.
+func (r *readRounds) take() *readBatch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.pending
+	r.pending = nil
+	return b
+}
+
+// expect registers a round's ID, whose answer done delivers on the
+// returned channel; the caller calls the returned func when it stops
+// waiting.
+func (r *readRounds) expect() (id uint64, answer <-chan readResult, stop func()) {
+	id = r.nextID.Add(1)
+	ch := make(chan readResult, 1)
+	r.mu.Lock()
+	r.waiting[id] = ch
+	r.mu.Unlock()
+	return id, ch, func() {
+		r.mu.Lock()
+		delete(r.waiting, id)
+		r.mu.Unlock()
+	}
+}
+
+// done answers round id, if it is still awaited.
+func (r *readRounds) done(id uint64, res readResult) {
+	r.mu.Lock()
+	ch := r.waiting[id]
+	delete(r.waiting, id)
+	r.mu.Unlock()
+	if ch != nil {
+		ch <- res
+	}
+}
+
+// failAll answers the rounds in flight with the error why gives when
+// the term moves: their confirmation will not come from this term's
+// leader. why is called only when a round is in flight.
+func (r *readRounds) failAll(why func() error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, ch := range r.waiting {
+		delete(r.waiting, id)
+		ch <- readResult{err: why()}
+	}
+}
+
+// readIndex returns an index that covers every entry committed before it
+// was called, confirmed by a quorum that still follows this leader.
+// Concurrent callers share a round.
+func (e *engine) readIndex(ctx context.Context) (uint64, error) {
+	b := e.reads.join()
 	select {
 	case <-b.done:
 		return b.index, b.err
@@ -41,27 +129,20 @@ func (e *engine) readIndex(ctx context.Context) (uint64, error) {
 }
 
 // readLoop runs one ReadIndex round at a time for whoever has gathered
-// in pendingRead meanwhile.
+// in the pending batch meanwhile.
 func (e *engine) readLoop() {
 	defer e.wg.Done()
 	for {
 		select {
-		case <-e.readSignal:
+		case <-e.reads.signal:
 		case <-e.stop:
-			e.readMu.Lock()
-			b := e.pendingRead
-			e.pendingRead = nil
-			e.readMu.Unlock()
-			if b != nil {
+			if b := e.reads.take(); b != nil {
 				b.err = ErrClosed
 				close(b.done)
 			}
 			return
 		}
-		e.readMu.Lock()
-		b := e.pendingRead
-		e.pendingRead = nil
-		e.readMu.Unlock()
+		b := e.reads.take()
 		if b == nil {
 			continue
 		}
@@ -77,8 +158,8 @@ func (e *engine) readRound() (uint64, error) {
 	// whatever commit index it restarted with. A barrier settles both.
 	// A follower's round (Sync) is the leader's to settle: raft sends it
 	// there and the leader holds it back the same way.
-	if term := e.term.Load(); e.isLeader() && e.readyTerm.Load() != term {
-		// Bounded loosely: a step-down fails it at once (failWaiters),
+	if term := e.term.Load(); e.isLeader() && e.reads.readyTerm.Load() != term {
+		// Bounded loosely: a step-down fails it at once (failBefore),
 		// and the callers' own contexts bound their waits.
 		ctx, cancel := context.WithTimeout(context.Background(), defaultApplyTimeout)
 		_, err := e.propose(ctx, "read", nil)
@@ -86,19 +167,11 @@ func (e *engine) readRound() (uint64, error) {
 		if err != nil {
 			return 0, err
 		}
-		e.readyTerm.Store(term)
+		e.reads.readyTerm.Store(term)
 	}
-	id := e.nextReadID.Add(1)
-	ch := make(chan readResult, 1)
-	e.readMu.Lock()
-	e.readWaiters[id] = ch
-	e.readMu.Unlock()
-	defer func() {
-		e.readMu.Lock()
-		delete(e.readWaiters, id)
-		e.readMu.Unlock()
-	}()
-	// A round whose leader steps down is answered by failReads; one
+	id, answer, stop := e.reads.expect()
+	defer stop()
+	// A round whose leader steps down is answered by failAll; one
 	// whose quorum is unreachable waits for check-quorum to step it down.
 	// The timeout is only a backstop: a loaded machine may take long to
 	// confirm, and the callers' contexts bound their own waits.
@@ -110,7 +183,7 @@ func (e *engine) readRound() (uint64, error) {
 		return 0, e.proposeError("read", err)
 	}
 	select {
-	case r := <-ch:
+	case r := <-answer:
 		return r.index, r.err
 	case <-ctx.Done():
 		if !e.isLeader() {
@@ -119,26 +192,5 @@ func (e *engine) readRound() (uint64, error) {
 		return 0, fmt.Errorf("raftnode: read: no quorum confirmed this leader: %w", ErrLeadershipLost)
 	case <-e.stop:
 		return 0, ErrClosed
-	}
-}
-
-func (e *engine) readDone(id uint64, r readResult) {
-	e.readMu.Lock()
-	ch := e.readWaiters[id]
-	delete(e.readWaiters, id)
-	e.readMu.Unlock()
-	if ch != nil {
-		ch <- r
-	}
-}
-
-// failReads answers the read rounds in flight when the term moves: their
-// confirmation will not come from this term's leader.
-func (e *engine) failReads() {
-	e.readMu.Lock()
-	defer e.readMu.Unlock()
-	for id, ch := range e.readWaiters {
-		delete(e.readWaiters, id)
-		ch <- readResult{err: e.n.notLeader()}
 	}
 }

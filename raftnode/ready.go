@@ -1,5 +1,13 @@
 package raftnode
 
+// The Ready loop: the one goroutine that talks to raft's Ready channel,
+// ticks it, writes what raft asks to be durable (entries to the WAL and
+// the MemoryStorage, the hard state, a received snapshot) and sends its
+// messages in the order durability allows. It is apart from apply so
+// that committed entries are applied while the next write is under way,
+// as etcd's raftNode does; everything it shares with the other
+// goroutines goes through a channel (applyTask) or an atomic.
+
 import (
 	"encoding/binary"
 	"errors"
@@ -80,10 +88,10 @@ func (e *engine) handleReady(node etcdraft.Node, rd etcdraft.Ready) bool {
 	}
 	e.trans.Send(later)
 	for _, rs := range rd.ReadStates {
-		e.readDone(binary.BigEndian.Uint64(rs.RequestCtx), readResult{index: rs.Index})
+		e.reads.done(binary.BigEndian.Uint64(rs.RequestCtx), readResult{index: rs.Index})
 	}
 	if task.stepDown || task.term > 0 {
-		e.failReads()
+		e.reads.failAll(e.n.notLeader)
 	}
 	var answers []resolved
 	if task.confApplied != nil {
@@ -95,7 +103,7 @@ func (e *engine) handleReady(node etcdraft.Node, rd etcdraft.Ready) bool {
 	}
 	node.Advance()
 	for _, a := range answers {
-		e.answer(a.req, proposalResult{res: a.res})
+		e.proposals.answer(a.req, proposalResult{res: a.res})
 	}
 	return true
 }
@@ -171,8 +179,8 @@ func (e *engine) persist(node etcdraft.Node, rd etcdraft.Ready) bool {
 			// still commit there (the followers have it), so it fails as
 			// a lost leadership, outcome unknown.
 			e.setRole(etcdraft.StateFollower, 0)
-			e.failWaiters(0)
-			e.failReads()
+			e.proposals.failBefore(0)
+			e.reads.failAll(e.n.notLeader)
 		}
 		if attempt%60 == 0 {
 			e.n.log.Error("raft: cannot write the log; retrying, and not acknowledging anything meanwhile", "error", err)

@@ -1,20 +1,54 @@
 package raftnode
 
+// Snapshots and compaction: when to snapshot the state (every
+// Config.SnapshotThreshold entries), writing one at a time beside apply,
+// and compacting the MemoryStorage and the WAL behind it, keeping a
+// catch-up tail for followers that trail a little. It also decides what
+// raft may send a follower that needs a snapshot (raftStorage). It is
+// apart from apply because a snapshot's write runs on a goroutine of its
+// own while applies go on.
+
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
+// snapshotter decides when apply snapshots the state and compacts the
+// log behind it, and writes one snapshot at a time. Its state is its
+// own because three goroutines reach it: apply takes snapshots, raft's
+// storage asks for one (wanted), and a snapshot's write runs beside
+// apply.
+type snapshotter struct {
+	threshold uint64          // entries applied between snapshots (Config.SnapshotThreshold)
+	catchUp   uint64          // entries a compaction leaves behind the snapshot (Config.CatchUpEntries)
+	index     atomic.Uint64   // the index of the last snapshot taken or restored
+	writing   sync.WaitGroup  // the snapshot being written, one at a time
+	now       chan chan error // snapshotNow's requests to apply
+	wanted    chan struct{}   // raftStorage's: a snapshot to send names a configuration that is out of date
+}
+
+func newSnapshotter(cfg Config) *snapshotter {
+	return &snapshotter{
+		threshold: cmp.Or(cfg.SnapshotThreshold, 8192),
+		catchUp:   cmp.Or(cfg.CatchUpEntries, 10240),
+		now:       make(chan chan error),
+		wanted:    make(chan struct{}, 1),
+	}
+}
+
 // maybeSnapshot snapshots the state once enough entries have been
 // applied since the last one: the state is copied here, between batches,
 // and written by a goroutine of its own while applies go on.
 func (e *engine) maybeSnapshot() {
-	if e.n.applier.applied.Load()-e.snapshotIdx.Load() >= e.snapshot.threshold {
+	if e.n.applier.applied.Load()-e.snapshots.index.Load() >= e.snapshots.threshold {
 		e.snapshotInBackground("raft: snapshot", slog.LevelError)
 	}
 }
@@ -24,15 +58,15 @@ func (e *engine) maybeSnapshot() {
 // copyFailed: Debug for a peer's snapshot, since raft asks again with its
 // next attempt to send.
 func (e *engine) snapshotInBackground(what string, copyFailed slog.Level) {
-	e.snapping.Wait()
+	e.snapshots.writing.Wait()
 	write, err := e.copyState()
 	if err != nil {
 		e.n.log.Log(context.Background(), copyFailed, what, "error", err)
 		return
 	}
-	e.snapping.Add(1)
+	e.snapshots.writing.Add(1)
 	go func() {
-		defer e.snapping.Done()
+		defer e.snapshots.writing.Done()
 		if err := write(); err != nil {
 			e.n.log.Error(what, "error", err)
 		}
@@ -58,7 +92,7 @@ func (s raftStorage) Snapshot() (raftpb.Snapshot, error) {
 		return snap, err
 	}
 	select {
-	case s.e.snapWanted <- struct{}{}:
+	case s.e.snapshots.wanted <- struct{}{}:
 	default:
 	}
 	return raftpb.Snapshot{}, etcdraft.ErrSnapshotTemporarilyUnavailable
@@ -69,7 +103,7 @@ func (s raftStorage) Snapshot() (raftpb.Snapshot, error) {
 func (e *engine) snapshotNow() error {
 	done := make(chan error, 1)
 	select {
-	case e.snapNow <- done:
+	case e.snapshots.now <- done:
 		return <-done
 	case <-e.stop:
 		return ErrClosed
@@ -79,18 +113,13 @@ func (e *engine) snapshotNow() error {
 // copyState copies the state, its index and membership, and returns
 // what writes them out. It runs on the apply goroutine, between batches.
 func (e *engine) copyState() (write func() error, err error) {
-	f := e.n.applier
-	f.mu.RLock()
-	applied := f.applied.Load()
-	e.memMu.RLock()
-	cs := e.conf
-	members := make(map[uint64]memberInfo, len(e.members))
-	for id, m := range e.members {
-		members[id] = m
-	}
-	e.memMu.RUnlock()
-	state, err := f.snapshotLocked()
-	f.mu.RUnlock()
+	var cs raftpb.ConfState
+	var members map[uint64]memberInfo
+	state, applied, err := e.n.applier.snapshotWith(func() {
+		e.members.mu.RLock()
+		cs, members = e.members.copyLocked()
+		e.members.mu.RUnlock()
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +127,7 @@ func (e *engine) copyState() (write func() error, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftnode: snapshot at %d: %w", applied, err)
 	}
-	e.snapshotIdx.Store(applied)
+	e.snapshots.index.Store(applied)
 	return func() error { return e.takeSnapshot(applied, term, cs, members, state) }, nil
 }
 
@@ -113,10 +142,10 @@ func (e *engine) takeSnapshot(index, term uint64, cs raftpb.ConfState, members m
 		}
 		return err
 	}
-	if index <= e.snapshot.catchUp {
+	if index <= e.snapshots.catchUp {
 		return nil
 	}
-	upTo := index - e.snapshot.catchUp
+	upTo := index - e.snapshots.catchUp
 	if err := e.ms.Compact(upTo); err != nil && !errors.Is(err, etcdraft.ErrCompacted) {
 		return err
 	}

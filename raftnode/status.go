@@ -1,5 +1,10 @@
 package raftnode
 
+// Status: what a node reports of itself and its leader, read from the
+// atomics the Ready loop publishes, for `tenure members`, Stats and a
+// joining node's catch-up check. No lock of another concept is taken
+// beyond the membership's read lock.
+
 import (
 	"strconv"
 	"time"

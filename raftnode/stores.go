@@ -1,5 +1,11 @@
 package raftnode
 
+// Opening what a node keeps on disk under DataDir/raft: the WAL
+// (raft-wal segments, or boltdb), its meta store for the hard state, and
+// the snapshot files, or the ones Config.Stores gives. It is apart from
+// storage.go, which reads and writes raft's records in them, because
+// opening is where the full-disk and repair rules meet the files.
+
 import (
 	"errors"
 	"fmt"
