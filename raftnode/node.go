@@ -92,7 +92,7 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 	if cfg.Network != nil {
 		trans = cfg.Network.Transport(cfg.NodeID)
 	} else {
-		t, err := listenPeers(peerConfig{ID: raftID(cfg.NodeID), Bind: cfg.PeerAddr, Advertise: cfg.Advertise, TLS: cfg.PeerTLS, ClusterTag: engineEtcdRaft, Logger: log, Metrics: m.peers})
+		t, err := listenPeers(peerConfig{ID: raftID(cfg.NodeID), Bind: cfg.PeerAddr, Advertise: cfg.Advertise, TLS: cfg.PeerTLS, EngineTag: engineEtcdRaft, Logger: log, Metrics: m.peers})
 		if err != nil {
 			return nil, fmt.Errorf("raftnode: transport: %w", err)
 		}

@@ -22,12 +22,12 @@ package raftnode
 //     leader in place; its receiver answers once raft has taken it, and
 //     only then is the snapshot reported finished.
 //   - A hello opens every connection: magic bytes, a version, the kind of
-//     connection, the dialer's node ID, the cluster tag and the dialer's
-//     address. The acceptor
-//     refuses a wrong magic, which is what a hashicorp/raft node dialing
-//     this port sends, and a different cluster tag, so that the two
-//     engines, or two clusters, never mistake each other's traffic for
-//     their own. With TLS, the listener and dialer are the ones the
+//     connection, the dialer's node ID, the engine tag and the dialer's
+//     address. The acceptor refuses a wrong magic, which is what a
+//     hashicorp/raft node dialing this port sends, and a different engine
+//     tag, so that two raft engines never mistake each other's traffic
+//     for their own. (Two clusters of the same engine are kept apart by
+//     the peer CA and by their configurations, not by the tag.) With TLS, the listener and dialer are the ones the
 //     hashicorp transport uses (tlsstream.go): the peer CA's mutual TLS
 //     comes first, and the hello travels inside it.
 //   - A node that dials in with an ID this transport has no address for
@@ -99,11 +99,12 @@ type peerConfig struct {
 	// TLS, when set, is the peer CA's mutual TLS of tlsstream.go; nil is
 	// plain TCP.
 	TLS *tls.Config
-	// ClusterTag must be the same on every node of a cluster (at most
-	// 255 bytes); a connection with another tag is refused.
-	ClusterTag string
-	Logger     *slog.Logger
-	Metrics    *peerMetrics // nil: counted but not exported
+	// EngineTag names the raft engine and its peer protocol; it must be
+	// the same on every node that talks to this one (at most 255 bytes),
+	// and a connection with another tag is refused.
+	EngineTag string
+	Logger    *slog.Logger
+	Metrics   *peerMetrics // nil: counted but not exported
 }
 
 // peerMetrics are the transport's figures. hashicorp/raft's transport
@@ -142,7 +143,7 @@ const (
 	snapshotTaken    byte = 0
 	snapshotRejected byte = 1
 
-	maxClusterTag = 255
+	maxEngineTag = 255
 	// maxFrame bounds an ordinary message: an append is bounded by the
 	// engine's MaxSizePerMsg, far below this.
 	maxFrame = 64 << 20
@@ -207,8 +208,8 @@ func listenPeers(cfg peerConfig) (*tcpPeers, error) {
 		// it, so nodes sharing one would cut each other's connections.
 		return nil, errors.New("raftnode: peer transport: the node's raft ID is 0; set peerConfig.ID")
 	}
-	if len(cfg.ClusterTag) > maxClusterTag {
-		return nil, fmt.Errorf("raftnode: peer transport: cluster tag is %d bytes, the limit is %d", len(cfg.ClusterTag), maxClusterTag)
+	if len(cfg.EngineTag) > maxEngineTag {
+		return nil, fmt.Errorf("raftnode: peer transport: engine tag is %d bytes, the limit is %d", len(cfg.EngineTag), maxEngineTag)
 	}
 	var advertise net.Addr
 	if cfg.Advertise != "" {

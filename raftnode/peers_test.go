@@ -94,7 +94,7 @@ func testPeersAt(t *testing.T, id uint64, bind string, tlsCfg *tls.Config, tag s
 	t.Helper()
 	logs := &syncBuffer{}
 	p, err := listenPeers(peerConfig{
-		ID: id, Bind: bind, TLS: tlsCfg, ClusterTag: tag,
+		ID: id, Bind: bind, TLS: tlsCfg, EngineTag: tag,
 		Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics: newPeerMetrics(),
 	})
@@ -242,21 +242,21 @@ func TestPeersRefuseANodeFromAnotherCA(t *testing.T) {
 	}
 }
 
-func TestPeersRefuseAnotherClusterTag(t *testing.T) {
+func TestPeersRefuseAnotherEngineTag(t *testing.T) {
 	noLeaks(t)
-	a, ra, alog := testPeers(t, 1, nil, "cluster-a")
-	b, rb, blog := testPeers(t, 2, nil, "cluster-b")
+	a, ra, alog := testPeers(t, 1, nil, "engine-a")
+	b, rb, blog := testPeers(t, 2, nil, "engine-b")
 	a.SetPeer(2, b.LocalAddr())
 	waitFor(t, "the sender to report the peer unreachable", func() bool {
 		a.Send(appMsgs(1, 2, 0, 1))
 		return ra.unreachableCount(2) > 0
 	})
 	if got := len(rb.received()); got != 0 {
-		t.Errorf("messages delivered across clusters: got = %d, expected: 0", got)
+		t.Errorf("messages delivered across engines: got = %d, expected: 0", got)
 	}
 	waitFor(t, "both ends to log why", func() bool {
-		return strings.Contains(blog.String(), `node 1 belongs to cluster \"cluster-a\", this node to \"cluster-b\"`) &&
-			strings.Contains(alog.String(), "another cluster tag")
+		return strings.Contains(blog.String(), `node 1 runs engine \"engine-a\", this node \"engine-b\"`) &&
+			strings.Contains(alog.String(), "another engine tag")
 	})
 }
 
@@ -323,7 +323,7 @@ func TestPeersRefuseABadConfig(t *testing.T) {
 		want string
 	}{
 		{"a node without a raft ID", peerConfig{Bind: "127.0.0.1:0"}, "raft ID is 0"},
-		{"a cluster tag over 255 bytes", peerConfig{ID: 1, Bind: "127.0.0.1:0", ClusterTag: strings.Repeat("x", 256)}, "cluster tag is 256 bytes, the limit is 255"},
+		{"an engine tag over 255 bytes", peerConfig{ID: 1, Bind: "127.0.0.1:0", EngineTag: strings.Repeat("x", 256)}, "engine tag is 256 bytes, the limit is 255"},
 		{"an address other nodes cannot dial", peerConfig{ID: 1, Bind: "0.0.0.0:0"}, "not an address other nodes can dial"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -349,8 +349,8 @@ func dialHello(t *testing.T, p *tcpPeers, kind byte) net.Conn {
 	t.Cleanup(func() { c.Close() })
 	hello := append([]byte(peerMagic), peerVersion, kind)
 	hello = binary.BigEndian.AppendUint64(hello, 7)
-	hello = append(hello, byte(len(p.cfg.ClusterTag)))
-	hello = append(hello, p.cfg.ClusterTag...)
+	hello = append(hello, byte(len(p.cfg.EngineTag)))
+	hello = append(hello, p.cfg.EngineTag...)
 	hello = append(hello, 0) // no address to be answered at
 	if _, err := c.Write(hello); err != nil {
 		t.Fatal(err)

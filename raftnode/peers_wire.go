@@ -127,7 +127,7 @@ func (t *tcpPeers) readHello(r *bufio.Reader, w io.Writer) (from uint64, addr st
 	version, kind, from := rest[0], rest[1], binary.BigEndian.Uint64(rest[2:10])
 	tag, err := readShortString(r)
 	if err != nil {
-		return 0, "", 0, fmt.Errorf("reading the hello's cluster tag: %w", err)
+		return 0, "", 0, fmt.Errorf("reading the hello's engine tag: %w", err)
 	}
 	addr, err = readShortString(r)
 	if err != nil {
@@ -139,8 +139,8 @@ func (t *tcpPeers) readHello(r *bufio.Reader, w io.Writer) (from uint64, addr st
 		answer, err = helloBadID, errors.New("a node dialed with raft ID 0")
 	case version != peerVersion:
 		answer, err = helloBadVersion, fmt.Errorf("node %d speaks peer protocol version %d, this node %d", from, version, peerVersion)
-	case tag != t.cfg.ClusterTag:
-		answer, err = helloBadTag, fmt.Errorf("node %d belongs to cluster %q, this node to %q", from, tag, t.cfg.ClusterTag)
+	case tag != t.cfg.EngineTag:
+		answer, err = helloBadTag, fmt.Errorf("node %d runs engine %q, this node %q", from, tag, t.cfg.EngineTag)
 	case kind != connStream && kind != connSnapshot:
 		answer, err = helloBadKind, fmt.Errorf("node %d asked for an unknown connection kind %d", from, kind)
 	}
@@ -177,12 +177,12 @@ func (t *tcpPeers) dial(ctx context.Context, addr string, kind byte) (net.Conn, 
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() })
-	hello := make([]byte, 0, len(peerMagic)+12+len(t.cfg.ClusterTag)+len(t.addr))
+	hello := make([]byte, 0, len(peerMagic)+12+len(t.cfg.EngineTag)+len(t.addr))
 	hello = append(hello, peerMagic...)
 	hello = append(hello, peerVersion, kind)
 	hello = binary.BigEndian.AppendUint64(hello, t.cfg.ID)
-	hello = append(hello, byte(len(t.cfg.ClusterTag)))
-	hello = append(hello, t.cfg.ClusterTag...)
+	hello = append(hello, byte(len(t.cfg.EngineTag)))
+	hello = append(hello, t.cfg.EngineTag...)
 	hello = append(hello, byte(len(t.addr)))
 	hello = append(hello, t.addr...)
 	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
@@ -207,7 +207,7 @@ func refusal(b byte) string {
 	case helloBadVersion:
 		return "another peer protocol version"
 	case helloBadTag:
-		return "another cluster tag (another cluster)"
+		return "another engine tag (a node of another raft engine)"
 	case helloBadKind:
 		return "unknown connection kind"
 	case helloBadID:
