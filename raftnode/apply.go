@@ -71,21 +71,43 @@ func (e *engine) applyLoop() {
 		if task.snap != nil {
 			e.restoreSnapshot(*task.snap)
 		}
-		confAnswers := e.applyEntries(task.ents)
+		answers, confAnswers := e.applyEntries(task.ents)
 		if task.confApplied != nil {
 			task.confApplied <- confAnswers
+		}
+		// A batch that leaves the log in memory at its bound in bytes is
+		// acknowledged only once the log is compacted: a proposer that
+		// waits for its answer before proposing again then never finds
+		// more than the bound and its own entry held. Any other batch is
+		// answered at once, and snapshotted, if due, once persisted.
+		compactFirst := e.ms.Bytes() >= e.snapshots.maxLogBytes
+		if compactFirst {
+			e.snapshotWhenPersisted(task)
+		}
+		// Answers before failures: an entry applied here is answered
+		// with its result even when the term has moved on since.
+		for _, a := range answers {
+			e.proposals.answer(a.req, proposalResult{res: a.res})
 		}
 		if task.stepDown {
 			e.proposals.failBefore(0)
 		} else if task.term > 0 {
 			e.proposals.failBefore(task.term)
 		}
-		select {
-		case <-task.persisted:
-			e.maybeSnapshot()
-		case <-e.stop:
-			// run stops at once; the next start snapshots instead.
+		if !compactFirst {
+			e.snapshotWhenPersisted(task)
 		}
+	}
+}
+
+// snapshotWhenPersisted waits until task's Ready is durable, which puts
+// its entries in raft's storage, and then snapshots if one is due.
+func (e *engine) snapshotWhenPersisted(task applyTask) {
+	select {
+	case <-task.persisted:
+		e.maybeSnapshot()
+	case <-e.stop:
+		// run stops at once; the next start snapshots instead.
 	}
 }
 
@@ -104,11 +126,11 @@ func (e *engine) restoreSnapshot(snap raftpb.Snapshot) {
 }
 
 // applyEntries applies a batch under one write lock, as the hashicorp
-// engine's ApplyBatch did, and answers the waiting proposals after the
-// applied index has moved, so that their callers' next reads see them.
-func (e *engine) applyEntries(ents []raftpb.Entry) (confAnswers []resolved) {
+// engine's ApplyBatch did, and returns the answers to this node's
+// proposals and configuration changes, to be given once the applied
+// index has moved, so that their callers' next reads see them.
+func (e *engine) applyEntries(ents []raftpb.Entry) (answers, confAnswers []resolved) {
 	start := time.Now()
-	var answers []resolved
 	f := e.n.applier
 	applied := f.applyBatch(ents, func(ent raftpb.Entry) {
 		switch ent.Type {
@@ -131,14 +153,11 @@ func (e *engine) applyEntries(ents []raftpb.Entry) (confAnswers []resolved) {
 		}
 	})
 	if !applied {
-		return nil
+		return nil, nil
 	}
 	e.n.metrics.applyBatch.Observe(time.Since(start).Seconds())
 	e.n.metrics.batchSize.Observe(float64(len(ents)))
-	for _, a := range answers {
-		e.proposals.answer(a.req, proposalResult{res: a.res})
-	}
-	return confAnswers
+	return answers, confAnswers
 }
 
 func isConfChange(e raftpb.Entry) bool {

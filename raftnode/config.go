@@ -96,13 +96,31 @@ type Config struct {
 	// before it stands for election; the leader heartbeats every tenth of
 	// it, and steps down once it has gone that long without hearing from
 	// a quorum (check-quorum). Zero means 1s.
-	ElectionTimeout   time.Duration
-	SnapshotThreshold uint64 // entries applied between snapshots; zero = 8192
+	ElectionTimeout time.Duration
+	// SnapshotThreshold is how many entries are applied between
+	// snapshots; zero = 8192. MaxLogMemoryBytes may snapshot sooner.
+	SnapshotThreshold uint64
 	// CatchUpEntries is how many log entries a snapshot leaves behind it,
 	// for followers that trail by less to catch up from the log; one
 	// further behind (a node down for long, a new one) is sent the
 	// snapshot instead. Zero = 10240.
 	CatchUpEntries uint64
+	// MaxLogMemoryBytes bounds in bytes the log entries raft holds in
+	// memory (its MemoryStorage, which Node.LogMemoryBytes reports):
+	// once they weigh that much, the node snapshots its state and
+	// compacts the log behind the snapshot, keeping a catch-up tail of at
+	// most half of it. It works beside the counts, whichever binds first:
+	// a snapshot every SnapshotThreshold entries or at MaxLogMemoryBytes,
+	// a tail of at most CatchUpEntries entries and MaxLogMemoryBytes/2
+	// bytes, so that small entries are bounded by the counts and large
+	// ones by the bytes. It also bounds what raft keeps on the leader
+	// beyond the log: its uncommitted tail (MaxUncommittedEntriesSize;
+	// a proposal past it is refused as during a leadership transfer, a
+	// *NotLeaderError with no leader named) and what it has in flight to
+	// each follower (MaxInflightBytes, a quarter of it). Zero means
+	// 64 MiB; less than 1 MiB, raft's largest append message, is
+	// refused.
+	MaxLogMemoryBytes int64
 
 	Logger     *slog.Logger          // default slog.Default()
 	Registerer prometheus.Registerer // may be nil: metrics are then not exported
@@ -151,7 +169,16 @@ const (
 	defaultNodeID          = "node1"
 	defaultApplyTimeout    = 10 * time.Second
 	defaultElectionTimeout = time.Second
-	retainSnapshots        = 2
+	// The log's bounds in memory: see Config.SnapshotThreshold,
+	// CatchUpEntries and MaxLogMemoryBytes.
+	defaultSnapshotThreshold = 8192
+	defaultCatchUpEntries    = 10240
+	defaultMaxLogMemoryBytes = 64 << 20
+	// maxSizePerMsg is raft's MaxSizePerMsg: the most bytes of entries
+	// one append message carries (one entry always goes, however
+	// large), which also bounds the entries one Ready hands to apply.
+	maxSizePerMsg   = 1 << 20
+	retainSnapshots = 2
 )
 
 // The engine's name, as nodes exchange it when one joins another
@@ -181,6 +208,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	cfg.NodeID = cmp.Or(cfg.NodeID, defaultNodeID)
 	cfg.LogStore = cmp.Or(cfg.LogStore, "wal")
 	cfg.ElectionTimeout = cmp.Or(cfg.ElectionTimeout, defaultElectionTimeout)
+	switch cfg.MaxLogMemoryBytes = cmp.Or(cfg.MaxLogMemoryBytes, defaultMaxLogMemoryBytes); {
+	case cfg.MaxLogMemoryBytes < 0:
+		return cfg, fmt.Errorf("raftnode: MaxLogMemoryBytes %d is negative", cfg.MaxLogMemoryBytes)
+	case cfg.MaxLogMemoryBytes < maxSizePerMsg:
+		return cfg, fmt.Errorf("raftnode: MaxLogMemoryBytes %d is below %d, raft's largest append message: the node would snapshot after nearly every entry", cfg.MaxLogMemoryBytes, maxSizePerMsg)
+	}
 	if cfg.ElectionTimeout < 10*time.Millisecond {
 		return cfg, fmt.Errorf("raftnode: ElectionTimeout %v is below 10ms: a tick of a tenth of it would be shorter than a scheduler's slice", cfg.ElectionTimeout)
 	}

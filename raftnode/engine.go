@@ -53,7 +53,7 @@ type engine struct {
 	rid   uint64
 	self  memberInfo
 	cfg   etcdraft.Config // the template for StartNode and RestartNode
-	ms    *etcdraft.MemoryStorage
+	ms    *memoryLog      // raft's MemoryStorage, its bytes counted (memlog.go)
 	disk  *diskStorage
 	trans peerTransport
 	tick  time.Duration
@@ -92,7 +92,7 @@ func startEngine(n *Node, cfg Config, st stores, trans peerTransport) (*engine, 
 		n:           n,
 		rid:         raftID(cfg.NodeID),
 		self:        memberInfo{ID: cfg.NodeID, Addr: trans.LocalAddr()},
-		ms:          etcdraft.NewMemoryStorage(),
+		ms:          newMemoryLog(),
 		disk:        &diskStorage{wal: st.wal, meta: st.meta, snapshots: st.snapshots, log: n.log},
 		trans:       trans,
 		tick:        cmp.Or(cfg.ElectionTimeout, time.Second) / electionTicks,
@@ -113,14 +113,22 @@ func startEngine(n *Node, cfg Config, st stores, trans peerTransport) (*engine, 
 		return nil, err
 	}
 	e.cfg = etcdraft.Config{
-		ID:                        e.rid,
-		ElectionTick:              electionTicks,
-		HeartbeatTick:             1,
-		Storage:                   raftStorage{MemoryStorage: e.ms, e: e},
-		Applied:                   boot.snap.Metadata.Index,
-		MaxSizePerMsg:             1 << 20,
+		ID:            e.rid,
+		ElectionTick:  electionTicks,
+		HeartbeatTick: 1,
+		Storage:       raftStorage{MemoryStorage: e.ms.MemoryStorage, e: e},
+		Applied:       boot.snap.Metadata.Index,
+		// The byte limits raft has of its own, set from the log's bound
+		// (Config.MaxLogMemoryBytes): an append message carries at most
+		// maxSizePerMsg of entries; the leader's uncommitted tail is
+		// bounded by the log's bound, since it is held in memory until it
+		// commits; and so is, by a quarter of it, what the leader has
+		// sent a follower without hearing back, which the transport's
+		// queue holds a copy of.
+		MaxSizePerMsg:             maxSizePerMsg,
 		MaxInflightMsgs:           256,
-		MaxUncommittedEntriesSize: 1 << 30,
+		MaxInflightBytes:          uint64(max(cfg.MaxLogMemoryBytes/4, maxSizePerMsg)),
+		MaxUncommittedEntriesSize: uint64(cfg.MaxLogMemoryBytes),
 		CheckQuorum:               true,
 		PreVote:                   true,
 		// Proposals are made on the leader only; a follower refuses them

@@ -329,6 +329,13 @@ func (n *Node) Leader() (addr string, id string) { return n.engine.leaderInfo() 
 // meant for one receiver, the lessor, and is never closed.
 func (n *Node) LeaderChanges() <-chan bool { return n.leaderCh }
 
+// LogMemoryBytes is the size of the log entries raft holds in memory
+// now: those since the last compaction, committed or not. It is bounded
+// by about Config.MaxLogMemoryBytes (see there). It costs an atomic load
+// and is safe from any goroutine; the server counts it in the storage
+// quota.
+func (n *Node) LogMemoryBytes() int64 { return n.engine.ms.Bytes() }
+
 // AppliedIndex is the index of the last log entry reflected in the state.
 func (n *Node) AppliedIndex() uint64 { return n.applier.applied.Load() }
 

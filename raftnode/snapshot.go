@@ -27,28 +27,45 @@ import (
 // storage asks for one (wanted), and a snapshot's write runs beside
 // apply.
 type snapshotter struct {
-	threshold uint64          // entries applied between snapshots (Config.SnapshotThreshold)
-	catchUp   uint64          // entries a compaction leaves behind the snapshot (Config.CatchUpEntries)
-	index     atomic.Uint64   // the index of the last snapshot taken or restored
-	writing   sync.WaitGroup  // the snapshot being written, one at a time
-	now       chan chan error // snapshotNow's requests to apply
-	wanted    chan struct{}   // raftStorage's: a snapshot to send names a configuration that is out of date
+	threshold uint64 // entries applied between snapshots (Config.SnapshotThreshold)
+	catchUp   uint64 // entries a compaction leaves behind the snapshot (Config.CatchUpEntries)
+	// maxLogBytes is Config.MaxLogMemoryBytes: once the log held in
+	// memory weighs that much, apply snapshots and compacts it, keeping
+	// a catch-up tail of at most catchUpBytes, half of it.
+	maxLogBytes, catchUpBytes int64
+
+	index   atomic.Uint64   // the index of the last snapshot taken or restored
+	writing sync.WaitGroup  // the snapshot being written, one at a time
+	now     chan chan error // snapshotNow's requests to apply
+	wanted  chan struct{}   // raftStorage's: a snapshot to send names a configuration that is out of date
 }
 
+// newSnapshotter takes cfg after withDefaults.
 func newSnapshotter(cfg Config) *snapshotter {
 	return &snapshotter{
-		threshold: cmp.Or(cfg.SnapshotThreshold, 8192),
-		catchUp:   cmp.Or(cfg.CatchUpEntries, 10240),
-		now:       make(chan chan error),
-		wanted:    make(chan struct{}, 1),
+		threshold:    cmp.Or(cfg.SnapshotThreshold, defaultSnapshotThreshold),
+		catchUp:      cmp.Or(cfg.CatchUpEntries, defaultCatchUpEntries),
+		maxLogBytes:  cmp.Or(cfg.MaxLogMemoryBytes, defaultMaxLogMemoryBytes),
+		catchUpBytes: cmp.Or(cfg.MaxLogMemoryBytes, defaultMaxLogMemoryBytes) / 2,
+		now:          make(chan chan error),
+		wanted:       make(chan struct{}, 1),
 	}
 }
 
 // maybeSnapshot snapshots the state once enough entries have been
-// applied since the last one: the state is copied here, between batches,
-// and written by a goroutine of its own while applies go on.
+// applied since the last one, or the log held in memory has reached its
+// bound in bytes while some applied entry is not yet in a snapshot
+// (compaction can only drop those). The state is copied here, between
+// batches, and written by a goroutine of its own while applies go on.
+//
+// With entries appended one batch at a time, as a leader's proposals
+// waiting on each other are, the log in memory never holds more than
+// the bound plus the batch appended after the check: the check runs
+// after every applied batch and brings it back to at most catchUpBytes
+// plus what is not applied yet.
 func (e *engine) maybeSnapshot() {
-	if e.n.applier.applied.Load()-e.snapshots.index.Load() >= e.snapshots.threshold {
+	since := e.n.applier.applied.Load() - e.snapshots.index.Load()
+	if since >= e.snapshots.threshold || (since > 0 && e.ms.Bytes() >= e.snapshots.maxLogBytes) {
 		e.snapshotInBackground("raft: snapshot", slog.LevelError)
 	}
 }
@@ -112,6 +129,12 @@ func (e *engine) snapshotNow() error {
 
 // copyState copies the state, its index and membership, and returns
 // what writes them out. It runs on the apply goroutine, between batches.
+// The MemoryStorage takes the snapshot and is compacted here and now,
+// as etcd's server does before it saves the snapshot, so that the log
+// held in memory is back under its bound before the next batch is
+// applied; the snapshot files and the WAL follow in write, which may run
+// beside apply. Until write is done the WAL still holds every entry the
+// newest snapshot file does not cover, so a restart loses nothing.
 func (e *engine) copyState() (write func() error, err error) {
 	var cs raftpb.ConfState
 	var members map[uint64]memberInfo
@@ -128,28 +151,30 @@ func (e *engine) copyState() (write func() error, err error) {
 		return nil, fmt.Errorf("raftnode: snapshot at %d: %w", applied, err)
 	}
 	e.snapshots.index.Store(applied)
-	return func() error { return e.takeSnapshot(applied, term, cs, members, state) }, nil
-}
-
-func (e *engine) takeSnapshot(index, term uint64, cs raftpb.ConfState, members map[uint64]memberInfo, state []byte) error {
-	meta := raftpb.SnapshotMetadata{Index: index, Term: term, ConfState: cs}
-	if err := e.disk.writeSnapshot(meta, members, state); err != nil {
-		return err
-	}
-	if _, err := e.ms.CreateSnapshot(index, &cs, encodeSnapshotData(members, state)); err != nil {
+	if _, err := e.ms.CreateSnapshot(applied, &cs, encodeSnapshotData(members, state)); err != nil {
 		if errors.Is(err, etcdraft.ErrSnapOutOfDate) {
-			return nil // a newer snapshot arrived from the leader meanwhile
+			// A newer snapshot arrived from the leader meanwhile: it
+			// is already written, and the log behind it dropped.
+			return func() error { return nil }, nil
 		}
-		return err
+		return nil, fmt.Errorf("raftnode: snapshot at %d: %w", applied, err)
 	}
-	if index <= e.snapshots.catchUp {
-		return nil
+	upTo := e.ms.compactionIndex(applied, e.snapshots.catchUp, e.snapshots.catchUpBytes)
+	if upTo > 0 {
+		if err := e.ms.Compact(upTo); err != nil && !errors.Is(err, etcdraft.ErrCompacted) {
+			return nil, fmt.Errorf("raftnode: compact the log to %d: %w", upTo, err)
+		}
 	}
-	upTo := index - e.snapshots.catchUp
-	if err := e.ms.Compact(upTo); err != nil && !errors.Is(err, etcdraft.ErrCompacted) {
-		return err
-	}
-	return e.disk.compact(upTo)
+	meta := raftpb.SnapshotMetadata{Index: applied, Term: term, ConfState: cs}
+	return func() error {
+		if err := e.disk.writeSnapshot(meta, members, state); err != nil {
+			return err
+		}
+		if upTo == 0 {
+			return nil
+		}
+		return e.disk.compact(upTo)
+	}, nil
 }
 
 func (e *engine) snapshotIndex() uint64 {
