@@ -19,7 +19,7 @@ import (
 	"github.com/tenurehq/tenure/statemachine"
 )
 
-// state is what the FSM needs from the replicated state. *statemachine.Machine
+// state is what the applier needs from the replicated state. *statemachine.Machine
 // is the only production implementation; the seam exists so that the log,
 // snapshots and read protocol can be tested with a fake while the machine
 // evolves.
@@ -32,7 +32,7 @@ type state interface {
 
 var _ state = (*statemachine.Machine)(nil)
 
-// fsm owns the state and is the only writer to it: the engine's apply
+// applier owns the state and is the only writer to it: the engine's apply
 // goroutine applies, snapshots and restores, never concurrently with
 // each other; Node's readers run alongside under mu.
 type applier struct {
@@ -237,7 +237,7 @@ func (f *applier) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-// restoreBytes restores the state from a snapshot in fsm's format.
+// restoreBytes restores the state from a snapshot in the applier's format.
 func (f *applier) restoreBytes(b []byte) error {
 	return f.Restore(io.NopCloser(bytes.NewReader(b)))
 }

@@ -23,7 +23,7 @@ import (
 // (Stores, Network) needs neither.
 type Config struct {
 	NodeID    string // raft server ID, default "node1"
-	DataDir   string // holds the log store, snapshots and stable store under DataDir/raft
+	DataDir   string // holds the WAL, its meta store (the hard state) and the snapshot files under DataDir/raft
 	PeerAddr  string // TCP bind address of the raft transport, e.g. "127.0.0.1:7481"
 	Advertise string // address other nodes dial; default the bound PeerAddr
 	LogStore  string // store opened under DataDir: "wal" (default, hashicorp/raft-wal) or "boltdb" (raft-boltdb/v2)
@@ -126,7 +126,7 @@ type Config struct {
 	Registerer prometheus.Registerer // may be nil: metrics are then not exported
 
 	// Observer is called after every applied command that produced events,
-	// with that command's events, in log order, on the FSM goroutine,
+	// with that command's events, in log order, on the apply goroutine,
 	// while the node's state lock is held for writing. It must not block
 	// and must not call back into the Node. It also sees entries replayed
 	// from the log at startup. m is the state after the command, to read
@@ -138,10 +138,13 @@ type Config struct {
 	OnRestore func(revision int64)
 }
 
-// Stores are raft's three stores, for a node that is given them rather
-// than opening its own under DataDir (Config.Stores). Set all three or
-// none: the log and stable stores must agree on the term the log was
-// written in, and the snapshots on the index it starts after.
+// Stores are what a node keeps on disk, for a node that is given them
+// rather than opening its own under DataDir (Config.Stores): the WAL
+// (Log), its meta store (Stable, which keeps the hard state) and the
+// snapshot files (Snapshots), as hashicorp/raft's interfaces, which
+// raft-wal implements. Set all three or none: the WAL and the hard state
+// must agree on the term the log was written in, and the snapshots on
+// the index it starts after.
 type Stores struct {
 	Log       raft.LogStore
 	Stable    raft.StableStore

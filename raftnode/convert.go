@@ -20,7 +20,7 @@ import (
 )
 
 // convertFromHashicorp turns a single node's data dir of the hashicorp
-// engine into the etcd engine's, once: the state after every entry of
+// engine into the raft engine's, once: the state after every entry of
 // its log becomes one snapshot, with nothing lost, since a lone voter's
 // log holds only entries it committed or would commit on its next
 // election. A member of a larger cluster cannot convert alone, since the
@@ -192,9 +192,9 @@ func writeEngine(dir, engine string) error {
 	return nil
 }
 
-// claimDir makes sure dir holds the etcd engine's state, none, or the
+// claimDir makes sure dir holds the raft engine's state, none, or the
 // hashicorp engine's (converting: Open converts it), and marks a new one
-// as the etcd engine's before anything is written in it.
+// as the raft engine's before anything is written in it.
 func claimDir(dir string) (converting bool, err error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return false, fmt.Errorf("raftnode: %w", err)

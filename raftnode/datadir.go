@@ -38,7 +38,7 @@ const lockFileName = "LOCK"
 type DataDirLock struct{ f *os.File }
 
 // LockDataDir takes an exclusive lock on dir for this process, without
-// waiting, and writes the process ID into dir/LOCK. The log store locks
+// waiting, and writes the process ID into dir/LOCK. The WAL locks
 // its own files too, but waits for them forever: a second process on the
 // same directory must be turned away before it binds ports or opens the
 // stores. The kernel drops the lock when the process ends, however it

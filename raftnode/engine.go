@@ -254,7 +254,7 @@ func (e *engine) close() error {
 	return nil
 }
 
-// bootstrapCluster is BootstrapCluster for the etcd engine: it is run by
+// bootstrapCluster is BootstrapCluster for the raft engine: it is run by
 // the Ready loop, which swaps the waiting raft node for a bootstrapped one.
 func (e *engine) bootstrapCluster(voters []Peer) error {
 	peers, err := bootstrapPeers(Config{InitialVoters: voters}, e.self)

@@ -23,7 +23,7 @@ type metrics struct {
 	diskFree   prometheus.Gauge
 	diskFull   prometheus.Gauge
 	restores   prometheus.Counter
-	peers      *peerMetrics // the etcd engine's transport
+	peers      *peerMetrics // the raft engine's transport
 
 	reg        prometheus.Registerer
 	registered []prometheus.Collector
@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		storeLogs: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tenure_raft_store_logs_duration_seconds",
-			Help:    "Time for the log store to durably write a batch of entries (the fsync latency).",
+			Help:    "Time for the WAL to durably write a batch of entries (the fsync latency).",
 			Buckets: latencyBuckets,
 		}),
 		applied: prometheus.NewGauge(prometheus.GaugeOpts{

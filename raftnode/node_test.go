@@ -462,7 +462,7 @@ func TestOpenRefusesTheOtherLogStoresDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := open(testConfig(dir, "boltdb"), newFake(nil))
-	if err == nil || !strings.Contains(err.Error(), "holds a wal log store") {
+	if err == nil || !strings.Contains(err.Error(), "holds a raft-wal WAL") {
 		t.Errorf("open boltdb on a wal directory: err = %v, expected a refusal", err)
 	}
 	_, err = open(testConfig(t.TempDir(), "sqlite"), newFake(nil))

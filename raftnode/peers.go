@@ -61,7 +61,7 @@ type messageHandler interface {
 	ReportSnapshot(id uint64, status etcdraft.SnapshotStatus)
 }
 
-// peerTransport carries raft messages between the nodes of the etcd engine.
+// peerTransport carries raft messages between the nodes of a cluster.
 type peerTransport interface {
 	// Send queues msgs for their peers and never blocks the raft loop: a full queue
 	// or an unknown/unreachable peer drops the message and calls ReportUnreachable

@@ -276,7 +276,7 @@ func TestPeersRefuseTheOtherEngine(t *testing.T) {
 	old.CloseStreams()
 	old.Close()
 	if err == nil {
-		t.Error("a hashicorp/raft AppendEntries to the etcd engine's port succeeded, expected: an error")
+		t.Error("a hashicorp/raft AppendEntries to the raft engine's port succeeded, expected: an error")
 	}
 
 	c, err := net.Dial("tcp", b.LocalAddr())

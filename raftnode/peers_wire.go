@@ -121,7 +121,7 @@ func (t *tcpPeers) readHello(r *bufio.Reader, w io.Writer) (from uint64, addr st
 		return 0, "", 0, fmt.Errorf("reading the hello: %w", err)
 	}
 	if string(fixed[:len(peerMagic)]) != peerMagic {
-		return 0, "", 0, errors.New("not an etcd-engine peer (wrong magic): a node of the other engine, or not a Tenure node, dialed the raft port")
+		return 0, "", 0, errors.New("not a raft-engine peer (wrong magic): a node of the other engine, or not a Tenure node, dialed the raft port")
 	}
 	rest := fixed[len(peerMagic):]
 	version, kind, from := rest[0], rest[1], binary.BigEndian.Uint64(rest[2:10])

@@ -10,7 +10,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// prepareEtcd runs the checks and rewrites on st. converting is true when
+// prepareStart runs the checks and rewrites on st. converting is true when
 // st holds the hashicorp engine's state.
 func prepareStart(cfg Config, st stores, self memberInfo, newState func() state, converting bool, m *metrics, log *slog.Logger) error {
 	if converting {

@@ -1,15 +1,16 @@
 package raftnode
 
-// The etcd engine keeps its state in the files the hashicorp engine used,
-// under DataDir/raft: the raft-wal log (walStore, with its checksums,
-// torn-tail and repair rules and the full-disk reserve), raft-wal's meta
-// store for the hard state, and hashicorp's file snapshot store, whose
-// snapshots carry a CRC64 and are renamed into place whole. Reusing them
-// rather than etcd's wal package keeps every recovery rule the log store
-// already has and its tests, and makes an old data dir's snapshots
-// readable as they are. What tells the two formats apart is engineFile.
+// What the raft engine keeps across restarts, in the files the hashicorp
+// engine used under DataDir/raft: the WAL in raft-wal segments (walStore,
+// with its checksums, torn-tail and repair rules and the full-disk
+// reserve), the hard state in the WAL's meta store, and the snapshot
+// files of hashicorp/raft's file snapshot store, which carry a CRC64 and
+// are renamed into place whole. Reusing them rather than etcd's wal
+// package keeps every recovery rule the WAL already has and its tests,
+// and makes an old data dir's snapshots readable as they are. What tells
+// the two formats apart is the ENGINE file (convert.go).
 //
-// A log record's Data is the whole marshalled raftpb.Entry (its type
+// A WAL record's Data is the whole marshalled raftpb.Entry (its type
 // included); its hashicorp Type is always LogCommand.
 
 import (
@@ -44,7 +45,7 @@ func syncDir(dir string) error {
 	return errors.Join(d.Sync(), d.Close())
 }
 
-// raftID is the etcd engine's uint64 ID for a Tenure node ID. It is a
+// raftID is the raft engine's uint64 ID for a Tenure node ID. It is a
 // hash, so every node computes the same one without a registry; AddVoter
 // and AddNonvoter refuse an ID whose hash another member already has.
 func raftID(name string) uint64 {
@@ -56,7 +57,7 @@ func raftID(name string) uint64 {
 	return 1
 }
 
-// memberInfo is what the etcd engine knows of a member beyond its raft
+// memberInfo is what the raft engine knows of a member beyond its raft
 // ID: the Tenure node ID it hashes and its peer address.
 type memberInfo struct {
 	ID   string `json:"id"`
@@ -72,7 +73,7 @@ type confContext struct {
 	From uint64 `json:"from,omitempty"` // the proposer's raft ID
 }
 
-// configuration is a membership as the snapshot store records it: the
+// configuration is a configuration as the snapshot files record it: the
 // hashicorp Configuration type, so that a snapshot of either engine reads
 // the same way.
 func configuration(cs raftpb.ConfState, members map[uint64]memberInfo) raft.Configuration {
@@ -106,7 +107,7 @@ func confState(c raft.Configuration) (raftpb.ConfState, map[uint64]memberInfo) {
 
 // A snapshot travelling in a MsgSnap carries the members with the state:
 // a 4-byte length, the members as JSON, then the state machine's
-// snapshot (fsm's format). On disk the members are the snapshot store's
+// snapshot (the applier's format). In the snapshot files the members are the
 // Configuration instead.
 func encodeSnapshotData(members map[uint64]memberInfo, state []byte) []byte {
 	list := make([]memberInfo, 0, len(members))
@@ -137,7 +138,8 @@ func decodeSnapshotData(b []byte) (map[uint64]memberInfo, []byte, error) {
 	return members, b[4+n:], nil
 }
 
-// diskStorage writes what the etcd engine must keep across restarts.
+// diskStorage writes what the raft engine must keep across restarts:
+// the WAL, its meta store (the hard state) and the snapshot files.
 // Only the Ready loop writes; snapshots are also written by the snapshot
 // goroutine, and the stores are safe for that.
 type diskStorage struct {
@@ -334,7 +336,7 @@ func (d *diskStorage) compact(index uint64) error {
 	return d.wal.DeleteRange(first, index)
 }
 
-// peerEncoder satisfies the one Transport method the snapshot store
+// peerEncoder satisfies the one Transport method the snapshot files' store
 // calls, to fill a legacy peers field nobody reads; the rest of
 // raft.Transport is never used and stays nil.
 type peerEncoder struct{ raft.Transport }

@@ -18,8 +18,8 @@ import (
 	raftwal "github.com/hashicorp/raft-wal"
 )
 
-// stores are raft's log, stable and snapshot stores, as the node uses
-// them.
+// stores are the WAL, its meta store and the snapshot files, as the
+// node uses them.
 type stores struct {
 	wal       raft.LogStore // wrapped to time StoreLogs
 	meta      raft.StableStore
@@ -50,7 +50,7 @@ func openStores(cfg Config, m *metrics, log *slog.Logger) (stores, error) {
 	space.measure()
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, retainSnapshots, newHCLogger(log, "snapshot"))
 	if err != nil {
-		return stores{}, fmt.Errorf("raftnode: snapshot store: %w", err)
+		return stores{}, fmt.Errorf("raftnode: snapshot files: %w", err)
 	}
 	logs, stable, closeLogs, err := openDiskWAL(dir, cfg, snaps, space, log)
 	if err != nil {
@@ -67,7 +67,7 @@ func openStores(cfg Config, m *metrics, log *slog.Logger) (stores, error) {
 	}, nil
 }
 
-// openLogStore opens the log store, which is also the stable store (term,
+// openDiskWAL opens the WAL, which is also the meta store (term,
 // vote): both kinds implement the two interfaces in one durable file set.
 func openDiskWAL(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceCheck, log *slog.Logger) (raft.LogStore, raft.StableStore, func() error, error) {
 	walDir := filepath.Join(dir, "wal")
@@ -78,7 +78,7 @@ func openDiskWAL(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceC
 	switch kind {
 	case "wal":
 		if _, err := os.Stat(boltPath); err == nil {
-			return nil, nil, nil, fmt.Errorf("raftnode: %s holds a boltdb log store, but LogStore is %q", dir, kind)
+			return nil, nil, nil, fmt.Errorf("raftnode: %s holds a boltdb WAL, but LogStore is %q", dir, kind)
 		}
 		if err := os.MkdirAll(walDir, 0o750); err != nil {
 			return nil, nil, nil, fmt.Errorf("raftnode: %w", err)
@@ -120,7 +120,7 @@ func openDiskWAL(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceC
 		return s, s, s.Close, nil
 	case "boltdb":
 		if _, err := os.Stat(walDir); err == nil {
-			return nil, nil, nil, fmt.Errorf("raftnode: %s holds a wal log store, but LogStore is %q", dir, kind)
+			return nil, nil, nil, fmt.Errorf("raftnode: %s holds a raft-wal WAL, but LogStore is %q", dir, kind)
 		}
 		b, err := raftboltdb.NewBoltStore(boltPath)
 		if err != nil {

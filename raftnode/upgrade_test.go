@@ -117,7 +117,7 @@ func writeHashicorpDataDir(t *testing.T, cfg Config, voters []raft.Server, puts 
 // TestASingleNodesHashicorpDataDirConvertsItselfOnce is issue 24's
 // upgrade path: a data dir hashicorp/raft wrote, with a snapshot and a
 // log tail after it, opens with every write in it, says so once in the
-// log, and is the etcd engine's from then on.
+// log, and is the raft engine's from then on.
 func TestASingleNodesHashicorpDataDirConvertsItselfOnce(t *testing.T) {
 	for _, store := range logStores {
 		t.Run(store, func(t *testing.T) {
@@ -149,7 +149,7 @@ func TestASingleNodesHashicorpDataDirConvertsItselfOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			// Once only: the next start finds the etcd engine's dir.
+			// Once only: the next start finds the raft engine's dir.
 			logs = &recordHandler{}
 			cfg.Logger = slog.New(logs)
 			n = openFake(t, cfg, nil)
