@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type fakeState struct {
 	Rev  int64                            `json:"rev"`
 	KV   map[string]statemachine.KeyValue `json:"kv"`
-	hook func(statemachine.Command)       // called at the start of Apply; may block the FSM goroutine
+	hook func(statemachine.Command)       // called at the start of Apply; may block the apply goroutine
 }
 
 var _ state = (*fakeState)(nil)
@@ -236,7 +236,7 @@ func TestReopenReplaysTheLog(t *testing.T) {
 			n = openFake(t, cfg, nil)
 			waitLeader(t, n)
 			// Read right after election, with no new write: the read index
-			// is the new leader's no-op, which the FSM never sees.
+			// is the new leader's no-op, which the applier never hands the state.
 			got, rev := readKV(t, n)
 			if rev != 3 || got["a"] != "3" || got["b"] != "2" {
 				t.Errorf("after reopen: kv = %v at revision %d, expected: map[a:3 b:2] at 3", got, rev)
@@ -352,7 +352,7 @@ func TestProposeReturnsWhenTheContextEndsAndTheEntryStillCommits(t *testing.T) {
 		_, err := n.Propose(ctx, statemachine.Put{Key: "slow", Value: "v"})
 		errc <- err
 	}()
-	// The entry is committed and the FSM goroutine is parked applying it;
+	// The entry is committed and the apply goroutine is parked applying it;
 	// cancelling must not wait for it.
 	<-entered
 	cancel()

@@ -1,12 +1,13 @@
 package raftnode
 
 // Snapshots and compaction: when to snapshot the state (every
-// Config.SnapshotThreshold entries), writing one at a time beside apply,
-// and compacting the MemoryStorage and the WAL behind it, keeping a
-// catch-up tail for followers that trail a little. It also decides what
-// raft may send a follower that needs a snapshot (raftStorage). It is
-// apart from apply because a snapshot's write runs on a goroutine of its
-// own while applies go on.
+// Config.SnapshotThreshold entries, or once the log in memory weighs
+// Config.MaxLogMemoryBytes), compacting the MemoryStorage at once and
+// the WAL behind the snapshot file once it is written, one at a time
+// beside apply, and keeping a catch-up tail for followers that trail a
+// little. It also decides what raft may send a follower that needs a
+// snapshot (raftStorage). It is apart from apply because a snapshot's
+// write runs on a goroutine of its own while applies go on.
 
 import (
 	"cmp"

@@ -1,9 +1,10 @@
 package raftnode
 
-// Status: what a node reports of itself and its leader, read from the
-// atomics the Ready loop publishes, for `tenure members`, Stats and a
-// joining node's catch-up check. No lock of another concept is taken
-// beyond the membership's read lock.
+// Status: what a node reports of itself and its leader, for `tenure
+// members`, Stats and a joining node's catch-up check. It only reads:
+// the atomics the Ready loop publishes, the configuration under its read
+// lock, and the MemoryStorage's snapshot index, so a status call never
+// waits on raft or on apply.
 
 import (
 	"strconv"
