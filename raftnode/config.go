@@ -26,7 +26,7 @@ type Config struct {
 	DataDir   string // holds the WAL, its meta store (the hard state) and the snapshot files under DataDir/raft
 	PeerAddr  string // TCP bind address of the raft transport, e.g. "127.0.0.1:7481"
 	Advertise string // address other nodes dial; default the bound PeerAddr
-	LogStore  string // store opened under DataDir: "wal" (default, hashicorp/raft-wal) or "boltdb" (raft-boltdb/v2)
+	LogStore  string // the WAL's kind under DataDir: "wal" (default, hashicorp/raft-wal segments) or "boltdb" (raft-boltdb/v2)
 	// PeerTLS, when set, makes raft traffic TLS both ways: the node's
 	// listener presents its certificate and requires one from every node
 	// that connects, and the node presents it when it dials. Both sides
@@ -187,7 +187,9 @@ const (
 // The engine's name, as nodes exchange it when one joins another
 // (JoinRequest.engine): a node of the other engine (hashicorp/raft, which
 // builds before issue 24 ran, and which says nothing) speaks another peer
-// protocol and must never join.
+// protocol and must never join. EngineEtcd names the raft engine (etcd
+// raft), not the etcd API; the names and values stay as they are on the
+// wire.
 const (
 	EngineHashicorp = "hashicorp"
 	EngineEtcd      = "etcd"

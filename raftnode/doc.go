@@ -79,7 +79,9 @@
 //   - read index: raft's ReadIndex round, which a linearizable read
 //     waits on (readindex.go).
 //   - engine tag: the name of the raft engine and its peer protocol, sent
-//     in every connection's hello.
+//     in every connection's hello. EngineEtcd, the name a joining node
+//     gives, is the raft engine's too: "etcd" there is a wire value kept
+//     as it was, not the etcd API.
 //
 // Why the boundary sits here. The state machine is pure and must stay so:
 // it cannot read a clock or know whether it runs on a leader. Everything
