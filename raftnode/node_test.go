@@ -467,7 +467,7 @@ func TestOpenRefusesTheOtherLogStoresDirectory(t *testing.T) {
 	}
 	_, err = open(testConfig(t.TempDir(), "sqlite"), newFake(nil))
 	if err == nil {
-		t.Error("open with an unknown log store: err = nil, expected an error")
+		t.Error("open with an unknown LogStore kind: err = nil, expected an error")
 	}
 }
 
