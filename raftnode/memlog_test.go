@@ -237,6 +237,10 @@ func TestALaggingFollowerCatchesUpPastALogBoundedInBytes(t *testing.T) {
 	c := newTestCluster(t, 3, func(cfg *Config) {
 		cfg.MaxLogMemoryBytes = bound
 		cfg.WALSegmentSize = 8 << 20
+		// Entries of 1 MiB under the race detector on a loaded machine
+		// can hold a follower's answer past the tests' usual 50ms, and
+		// check-quorum would depose the leader mid-write.
+		cfg.ElectionTimeout = time.Second
 	})
 	leader := c.leader()
 	lagging := c.others(leader)[0]
