@@ -130,13 +130,16 @@ func (e *engine) await(ctx context.Context, op string, req uint64, w *waiter) (s
 }
 
 // proposeError maps a refused proposal: dropped means it was never
-// appended (not leader, or a leadership transfer under way), so the
-// caller may send it elsewhere.
+// appended (not leader, a leadership transfer under way, or the leader's
+// uncommitted tail at Config.MaxLogMemoryBytes), so the caller may send
+// it again, elsewhere or later.
 func (e *engine) proposeError(op string, err error) error {
 	switch {
 	case errors.Is(err, etcdraft.ErrProposalDropped):
 		if e.isLeader() {
-			return &NotLeaderError{} // transferring: as good as not leader
+			// Transferring, or the uncommitted tail is full: as good as
+			// not leader for now.
+			return &NotLeaderError{}
 		}
 		return e.n.notLeader()
 	case errors.Is(err, etcdraft.ErrStopped):
