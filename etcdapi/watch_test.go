@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tenurehq/tenure/keyfeed"
 	"github.com/tenurehq/tenure/statemachine"
 	"github.com/tenurehq/tenure/watch"
 )
@@ -297,7 +298,7 @@ func TestWatchCatchingUpIsSentInBatches(t *testing.T) {
 		f.apply(statemachine.Put{Key: "h", Value: fmt.Sprint(i)})
 	}
 	// More than one read's worth of history the watch has no part in.
-	for i := range maxReplayScan + 1000 {
+	for i := range keyfeed.MaxScan + 1000 {
 		f.apply(statemachine.Put{Key: "x", Value: fmt.Sprint(i)})
 	}
 	last := f.apply(statemachine.Put{Key: "h", Value: "last"}).KVRevision

@@ -143,6 +143,11 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 	}
 }
 
+// Replaying reports whether the feed has history to hand over, which
+// Next reads without waiting on the hub: a watch's catch-up, which etcd
+// sends before anything else. Only Next's goroutine calls it.
+func (f *Feed) Replaying() bool { return f.pending != nil || f.hub == nil }
+
 // Mark asks the feed for a Level of at least global revision g: a Next
 // with nothing else to hand over returns a batch saying so once the feed
 // is that far (at once, when it is).
