@@ -49,5 +49,9 @@
 // multiplexing cost etcdapi — a filter over every watch's range, a marker
 // event to learn where the shared watcher stood, batches held back until
 // a later revision or a target showed they were whole — is gone, as the
-// feed learns that a revision is whole from the hub itself.
+// feed learns that a revision is whole from the hub itself. The price is
+// a goroutine a watch, each woken by every publish to look at the new
+// events through its own filter, where the shared watcher looked at them
+// once through every watch's range: the same filter calls, more
+// wake-ups, bounded by the open-watch limits (Node.HoldWatch).
 package keyfeed

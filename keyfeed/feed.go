@@ -105,8 +105,9 @@ func Open(ctx context.Context, src Source, start int64, filter func(*statemachin
 	return f, nil
 }
 
-// Revision is the KV revision of the state Open read: where a feed from
-// now starts, and what etcd's created response names.
+// Revision is the KV revision of the state Open read (0 while keys take
+// the global revision): a feed from now starts after it, and etcd's
+// created response names it.
 func (f *Feed) Revision() int64 { return f.rev }
 
 // Next returns the next batch, waiting for it if need be, or a batch
