@@ -53,5 +53,5 @@
 // a goroutine a watch, each woken by every publish to look at the new
 // events through its own filter, where the shared watcher looked at them
 // once through every watch's range: the same filter calls, more
-// wake-ups, bounded by the open-watch limits (Node.HoldWatch).
+// wake-ups, bounded by the open-watch limits (frontend.Node.HoldWatch).
 package keyfeed
