@@ -65,7 +65,9 @@ type Node interface {
 	// start on (0: from the next one), those filter accepts (nil: all),
 	// as watch.Hub.Watch does. The caller closes it. The events are not
 	// checked against the policy: an API checks, with Authorize, that
-	// its caller still reads what it is about to send.
+	// its caller still reads what it is about to send. A key watch is
+	// not built on this alone but with package keyfeed, over the Node,
+	// which joins the keys' history to these events.
 	Watch(start int64, filter func(*statemachine.Event) bool) (*watch.Watcher, error)
 	// Authorize checks that the caller may do verb on the keys in
 	// [key, end) (end "" is key alone, "\x00" every key from key on),

@@ -15,7 +15,7 @@ type watchSpec struct {
 	start  int64
 	filter func(*statemachine.Event) bool
 	// keys is set for a key watch: start and the events' revisions are
-	// the keys' KV revisions (keywatch.go).
+	// the keys' KV revisions (package keyfeed).
 	keys bool
 	// reads reports whether a principal may still read all the watch
 	// follows, as the check that let it open demanded: a watch whose
