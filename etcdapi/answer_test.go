@@ -27,7 +27,7 @@ type cappedBackend struct {
 
 func (c cappedBackend) MaxResponseBytes() int { return c.max }
 
-var _ ResponseLimiter = cappedBackend{}
+var _ Backend = cappedBackend{}
 
 // answerTest is a raw KV client of a fake backend whose answers are
 // capped at max (0: the default).

@@ -35,6 +35,10 @@ type Backend interface {
 	Authenticate(ctx context.Context, name, password string) (string, error)
 	// AuthEnabled reports whether a policy is in force.
 	AuthEnabled() bool
+	// MaxResponseBytes caps the keys and values one answer may carry
+	// (0: DefaultMaxResponseBytes). The KV service asks once, when it
+	// is registered.
+	MaxResponseBytes() int
 }
 
 // Verb is what a caller does to keys.

@@ -208,3 +208,5 @@ func (f *fakeBackend) Audit(_ context.Context, action, target string, err error)
 	defer f.mu.Unlock()
 	f.audited = append(f.audited, fmt.Sprintf("%s %s: %v", action, target, err))
 }
+
+func (f *fakeBackend) MaxResponseBytes() int { return 0 }

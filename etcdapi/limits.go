@@ -181,20 +181,11 @@ func txnOps(r *pb.TxnRequest, limit int) int {
 // DefaultMaxResponseBytes is the default --etcd-max-response-bytes.
 const DefaultMaxResponseBytes = 128 << 20
 
-// ResponseLimiter is what a Backend implements to bound answers by other
-// than DefaultMaxResponseBytes: MaxResponseBytes is the cap, in bytes,
-// of the keys and values one answer may carry (0: the default). The KV
-// service asks once, when it is registered.
-type ResponseLimiter interface {
-	MaxResponseBytes() int
-}
-
-// maxResponseBytes is b's cap on an answer's keys and values.
+// maxResponseBytes is b's cap on an answer's keys and values
+// (Backend.MaxResponseBytes; 0 is DefaultMaxResponseBytes).
 func maxResponseBytes(b Backend) int64 {
-	if l, ok := b.(ResponseLimiter); ok {
-		if n := l.MaxResponseBytes(); n > 0 {
-			return int64(n)
-		}
+	if n := b.MaxResponseBytes(); n > 0 {
+		return int64(n)
 	}
 	return DefaultMaxResponseBytes
 }

@@ -52,9 +52,12 @@ func (s *Server) startEtcd() error {
 	if err := ec.Compaction.Validate(); err != nil {
 		return err
 	}
-	// etcd's request and answer sizes first: its interceptor refuses a
-	// request too large before authentication and forwarding.
-	opts := append(etcdapi.ServerOptions(s.cfg.Limits.EtcdMaxRequestBytes),
+	// The metrics first, so that every call is counted, a refused one
+	// too; then etcd's request and answer sizes: its interceptor refuses
+	// a request too large before authentication and forwarding.
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.etcdMetricsUnary), grpc.ChainStreamInterceptor(s.etcdMetricsStream)}
+	opts = append(opts, etcdapi.ServerOptions(s.cfg.Limits.EtcdMaxRequestBytes)...)
+	opts = append(opts,
 		grpc.ChainUnaryInterceptor(s.etcdUnaryInterceptors()...),
 		grpc.ChainStreamInterceptor(s.etcdStreamInterceptors()...),
 		// As etcd: clients' keep-alive pings every 5s or more are fine.

@@ -70,11 +70,11 @@ var etcdLeaderStreams = map[string]bool{
 func (b etcdBackend) Sync(ctx context.Context) { b.s.syncLocal(ctx) }
 
 func (s *Server) etcdUnaryInterceptors() []grpc.UnaryServerInterceptor {
-	return []grpc.UnaryServerInterceptor{s.etcdMetricsUnary, s.etcdUnaryAuth(), s.etcdForwardUnary}
+	return []grpc.UnaryServerInterceptor{s.etcdUnaryAuth(), s.etcdForwardUnary}
 }
 
 func (s *Server) etcdStreamInterceptors() []grpc.StreamServerInterceptor {
-	return []grpc.StreamServerInterceptor{s.etcdMetricsStream, s.etcdStreamAuth(), s.etcdForwardStream}
+	return []grpc.StreamServerInterceptor{s.etcdStreamAuth(), s.etcdForwardStream}
 }
 
 // etcdNoLeaderKey is set in the trailer of a forwarded call's answer

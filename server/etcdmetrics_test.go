@@ -78,7 +78,7 @@ func TestEtcdCallsAreCountedAsRequests(t *testing.T) {
 	wants := []want{
 		{"/etcdserverpb.KV/Put", "ok", 1},
 		{"/etcdserverpb.KV/Put", "permission_denied", 1},
-		{"/etcdserverpb.KV/Put", "invalid_argument", 1},
+		{"/etcdserverpb.KV/Put", "invalid_argument", 2}, // an empty key, a request too large
 		{"/etcdserverpb.KV/Range", "ok", 2},
 		{"/etcdserverpb.KV/Txn", "ok", 1},
 		{"/etcdserverpb.Lease/LeaseGrant", "ok", 1},
@@ -106,6 +106,12 @@ func TestEtcdCallsAreCountedAsRequests(t *testing.T) {
 	}
 	if _, err := alice.Put(ctx, "", "1"); err == nil {
 		t.Fatal("put of an empty key: accepted, expected: key is not provided")
+	}
+	// Refused by etcd's size check, before any other interceptor: still
+	// counted.
+	big := strings.Repeat("x", es.cfg.Limits.EtcdMaxRequestBytes+1)
+	if _, err := alice.Put(ctx, "app/big", big); !strings.Contains(fmt.Sprint(err), "request is too large") {
+		t.Fatalf("put past --etcd-max-request-bytes: got = %v, expected: request is too large", err)
 	}
 	if _, err := alice.Get(ctx, "app/a"); err != nil {
 		t.Fatal(err)

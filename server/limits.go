@@ -321,6 +321,6 @@ func labelKey(k string) error {
 	return nil
 }
 
-// MaxResponseBytes is etcdapi.ResponseLimiter: the etcd API's answers
+// MaxResponseBytes is etcdapi.Backend's: the etcd API's answers
 // are capped at --etcd-max-response-bytes.
 func (b etcdBackend) MaxResponseBytes() int { return b.s.cfg.Limits.EtcdMaxResponseBytes }

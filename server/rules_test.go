@@ -173,6 +173,8 @@ type ruleAPI interface {
 	// Sees reports whether who is shown session id, by itself and in
 	// the list of sessions.
 	Sees(ctx context.Context, who string, id int64) (alone, listed bool, err error)
+	// PutMethod is the method label Put's calls have in the metrics.
+	PutMethod() string
 }
 
 // refusal names what kind of refusal err is, on either API.
@@ -229,6 +231,7 @@ func TestEveryRuleHoldsOnBothAPIs(t *testing.T) {
 		{"ownership refusals at apply are audited", ruleOwnershipRefusalsAreAudited},
 		{"another principal's sessions are hidden", ruleOthersSessionsAreHidden},
 		{"no principal takes every watch slot", ruleNoPrincipalTakesEveryWatch},
+		{"every call is in the request metrics", ruleCallsAreCounted},
 	}
 	apis := []struct {
 		name string
@@ -425,6 +428,29 @@ func ruleNoPrincipalTakesEveryWatch(t *testing.T, ctx context.Context, n *rulesN
 	}
 }
 
+func ruleCallsAreCounted(t *testing.T, ctx context.Context, n *rulesNode, a ruleAPI) {
+	reg := n.cfg.Registry
+	count := func(code string) float64 {
+		return series(t, reg, "tenure_requests_total", map[string]string{"method": a.PutMethod(), "code": code})
+	}
+	okBefore, deniedBefore := count("ok"), count("permission_denied")
+	if err := a.Put(ctx, "owner", "s/counted", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Put(ctx, "owner", "w/refused", "v"); refusal(err) != "permission denied" {
+		t.Fatalf("owner writes w/: got %v, expected: permission denied", err)
+	}
+	if got := count("ok") - okBefore; got != 1 {
+		t.Errorf("tenure_requests_total{method=%q,code=ok} rose by %v, expected: 1", a.PutMethod(), got)
+	}
+	if got := count("permission_denied") - deniedBefore; got != 1 {
+		t.Errorf("tenure_requests_total{method=%q,code=permission_denied} rose by %v, expected: 1", a.PutMethod(), got)
+	}
+	if got := series(t, reg, "tenure_request_duration_seconds", map[string]string{"method": a.PutMethod()}); got < 2 {
+		t.Errorf("tenure_request_duration_seconds{method=%q} counts %v calls, expected: 2", a.PutMethod(), got)
+	}
+}
+
 // putAsNode writes key through the log as the node itself.
 func (n *rulesNode) putAsNode(ctx context.Context, key, value string) error {
 	_, err := n.node.Propose(ctx, statemachine.Put{Key: key, Value: value})
@@ -484,6 +510,8 @@ func (a *nativeRuleAPI) Put(ctx context.Context, who, key, value string) error {
 	_, err := a.kv(who).Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: key, Value: value}))
 	return err
 }
+
+func (a *nativeRuleAPI) PutMethod() string { return tenurev1connect.KVServicePutProcedure }
 
 func nativeLease(name string) (string, string) {
 	ns, n, _ := strings.Cut(name, "/")
@@ -596,6 +624,8 @@ func (a *etcdRuleAPI) Put(ctx context.Context, who, key, value string) error {
 	_, err := a.client(who).Put(a.ctx(ctx, who), key, value)
 	return err
 }
+
+func (a *etcdRuleAPI) PutMethod() string { return "/etcdserverpb.KV/Put" }
 
 func (a *etcdRuleAPI) Hold(ctx context.Context, who, name string, id int64) error {
 	_, err := v3lockpb.NewLockClient(a.client(who).ActiveConnection()).Lock(a.ctx(ctx, who), &v3lockpb.LockRequest{Name: []byte(name), Lease: id})
