@@ -49,9 +49,15 @@
 // multiplexing cost etcdapi — a filter over every watch's range, a marker
 // event to learn where the shared watcher stood, batches held back until
 // a later revision or a target showed they were whole — is gone, as the
-// feed learns that a revision is whole from the hub itself. The price is
-// a goroutine a watch, each woken by every publish to look at the new
-// events through its own filter, where the shared watcher looked at them
-// once through every watch's range: the same filter calls, more
-// wake-ups, bounded by the open-watch limits (frontend.Node.HoldWatch).
+// feed learns that a revision is whole from the hub itself. The price
+// would be a goroutine a watch woken by every publish, to look at the
+// new events through its own filter: measured, a key event cost a stream
+// of 1,000 watches 2.4 ms, against 0.14 ms with the shared watcher
+// (etcdapi's BenchmarkWatchFanOut). So a feed gives its hub watcher a
+// wake predicate (watch.Watcher.Want): the publisher wakes a waiting
+// feed only for an event of its keys, or one at a Level asked for, and
+// moves it past the rest, which also keeps a quiet watch from lagging.
+// The same stream then pays 0.24 ms an event, the predicates run on the
+// publishing goroutine instead of a wake-up each; the open-watch limits
+// (frontend.Node.HoldWatch) bound how many there are.
 package keyfeed

@@ -74,8 +74,9 @@ type Feed struct {
 	scanned int64
 	// ahead is an event of the revision after the batch being gathered.
 	ahead *statemachine.Event
-	// reported is the highest Level handed over.
-	reported int64
+	// reported is the highest Level handed over: atomic, as wants reads
+	// it on the goroutine that publishes.
+	reported atomic.Int64
 	mark     atomic.Int64  // the Level asked for (Mark)
 	marked   chan struct{} // one wake-up for a Next waiting on the hub
 }
@@ -119,7 +120,7 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 	for {
 		if b := f.pending; b != nil {
 			f.pending = nil
-			f.reported = max(f.reported, b.Level)
+			f.reported.Store(max(f.reported.Load(), b.Level))
 			return *b, nil
 		}
 		if f.hub == nil { // history is owed: from the start, or after a lag
@@ -139,7 +140,7 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 		if err != nil {
 			return Batch{}, err
 		}
-		f.reported = max(f.reported, b.Level)
+		f.reported.Store(max(f.reported.Load(), b.Level))
 		return b, nil
 	}
 }
@@ -256,6 +257,7 @@ func (f *Feed) read(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		hw.Want(f.wants)
 		f.hub, f.scanned = hw, follow-1
 		if kvRev != 0 {
 			f.next = max(f.next, kvRev+1)
@@ -274,6 +276,24 @@ func (f *Feed) see(e *statemachine.Event) bool {
 	f.scanned = e.Revision
 	return e.Type.IsKey() && e.KV != nil && e.KV.ModRevision >= f.from && f.filter(e)
 }
+
+// wants is the hub watcher's wake predicate (watch.Watcher.Want): the
+// events see takes, and any at or past a Level asked for and not yet
+// handed over. It runs on the goroutine that publishes, so it reads
+// only what does not change once the watcher is open (from, filter) and
+// atomics: an etcd stream's watches are then woken only by their own
+// keys' events, not each by every publish.
+func (f *Feed) wants(e *statemachine.Event) bool {
+	if m := f.mark.Load(); m > f.reported.Load() && e.Revision >= m {
+		return true
+	}
+	return e.Type.IsKey() && e.KV != nil && e.KV.ModRevision >= f.from && f.filter(e)
+}
+
+// level is how far the feed has handed over every event it owes: what
+// the hub watcher's filter looked at, or what the hub moved it past for
+// want of a wanted event.
+func (f *Feed) level() int64 { return max(f.scanned, f.hub.Looked()) }
 
 // live gathers the hub's events of the next KV revision: once it has
 // the first, it polls until it has looked at everything published, which
@@ -306,12 +326,12 @@ func (f *Feed) live(ctx context.Context) (Batch, error) {
 		case wait == nil:
 			continue // a chunk of the hub's history looked at; more to look at
 		case len(b.Events) > 0:
-			b.Level = f.scanned
+			b.Level = f.level()
 			f.next = b.Revision + 1
 			return b, nil
 		}
-		if m := f.mark.Load(); m > f.reported && f.scanned >= m {
-			return Batch{Level: f.scanned}, nil
+		if m := f.mark.Load(); m > f.reported.Load() && f.level() >= m {
+			return Batch{Level: f.level()}, nil
 		}
 		select {
 		case <-wait:

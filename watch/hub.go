@@ -88,6 +88,12 @@ type Hub struct {
 	// took the channel under mu cannot miss a wake-up that follows.
 	notify   chan struct{}
 	watchers map[*Watcher]struct{} // open watchers, for Reset to judge
+	// waiting are the watchers with a wake predicate (Watcher.Want) that
+	// wait for events: Publish wakes each only for events it wants, on
+	// its own channel. waitMu guards it and their wake channels, since
+	// readers register under the shared lock.
+	waitMu  sync.Mutex
+	waiting map[*Watcher]struct{}
 }
 
 type slot struct {
@@ -110,6 +116,7 @@ func NewHub(history int) *Hub {
 		maxBytes: int64(history) * payloadPerEvent,
 		notify:   make(chan struct{}),
 		watchers: make(map[*Watcher]struct{}),
+		waiting:  make(map[*Watcher]struct{}),
 	}
 }
 
@@ -141,6 +148,7 @@ func (h *Hub) Reset(rev int64) {
 	defer h.mu.Unlock()
 	h.reset(rev)
 	h.wake()
+	h.wakeWaiting(nil)
 }
 
 // Publish appends the events of applied commands, oldest first, and wakes
@@ -163,10 +171,12 @@ func (h *Hub) Publish(events []statemachine.Event) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	wanted := func(w *Watcher) bool { return w.wantsAny() }
 	for i := range events {
 		ev := &events[i]
 		if ev.Revision != h.last+1 {
 			h.reset(ev.Revision - 1)
+			wanted = nil // every waiting watcher must see the reset
 		}
 		if h.last-h.oldest+1 == int64(len(h.ring)) {
 			h.dropOldest()
@@ -183,6 +193,22 @@ func (h *Hub) Publish(events []statemachine.Event) {
 		}
 	}
 	h.wake()
+	h.wakeWaiting(wanted)
+}
+
+// wakeWaiting wakes the waiting watchers with a wake predicate that
+// should (every one when should is nil); the caller holds mu exclusively.
+func (h *Hub) wakeWaiting(should func(*Watcher) bool) {
+	h.waitMu.Lock()
+	defer h.waitMu.Unlock()
+	for w := range h.waiting {
+		if should != nil && !should(w) {
+			continue
+		}
+		close(w.wake)
+		w.wake = nil
+		delete(h.waiting, w)
+	}
 }
 
 // Watch starts a watcher that reads the events filter accepts (every event
@@ -212,6 +238,24 @@ func (h *Hub) Watch(start int64, filter func(*statemachine.Event) bool) (*Watche
 	w := &Watcher{hub: h, filter: filter, done: make(chan struct{}), cursor: cursor}
 	h.watchers[w] = struct{}{}
 	return w, nil
+}
+
+// wantsAny reports whether w, waiting, wants one of the events published
+// since it looked, or must be told it lagged; else it moves w past them,
+// as its scan would have, so that events it does not want neither wake
+// nor lag it. The caller holds mu exclusively.
+func (w *Watcher) wantsAny() bool {
+	h := w.hub
+	if w.err != nil || w.cursor < h.oldest {
+		return true
+	}
+	for rev := w.cursor; rev <= h.last; rev++ {
+		if w.wants(&h.ring[h.slot(rev)].ev) {
+			return true
+		}
+	}
+	w.cursor = h.last + 1
+	return false
 }
 
 // reset empties the history; the caller holds mu exclusively.
@@ -286,6 +330,10 @@ type Watcher struct {
 	// goroutine writes them then) and by Reset under the write lock.
 	cursor int64 // next revision to read
 	err    error // set once the watcher lagged; returned from then on
+	// wants is the wake predicate (Want); wake, guarded by hub.waitMu,
+	// the channel Publish closes for it while it waits.
+	wants func(*statemachine.Event) bool
+	wake  chan struct{}
 
 	onWait func() // tests: called when Next is about to block
 }
@@ -366,7 +414,7 @@ func (w *Watcher) scan() (ev statemachine.Event, found bool, wait <-chan struct{
 	}
 	for range scanChunk {
 		if w.cursor > h.last {
-			return ev, false, h.notify, nil
+			return ev, false, w.waitChannel(), nil
 		}
 		s := &h.ring[h.slot(w.cursor)]
 		w.cursor++
@@ -377,6 +425,50 @@ func (w *Watcher) scan() (ev statemachine.Event, found bool, wait <-chan struct{
 	return ev, false, nil, nil
 }
 
+// waitChannel is what w, having looked at every event published, waits
+// on: the hub's broadcast, or with a wake predicate a channel of its own
+// that Publish closes only for events it wants. The caller holds mu,
+// shared.
+func (w *Watcher) waitChannel() <-chan struct{} {
+	if w.wants == nil {
+		return w.hub.notify
+	}
+	h := w.hub
+	h.waitMu.Lock()
+	defer h.waitMu.Unlock()
+	if w.wake == nil {
+		w.wake = make(chan struct{})
+		h.waiting[w] = struct{}{}
+	}
+	return w.wake
+}
+
+// Want makes Publish wake w only for events wants accepts, and move w
+// past the events it rejects, while w waits. One watcher among many, of
+// a few keys each (an etcd stream's watches, each a key feed), is then
+// neither woken nor lagged by the events of the others: without it every
+// publish wakes every waiting watcher to look, one goroutine each.
+//
+// wants must accept every event the filter accepts (an event it rejects
+// is never shown to the filter), be quick, and be safe to call from the
+// goroutine that publishes, under the hub's lock: it must read nothing
+// that Next's goroutine writes but through atomics. Call it before the
+// first Next.
+func (w *Watcher) Want(wants func(*statemachine.Event) bool) {
+	w.hub.mu.Lock()
+	defer w.hub.mu.Unlock()
+	w.wants = wants
+}
+
+// Looked is the revision of the last event w has looked at, or that
+// Publish moved it past: every event up to it that the filter accepts has
+// been returned.
+func (w *Watcher) Looked() int64 {
+	w.hub.mu.RLock()
+	defer w.hub.mu.RUnlock()
+	return w.cursor - 1
+}
+
 // Close stops the watcher: a Next in progress and every later one return
 // ErrClosed. Close may be called more than once, from any goroutine.
 func (w *Watcher) Close() {
@@ -385,6 +477,9 @@ func (w *Watcher) Close() {
 		h := w.hub
 		h.mu.Lock()
 		delete(h.watchers, w)
+		h.waitMu.Lock()
+		delete(h.waiting, w)
+		h.waitMu.Unlock()
 		h.mu.Unlock()
 	})
 }
