@@ -34,7 +34,10 @@
 //     leader allows until p + TTL + the election timeout. The old leader
 //     steps down within its leader lease timeout of losing its quorum, well
 //     before a successor is elected and promoted, so s − p stays under the
-//     election timeout and the client gives up first.
+//     election timeout and the client gives up first. That needs the node
+//     to run: one that did not (stopped, paused, starved) for longer than
+//     an election timeout refuses heartbeats for two more, until raft has
+//     ended or confirmed its leadership (stall.go).
 //
 // TTL is thus a lower bound on the server: an expiry may come late, never
 // early.

@@ -37,7 +37,8 @@ func (b *batch) of(it item) *[]item {
 }
 
 // run is the expiry loop: it sleeps until the earliest deadline, collects
-// what is due and proposes it. It is the only goroutine the Lessor starts.
+// what is due and proposes it. It and the pulse (stall.go) are the
+// goroutines the Lessor starts.
 func (l *Lessor) run() {
 	defer close(l.doneC)
 	timer := time.NewTimer(time.Hour)
@@ -96,6 +97,9 @@ func (l *Lessor) collect(b *batch) (more bool, wait time.Duration) {
 	}
 	b.term, b.epoch, b.ctx = l.term, l.epoch, l.ctx
 	now := l.now()
+	if hold := l.holdLeft(now); hold > 0 {
+		return false, hold // see stall.go
+	}
 	for n := 0; len(l.heap) > 0; n++ {
 		it := l.heap[0]
 		if now.Before(it.at) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -111,7 +112,14 @@ type Lessor struct {
 	kickC    chan struct{} // wakes the loop: a new earliest deadline, or a heap to compact
 	stopC    chan struct{}
 	doneC    chan struct{}
+	beatDone chan struct{} // closed when the pulse (stall.go) has stopped
 	stopOnce sync.Once
+
+	// The pulse (stall.go), in nanoseconds since base by l.now.
+	base        time.Time
+	pulseAt     atomic.Int64 // when the node last ran, as far as the lessor saw
+	stallLimit  atomic.Int64 // the longest gap that is not a stop; 0: no guard
+	refuseUntil atomic.Int64 // heartbeats are refused until then
 }
 
 // New returns a Lessor that is not yet leader, with its expiry loop
@@ -126,6 +134,7 @@ func New(cfg Config) *Lessor {
 		kickC:    make(chan struct{}, 1),
 		stopC:    make(chan struct{}),
 		doneC:    make(chan struct{}),
+		beatDone: make(chan struct{}),
 	}
 	if l.logger == nil {
 		l.logger = slog.New(slog.DiscardHandler)
@@ -145,7 +154,9 @@ func New(cfg Config) *Lessor {
 			l.logger.Warn("lessor: registering metrics", "err", err)
 		}
 	}
+	l.base = l.now()
 	go l.run()
+	go l.beat()
 	return l
 }
 
@@ -161,4 +172,5 @@ func (l *Lessor) Stop() {
 		close(l.stopC)
 	})
 	<-l.doneC
+	<-l.beatDone
 }

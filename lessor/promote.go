@@ -28,6 +28,7 @@ func (l *Lessor) Promote(epoch int64, d statemachine.Deadlines, extra time.Durat
 	l.leader = true
 	l.epoch = epoch
 	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.resetPulse(now, extra)
 
 	// Sessions fill maps of their own, so that each shard is locked once
 	// rather than once a session, and items are heaped once at the end
@@ -91,6 +92,7 @@ func (l *Lessor) resetLocked() {
 	l.ctx, l.cancel = nil, nil
 	l.leader = false
 	l.epoch = 0
+	l.stallLimit.Store(0)
 	l.setShards([shardCount]map[int64]*session{}, false)
 	l.sessions = 0
 	l.keys, l.delays, l.idle, l.heap = nil, nil, nil, nil

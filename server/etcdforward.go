@@ -27,8 +27,9 @@ import (
 // watches, status) and forwards the rest to the leader's etcd API, as
 // the native API forwards: the caller never learns which node leads.
 // Unary calls are tried here first and forwarded when they fail for want
-// of the leader; the streams that need the leader (lease keep-alives,
-// election observation) are forwarded whole when they open.
+// of the leader. Election observation, a stream that needs the leader,
+// is forwarded whole when it opens; a lease keep-alive stream is relayed
+// to whichever node leads for as long as it lasts (etcdkeepalive.go).
 
 // etcdForwardedKey marks a forwarded call: it is never forwarded again,
 // so two nodes that each think the other leads cannot pass a call back
@@ -146,7 +147,21 @@ func etcdNoLeader(ctx context.Context, forwarded bool, res any, err error) (any,
 const leaderWait = 3 * time.Second
 
 func (s *Server) etcdForwardStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if !etcdLeaderStreams[info.FullMethod] || s.leading.Load() || forwardedCall(ss.Context()) {
+	if !etcdLeaderStreams[info.FullMethod] {
+		return handler(srv, ss)
+	}
+	if forwardedCall(ss.Context()) {
+		err := handler(srv, ss)
+		if isNoLeader(err) {
+			// The forwarding node waits for the leader and asks again.
+			ss.SetTrailer(metadata.Pairs(etcdNoLeaderKey, "1"))
+		}
+		return err
+	}
+	if info.FullMethod == etcdKeepAliveMethod {
+		return s.etcdRelayKeepAlive(srv, ss, handler)
+	}
+	if s.leading.Load() {
 		return handler(srv, ss)
 	}
 	conn, err := s.etcdLeaderConn(ss.Context())
@@ -202,8 +217,6 @@ func pipeStreams(down grpc.ServerStream, up grpc.ClientStream, method string) er
 
 func streamMessages(method string) (req, res func() any) {
 	switch method {
-	case "/etcdserverpb.Lease/LeaseKeepAlive":
-		return func() any { return new(pb.LeaseKeepAliveRequest) }, func() any { return new(pb.LeaseKeepAliveResponse) }
 	case "/v3electionpb.Election/Observe":
 		return func() any { return new(v3electionpb.LeaderRequest) }, func() any { return new(v3electionpb.LeaderResponse) }
 	}
@@ -251,6 +264,20 @@ func (c *etcdConns) close() {
 // etcdLeaderConn is a connection to the leader's etcd API.
 func (s *Server) etcdLeaderConn(ctx context.Context) (*grpc.ClientConn, error) {
 	_, id := s.node.Leader()
+	return s.etcdConn(id)
+}
+
+// etcdLeaderConnOf is etcdLeaderConn with the ID of the leader it
+// reaches; ok is false when no other node is known to lead, or the
+// leader serves no etcd API yet.
+func (s *Server) etcdLeaderConnOf() (conn *grpc.ClientConn, leader string, ok bool) {
+	_, leader = s.node.Leader()
+	conn, err := s.etcdConn(leader)
+	return conn, leader, err == nil
+}
+
+// etcdConn is a connection to the etcd API of node id.
+func (s *Server) etcdConn(id string) (*grpc.ClientConn, error) {
 	if id == "" || id == s.node.ID() {
 		return nil, errors.New("no other node leads")
 	}
