@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
 	"github.com/tenurehq/tenure/statemachine"
 	"github.com/tenurehq/tenure/watch"
 )
@@ -64,6 +66,13 @@ type Backend interface {
 	AuthEnabled() bool
 	// Done is closed when the node stops: streams end with it.
 	Done() <-chan struct{}
+	// Alarms lists the alarms raised through the log, as etcd's alarm
+	// store holds them: a member's NOSPACE once it held its storage
+	// quota. A full disk's NOSPACE is NodeInfo.NoSpace, not among them.
+	Alarms(ctx context.Context) ([]*pb.AlarmMember, error)
+	// Disarm clears member's alarm through the log, as etcd's Alarm
+	// DEACTIVATE does; an error when that alarm is not raised.
+	Disarm(ctx context.Context, member uint64, alarm pb.AlarmType) error
 	// HoldWatch takes one of the caller's and the node's open-watch
 	// slots for a watch, or refuses with an error naming the limit; the
 	// watch calls release when it ends.

@@ -71,6 +71,8 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCKeyNotFound
 	case errors.Is(err, statemachine.ErrNotOwner):
 		return rpctypes.ErrGRPCPermissionDenied
+	case errors.Is(err, statemachine.ErrNoSpace):
+		return rpctypes.ErrGRPCNoSpace // etcd's exact text, which clients map
 	case errors.Is(err, statemachine.ErrTooManySessions):
 		return rpctypes.ErrGRPCRequestTooManyRequests
 	case errors.Is(err, statemachine.ErrNotUTF8):
