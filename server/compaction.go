@@ -113,8 +113,8 @@ func (s *Server) compactionLoop(c Compaction) {
 }
 
 // compactByBytes, on the leader, compacts the keys' history when it
-// holds more than half the storage quota, oldest versions first, down to
-// a quarter of it: the compaction by revisions bounds how many versions
+// holds more than a quarter of the storage quota, oldest versions first,
+// down to an eighth of it (StorageQuota.historyCompactionBytes): the compaction by revisions bounds how many versions
 // are kept, and this how many bytes, so that values of 64 KiB cannot
 // fill the quota with the 10,000 revisions the default keeps. It runs
 // whatever the mode, as the quota does: an operator who wants more

@@ -31,7 +31,7 @@ import (
 //
 // Two things keep a node under its quota without an operator: the
 // automatic compaction by bytes (compaction.go), which compacts the
-// history, oldest first, once it passes half the quota, and the watch
+// history, oldest first, once it passes a quarter of the quota, and the watch
 // history's byte budget, an eighth of the quota. What is left for live
 // data is the rest: a node whose live keys alone pass the quota raises
 // NOSPACE, as an etcd whose live keys fill its quota does.
@@ -69,10 +69,13 @@ func (q StorageQuota) limit() int64 {
 func (q StorageQuota) watchHistoryBytes() int64 { return q.limit() / 8 }
 
 // historyCompactionBytes is where the compaction by bytes starts: when
-// the keys' retained history passes half the quota. It compacts down to
-// a quarter, so that it does not compact again at every look.
+// the keys' retained history passes a quarter of the quota. It compacts
+// down to an eighth, so that it does not compact again at every look.
+// A quarter leaves the rest to live data and the watch history: a node
+// whose live keys stay under about half its quota never reaches NOSPACE
+// however fast they are overwritten.
 func (q StorageQuota) historyCompactionBytes() (start, target int64) {
-	return q.limit() / 2, q.limit() / 4
+	return q.limit() / 4, q.limit() / 8
 }
 
 // logMemory is what raftnode.Node offers once it reports the bytes of
