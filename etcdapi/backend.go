@@ -2,49 +2,22 @@ package etcdapi
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
-	"github.com/tenurehq/tenure/statemachine"
-	"github.com/tenurehq/tenure/watch"
+	"github.com/tenurehq/tenure/frontend"
 )
 
 // ErrNotLeader is what a Backend returns (possibly wrapped) for a call
 // that needs the leader on a node that is not it.
-var ErrNotLeader = errors.New("not the leader")
+var ErrNotLeader = frontend.ErrNotLeader
 
-// Backend is the node the services run on.
+// Backend is the node the services run on: the node every API sees
+// (frontend.Node), which applies every rule of who may do what, and
+// what only etcd's services ask of it.
 type Backend interface {
-	// Propose applies cmd through the log on the leader, with the
-	// caller of ctx as its Actor, and returns its result; the error is
-	// the command's own (Result.Err) or the node's.
-	Propose(ctx context.Context, cmd statemachine.Command) (statemachine.Result, error)
-	// Read runs fn on the state: a linearizable read on the leader, or
-	// this node's state as it is when serializable. fn must not keep m.
-	Read(ctx context.Context, serializable bool, fn func(m *statemachine.Machine) error) error
-	// Sync brings this node's own state up to every write acknowledged
-	// before the call, so that a serializable Read after it sees them
-	// (a follower learns from the leader how far that is). It gives up,
-	// leaving the state as it is, when no leader answers within a bound:
-	// an etcd member cut off from its leader serves from its own state.
-	Sync(ctx context.Context)
-	// Renew renews session id on the leader, as a heartbeat does, and
-	// returns its TTL; statemachine.ErrSessionNotFound when it is gone.
-	Renew(ctx context.Context, id int64) (time.Duration, error)
-	// Remaining is how long the leader lets session id live without a
-	// renewal; statemachine.ErrSessionNotFound when it is gone.
-	Remaining(ctx context.Context, id int64) (time.Duration, error)
-	// Watch follows this node's published events from global revision
-	// start on (0: from the next one), those filter accepts (nil: all),
-	// as watch.Hub.Watch does. The caller closes it.
-	Watch(start int64, filter func(*statemachine.Event) bool) (*watch.Watcher, error)
-	// Authorize checks that the caller of ctx may do verb on the keys
-	// in [key, end) (end "" is key alone, "\x00" every key from key on),
-	// and returns rpctypes.ErrGRPCPermissionDenied (or an auth error)
-	// when it may not. A Backend without a policy allows everything.
-	Authorize(ctx context.Context, verb Verb, key, end string) error
+	frontend.Node
 	// Identity is the session identity an etcd lease granted by the
 	// caller of ctx takes: its principal, or "etcd" without a policy.
 	Identity(ctx context.Context) string
@@ -64,8 +37,6 @@ type Backend interface {
 	Authenticate(ctx context.Context, name, password string) (string, error)
 	// AuthEnabled reports whether a policy is in force.
 	AuthEnabled() bool
-	// Done is closed when the node stops: streams end with it.
-	Done() <-chan struct{}
 	// Alarms lists the alarms raised through the log, as etcd's alarm
 	// store holds them: a member's NOSPACE once it held its storage
 	// quota. A full disk's NOSPACE is NodeInfo.NoSpace, not among them.
@@ -73,18 +44,18 @@ type Backend interface {
 	// Disarm clears member's alarm through the log, as etcd's Alarm
 	// DEACTIVATE does; an error when that alarm is not raised.
 	Disarm(ctx context.Context, member uint64, alarm pb.AlarmType) error
-	// HoldWatch takes one of the caller's and the node's open-watch
-	// slots for a watch, or refuses with an error naming the limit; the
-	// watch calls release when it ends.
-	HoldWatch(ctx context.Context) (release func(), err error)
+	// MaxResponseBytes caps the keys and values one answer may carry
+	// (0: DefaultMaxResponseBytes). The KV service asks once, when it
+	// is registered.
+	MaxResponseBytes() int
 }
 
 // Verb is what a caller does to keys.
-type Verb int
+type Verb = frontend.Verb
 
 const (
-	VerbRead Verb = iota + 1
-	VerbWrite
+	VerbRead  = frontend.VerbRead
+	VerbWrite = frontend.VerbWrite
 )
 
 // NodeInfo is what Status and MemberList report.

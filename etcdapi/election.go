@@ -27,6 +27,11 @@ type electionServer struct {
 func (es *electionServer) Campaign(ctx context.Context, req *v3electionpb.CampaignRequest) (*v3electionpb.CampaignResponse, error) {
 	ctx, cancel := es.untilStopped(ctx)
 	defer cancel()
+	release, err := es.holdWait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	pfx := string(req.Name) + "/"
 	end := recipeRangeEnd(pfx)
 	lease, err := es.session(ctx, req.Lease)
@@ -160,6 +165,11 @@ func (es *electionServer) Leader(ctx context.Context, req *v3electionpb.LeaderRe
 func (es *electionServer) Observe(req *v3electionpb.LeaderRequest, stream v3electionpb.Election_ObserveServer) error {
 	ctx, cancel := es.untilStopped(stream.Context())
 	defer cancel()
+	release, err := es.holdWait(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	pfx := string(req.Name) + "/"
 	end := recipeRangeEnd(pfx)
 	if err := es.authorize(ctx, recipeCheck{VerbRead, pfx, end}); err != nil {

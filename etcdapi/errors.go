@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tenurehq/tenure/frontend"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -16,16 +17,12 @@ import (
 // for one that never started. Each is answered as etcd answers the same
 // situation: Unavailable, which clients take as "try again" (clientv3
 // retries a read, and leaves a write, whose outcome is unknown, to the
-// caller).
+// caller). A read gets etcd's "leader changed"; a write etcd waits for
+// until its request timeout and answers "request timed out, possibly
+// due to previous leader failure".
 var (
-	// ErrLeaderChanged is returned for a read the leader could not
-	// confirm before it stepped down: etcd's "leader changed".
-	ErrLeaderChanged = errors.New("leader changed before the read was confirmed")
-	// ErrLeaderFailed is returned for a write in flight when its leader
-	// stepped down: it may still commit under the next leader, or not.
-	// etcd waits for such a write until its request timeout and answers
-	// "request timed out, possibly due to previous leader failure".
-	ErrLeaderFailed = errors.New("leader stepped down with the write in flight")
+	ErrLeaderChanged = frontend.ErrLeaderChanged
+	ErrLeaderFailed  = frontend.ErrLeaderFailed
 )
 
 // statusError is an answer in etcd's code and text that still says, to
@@ -41,6 +38,11 @@ type statusError struct {
 func (e *statusError) Error() string              { return e.st.Err().Error() }
 func (e *statusError) GRPCStatus() *status.Status { return e.st }
 func (e *statusError) Unwrap() error              { return e.cause }
+
+// ToGRPC is the error etcd answers for a node's error err: for the
+// server's own etcd wiring (its interceptors), which answers before a
+// service runs.
+func ToGRPC(err error) error { return toGRPC(err) }
 
 // toGRPC turns an error of the state machine or the Backend into the
 // error etcd would answer, with its code and text: clients match on
@@ -59,6 +61,10 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCTimeoutDueToLeaderFail
 	case errors.Is(err, ErrLeaderChanged):
 		return rpctypes.ErrGRPCLeaderChanged
+	case errors.Is(err, frontend.ErrNoSpace):
+		return rpctypes.ErrGRPCNoSpace
+	case errors.Is(err, frontend.ErrStopped):
+		return rpctypes.ErrGRPCStopped
 	case errors.Is(err, statemachine.ErrCompacted):
 		return rpctypes.ErrGRPCCompacted
 	case errors.Is(err, statemachine.ErrFutureRevision):
@@ -69,10 +75,20 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCLeaseExist
 	case errors.Is(err, statemachine.ErrKeyNotFound):
 		return rpctypes.ErrGRPCKeyNotFound
-	case errors.Is(err, statemachine.ErrNotOwner):
+	case errors.Is(err, statemachine.ErrNotOwner), errors.Is(err, frontend.ErrPermissionDenied):
 		return rpctypes.ErrGRPCPermissionDenied
 	case errors.Is(err, statemachine.ErrNoSpace):
 		return rpctypes.ErrGRPCNoSpace // etcd's exact text, which clients map
+	case errors.Is(err, frontend.ErrNoCredentials):
+		return rpctypes.ErrGRPCUserEmpty
+	case errors.Is(err, frontend.ErrInvalidToken):
+		return rpctypes.ErrGRPCInvalidAuthToken
+	case errors.Is(err, frontend.ErrRateLimited):
+		return rpctypes.ErrGRPCRequestTooManyRequests
+	case errors.Is(err, frontend.ErrLimit):
+		// etcd has no such limit; its "too many requests" is what its
+		// clients know to back off from, and the text names the limit.
+		return status.Error(codes.ResourceExhausted, "etcdserver: too many requests: "+err.Error())
 	case errors.Is(err, statemachine.ErrTooManySessions):
 		return rpctypes.ErrGRPCRequestTooManyRequests
 	case errors.Is(err, statemachine.ErrNotUTF8):

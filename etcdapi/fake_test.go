@@ -14,9 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/tenurehq/tenure/frontend"
 	"github.com/tenurehq/tenure/statemachine"
 	"github.com/tenurehq/tenure/watch"
 )
@@ -35,6 +34,10 @@ type fakeBackend struct {
 	deny bool
 	// watches counts the open watches; maxWatches (0: none) bounds them.
 	watches, maxWatches int
+	// waits counts the parked waits; maxWaits (0: none) bounds them.
+	waits, maxWaits int
+	// audited is what Audit was told, one line each.
+	audited []string
 }
 
 func newFakeBackend(t testing.TB) *fakeBackend {
@@ -172,7 +175,7 @@ func (f *fakeBackend) HoldWatch(ctx context.Context) (func(), error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.maxWatches > 0 && f.watches >= f.maxWatches {
-		return nil, status.Error(codes.ResourceExhausted, "too many watches")
+		return nil, fmt.Errorf("%w: %d open watches", frontend.ErrLimit, f.watches)
 	}
 	f.watches++
 	return func() {
@@ -205,3 +208,30 @@ func serve(t testing.TB, b Backend) *clientv3.Client {
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+func (f *fakeBackend) HoldWait(ctx context.Context) (func(), error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.maxWaits > 0 && f.waits >= f.maxWaits {
+		return nil, fmt.Errorf("%w: %d parked waits", frontend.ErrLimit, f.waits)
+	}
+	f.waits++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.waits--
+		})
+	}, nil
+}
+
+func (f *fakeBackend) MaySee(context.Context, statemachine.Session) bool { return true }
+
+func (f *fakeBackend) Audit(_ context.Context, action, target string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.audited = append(f.audited, fmt.Sprintf("%s %s: %v", action, target, err))
+}
+
+func (f *fakeBackend) MaxResponseBytes() int { return 0 }

@@ -13,10 +13,6 @@ import (
 	"github.com/tenurehq/tenure/statemachine"
 )
 
-// maxTxnOps is etcd's default --max-txn-ops: the most compares, or
-// operations of one branch, a Txn may have.
-const maxTxnOps = 128
-
 // kvServer is etcd's KV service. Every write is a statemachine.Txn (a Put
 // or a DeleteRange is a Txn of one operation) proposed through the
 // Backend; reads, and Txns that write nothing, run on Backend.Read. It
@@ -25,9 +21,12 @@ const maxTxnOps = 128
 type kvServer struct {
 	pb.UnimplementedKVServer
 	b Backend
+	// maxAnswer caps the bytes of one answer's keys and values
+	// (answerBudget).
+	maxAnswer int64
 }
 
-func newKV(b Backend) *kvServer { return &kvServer{b: b} }
+func newKV(b Backend) *kvServer { return &kvServer{b: b, maxAnswer: maxResponseBytes(b)} }
 
 // kvPB is the etcd form of a key. Its lease is the etcd lease ID of the
 // session the key is bound to, which a client may have chosen.
@@ -49,7 +48,8 @@ func (s *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	if err := s.b.Authorize(ctx, VerbRead, string(r.Key), string(r.RangeEnd)); err != nil {
 		return nil, toGRPC(err)
 	}
-	c := newRangeCollector(r)
+	budget := newAnswerBudget(s.maxAnswer)
+	c := newRangeCollector(r, budget)
 	var rev int64
 	err := s.b.Read(ctx, r.Serializable, func(m *statemachine.Machine) error {
 		rev = m.KVRevision()
@@ -59,6 +59,9 @@ func (s *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 		return nil, toGRPC(err)
 	}
 	resp := c.response()
+	if budget.over() {
+		return nil, budget.err()
+	}
 	resp.Header = header(s.b, rev)
 	return resp, nil
 }
@@ -69,16 +72,25 @@ func (s *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 // order or a filter every key is read and the limit cut after sorting and
 // filtering; otherwise only limit+1 keys are kept (the one extra tells
 // `more`), and a sort target without an order sorts just those, ascending.
+//
+// It keeps the state machine's KeyValues, whose bytes it shares, and
+// converts only those the answer sends, after counting their bytes
+// against the answer's budget: nothing is converted once the budget is
+// spent. Without a limit every key kept is sent, so it counts as it
+// reads and stops keeping keys once the budget is spent; with one, the
+// keys sent are known once sorted, and it counts them then.
 type rangeCollector struct {
 	r       *pb.RangeRequest
+	budget  *answerBudget
 	keepAll bool
-	kvs     []*mvccpb.KeyValue
+	kvs     []statemachine.KeyValue
 	count   int64
 }
 
-func newRangeCollector(r *pb.RangeRequest) *rangeCollector {
+func newRangeCollector(r *pb.RangeRequest, budget *answerBudget) *rangeCollector {
 	return &rangeCollector{
-		r: r,
+		r:      r,
+		budget: budget,
 		keepAll: r.Limit <= 0 || r.SortOrder != pb.RangeRequest_NONE ||
 			r.MinModRevision != 0 || r.MaxModRevision != 0 ||
 			r.MinCreateRevision != 0 || r.MaxCreateRevision != 0,
@@ -89,31 +101,41 @@ func newRangeCollector(r *pb.RangeRequest) *rangeCollector {
 // RangeKeys, since every key counts.
 func (c *rangeCollector) add(kv statemachine.KeyValue) bool {
 	c.count++
-	if !c.r.CountOnly && (c.keepAll || int64(len(c.kvs)) <= c.r.Limit) {
-		c.kvs = append(c.kvs, kvPB(&kv))
+	r := c.r
+	switch {
+	case r.CountOnly,
+		!c.keepAll && int64(len(c.kvs)) > r.Limit,
+		r.MaxModRevision != 0 && kv.ModRevision > r.MaxModRevision,
+		r.MinModRevision != 0 && kv.ModRevision < r.MinModRevision,
+		r.MaxCreateRevision != 0 && kv.CreateRevision > r.MaxCreateRevision,
+		r.MinCreateRevision != 0 && kv.CreateRevision < r.MinCreateRevision:
+		return true
 	}
+	if r.Limit <= 0 {
+		// Sent, whatever the order: counted now, and kept only
+		// while the answer may still be built.
+		c.budget.take(&kv, r.KeysOnly)
+		if !c.budget.building() {
+			c.kvs = nil
+			return true
+		}
+	}
+	c.kvs = append(c.kvs, kv)
 	return true
 }
 
-// response is the RangeResponse, without its header.
+// response is the RangeResponse, without its header, or nil when the
+// budget is spent (then the caller answers budget.err()) or only sizing.
 func (c *rangeCollector) response() *pb.RangeResponse {
 	r := c.r
-	kvs := c.kvs[:0]
-	for _, kv := range c.kvs {
-		switch {
-		case r.MaxModRevision != 0 && kv.ModRevision > r.MaxModRevision,
-			r.MinModRevision != 0 && kv.ModRevision < r.MinModRevision,
-			r.MaxCreateRevision != 0 && kv.CreateRevision > r.MaxCreateRevision,
-			r.MinCreateRevision != 0 && kv.CreateRevision < r.MinCreateRevision:
-			continue
-		}
-		kvs = append(kvs, kv)
-	}
+	kvs := c.kvs
 	order := r.SortOrder
 	if order == pb.RangeRequest_NONE && r.SortTarget != pb.RangeRequest_KEY {
 		order = pb.RangeRequest_ASCEND
 	}
-	if less := kvLess(r.SortTarget); order != pb.RangeRequest_NONE && less != nil {
+	// Past the budget the keys are only counted, and those sent
+	// without a limit are all of them, in any order.
+	if less := kvLess(r.SortTarget); order != pb.RangeRequest_NONE && less != nil && (r.Limit > 0 || c.budget.building()) {
 		// sort.Sort with etcd's Less, not a stable sort: keys that tie
 		// come out in the order etcd gives them.
 		var sorter sort.Interface = kvSorter{kvs, less}
@@ -126,38 +148,51 @@ func (c *rangeCollector) response() *pb.RangeResponse {
 	if r.Limit > 0 && int64(len(kvs)) > r.Limit {
 		kvs, resp.More = kvs[:r.Limit], true
 	}
-	if r.KeysOnly {
-		for _, kv := range kvs {
-			kv.Value = nil
+	if r.Limit > 0 {
+		for i := range kvs {
+			c.budget.take(&kvs[i], r.KeysOnly)
 		}
 	}
-	resp.Kvs = kvs
+	if !c.budget.building() {
+		return nil
+	}
+	resp.Kvs = make([]*mvccpb.KeyValue, len(kvs))
+	for i := range kvs {
+		kv := kvs[i]
+		if r.KeysOnly {
+			kv.Value = "" // not copied to be dropped
+		}
+		resp.Kvs[i] = kvPB(&kv)
+		if r.KeysOnly {
+			resp.Kvs[i].Value = nil
+		}
+	}
 	return resp
 }
 
-func kvLess(t pb.RangeRequest_SortTarget) func(a, b *mvccpb.KeyValue) bool {
+func kvLess(t pb.RangeRequest_SortTarget) func(a, b *statemachine.KeyValue) bool {
 	switch t {
 	case pb.RangeRequest_KEY:
-		return func(a, b *mvccpb.KeyValue) bool { return string(a.Key) < string(b.Key) }
+		return func(a, b *statemachine.KeyValue) bool { return a.Key < b.Key }
 	case pb.RangeRequest_VERSION:
-		return func(a, b *mvccpb.KeyValue) bool { return a.Version < b.Version }
+		return func(a, b *statemachine.KeyValue) bool { return a.Version < b.Version }
 	case pb.RangeRequest_CREATE:
-		return func(a, b *mvccpb.KeyValue) bool { return a.CreateRevision < b.CreateRevision }
+		return func(a, b *statemachine.KeyValue) bool { return a.CreateRevision < b.CreateRevision }
 	case pb.RangeRequest_MOD:
-		return func(a, b *mvccpb.KeyValue) bool { return a.ModRevision < b.ModRevision }
+		return func(a, b *statemachine.KeyValue) bool { return a.ModRevision < b.ModRevision }
 	case pb.RangeRequest_VALUE:
-		return func(a, b *mvccpb.KeyValue) bool { return string(a.Value) < string(b.Value) }
+		return func(a, b *statemachine.KeyValue) bool { return a.Value < b.Value }
 	}
 	return nil
 }
 
 type kvSorter struct {
-	kvs  []*mvccpb.KeyValue
-	less func(a, b *mvccpb.KeyValue) bool
+	kvs  []statemachine.KeyValue
+	less func(a, b *statemachine.KeyValue) bool
 }
 
 func (s kvSorter) Len() int           { return len(s.kvs) }
-func (s kvSorter) Less(i, j int) bool { return s.less(s.kvs[i], s.kvs[j]) }
+func (s kvSorter) Less(i, j int) bool { return s.less(&s.kvs[i], &s.kvs[j]) }
 func (s kvSorter) Swap(i, j int)      { s.kvs[i], s.kvs[j] = s.kvs[j], s.kvs[i] }
 
 func (s *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
@@ -189,7 +224,13 @@ func (s *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	resp := deleteResponse(r, &res.Txn.Ops[0])
+	budget := newAnswerBudget(s.maxAnswer)
+	resp := deleteResponse(r, &res.Txn.Ops[0], budget)
+	if budget.over() {
+		// Deleted all the same, as etcd deletes a range whose answer
+		// gRPC then refuses to send.
+		return nil, budget.err()
+	}
 	resp.Header = header(s.b, res.KVRevision)
 	return resp, nil
 }
@@ -224,7 +265,10 @@ func (s *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		if err != nil {
 			return nil, toGRPC(err)
 		}
-		resp := txnResponse(r, res, &txnRevs{begin: rev})
+		resp, err := s.txnAnswer(r, res, txnRevs{begin: rev})
+		if err != nil {
+			return nil, err
+		}
 		resp.Header = header(s.b, rev)
 		return resp, nil
 	}
@@ -232,11 +276,16 @@ func (s *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	revs := &txnRevs{begin: res.KVRevision}
+	revs := txnRevs{begin: res.KVRevision}
 	if txnChanged(r, res.Txn) {
 		revs.begin--
 	}
-	resp := txnResponse(r, res.Txn, revs)
+	resp, err := s.txnAnswer(r, res.Txn, revs)
+	if err != nil {
+		// Applied all the same, as etcd applies a Txn whose answer
+		// gRPC then refuses to send.
+		return nil, err
+	}
 	resp.Header = header(s.b, res.KVRevision)
 	return resp, nil
 }
@@ -269,13 +318,19 @@ func checkPut(r *pb.PutRequest) error {
 	return nil
 }
 
-// checkTxn is etcd's checkTxnRequest: the largest of the compares and
-// each branch counts against max, and a nested Txn gets what is left.
+// checkTxn is etcd's checkTxnRequest, but for how operations count: no
+// more than max compares and operations over every level of the Txn
+// (txnOps), where etcd bounds each level alone.
 func checkTxn(r *pb.TxnRequest, max int) error {
-	opc := max3(len(r.Compare), len(r.Success), len(r.Failure))
-	if opc > max {
+	if txnOps(r, max) > max {
 		return rpctypes.ErrGRPCTooManyOps
 	}
+	return checkTxnFields(r)
+}
+
+// checkTxnFields checks what etcd's checkTxnRequest checks of each
+// compare and operation, nested ones included.
+func checkTxnFields(r *pb.TxnRequest) error {
 	for _, c := range r.Compare {
 		if len(c.Key) == 0 {
 			return rpctypes.ErrGRPCEmptyKey
@@ -289,7 +344,7 @@ func checkTxn(r *pb.TxnRequest, max int) error {
 	}
 	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
 		for _, op := range ops {
-			if err := checkOp(op, max-opc); err != nil {
+			if err := checkOp(op); err != nil {
 				return err
 			}
 		}
@@ -297,11 +352,9 @@ func checkTxn(r *pb.TxnRequest, max int) error {
 	return nil
 }
 
-func max3(a, b, c int) int { return max(a, max(b, c)) }
-
 // checkOp is etcd's checkRequestOp: an operation that is none of the
 // four is answered "key not found", as etcd answers it.
-func checkOp(op *pb.RequestOp, max int) error {
+func checkOp(op *pb.RequestOp) error {
 	switch u := op.GetRequest().(type) {
 	case *pb.RequestOp_RequestRange:
 		if len(u.RequestRange.GetKey()) == 0 {
@@ -320,7 +373,7 @@ func checkOp(op *pb.RequestOp, max int) error {
 		if u.RequestTxn == nil {
 			return rpctypes.ErrGRPCKeyNotFound
 		}
-		return checkTxn(u.RequestTxn, max)
+		return checkTxnFields(u.RequestTxn)
 	default:
 		return rpctypes.ErrGRPCKeyNotFound
 	}
@@ -579,13 +632,22 @@ func deleteOp(r *pb.DeleteRangeRequest) statemachine.TxnOp {
 	return statemachine.TxnOp{Type: statemachine.OpDelete, Key: string(r.Key), End: string(r.RangeEnd)}
 }
 
-func deleteResponse(r *pb.DeleteRangeRequest, res *statemachine.TxnOpResult) *pb.DeleteRangeResponse {
+// deleteResponse answers a DeleteRange; its prev_kvs count against
+// budget, and are left out once it is spent.
+func deleteResponse(r *pb.DeleteRangeRequest, res *statemachine.TxnOpResult, budget *answerBudget) *pb.DeleteRangeResponse {
 	resp := &pb.DeleteRangeResponse{Deleted: int64(len(res.PrevKVs))}
-	if r.PrevKv {
-		resp.PrevKvs = make([]*mvccpb.KeyValue, len(res.PrevKVs))
-		for i := range res.PrevKVs {
-			resp.PrevKvs[i] = kvPB(&res.PrevKVs[i])
-		}
+	if !r.PrevKv {
+		return resp
+	}
+	for i := range res.PrevKVs {
+		budget.take(&res.PrevKVs[i], false)
+	}
+	if !budget.building() {
+		return resp
+	}
+	resp.PrevKvs = make([]*mvccpb.KeyValue, len(res.PrevKVs))
+	for i := range res.PrevKVs {
+		resp.PrevKvs[i] = kvPB(&res.PrevKVs[i])
 	}
 	return resp
 }
@@ -614,6 +676,21 @@ func txnChanged(r *pb.TxnRequest, res *statemachine.TxnResponse) bool {
 	return false
 }
 
+// txnAnswer is the answer of Txn r that ran as res, counted whole before
+// any of it is built: its Ranges' keys are converted one Range at a
+// time, so a first pass sizes them all, and only an answer within the
+// cap is built. Else it is etcd's clients' error for an answer too
+// large.
+func (s *kvServer) txnAnswer(r *pb.TxnRequest, res *statemachine.TxnResponse, revs txnRevs) (*pb.TxnResponse, error) {
+	sizing := &answerBudget{max: s.maxAnswer, sizing: true}
+	counted := revs
+	txnResponse(r, res, &counted, sizing)
+	if sizing.over() {
+		return nil, sizing.err()
+	}
+	return txnResponse(r, res, &revs, newAnswerBudget(s.maxAnswer)), nil
+}
+
 // txnRevs follows the revision a Txn's operations see, for the headers of
 // their responses: etcd gives each the revision of its write transaction
 // at that point — begin until the first change, begin+1 from it on.
@@ -632,8 +709,10 @@ func (v *txnRevs) now() int64 {
 // txnResponse builds the response of the branch that ran, each operation
 // answered as etcd answers it alone. The operations' headers hold only a
 // revision, and a nested Txn's none, as in etcd; the caller sets the
-// outer header.
-func txnResponse(r *pb.TxnRequest, res *statemachine.TxnResponse, revs *txnRevs) *pb.TxnResponse {
+// outer header. Every Range's keys and every prev_kv count against one
+// budget; once it is spent the rest is only counted, and the caller
+// answers budget.err() instead.
+func txnResponse(r *pb.TxnRequest, res *statemachine.TxnResponse, revs *txnRevs, budget *answerBudget) *pb.TxnResponse {
 	reqs := r.Success
 	if !res.Succeeded {
 		reqs = r.Failure
@@ -643,27 +722,30 @@ func txnResponse(r *pb.TxnRequest, res *statemachine.TxnResponse, revs *txnRevs)
 		op := &res.Ops[i]
 		switch u := req.GetRequest().(type) {
 		case *pb.RequestOp_RequestRange:
-			c := newRangeCollector(u.RequestRange)
+			c := newRangeCollector(u.RequestRange, budget)
 			for _, kv := range op.KVs {
 				c.add(kv)
 			}
 			rr := c.response()
+			if rr == nil {
+				continue // the budget is spent: only counting
+			}
 			rr.Header = &pb.ResponseHeader{Revision: revs.now()}
 			resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: rr}}
 		case *pb.RequestOp_RequestPut:
 			revs.changed = true
 			pr := &pb.PutResponse{Header: &pb.ResponseHeader{Revision: revs.now()}}
-			if u.RequestPut.PrevKv && op.PrevKV != nil {
+			if u.RequestPut.PrevKv && op.PrevKV != nil && budget.take(op.PrevKV, false) && budget.building() {
 				pr.PrevKv = kvPB(op.PrevKV)
 			}
 			resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: pr}}
 		case *pb.RequestOp_RequestDeleteRange:
-			dr := deleteResponse(u.RequestDeleteRange, op)
+			dr := deleteResponse(u.RequestDeleteRange, op, budget)
 			revs.changed = revs.changed || dr.Deleted > 0
 			dr.Header = &pb.ResponseHeader{Revision: revs.now()}
 			resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: dr}}
 		case *pb.RequestOp_RequestTxn:
-			tr := txnResponse(u.RequestTxn, op.Txn, revs)
+			tr := txnResponse(u.RequestTxn, op.Txn, revs, budget)
 			tr.Header = &pb.ResponseHeader{}
 			resp.Responses[i] = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseTxn{ResponseTxn: tr}}
 		}

@@ -211,6 +211,9 @@ func (ls *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiv
 	if err != nil {
 		return nil, err
 	}
+	if !ls.b.MaySee(ctx, s) {
+		return gone, nil // another principal's lease is no one's here
+	}
 	if r.Keys {
 		if err := authorizeKeys(ctx, ls.b, VerbRead, keys); err != nil {
 			return nil, err
@@ -238,9 +241,9 @@ func (ls *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiv
 	return resp, nil
 }
 
-// LeaseLeases lists every session, whichever API opened it, by its etcd
-// lease ID. As in etcd, the caller needs read access to every key
-// attached to any of them.
+// LeaseLeases lists every session the caller may see (Backend.MaySee),
+// whichever API opened it, by its etcd lease ID. As in etcd, the caller
+// needs read access to every key attached to any of them.
 func (ls *leaseServer) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
 	var (
 		leases []*pb.LeaseStatus
@@ -250,6 +253,9 @@ func (ls *leaseServer) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest
 	err := ls.b.Read(ctx, false, func(m *statemachine.Machine) error {
 		rev = m.KVRevision()
 		for _, s := range m.Sessions() {
+			if !ls.b.MaySee(ctx, s) {
+				continue
+			}
 			leases = append(leases, &pb.LeaseStatus{ID: s.EtcdLeaseID()})
 			keys = append(keys, m.SessionKeys(s.ID)...)
 		}

@@ -106,6 +106,18 @@ type recipeCheck struct {
 	key, end string
 }
 
+// holdWait takes a slot of the caller's and the node's parked waits for
+// a call that may wait (Lock, Campaign, Observe), before it changes
+// anything, as a native Acquire that may wait takes one: a call refused
+// here joins no queue. The caller releases it when the call ends.
+func (r recipes) holdWait(ctx context.Context) (release func(), err error) {
+	release, err = r.b.HoldWait(ctx)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return release, nil
+}
+
 // untilStopped is ctx, also cancelled when the node stops, for the
 // recipes' waits. The caller calls the CancelFunc when done.
 func (r recipes) untilStopped(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -235,6 +247,11 @@ type lockServer struct {
 func (ls *lockServer) Lock(ctx context.Context, req *v3lockpb.LockRequest) (*v3lockpb.LockResponse, error) {
 	ctx, cancel := ls.untilStopped(ctx)
 	defer cancel()
+	release, err := ls.holdWait(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	pfx := string(req.Name) + "/"
 	end := recipeRangeEnd(pfx)
 	lease, err := ls.session(ctx, req.Lease)

@@ -5,35 +5,35 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"github.com/tenurehq/tenure/frontend"
+	"github.com/tenurehq/tenure/keyfeed"
 	"github.com/tenurehq/tenure/statemachine"
 	"github.com/tenurehq/tenure/watch"
 )
 
-// A Watch stream serves its watches from two sources that join exactly.
-// The past comes from the state machine's history of keys
-// (Machine.KeyEvents), read under one Backend.Read together with the
-// global revision G the state was at; the present comes from the node's
-// event hub, followed from G+1. Key events carry both clocks: the hub
-// orders them by global revision, and a watch skips what it already got
-// by KV revision, so a key event reaches a watch once, whichever source
-// brings it.
+// A Watch stream is etcd's protocol over key watches that exist once,
+// in package keyfeed: each watch of a stream is a keyfeed.Feed, which
+// joins the keys' history and the node's live events, resyncs from the
+// history when the hub drops it, and refuses a compacted start; what is
+// left here is etcd's: watch IDs, a Txn's events in one response,
+// catch-up responses at the current revision, prev_kv and the
+// NOPUT/NODELETE filters, fragments, progress, cancel reasons and the
+// check that the caller still reads what it is sent.
 //
-// One hub watcher serves every watch of a stream, and one goroutine (the
-// handler's) owns the stream: it reads requests, catches watches up,
-// turns hub events into responses and sends them. A second goroutine
-// only calls the hub watcher's Next when the owner asks, one call at a
-// time, so that the owner can select on it beside requests and timers
-// and knows where the hub watcher stands between calls.
+// One goroutine (the handler's) owns the stream: it reads requests,
+// turns batches into responses and sends them. Each watch's feed runs on
+// a goroutine of its own (pump) that hands its batches to the owner one
+// at a time, so that the owner sends a watch's responses in its order
+// and knows how far each watch has been sent (watcher.level), which a
+// progress response waits for.
 
 // Etcd's texts for refused watches (go.etcd.io/etcd/server/v3/mvcc).
 var (
@@ -48,14 +48,6 @@ const (
 	// response of a watch that asked for fragments: its default
 	// --max-request-bytes (1.5 MiB) plus its allowance for gRPC overhead.
 	defaultMaxResponseBytes = 3<<20/2 + 512<<10
-	// maxBatchRevisions bounds the KV revisions in one response of a
-	// watch catching up, as etcd's watchBatchMaxRevs does.
-	maxBatchRevisions = 1000
-	// maxReplayScan bounds the events of history one Backend.Read looks
-	// at, so that a watch from long ago that matches few of them does not
-	// hold up the node's applies while it reads; the next read goes on
-	// where this one stopped.
-	maxReplayScan = 10000
 )
 
 // watchServer serves etcd's Watch service.
@@ -85,12 +77,8 @@ func (s *watchServer) Watch(gs pb.Watch_WatchServer) error {
 		gs:      gs,
 		ctx:     gs.Context(),
 		watches: map[int64]*watcher{},
-		reqc:    make(chan nextRequest),
-		resc:    make(chan nextResult, 1),
+		fed:     make(chan fed),
 	}
-	st.ranges.Store(&[]keyRange{})
-	st.wg.Add(1)
-	go st.readLoop()
 	defer st.close()
 
 	// Recv cannot be selected on: this goroutine hands requests over,
@@ -115,10 +103,6 @@ func (s *watchServer) Watch(gs pb.Watch_WatchServer) error {
 	ticker := time.NewTicker(s.progressInterval + time.Duration(rand.Int64N(int64(s.progressInterval)/10+1)))
 	defer ticker.Stop()
 	for {
-		if err := st.idle(); err != nil {
-			return streamError(err)
-		}
-		st.askNext()
 		var err error
 		select {
 		case req := <-recvc:
@@ -127,9 +111,8 @@ func (s *watchServer) Watch(gs pb.Watch_WatchServer) error {
 			if err == io.EOF {
 				err = nil
 			}
-		case res := <-st.resc:
-			st.asked = false
-			err = st.took(res)
+		case f := <-st.fed:
+			err = st.took(f)
 		case <-ticker.C:
 			err = st.tick()
 		case <-st.ctx.Done():
@@ -159,6 +142,14 @@ type keyRange struct {
 	all      bool
 }
 
+// end is the range end as etcd names it, for Backend.Authorize.
+func (r keyRange) rangeEnd() string {
+	if r.all {
+		return "\x00"
+	}
+	return r.end
+}
+
 func (r keyRange) contains(k string) bool {
 	switch {
 	case r.all:
@@ -169,16 +160,15 @@ func (r keyRange) contains(k string) bool {
 	return k >= r.key && k < r.end
 }
 
-// watcher is one watch of a stream; only the stream's goroutine uses it.
+// watcher is one watch of a stream. Only the stream's goroutine uses it,
+// but for feed, which its pump reads (and Mark, which is safe anywhere).
 type watcher struct {
 	id int64
 	// release gives back the watch's slot of the caller's and the node's
 	// open watches (Backend.HoldWatch).
-	release func()
-	keys    keyRange
-	start   int64 // the start_revision asked for
-	// next is the first KV revision the watch has not been given.
-	next           int64
+	release        func()
+	keys           keyRange
+	start          int64 // the start_revision asked for
 	prevKV         bool
 	fragment       bool
 	progressNotify bool
@@ -189,12 +179,11 @@ type watcher struct {
 	// serverWatchStream.progress).
 	quiet bool
 
-	pending []*mvccpb.Event // the events of the response being built
-	// Catch-up bookkeeping of one history read.
-	revs      int   // KV revisions in pending
-	lastRev   int64 // KV revision of the last event counted in revs
-	more      int64 // where the next read resumes, when the batch filled up
-	compacted int64 // the compact revision, when the history it is owed is gone
+	feed *keyfeed.Feed
+	stop context.CancelFunc // ends the pump
+	// level is the global revision up to which every event the watch is
+	// owed has been sent (keyfeed.Batch.Level).
+	level int64
 }
 
 // event is e as this watch reports it, or nil when a filter drops it.
@@ -216,23 +205,12 @@ func (w *watcher) event(e *statemachine.Event, compact int64) *mvccpb.Event {
 	return ev
 }
 
-// nextRequest asks the reader goroutine for the hub watcher's next event.
-type nextRequest struct {
-	w   *watch.Watcher
-	ctx context.Context
-}
-
-type nextResult struct {
-	ev  statemachine.Event
+// fed is what a pump hands the owner: a watch's next batch, or why its
+// feed ended.
+type fed struct {
+	w   *watcher
+	b   keyfeed.Batch
 	err error
-}
-
-// progressWant is a progress response at KV revision rev, owed once the
-// stream has reached its target: then no event of a KV revision up to
-// rev is still to come.
-type progressWant struct {
-	id  int64 // the watch, or clientv3.InvalidWatchID for all of them
-	rev int64
 }
 
 type watchStream struct {
@@ -244,109 +222,35 @@ type watchStream struct {
 	watches map[int64]*watcher
 	nextID  int64 // the next ID to try for a watch the server names
 
-	// hub is the hub watcher the stream's watches share; nil while the
-	// stream has none. Its filter runs on the reader goroutine under the
-	// hub's lock, so what it reads is atomic and never behind a lock
-	// that is held across a Backend call.
-	hub       *watch.Watcher
-	ranges    atomic.Pointer[[]keyRange] // what the filter accepts; replaced, never changed
-	marker    atomic.Int64               // the filter also accepts the event of this global revision
-	scanned   atomic.Int64               // the last global revision the filter looked at
-	scannedKV atomic.Int64               // the KV revision of the last key event it looked at
-
-	reqc    chan nextRequest
-	resc    chan nextResult
-	wg      sync.WaitGroup // the reader goroutine
-	asked   bool           // a Next is under way
-	nextCtx context.Context
-	cancel  context.CancelFunc // cancels nextCtx
-
-	// batchRev is the KV revision of the live events in the watches'
-	// pending lists, 0 when there are none. A KV revision's events are
-	// sent together: the batch goes out when an event of a later one
-	// arrives, or when the stream has looked at every event up to
-	// target, a global revision read after the batch began, by which
-	// the command that made it had certainly been published in full.
-	batchRev int64
-	target   int64 // 0: no flush point set
+	fed      chan fed
+	wg       sync.WaitGroup // the pumps
 	progress []progressWant
 }
 
-// readLoop runs the hub watcher's Next calls the owner asks for.
-func (st *watchStream) readLoop() {
+// pump hands w's batches to the owner until ctx (w.stop) ends or the
+// feed fails; it closes the feed.
+func (st *watchStream) pump(ctx context.Context, w *watcher) {
 	defer st.wg.Done()
-	for req := range st.reqc {
-		ev, err := req.w.Next(req.ctx)
-		st.resc <- nextResult{ev: ev, err: err}
+	defer w.feed.Close()
+	for {
+		b, err := w.feed.Next(ctx)
+		select {
+		case st.fed <- fed{w: w, b: b, err: err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
 	}
-}
-
-// askNext starts a Next on the reader goroutine, unless one is under way
-// or the stream has no watches.
-func (st *watchStream) askNext() {
-	if st.asked || st.hub == nil {
-		return
-	}
-	// One context serves every Next until an interrupt cancels it.
-	if st.nextCtx == nil {
-		st.nextCtx, st.cancel = context.WithCancel(st.ctx)
-	}
-	st.asked = true
-	st.reqc <- nextRequest{w: st.hub, ctx: st.nextCtx}
-}
-
-// interrupt ends the Next under way, if any, and handles what it got.
-// Between Next calls the owner knows where the hub watcher stands
-// (scanned), and may move the marker without it being passed unseen.
-func (st *watchStream) interrupt() error {
-	if !st.asked {
-		return nil
-	}
-	st.cancel()
-	st.nextCtx = nil
-	res := <-st.resc
-	st.asked = false
-	return st.took(res)
 }
 
 func (st *watchStream) close() {
-	if st.nextCtx != nil {
-		st.cancel()
-	}
-	if st.asked {
-		<-st.resc
-	}
-	close(st.reqc)
-	st.wg.Wait()
-	if st.hub != nil {
-		st.hub.Close()
-	}
 	for _, w := range st.watches {
+		w.stop()
 		w.release()
 	}
-}
-
-// filter is the hub watcher's: key events in some watch's range, and the
-// marker.
-func (st *watchStream) filter(e *statemachine.Event) bool {
-	st.scanned.Store(e.Revision)
-	if e.Type.IsKey() && e.KV != nil {
-		st.scannedKV.Store(e.KV.ModRevision)
-		for _, r := range *st.ranges.Load() {
-			if r.contains(e.KV.Key) {
-				return true
-			}
-		}
-	}
-	return e.Revision == st.marker.Load()
-}
-
-func (st *watchStream) setRanges() {
-	rs := make([]keyRange, 0, len(st.watches))
-	for _, w := range st.watches {
-		rs = append(rs, w.keys)
-	}
-	st.ranges.Store(&rs)
+	st.wg.Wait()
 }
 
 // revisions reads the current KV and global revisions of this node.
@@ -438,201 +342,128 @@ func (st *watchStream) create(cr *pb.WatchCreateRequest) error {
 	// Each watch holds a slot of the caller's and the node's open
 	// watches, as a native watch does; a refusal names the limit.
 	release, err := st.b.HoldWatch(st.ctx)
+	if errors.Is(err, frontend.ErrLimit) {
+		return st.refuse("etcdserver: too many watches: " + err.Error())
+	}
 	if err != nil {
 		return st.refuse(toGRPC(err).Error())
 	}
 	w.release = release
 
-	// A watch from a revision is answered as of every write acknowledged
-	// before it, wherever it was made: above all a compaction, after
-	// which etcd cancels a watch from before it (its compacted response)
-	// on any member. A follower may not have applied it yet.
-	if cr.StartRevision > 0 {
-		st.b.Sync(st.ctx)
+	// A feed from a revision is answered as of every write acknowledged
+	// before it, wherever it was made (keyfeed.Open): above all a
+	// compaction, after which etcd cancels a watch from before it (its
+	// compacted response) on any member.
+	w.feed, err = keyfeed.Open(st.ctx, st.b, cr.StartRevision, func(e *statemachine.Event) bool {
+		return w.keys.contains(e.KV.Key)
+	})
+	var compacted *watch.CompactedError
+	if errors.As(err, &compacted) {
+		w.release()
+		return st.compacted(w.id, compacted)
 	}
-	// Added before the history is read, so that the hub watcher's filter
-	// takes every event after that read.
+	if err != nil {
+		w.release()
+		return err
+	}
+	var ctx context.Context
+	ctx, w.stop = context.WithCancel(st.ctx)
 	st.watches[w.id] = w
-	st.setRanges()
-	w.next = cr.StartRevision // 0 until the read says what "now" is
-	r, err := st.replayAndFollow([]*watcher{w}, func(m *statemachine.Machine) {
-		if w.next == 0 {
-			w.next = m.KVRevision() + 1
-		}
-	})
-	if err != nil {
+	if err := st.send(&pb.WatchResponse{Header: header(st.b, w.feed.Revision()), WatchId: w.id, Created: true}, false); err != nil {
+		w.feed.Close()
 		return err
 	}
-	if err := st.send(&pb.WatchResponse{Header: header(st.b, r.rev), WatchId: w.id, Created: true}, false); err != nil {
-		return err
-	}
-	return st.catchUp([]*watcher{w}, r)
-}
-
-// replayAndFollow is replayRound, after which the stream follows the hub
-// from the revision read, if it does not yet. Should the hub have lost
-// that revision already, the round is read again.
-func (st *watchStream) replayAndFollow(ws []*watcher, before func(*statemachine.Machine)) (round, error) {
-	nexts := make([]int64, len(ws))
-	for i, w := range ws {
-		nexts[i] = w.next
-	}
-	for {
-		r, err := st.replayRound(ws, before)
-		if err != nil || st.hub != nil {
-			return r, err
-		}
-		hw, err := st.b.Watch(r.global+1, st.filter)
-		if errors.Is(err, watch.ErrCompacted) {
-			for i, w := range ws {
-				w.next, w.compacted = nexts[i], 0
-			}
-			continue
-		}
-		if err != nil {
-			return r, err
-		}
-		st.hub = hw
-		st.scanned.Store(r.global)
-		st.scannedKV.Store(r.rev)
-		st.marker.Store(0)
-		st.target = 0
-		return r, nil
-	}
-}
-
-// round is what one read of the history saw.
-type round struct {
-	rev, global, compact int64
-}
-
-// replayRound reads, under one Backend.Read, the history each of ws is
-// owed from its next revision on, up to maxBatchRevisions KV revisions
-// each, into their pending lists. A watch whose history is compacted
-// gets compacted set; one whose batch filled up, or that the read
-// stopped short of the end for, gets more. before, if
-// set, runs first under the same read.
-func (st *watchStream) replayRound(ws []*watcher, before func(*statemachine.Machine)) (round, error) {
-	var r round
-	err := st.b.Read(st.ctx, true, func(m *statemachine.Machine) error {
-		if before != nil {
-			before(m)
-		}
-		r = round{rev: m.KVRevision(), global: m.Revision(), compact: m.CompactRevision()}
-		var active []*watcher
-		from := int64(math.MaxInt64)
-		for _, w := range ws {
-			w.pending, w.revs, w.lastRev, w.more = nil, 0, 0, 0
-			switch {
-			case w.next > r.rev:
-			case w.next < r.compact:
-				w.compacted = r.compact
-			default:
-				active = append(active, w)
-				from = min(from, w.next)
-			}
-		}
-		if len(active) == 0 {
-			return nil
-		}
-		full, scanned, prevRev := 0, 0, int64(0)
-		return m.KeyEvents(from, func(e statemachine.Event) bool {
-			rev := e.KV.ModRevision
-			if scanned >= maxReplayScan && rev != prevRev {
-				for _, w := range active {
-					if w.more == 0 {
-						w.more = rev
-					}
-				}
-				return false
-			}
-			scanned++
-			prevRev = rev
-			for _, w := range active {
-				if w.more != 0 || rev < w.next || !w.keys.contains(e.KV.Key) {
-					continue
-				}
-				if rev != w.lastRev {
-					if w.revs == maxBatchRevisions {
-						w.more = rev
-						full++
-						continue
-					}
-					w.revs++
-					w.lastRev = rev
-				}
-				if ev := w.event(&e, r.compact); ev != nil {
-					w.pending = append(w.pending, ev)
-				}
-			}
-			return full < len(active)
-		})
-	})
-	if err != nil {
-		return r, err
-	}
-	for _, w := range ws {
-		switch {
-		case w.compacted != 0:
-		case w.more != 0:
-			w.next = w.more
-		case w.next <= r.rev:
-			w.next = r.rev + 1
-		}
-	}
-	return r, nil
-}
-
-// catchUp sends ws what replayRound r read for them, and reads on until
-// each is level with the history. A watch whose history is compacted is
-// cancelled with the compact revision, as etcd does (its header
-// revision is 0 there too).
-func (st *watchStream) catchUp(ws []*watcher, r round) error {
-	for {
-		var more []*watcher
-		for _, w := range ws {
-			switch {
-			case w.compacted != 0:
-				if err := st.send(&pb.WatchResponse{
-					Header: header(st.b, 0), WatchId: w.id, CompactRevision: w.compacted, Canceled: true,
-				}, false); err != nil {
-					return err
-				}
-				st.remove(w.id)
-				continue
-			case len(w.pending) > 0:
-				// As etcd answers a watcher that catches up: all it is
-				// owed in one response, at the current revision.
-				if err := st.send(&pb.WatchResponse{Header: header(st.b, r.rev), WatchId: w.id, Events: w.pending}, w.fragment); err != nil {
-					return err
-				}
-				w.pending, w.quiet = nil, false
-			}
-			if w.more != 0 {
-				more = append(more, w)
-			}
-		}
-		if len(more) == 0 {
-			return nil
-		}
-		var err error
-		ws = more
-		if r, err = st.replayRound(ws, nil); err != nil {
+	// As etcd answers a watch that catches up: what it is owed before
+	// anything else, each response at most keyfeed.MaxRevisions
+	// revisions at the revision current when it was read.
+	for w.feed.Replaying() {
+		b, err := w.feed.Next(ctx)
+		if err := st.took(fed{w: w, b: b, err: err}); err != nil || st.watches[w.id] != w {
+			w.feed.Close()
 			return err
 		}
 	}
+	st.wg.Add(1)
+	go st.pump(ctx, w)
+	return nil
 }
 
-// remove forgets watch id and its owed progress.
+// compacted answers a watch whose history is compacted as etcd does:
+// created, then cancelled with the compact revision (the header's
+// revision is 0 there too). Its ID is free again.
+func (st *watchStream) compacted(id int64, ce *watch.CompactedError) error {
+	rev, _, err := st.revisions()
+	if err != nil {
+		return err
+	}
+	if err := st.send(&pb.WatchResponse{Header: header(st.b, rev), WatchId: id, Created: true}, false); err != nil {
+		return err
+	}
+	return st.send(&pb.WatchResponse{Header: header(st.b, 0), WatchId: id, CompactRevision: ce.Oldest, Canceled: true}, false)
+}
+
+// took handles what a feed handed over: it sends the watch its events,
+// or ends the watch, or the stream, with its feed.
+func (st *watchStream) took(f fed) error {
+	w := f.w
+	if st.watches[w.id] != w {
+		return nil // cancelled meanwhile
+	}
+	var compacted *watch.CompactedError
+	switch {
+	case errors.As(f.err, &compacted):
+		st.remove(w.id)
+		return st.send(&pb.WatchResponse{
+			Header: header(st.b, 0), WatchId: w.id, CompactRevision: compacted.Oldest, Canceled: true,
+		}, false)
+	case f.err != nil:
+		return f.err
+	}
+	var evs []*mvccpb.Event
+	for i := range f.b.Events {
+		if ev := w.event(&f.b.Events[i], f.b.Compact); ev != nil {
+			evs = append(evs, ev)
+		}
+	}
+	if len(evs) > 0 {
+		if ended, err := st.sendEvents(w, f.b.Revision, evs); ended || err != nil {
+			return err
+		}
+		w.quiet = false
+	}
+	w.level = max(w.level, f.b.Level)
+	return st.settle()
+}
+
+// sendEvents sends w its events, if the caller still reads w's keys by
+// the policy in force now: a watch whose read was revoked after it was
+// made is cancelled with the refusal instead, as the native API ends a
+// watch, and ended reports that. The credential itself is checked on
+// every message the stream sends (the server's stream interceptor);
+// this is the check of what it reads.
+func (st *watchStream) sendEvents(w *watcher, rev int64, evs []*mvccpb.Event) (ended bool, err error) {
+	if err := st.b.Authorize(st.ctx, VerbRead, w.keys.key, w.keys.rangeEnd()); err != nil {
+		if errors.Is(err, context.Canceled) {
+			return true, err
+		}
+		st.remove(w.id)
+		return true, st.send(&pb.WatchResponse{
+			Header: header(st.b, rev), WatchId: w.id, Canceled: true, CancelReason: toGRPC(err).Error(),
+		}, false)
+	}
+	return false, st.send(&pb.WatchResponse{Header: header(st.b, rev), WatchId: w.id, Events: evs}, w.fragment)
+}
+
+// remove forgets watch id and its owed progress, and stops its pump.
 func (st *watchStream) remove(id int64) {
 	if w := st.watches[id]; w != nil {
+		w.stop()
 		w.release()
 	}
 	delete(st.watches, id)
-	st.setRanges()
 	kept := st.progress[:0]
 	for _, p := range st.progress {
-		if p.id != id {
+		if p.id != id && len(st.watches) > 0 {
 			kept = append(kept, p)
 		}
 	}
@@ -651,161 +482,13 @@ func (st *watchStream) cancelWatch(id int64) error {
 	return st.send(&pb.WatchResponse{Header: header(st.b, rev), WatchId: id, Canceled: true}, false)
 }
 
-// idle stops following the hub once the stream has no watch left, so
-// that an idle stream costs the hub nothing.
-func (st *watchStream) idle() error {
-	if len(st.watches) > 0 || st.hub == nil {
-		return nil
-	}
-	if err := st.interrupt(); err != nil {
-		return err
-	}
-	if st.hub != nil {
-		st.hub.Close()
-		st.hub = nil
-	}
-	st.batchRev, st.target, st.progress = 0, 0, nil
-	st.marker.Store(0)
-	return nil
-}
-
-// took handles the result of a Next.
-func (st *watchStream) took(res nextResult) error {
-	switch err := res.err; {
-	case err == nil:
-	case errors.Is(err, watch.ErrLagged):
-		return st.resync()
-	case errors.Is(err, context.Canceled) && st.ctx.Err() == nil:
-		// interrupted: scanned says how far it got
-	default:
-		return err
-	}
-	if e := &res.ev; res.err == nil && e.Type.IsKey() && e.KV != nil {
-		if err := st.deliver(e); err != nil {
-			return err
-		}
-	}
-	return st.settle()
-}
-
-// deliver adds a live key event to the batch of each watch it is for.
-func (st *watchStream) deliver(e *statemachine.Event) error {
-	rev := e.KV.ModRevision
-	if st.batchRev != 0 && rev != st.batchRev {
-		if err := st.flush(); err != nil {
-			return err
-		}
-	}
-	for _, w := range st.watches {
-		if rev < w.next || !w.keys.contains(e.KV.Key) {
-			continue
-		}
-		if ev := w.event(e, 0); ev != nil {
-			w.pending = append(w.pending, ev)
-			st.batchRev = rev
-		}
-	}
-	return nil
-}
-
-// settle sends what the stream now knows to be complete: the batch and
-// the progress owed once it has looked at every event up to target; and
-// sets a new target if something waits for one.
-func (st *watchStream) settle() error {
-	if st.target != 0 && st.scanned.Load() >= st.target {
-		if err := st.reached(); err != nil {
-			return err
-		}
-	}
-	if st.target != 0 || st.batchRev == 0 && len(st.progress) == 0 {
-		return nil
-	}
-	_, g, err := st.revisions()
-	if err != nil {
-		return err
-	}
-	if st.scanned.Load() >= g {
-		return st.reached()
-	}
-	st.target = g
-	st.marker.Store(g)
-	return nil
-}
-
-// reached is called when the hub watcher has looked at every event up
-// to the target: every command up to it has been seen whole.
-func (st *watchStream) reached() error {
-	st.target = 0
-	st.marker.Store(0)
-	if err := st.flush(); err != nil {
-		return err
-	}
-	owed := st.progress
-	st.progress = nil
-	for _, p := range owed {
-		if err := st.send(&pb.WatchResponse{Header: header(st.b, p.rev), WatchId: p.id}, false); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// flush sends the live batch, one response a watch, at the batch's
-// revision (etcd's header for events as they happen).
-func (st *watchStream) flush() error {
-	rev := st.batchRev
-	if rev == 0 {
-		return nil
-	}
-	st.batchRev = 0
-	for _, w := range st.watches {
-		if len(w.pending) == 0 {
-			continue
-		}
-		evs := w.pending
-		w.pending, w.quiet, w.next = nil, false, rev+1
-		if err := st.send(&pb.WatchResponse{Header: header(st.b, rev), WatchId: w.id, Events: evs}, w.fragment); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// resync is the answer to the hub watcher lagging: events it had not
-// read are gone from the hub, so every watch reads what it is owed from
-// the history instead, and the stream follows the hub again from there.
-// A watch whose history is compacted too is cancelled with the compact
-// revision.
-func (st *watchStream) resync() error {
-	if st.hub != nil {
-		st.hub.Close()
-		st.hub = nil
-	}
-	// A batch not sent is read again from the history; the revision the
-	// hub watcher was in the middle of may have more for any watch.
-	owed := st.batchRev
-	if owed == 0 {
-		owed = st.scannedKV.Load()
-	}
-	st.batchRev = 0
-	ws := make([]*watcher, 0, len(st.watches))
-	for _, w := range st.watches {
-		w.pending = nil
-		w.next = max(w.next, owed)
-		ws = append(ws, w)
-	}
-	if len(ws) == 0 {
-		return nil
-	}
-	r, err := st.replayAndFollow(ws, nil)
-	if err != nil {
-		return err
-	}
-	if err := st.catchUp(ws, r); err != nil {
-		return err
-	}
-	// Every event up to r.global is handled.
-	return st.reached()
+// progressWant is a progress response at KV revision rev, owed once the
+// watches it is for (id, or clientv3.InvalidWatchID for all of them)
+// have been sent every event up to global, the global revision rev was
+// read with.
+type progressWant struct {
+	id          int64
+	rev, global int64
 }
 
 // requestProgress owes watch id (-1: all of the stream's) a response with
@@ -816,9 +499,6 @@ func (st *watchStream) requestProgress(id int64) error {
 	if len(st.watches) == 0 {
 		return nil
 	}
-	if err := st.interrupt(); err != nil {
-		return err
-	}
 	rev, g, err := st.revisions()
 	if err != nil {
 		return err
@@ -828,15 +508,38 @@ func (st *watchStream) requestProgress(id int64) error {
 			return nil
 		}
 	}
-	st.progress = append(st.progress, progressWant{id: id, rev: rev})
-	if st.hub == nil || st.scanned.Load() >= g {
-		return st.reached()
+	st.progress = append(st.progress, progressWant{id: id, rev: rev, global: g})
+	return st.settle()
+}
+
+// settle sends the progress owed whose watches have been sent everything
+// up to it, and asks the feeds of the others to say when they have
+// (keyfeed.Feed.Mark).
+func (st *watchStream) settle() error {
+	kept := st.progress[:0]
+	var err error
+	for _, p := range st.progress {
+		if err != nil || !st.level(p) {
+			kept = append(kept, p)
+			continue
+		}
+		err = st.send(&pb.WatchResponse{Header: header(st.b, p.rev), WatchId: p.id}, false)
 	}
-	if g > st.target {
-		st.target = g
-		st.marker.Store(g)
+	st.progress = kept
+	return err
+}
+
+// level reports whether the watches p is for have been sent every event
+// up to p.global, and marks the feeds of those that have not.
+func (st *watchStream) level(p progressWant) bool {
+	ok := true
+	for _, w := range st.watches {
+		if (p.id == -1 || w.id == p.id) && w.level < p.global {
+			w.feed.Mark(p.global)
+			ok = false
+		}
 	}
-	return nil
+	return ok
 }
 
 // tick sends the current revision to each watch with progress_notify

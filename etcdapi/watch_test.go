@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tenurehq/tenure/keyfeed"
 	"github.com/tenurehq/tenure/statemachine"
 	"github.com/tenurehq/tenure/watch"
 )
@@ -297,7 +298,7 @@ func TestWatchCatchingUpIsSentInBatches(t *testing.T) {
 		f.apply(statemachine.Put{Key: "h", Value: fmt.Sprint(i)})
 	}
 	// More than one read's worth of history the watch has no part in.
-	for i := range maxReplayScan + 1000 {
+	for i := range keyfeed.MaxScan + 1000 {
 		f.apply(statemachine.Put{Key: "x", Value: fmt.Sprint(i)})
 	}
 	last := f.apply(statemachine.Put{Key: "h", Value: "last"}).KVRevision
@@ -381,6 +382,41 @@ func TestWatchProgressRequest(t *testing.T) {
 	// Every event up to the progress revision comes before it.
 	expectWatch(t, wch, fmt.Sprintf("@%d: PUT k=1@%d", r, r))
 	expectWatch(t, wch, fmt.Sprintf("@%d: progress", r+1))
+}
+
+// A progress request for the stream waits for every watch on it: each
+// is sent its events up to the revision first, whichever feed is behind.
+func TestWatchProgressRequestWaitsForEveryWatch(t *testing.T) {
+	noLeakAfter(t)
+	f := newFakeBackend(t)
+	c := serve(t, f)
+	ctx := testCtx(t)
+	s := rawStream(t, ctx, c)
+	s.create(&pb.WatchCreateRequest{Key: []byte("a")}, "@1: id 0 created")
+	s.create(&pb.WatchCreateRequest{Key: []byte("b")}, "@1: id 1 created")
+	var evs []string
+	for i := range 20 {
+		k := []string{"a", "b"}[i%2]
+		r := mustPut(t, ctx, c, k, fmt.Sprint(i))
+		evs = append(evs, fmt.Sprintf("@%d: id %d PUT %s=%d@%d", r, i%2, k, i, r))
+	}
+	last := mustPut(t, ctx, c, "other", "x")
+	s.send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}})
+	got := map[string]bool{}
+	for range evs {
+		wr := s.recv()
+		if len(wr.Events) != 1 {
+			t.Fatalf("got = a response of %d events (watch %d, revision %d) before every event, expected: the events first", len(wr.Events), wr.WatchId, wr.Header.Revision)
+		}
+		ev := wr.Events[0]
+		got[fmt.Sprintf("@%d: id %d PUT %s=%s@%d", wr.Header.Revision, wr.WatchId, ev.Kv.Key, ev.Kv.Value, ev.Kv.ModRevision)] = true
+	}
+	for _, e := range evs {
+		if !got[e] {
+			t.Errorf("got = no %q, expected: it before the progress response", e)
+		}
+	}
+	s.expect(fmt.Sprintf("@%d: id -1", last))
 }
 
 func TestWatchProgressNotify(t *testing.T) {

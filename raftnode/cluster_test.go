@@ -28,8 +28,9 @@ type testCluster struct {
 }
 
 // newTestCluster starts size nodes, n1…nsize, all bootstrapped with the
-// same configuration, and closes them when the test ends.
-func newTestCluster(t testing.TB, size int) *testCluster {
+// same configuration, and closes them when the test ends. tweaks change
+// every node's Config before it opens.
+func newTestCluster(t testing.TB, size int, tweaks ...func(*Config)) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, net: NewMemNetwork()}
 	voters := make([]Peer, size)
@@ -45,6 +46,9 @@ func newTestCluster(t testing.TB, size int) *testCluster {
 		cfg.Network = c.net
 		cfg.WALSegmentSize = 1 << 20
 		cfg.InitialVoters = voters
+		for _, tweak := range tweaks {
+			tweak(&cfg)
+		}
 		c.nodes = append(c.nodes, openFake(t, cfg, nil))
 	}
 	return c

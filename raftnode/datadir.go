@@ -38,7 +38,7 @@ const lockFileName = "LOCK"
 type DataDirLock struct{ f *os.File }
 
 // LockDataDir takes an exclusive lock on dir for this process, without
-// waiting, and writes the process ID into dir/LOCK. The log store locks
+// waiting, and writes the process ID into dir/LOCK. The WAL locks
 // its own files too, but waits for them forever: a second process on the
 // same directory must be turned away before it binds ports or opens the
 // stores. The kernel drops the lock when the process ends, however it
@@ -61,7 +61,10 @@ func LockDataDir(dir string) (*DataDirLock, error) {
 		pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
 		return nil, &DataDirInUseError{Dir: dir, PID: pid}
 	}
-	if err := f.Truncate(0); err == nil {
+	// One err for both steps: a truncate or pid write that fails must
+	// fail the lock, not leave a file that names nobody or someone else.
+	err = f.Truncate(0)
+	if err == nil {
 		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	if err != nil {

@@ -8,7 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tenurehq/tenure/statemachine"
 )
@@ -49,4 +52,24 @@ func TestLockDataDirTurnsASecondHolderAway(t *testing.T) {
 		t.Fatalf("lock after unlock: got = %v, expected: taken", err)
 	}
 	again.Unlock()
+}
+
+// TestLockDataDirFailsWhenThePIDCannotBeWritten: a LOCK that can be
+// opened and locked but not truncated (here a FIFO, which ftruncate
+// refuses) must fail the lock with the path named, not hand out a lock
+// whose file names nobody.
+func TestLockDataDirFailsWhenThePIDCannotBeWritten(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "LOCK")
+	if err := unix.Mkfifo(path, 0o644); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	lock, err := LockDataDir(dir)
+	if err == nil {
+		lock.Unlock()
+		t.Fatalf("got = a lock on a LOCK file that cannot hold the pid, expected: an error naming %s", path)
+	}
+	if !strings.Contains(err.Error(), "write "+path) {
+		t.Fatalf("got = %q, expected: an error naming the write of %s", err, path)
+	}
 }

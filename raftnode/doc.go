@@ -1,11 +1,11 @@
-// Package raftnode is Tenure's replicated log: go.etcd.io/raft/v3 (the
-// raft library etcd runs, and CockroachDB a fork of) applying committed
-// entries to a statemachine.Machine, with its log in hashicorp/raft-wal
-// segments (or raft-boltdb), snapshots in hashicorp/raft's file snapshot
-// store, and a peer transport of its own over TCP or the peer CA's mutual
-// TLS. The stores and the network can instead be given (Config.Stores,
-// Config.Network): that is how a whole cluster runs in one process over a
-// MemNetwork.
+// Package raftnode is Tenure's replicated log: the raft engine
+// (go.etcd.io/raft/v3, the library etcd runs, and CockroachDB a fork
+// of) applying committed entries to a statemachine.Machine, with its WAL
+// in hashicorp/raft-wal segments (or raft-boltdb), its snapshots in
+// CRC-checked snapshot files, and a peer transport of its own over TCP
+// or the peer CA's mutual TLS. The files and the network can instead be
+// given (Config.Stores, Config.Network): that is how a whole cluster
+// runs in one process over a MemNetwork.
 //
 // Why this engine. A commit costs one disk write and a round trip: the
 // leader sends new entries to the followers before it writes its own
@@ -13,24 +13,75 @@
 // §10.2.1); hashicorp/raft, which Tenure ran before, wrote and synced the
 // leader's log before sending, so a commit cost two writes and a round
 // trip in series (docs/benchmarks.md has the A/B: 1.6x one client's Lock
-// +Unlock at a 1 ms disk and a 0.3 ms round trip). etcd raft also brings
-// what a demanding operator expects of the protocol: pre-vote and
+// +Unlock at a 1 ms disk and a 0.3 ms round trip). The raft engine also
+// brings what a demanding operator expects of the protocol: pre-vote and
 // check-quorum, ReadIndex reads that cost a heartbeat round shared by
 // every concurrent reader, learners for joining nodes, ConfChangeV2 and
-// leadership transfer. It leaves storage, transport and the apply loop to
-// the caller; engine.go is that loop.
+// leadership transfer. It leaves storage, transport and the apply loop
+// to the caller; the engine type (engine.go and the files it names) is
+// that loop.
 //
-// Why raft-wal rather than etcd's own wal package. The log store already
-// had what the issue asks of one: a CRC on every batch checked on every
-// open by a verifying segment filer (walcheck.go: a torn tail is dropped,
+// Why raft-wal rather than etcd's own wal package. raft-wal already had
+// what a WAL here must have: a CRC on every batch checked on every open
+// by a verifying segment filer (walcheck.go: a torn tail is dropped,
 // damage is refused naming the file and offset, RepairLog cuts it off),
 // and reopening in place after a full disk (walstore.go). etcd's wal
 // would have meant writing all of that again, and pulling etcd's server
 // module into the core's graph. Entries are stored as raft-wal records
-// whose data is the marshalled raftpb.Entry; the hard state (term and
-// vote) is raft-wal's stable store; and an ENGINE file tells this format
-// from the hashicorp engine's, whose single-node data dirs convert
-// themselves at start (prepare.go).
+// whose data is the marshalled raftpb.Entry; the hard state is kept in
+// the WAL's meta store; and an ENGINE file tells this format from the
+// hashicorp engine's, whose single-node data dirs convert themselves at
+// start (convert.go). raft-wal and the snapshot files implement
+// hashicorp/raft's LogStore, StableStore and SnapshotStore interfaces,
+// so those types appear where the files are opened and read
+// (stores.go, storage.go); the words below are this package's.
+//
+// # Words
+//
+// One word per idea, in names and comments alike:
+//
+//   - raft engine: go.etcd.io/raft/v3 and the loop this package runs
+//     around it (type engine). In prose "etcd raft" when the library
+//     itself is meant, never bare "etcd", which in Tenure names the etcd
+//     v3 API the server serves; this package knows nothing of that API.
+//   - hashicorp engine: hashicorp/raft, which Tenure ran before. Only the
+//     conversion of its data dirs (convert.go) reads its formats as its
+//     own.
+//   - node: one Node, one process's member of the log; node ID its
+//     Config.NodeID; raft ID the uint64 hash of it that raft uses.
+//   - cluster: the set of nodes that replicate one log. Nothing else.
+//   - member: a node the configuration lists, voter or learner. The API
+//     says non-voter (AddNonvoter) for a learner; both mean a member that
+//     receives the log and does not vote.
+//   - configuration: raft's ConfState (voters, learners) with each
+//     member's node ID and peer address (memberInfo), which raft has no
+//     room for; what a configuration change (ConfChangeV2) changes and
+//     membership.go keeps.
+//   - peer: another member as the transport sees it; peer address where
+//     it is dialed.
+//   - Ready: one batch of raft's work; the Ready loop (ready.go) does it.
+//   - entry: a raftpb.Entry. Proposal: an entry this node appends and
+//     waits for (propose.go); barrier: a proposal without a command.
+//   - WAL: the entries on disk, in raft-wal segments, or in one boltdb
+//     file when Config.LogStore is "boltdb". Its meta store keeps the
+//     hard state.
+//   - hard state: raft's HardState, term, vote and commit index.
+//   - MemoryStorage, or the log in memory: raft's MemoryStorage, the
+//     entries since the last compaction, which raft reads (memlog.go
+//     counts their bytes).
+//   - snapshot: the state at an index, with the configuration then;
+//     snapshot files: the CRC-checked files they are written to on disk.
+//   - compaction: dropping the entries a snapshot covers from the
+//     MemoryStorage and the WAL; catch-up tail: the entries a compaction
+//     keeps behind the snapshot, for followers that trail a little.
+//   - state: the statemachine.Machine; applier: the code that owns it
+//     and its lock (applier.go); apply: running committed entries on it.
+//   - read index: raft's ReadIndex round, which a linearizable read
+//     waits on (readindex.go).
+//   - engine tag: the name of the raft engine and its peer protocol, sent
+//     in every connection's hello. EngineEtcd, the name a joining node
+//     gives, is the raft engine's too: "etcd" there is a wire value kept
+//     as it was, not the etcd API.
 //
 // Why the boundary sits here. The state machine is pure and must stay so:
 // it cannot read a clock or know whether it runs on a leader. Everything
@@ -38,8 +89,9 @@
 // leader's time into a command before it enters the log, ordering and
 // durability (an acknowledged Propose is fsynced on a quorum), batching
 // (the leader writes every proposal queued during a write with the next
-// one fsync, and a commit batch is applied under one lock), snapshots, and the read-index
-// protocol that makes Read linearizable. Above it, the lessor decides what
+// one fsync, and a commit batch is applied under one lock), snapshots,
+// the bound on the log in memory, and the read-index protocol that makes
+// Read linearizable. Above it, the lessor decides what
 // to propose and when (it owns the leader-only timers), and the watch hub
 // fans events out; both talk to the log only through Node, so neither
 // needs to import raft, and this package imports neither of them.
@@ -50,8 +102,8 @@
 //
 // Caller's duties:
 //   - Hold LockDataDir on DataDir from before Open until after Close
-//     when another process might open it: the log store waits forever
-//     for its own file lock, without a word.
+//     when another process might open it: the WAL waits forever for its
+//     own file lock, without a word.
 //   - Propose only on the leader; forward on *NotLeaderError; a
 //     *DiskFullError means no node leads because this one's log is out
 //     of space, and is for the client to see, not to retry. Treat
@@ -60,10 +112,13 @@
 //     idempotent by the state machine (e.g. naming a token or revision).
 //   - Keep Config.Observer and Config.OnRestore short and non-blocking:
 //     they run on the engine's apply goroutine with the state
-//     write-locked, so
-//     they stall every apply and read. Hand events to a buffer and return.
+//     write-locked, so they stall every apply and read. Hand events to a
+//     buffer and return.
 //   - Receive from LeaderChanges and, on true, call Barrier before acting
 //     on the state as leader.
+//   - Count LogMemoryBytes with the state's own bytes when bounding
+//     memory: it is what the log holds in memory, up to about
+//     Config.MaxLogMemoryBytes.
 //   - Call Close, which waits for calls in flight and stops every
 //     goroutine the node started.
 package raftnode

@@ -13,7 +13,7 @@ import (
 // snapshotNow makes n snapshot its state at once.
 func snapshotNow(t testing.TB, n *Node) {
 	t.Helper()
-	if err := n.etcd.snapshotNow(); err != nil {
+	if err := n.engine.snapshotNow(); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
 }
@@ -24,7 +24,7 @@ func proposeRaw(t testing.TB, n *Node, data []byte) statemachine.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	res, err := n.etcd.propose(ctx, "propose", data)
+	res, err := n.engine.propose(ctx, "propose", data)
 	if err != nil {
 		t.Fatalf("propose: %v", err)
 	}

@@ -13,11 +13,11 @@ import (
 // lastCommand is the newest command entry of n's log, as it is stored.
 func lastCommand(t *testing.T, n *Node) []byte {
 	t.Helper()
-	last, err := n.etcd.ms.LastIndex()
+	last, err := n.engine.ms.LastIndex()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ents, err := n.etcd.ms.Entries(last, last+1, 1<<30)
+	ents, err := n.engine.ms.Entries(last, last+1, 1<<30)
 	if err != nil || len(ents) != 1 || ents[0].Type != raftpb.EntryNormal || len(ents[0].Data) <= proposalHeader {
 		t.Fatalf("last entry: got = %v (%v), expected: one command", ents, err)
 	}
@@ -56,7 +56,7 @@ func TestTheLogIsJSONUntilTheClusterVersionReadsBinary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := n.etcd.propose(ctxT(t), "propose", raw); err != nil || !errors.Is(res.Err, statemachine.ErrNotSupported) {
+	if res, err := n.engine.propose(ctxT(t), "propose", raw); err != nil || !errors.Is(res.Err, statemachine.ErrNotSupported) {
 		t.Fatalf("a binary entry at cluster version %d: got = %v, %v, expected: %v", statemachine.BinaryVersion-1, err, res.Err, statemachine.ErrNotSupported)
 	}
 	if kv := machineKeys(t, n); len(kv) != 1 {

@@ -30,7 +30,7 @@ func (e *LogLostError) Unwrap() error { return ErrLogLost }
 // only once they are durable. Committed entries are never cut from a
 // log, so a commit index past the end of this node's log means the log
 // it acknowledged is gone. Raft would panic on it (commitTo).
-func (e *etcdEngine) checkLog(m raftpb.Message) error {
+func (e *engine) checkLog(m raftpb.Message) error {
 	select {
 	case <-e.failed:
 		return e.failErr
@@ -41,11 +41,11 @@ func (e *etcdEngine) checkLog(m raftpb.Message) error {
 	}
 	if last := e.lastIndex.Load(); m.Commit > last {
 		leader := fmt.Sprintf("%x", m.From)
-		e.memMu.RLock()
-		if mi, ok := e.members[m.From]; ok && mi.ID != "" {
+		e.members.mu.RLock()
+		if mi, ok := e.members.byID[m.From]; ok && mi.ID != "" {
 			leader = mi.ID
 		}
-		e.memMu.RUnlock()
+		e.members.mu.RUnlock()
 		e.fail(&LogLostError{Leader: leader, Commit: m.Commit, LastIndex: last})
 		return e.failErr
 	}
@@ -54,7 +54,7 @@ func (e *etcdEngine) checkLog(m raftpb.Message) error {
 
 // fail records err as the reason the node can no longer take part in
 // its cluster, once, and closes failed.
-func (e *etcdEngine) fail(err error) {
+func (e *engine) fail(err error) {
 	e.failOnce.Do(func() {
 		e.failErr = err
 		e.n.log.Error("raft: this node cannot go on as a member of its cluster; it takes no more raft traffic", "err", err)
@@ -65,13 +65,13 @@ func (e *etcdEngine) fail(err error) {
 // Failed is closed when this node can no longer take part in its
 // cluster, for the reason Err gives (ErrLogLost): the caller should stop
 // it and tell the operator. It is never closed otherwise, Close included.
-func (n *Node) Failed() <-chan struct{} { return n.etcd.failed }
+func (n *Node) Failed() <-chan struct{} { return n.engine.failed }
 
 // Err is why Failed was closed; nil while it is not.
 func (n *Node) Err() error {
 	select {
-	case <-n.etcd.failed:
-		return n.etcd.failErr
+	case <-n.engine.failed:
+		return n.engine.failErr
 	default:
 		return nil
 	}

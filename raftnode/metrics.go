@@ -23,7 +23,7 @@ type metrics struct {
 	diskFree   prometheus.Gauge
 	diskFull   prometheus.Gauge
 	restores   prometheus.Counter
-	peers      *peerMetrics // the etcd engine's transport
+	peers      *peerMetrics // the raft engine's transport
 
 	reg        prometheus.Registerer
 	registered []prometheus.Collector
@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		storeLogs: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "tenure_raft_store_logs_duration_seconds",
-			Help:    "Time for the log store to durably write a batch of entries (the fsync latency).",
+			Help:    "Time for the WAL to durably write a batch of entries (the fsync latency).",
 			Buckets: latencyBuckets,
 		}),
 		applied: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -100,19 +100,19 @@ func (m *metrics) unregister() {
 
 // timedLogStore measures StoreLogs, where raft's leader and followers wait
 // for the disk: the figure operators need when commit latency grows.
-type timedLogStore struct {
+type timedWAL struct {
 	raft.LogStore
 	hist prometheus.Histogram
 }
 
-func (s timedLogStore) StoreLog(l *raft.Log) error {
+func (s timedWAL) StoreLog(l *raft.Log) error {
 	start := time.Now()
 	err := s.LogStore.StoreLog(l)
 	s.hist.Observe(time.Since(start).Seconds())
 	return err
 }
 
-func (s timedLogStore) StoreLogs(logs []*raft.Log) error {
+func (s timedWAL) StoreLogs(logs []*raft.Log) error {
 	start := time.Now()
 	err := s.LogStore.StoreLogs(logs)
 	s.hist.Observe(time.Since(start).Seconds())
@@ -121,9 +121,9 @@ func (s timedLogStore) StoreLogs(logs []*raft.Log) error {
 
 // IsMonotonic must pass through: raft-wal cannot accept a gap in indexes,
 // and raft only resets the log after a restore when the store says so.
-func (s timedLogStore) IsMonotonic() bool {
+func (s timedWAL) IsMonotonic() bool {
 	m, ok := s.LogStore.(raft.MonotonicLogStore)
 	return ok && m.IsMonotonic()
 }
 
-var _ raft.MonotonicLogStore = timedLogStore{}
+var _ raft.MonotonicLogStore = timedWAL{}

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,7 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type fakeState struct {
 	Rev  int64                            `json:"rev"`
 	KV   map[string]statemachine.KeyValue `json:"kv"`
-	hook func(statemachine.Command)       // called at the start of Apply; may block the FSM goroutine
+	hook func(statemachine.Command)       // called at the start of Apply; may block the apply goroutine
 }
 
 var _ state = (*fakeState)(nil)
@@ -238,7 +236,7 @@ func TestReopenReplaysTheLog(t *testing.T) {
 			n = openFake(t, cfg, nil)
 			waitLeader(t, n)
 			// Read right after election, with no new write: the read index
-			// is the new leader's no-op, which the FSM never sees.
+			// is the new leader's no-op, which the applier never hands the state.
 			got, rev := readKV(t, n)
 			if rev != 3 || got["a"] != "3" || got["b"] != "2" {
 				t.Errorf("after reopen: kv = %v at revision %d, expected: map[a:3 b:2] at 3", got, rev)
@@ -354,7 +352,7 @@ func TestProposeReturnsWhenTheContextEndsAndTheEntryStillCommits(t *testing.T) {
 		_, err := n.Propose(ctx, statemachine.Put{Key: "slow", Value: "v"})
 		errc <- err
 	}()
-	// The entry is committed and the FSM goroutine is parked applying it;
+	// The entry is committed and the apply goroutine is parked applying it;
 	// cancelling must not wait for it.
 	<-entered
 	cancel()
@@ -464,12 +462,12 @@ func TestOpenRefusesTheOtherLogStoresDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := open(testConfig(dir, "boltdb"), newFake(nil))
-	if err == nil || !strings.Contains(err.Error(), "holds a wal log store") {
+	if err == nil || !strings.Contains(err.Error(), "holds a raft-wal WAL") {
 		t.Errorf("open boltdb on a wal directory: err = %v, expected a refusal", err)
 	}
 	_, err = open(testConfig(t.TempDir(), "sqlite"), newFake(nil))
 	if err == nil {
-		t.Error("open with an unknown log store: err = nil, expected an error")
+		t.Error("open with an unknown LogStore kind: err = nil, expected an error")
 	}
 }
 
@@ -519,66 +517,6 @@ func TestMetricsAreRegisteredAndReleased(t *testing.T) {
 	}
 }
 
-// TestVotersJoinOverTCP is a cluster grown with AddVoter on the TCP
-// transport, as tenure serve runs one; partitions and failover in detail
-// are tested on testCluster.
-func TestVotersJoinOverTCP(t *testing.T) {
-	nodes := make([]*Node, 3)
-	for i := range nodes {
-		cfg := testConfig(t.TempDir(), "wal")
-		cfg.NodeID = fmt.Sprintf("n%d", i+1)
-		cfg.Bootstrap = i == 0
-		nodes[i] = openFake(t, cfg, nil)
-	}
-	leader := nodes[0]
-	waitLeader(t, leader)
-	for _, f := range nodes[1:] {
-		if err := leader.AddVoter(ctxT(t), f.ID(), f.Addr()); err != nil {
-			t.Fatalf("add voter: %v", err)
-		}
-	}
-	r := put(t, leader, "a", "1")
-
-	// A follower names the leader, so the API can forward the write,
-	// once the leader's first heartbeat has reached it (on a busy
-	// machine, some time after AddVoter returns).
-	follower := nodes[1]
-	var err error
-	var nle *NotLeaderError
-	waitFor(t, "the new voter to hear from the leader", func() bool {
-		_, err = follower.Propose(ctxT(t), statemachine.Put{Key: "b"})
-		return !errors.As(err, &nle) || nle.LeaderID != ""
-	})
-	if !errors.As(err, &nle) || nle.LeaderID != "n1" || nle.Leader != leader.Addr() {
-		t.Errorf("propose on a follower: err = %v, expected: a *NotLeaderError naming n1 at %s", err, leader.Addr())
-	}
-	if err := follower.Read(ctxT(t), func(*statemachine.Machine) error { return nil }); !errors.Is(err, ErrNotLeader) {
-		t.Errorf("read on a follower: err = %v, expected: ErrNotLeader", err)
-	}
-	waitFor(t, "followers to apply the write", func() bool {
-		return nodes[1].AppliedIndex() >= leader.AppliedIndex() && nodes[2].AppliedIndex() >= leader.AppliedIndex()
-	})
-
-	// A leader that closes its TCP transport is replaced, and the next
-	// one serves its acknowledged write.
-	if err := leader.Close(); err != nil {
-		t.Fatal(err)
-	}
-	var next *Node
-	waitFor(t, "a new leader", func() bool {
-		for _, n := range nodes[1:] {
-			if n.IsLeader() {
-				next = n
-				return true
-			}
-		}
-		return false
-	})
-	if got, rev := readKV(t, next); got["a"] != "1" || rev != r.Revision {
-		t.Errorf("new leader reads %v at revision %d, expected: a=1 at %d", got, rev, r.Revision)
-	}
-}
-
 // waitFor polls cond; replication and elections have no event a test can
 // wait on directly.
 func waitFor(t testing.TB, what string, cond func() bool) {
@@ -622,93 +560,6 @@ func TestRealMachine(t *testing.T) {
 	}
 }
 
-// recordHandler keeps the records logged through it.
-type recordHandler struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	h.records = append(h.records, r)
-	h.mu.Unlock()
-	return nil
-}
-func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *recordHandler) WithGroup(string) slog.Handler      { return h }
-
-func TestHashicorpLogsBecomeStructuredSlogRecords(t *testing.T) {
-	h := &recordHandler{}
-	hl := newHCLogger(slog.New(h), "raft")
-	hl.Info("elected", "term", 3) // below warn: dropped
-	hl.Warn("failed to contact", "server-id", "n2")
-	hl.Error("disk full")
-
-	if len(h.records) != 2 {
-		t.Fatalf("got %d records, expected: 2 (info is dropped)", len(h.records))
-	}
-	r := h.records[0]
-	attrs := map[string]string{}
-	r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value.String(); return true })
-	if r.Level != slog.LevelWarn || r.Message != "failed to contact" || attrs["server-id"] != "n2" || attrs["module"] != "raft" {
-		t.Errorf("warn record = %v %q %v, expected: WARN \"failed to contact\" with server-id=n2 module=raft", r.Level, r.Message, attrs)
-	}
-	if r := h.records[1]; r.Level != slog.LevelError || r.Message != "disk full" {
-		t.Errorf("error record = %v %q, expected: ERROR \"disk full\"", r.Level, r.Message)
-	}
-}
-
 // trivial is the benchmarks' command: it decodes like any other but the
 // fake applies it without touching state, so the figures are the log's.
 var trivial = statemachine.NewEpoch{}
-
-func BenchmarkPropose(b *testing.B) {
-	for _, store := range logStores {
-		b.Run(store, func(b *testing.B) {
-			n := openFake(b, testConfig(b.TempDir(), store), nil)
-			waitLeader(b, n)
-			// Cancellable, as a server request's context is.
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			b.ReportAllocs()
-			took := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for range b.N {
-				start := time.Now()
-				if _, err := n.Propose(ctx, trivial); err != nil {
-					b.Fatal(err)
-				}
-				took = append(took, time.Since(start))
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
-			// The mean hides the disk's long tail: report the median too.
-			slices.Sort(took)
-			b.ReportMetric(float64(took[len(took)/2])/float64(time.Microsecond), "p50-µs")
-		})
-	}
-}
-
-func BenchmarkProposeParallel(b *testing.B) {
-	for _, store := range logStores {
-		b.Run(store, func(b *testing.B) {
-			n := openFake(b, testConfig(b.TempDir(), store), nil)
-			waitLeader(b, n)
-			// 64 proposers on any GOMAXPROCS: enough to fill raft's batches.
-			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if _, err := n.Propose(ctx, trivial); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
-		})
-	}
-}

@@ -22,12 +22,12 @@ package raftnode
 //     leader in place; its receiver answers once raft has taken it, and
 //     only then is the snapshot reported finished.
 //   - A hello opens every connection: magic bytes, a version, the kind of
-//     connection, the dialer's node ID, the cluster tag and the dialer's
-//     address. The acceptor
-//     refuses a wrong magic, which is what a hashicorp/raft node dialing
-//     this port sends, and a different cluster tag, so that the two
-//     engines, or two clusters, never mistake each other's traffic for
-//     their own. With TLS, the listener and dialer are the ones the
+//     connection, the dialer's node ID, the engine tag and the dialer's
+//     address. The acceptor refuses a wrong magic, which is what a
+//     hashicorp/raft node dialing this port sends, and a different engine
+//     tag, so that two raft engines never mistake each other's traffic
+//     for their own. (Two clusters of the same engine are kept apart by
+//     the peer CA and by their configurations, not by the tag.) With TLS, the listener and dialer are the ones the
 //     hashicorp transport uses (tlsstream.go): the peer CA's mutual TLS
 //     comes first, and the hello travels inside it.
 //   - A node that dials in with an ID this transport has no address for
@@ -39,17 +39,13 @@ package raftnode
 //     stops the learning for that ID until the next SetPeer.
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,7 +61,7 @@ type messageHandler interface {
 	ReportSnapshot(id uint64, status etcdraft.SnapshotStatus)
 }
 
-// peerTransport carries raft messages between the nodes of the etcd engine.
+// peerTransport carries raft messages between the nodes of a cluster.
 type peerTransport interface {
 	// Send queues msgs for their peers and never blocks the raft loop: a full queue
 	// or an unknown/unreachable peer drops the message and calls ReportUnreachable
@@ -103,11 +99,12 @@ type peerConfig struct {
 	// TLS, when set, is the peer CA's mutual TLS of tlsstream.go; nil is
 	// plain TCP.
 	TLS *tls.Config
-	// ClusterTag must be the same on every node of a cluster (at most
-	// 255 bytes); a connection with another tag is refused.
-	ClusterTag string
-	Logger     *slog.Logger
-	Metrics    *peerMetrics // nil: counted but not exported
+	// EngineTag names the raft engine and its peer protocol; it must be
+	// the same on every node that talks to this one (at most 255 bytes),
+	// and a connection with another tag is refused.
+	EngineTag string
+	Logger    *slog.Logger
+	Metrics   *peerMetrics // nil: counted but not exported
 }
 
 // peerMetrics are the transport's figures. hashicorp/raft's transport
@@ -146,7 +143,7 @@ const (
 	snapshotTaken    byte = 0
 	snapshotRejected byte = 1
 
-	maxClusterTag = 255
+	maxEngineTag = 255
 	// maxFrame bounds an ordinary message: an append is bounded by the
 	// engine's MaxSizePerMsg, far below this.
 	maxFrame = 64 << 20
@@ -211,8 +208,8 @@ func listenPeers(cfg peerConfig) (*tcpPeers, error) {
 		// it, so nodes sharing one would cut each other's connections.
 		return nil, errors.New("raftnode: peer transport: the node's raft ID is 0; set peerConfig.ID")
 	}
-	if len(cfg.ClusterTag) > maxClusterTag {
-		return nil, fmt.Errorf("raftnode: peer transport: cluster tag is %d bytes, the limit is %d", len(cfg.ClusterTag), maxClusterTag)
+	if len(cfg.EngineTag) > maxEngineTag {
+		return nil, fmt.Errorf("raftnode: peer transport: engine tag is %d bytes, the limit is %d", len(cfg.EngineTag), maxEngineTag)
 	}
 	var advertise net.Addr
 	if cfg.Advertise != "" {
@@ -400,423 +397,4 @@ func (t *tcpPeers) Close() error {
 	err := t.ln.Close()
 	t.wg.Wait()
 	return err
-}
-
-func (t *tcpPeers) acceptLoop() {
-	defer t.wg.Done()
-	for {
-		c, err := t.ln.Accept()
-		if err != nil {
-			if t.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			time.Sleep(10 * time.Millisecond) // a transient accept error
-			continue
-		}
-		t.mu.Lock()
-		ok := t.goLocked(func() { t.serve(c) })
-		if ok {
-			t.inbound[c] = struct{}{}
-		}
-		t.mu.Unlock()
-		if !ok {
-			c.Close()
-		}
-	}
-}
-
-// serve reads one inbound connection: its hello, then frames handed to
-// raft in order until the connection ends or Close.
-func (t *tcpPeers) serve(c net.Conn) {
-	defer func() {
-		t.mu.Lock()
-		delete(t.inbound, c)
-		t.mu.Unlock()
-		c.Close()
-	}()
-	r := bufio.NewReaderSize(c, 64<<10)
-	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
-	from, addr, kind, err := t.readHello(r, c)
-	if err != nil {
-		if t.ctx.Err() == nil {
-			t.log.Warn("peer connection refused", "remote", c.RemoteAddr(), "err", err)
-		}
-		return
-	}
-	_ = c.SetDeadline(time.Time{})
-	t.learn(from, addr)
-	if kind == connStream {
-		t.mu.Lock()
-		if old := t.streams[from]; old != nil {
-			old.Close()
-		}
-		t.streams[from] = c
-		t.mu.Unlock()
-		defer func() {
-			t.mu.Lock()
-			if t.streams[from] == c {
-				delete(t.streams, from)
-			}
-			t.mu.Unlock()
-		}()
-	}
-	select {
-	case <-t.started:
-	case <-t.ctx.Done():
-		return
-	}
-	limit := uint32(maxFrame)
-	if kind == connSnapshot {
-		limit = maxSnapshotFrame
-	}
-	for {
-		m, err := readFrame(r, limit)
-		if err != nil {
-			if t.ctx.Err() == nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				t.log.Error("peer connection closed on a bad read", "from", from, "remote", c.RemoteAddr(), "err", err)
-			}
-			return
-		}
-		perr := t.h.Process(t.ctx, m)
-		if perr != nil && t.ctx.Err() == nil {
-			t.log.Debug("raft refused a message", "from", from, "type", m.Type, "err", perr)
-		}
-		if kind == connSnapshot {
-			status := snapshotTaken
-			if perr != nil {
-				status = snapshotRejected
-			}
-			_ = c.SetWriteDeadline(time.Now().Add(peerWriteTimeout))
-			_, _ = c.Write([]byte{status})
-			return
-		}
-		if t.ctx.Err() != nil {
-			return
-		}
-	}
-}
-
-// readHello reads and checks a hello, answering it on w unless its magic
-// shows it is not this transport's traffic at all.
-func (t *tcpPeers) readHello(r *bufio.Reader, w io.Writer) (from uint64, addr string, kind byte, err error) {
-	var fixed [len(peerMagic) + 1 + 1 + 8]byte
-	if _, err := io.ReadFull(r, fixed[:]); err != nil {
-		return 0, "", 0, fmt.Errorf("reading the hello: %w", err)
-	}
-	if string(fixed[:len(peerMagic)]) != peerMagic {
-		return 0, "", 0, errors.New("not an etcd-engine peer (wrong magic): a node of the other engine, or not a Tenure node, dialed the raft port")
-	}
-	rest := fixed[len(peerMagic):]
-	version, kind, from := rest[0], rest[1], binary.BigEndian.Uint64(rest[2:10])
-	tag, err := readShortString(r)
-	if err != nil {
-		return 0, "", 0, fmt.Errorf("reading the hello's cluster tag: %w", err)
-	}
-	addr, err = readShortString(r)
-	if err != nil {
-		return 0, "", 0, fmt.Errorf("reading the hello's address: %w", err)
-	}
-	answer := helloOK
-	switch {
-	case from == 0:
-		answer, err = helloBadID, errors.New("a node dialed with raft ID 0")
-	case version != peerVersion:
-		answer, err = helloBadVersion, fmt.Errorf("node %d speaks peer protocol version %d, this node %d", from, version, peerVersion)
-	case tag != t.cfg.ClusterTag:
-		answer, err = helloBadTag, fmt.Errorf("node %d belongs to cluster %q, this node to %q", from, tag, t.cfg.ClusterTag)
-	case kind != connStream && kind != connSnapshot:
-		answer, err = helloBadKind, fmt.Errorf("node %d asked for an unknown connection kind %d", from, kind)
-	}
-	if _, werr := w.Write([]byte{answer}); werr != nil && err == nil {
-		err = fmt.Errorf("answering the hello: %w", werr)
-	}
-	return from, addr, kind, err
-}
-
-// readShortString reads a length byte and that many bytes.
-func readShortString(r *bufio.Reader) (string, error) {
-	n, err := r.ReadByte()
-	if err != nil {
-		return "", err
-	}
-	b := make([]byte, n)
-	_, err = io.ReadFull(r, b)
-	return string(b), err
-}
-
-// dial connects to addr and has its hello accepted. The connection
-// closes when ctx is done.
-func (t *tcpPeers) dial(ctx context.Context, addr string, kind byte) (net.Conn, error) {
-	nd := &net.Dialer{Timeout: peerDialTimeout}
-	var c net.Conn
-	var err error
-	if t.cfg.TLS != nil {
-		d := &tls.Dialer{NetDialer: nd, Config: dialTLS(t.cfg.TLS, addr)}
-		c, err = d.DialContext(ctx, "tcp", addr)
-	} else {
-		c, err = nd.DialContext(ctx, "tcp", addr)
-	}
-	if err != nil {
-		return nil, err
-	}
-	stop := context.AfterFunc(ctx, func() { c.Close() })
-	hello := make([]byte, 0, len(peerMagic)+12+len(t.cfg.ClusterTag)+len(t.addr))
-	hello = append(hello, peerMagic...)
-	hello = append(hello, peerVersion, kind)
-	hello = binary.BigEndian.AppendUint64(hello, t.cfg.ID)
-	hello = append(hello, byte(len(t.cfg.ClusterTag)))
-	hello = append(hello, t.cfg.ClusterTag...)
-	hello = append(hello, byte(len(t.addr)))
-	hello = append(hello, t.addr...)
-	_ = c.SetDeadline(time.Now().Add(handshakeTimeout))
-	var answer [1]byte
-	if _, err = c.Write(hello); err == nil {
-		_, err = io.ReadFull(c, answer[:])
-	}
-	if err == nil && answer[0] != helloOK {
-		err = fmt.Errorf("%w: %s", errPeerRefused, refusal(answer[0]))
-	}
-	if err != nil {
-		stop()
-		c.Close()
-		return nil, fmt.Errorf("hello to %s: %w", addr, err)
-	}
-	_ = c.SetDeadline(time.Time{})
-	return stopConn{Conn: c, stop: stop}, nil
-}
-
-func refusal(b byte) string {
-	switch b {
-	case helloBadVersion:
-		return "another peer protocol version"
-	case helloBadTag:
-		return "another cluster tag (another cluster)"
-	case helloBadKind:
-		return "unknown connection kind"
-	case helloBadID:
-		return "raft ID 0"
-	}
-	return fmt.Sprintf("answer %d", b)
-}
-
-// stopConn releases dial's context.AfterFunc when closed.
-type stopConn struct {
-	net.Conn
-	stop func() bool
-}
-
-func (c stopConn) Close() error {
-	c.stop()
-	return c.Conn.Close()
-}
-
-// tcpPeer is one peer's outbound side: a queue and the writer goroutine
-// that owns the connection.
-type tcpPeer struct {
-	t      *tcpPeers
-	id     uint64
-	addr   string
-	queue  chan raftpb.Message
-	ctx    context.Context // cancelled when the peer is removed or changed, or on Close
-	cancel context.CancelFunc
-	// learned is set while the address came from the peer's hello rather
-	// than SetPeer; guarded by tcpPeers.mu.
-	learned bool
-
-	scratch []byte // the writer's marshalling buffer
-
-	// down is set once raft has been told the peer is unreachable, so
-	// that a burst of drops tells it once; a successful write clears it.
-	down atomic.Bool
-}
-
-func (p *tcpPeer) dropped(m raftpb.Message, why string) {
-	p.t.metrics.dropped.Inc()
-	p.t.log.Debug("raft message dropped", "to", p.id, "addr", p.addr, "type", m.Type, "reason", why)
-	if !p.down.Swap(true) {
-		p.t.reportUnreachable(p.id)
-	}
-}
-
-// run is the peer's writer: it dials when there is something to send,
-// writes everything queued as one batch, and after a failure drops what
-// comes until the next dial is due.
-func (p *tcpPeer) run() {
-	var (
-		conn     net.Conn
-		w        *bufio.Writer
-		backoff  = redialMin
-		nextDial time.Time
-	)
-	defer func() {
-		if conn != nil {
-			conn.Close()
-		}
-	}()
-	for {
-		var m raftpb.Message
-		select {
-		case m = <-p.queue:
-		case <-p.ctx.Done():
-			return
-		}
-		if conn == nil {
-			if time.Now().Before(nextDial) {
-				p.dropped(m, "peer unreachable")
-				continue
-			}
-			c, err := p.t.dial(p.ctx, p.addr, connStream)
-			if err != nil {
-				if p.ctx.Err() != nil {
-					return
-				}
-				if !p.down.Load() {
-					p.t.log.Warn("cannot reach peer", "to", p.id, "addr", p.addr, "err", err)
-				}
-				nextDial = time.Now().Add(backoff)
-				backoff = min(2*backoff, redialMax)
-				p.dropped(m, "dial failed")
-				continue
-			}
-			conn, backoff = c, redialMin
-			if w == nil {
-				w = bufio.NewWriterSize(conn, 64<<10)
-			} else {
-				w.Reset(conn)
-			}
-		}
-		_ = conn.SetWriteDeadline(time.Now().Add(peerWriteTimeout))
-		n, err := p.writeBatch(w, m)
-		if err != nil {
-			if p.ctx.Err() != nil {
-				return
-			}
-			p.t.log.Warn("lost the connection to a peer", "to", p.id, "addr", p.addr, "err", err)
-			conn.Close()
-			conn = nil
-			p.t.metrics.dropped.Add(float64(n))
-			if !p.down.Swap(true) {
-				p.t.reportUnreachable(p.id)
-			}
-			continue // redial at once: the peer may have restarted
-		}
-		p.down.Store(false)
-	}
-}
-
-// writeBatch writes m and every message queued behind it to w, then
-// flushes once: under load many messages share one syscall, and a lone
-// message waits for nothing. n counts the messages taken, m included.
-func (p *tcpPeer) writeBatch(w *bufio.Writer, m raftpb.Message) (n int, err error) {
-	for n = 1; ; n++ {
-		p.scratch, err = writeFrame(w, m, p.scratch)
-		if errors.Is(err, errUnsendable) {
-			// Nothing was written: drop this one alone.
-			p.t.log.Error("raft message not sent", "to", p.id, "err", err)
-			p.t.metrics.dropped.Inc()
-		} else if err != nil {
-			return n, err
-		}
-		select {
-		case m = <-p.queue:
-		default:
-			if cap(p.scratch) > 1<<20 {
-				p.scratch = nil // keep no large message's buffer for good
-			}
-			return n, w.Flush()
-		}
-	}
-}
-
-// sendSnapshot delivers one MsgSnap on a connection of its own and tells
-// raft how it went.
-func (p *tcpPeer) sendSnapshot(m raftpb.Message) {
-	status := etcdraft.SnapshotFailure
-	defer func() { p.t.reportSnapshot(p.id, status) }()
-	err := p.deliverSnapshot(m)
-	if err != nil {
-		if p.ctx.Err() == nil {
-			p.t.log.Warn("snapshot not delivered", "to", p.id, "addr", p.addr, "index", m.Snapshot.Metadata.Index, "err", err)
-		}
-		p.t.metrics.dropped.Inc()
-		p.t.reportUnreachable(p.id)
-		return
-	}
-	status = etcdraft.SnapshotFinish
-}
-
-func (p *tcpPeer) deliverSnapshot(m raftpb.Message) error {
-	size := m.Size()
-	if size > maxSnapshotFrame {
-		return fmt.Errorf("the snapshot message is %d bytes, the limit is %d", size, maxSnapshotFrame)
-	}
-	buf := make([]byte, 4+size)
-	binary.BigEndian.PutUint32(buf, uint32(size))
-	if _, err := m.MarshalTo(buf[4:]); err != nil {
-		return fmt.Errorf("marshalling the snapshot: %w", err)
-	}
-	conn, err := p.t.dial(p.ctx, p.addr, connSnapshot)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	// A deadline per chunk rather than one for the whole: a large
-	// snapshot may take long, but never long without progress.
-	for len(buf) > 0 {
-		n := min(len(buf), snapshotChunk)
-		_ = conn.SetWriteDeadline(time.Now().Add(peerWriteTimeout))
-		if _, err := conn.Write(buf[:n]); err != nil {
-			return fmt.Errorf("sending the snapshot: %w", err)
-		}
-		buf = buf[n:]
-	}
-	_ = conn.SetWriteDeadline(time.Time{})
-	var status [1]byte
-	if _, err := io.ReadFull(conn, status[:]); err != nil {
-		return fmt.Errorf("waiting for the peer to take the snapshot: %w", err)
-	}
-	if status[0] != snapshotTaken {
-		return errors.New("the peer's raft refused the snapshot")
-	}
-	return nil
-}
-
-// writeFrame writes m's frame to w, marshalling through scratch, which
-// it returns grown for the next call.
-func writeFrame(w *bufio.Writer, m raftpb.Message, scratch []byte) ([]byte, error) {
-	size := m.Size()
-	if size > maxFrame {
-		return scratch, fmt.Errorf("%w: a %s message of %d bytes is over the %d-byte frame limit", errUnsendable, m.Type, size, maxFrame)
-	}
-	if cap(scratch) < 4+size {
-		scratch = make([]byte, 4+size)
-	}
-	scratch = scratch[:4+size]
-	binary.BigEndian.PutUint32(scratch, uint32(size))
-	if _, err := m.MarshalTo(scratch[4:]); err != nil {
-		return scratch, fmt.Errorf("%w: marshalling a %s message: %w", errUnsendable, m.Type, err)
-	}
-	_, err := w.Write(scratch)
-	return scratch, err
-}
-
-// readFrame reads one frame of at most limit bytes.
-func readFrame(r *bufio.Reader, limit uint32) (raftpb.Message, error) {
-	var m raftpb.Message
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return m, err
-	}
-	size := binary.BigEndian.Uint32(hdr[:])
-	if size > limit {
-		return m, fmt.Errorf("a frame of %d bytes is over the %d-byte limit", size, limit)
-	}
-	buf := make([]byte, size)
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return m, fmt.Errorf("reading a %d-byte frame: %w", size, err)
-	}
-	if err := m.Unmarshal(buf); err != nil {
-		return m, fmt.Errorf("decoding a message: %w", err)
-	}
-	return m, nil
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // MemNetwork joins in-memory peer transports, for a whole cluster in one
-// process: the etcd engine's counterpart of raft.InmemTransport. Every
+// process: the raft engine's counterpart of hashicorp/raft's InmemTransport. Every
 // transport reaches every other by its address unless a link is cut, and
 // a cut link drops what it carries, as a partition does. Safe for
 // concurrent use.

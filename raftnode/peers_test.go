@@ -94,7 +94,7 @@ func testPeersAt(t *testing.T, id uint64, bind string, tlsCfg *tls.Config, tag s
 	t.Helper()
 	logs := &syncBuffer{}
 	p, err := listenPeers(peerConfig{
-		ID: id, Bind: bind, TLS: tlsCfg, ClusterTag: tag,
+		ID: id, Bind: bind, TLS: tlsCfg, EngineTag: tag,
 		Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics: newPeerMetrics(),
 	})
@@ -242,21 +242,21 @@ func TestPeersRefuseANodeFromAnotherCA(t *testing.T) {
 	}
 }
 
-func TestPeersRefuseAnotherClusterTag(t *testing.T) {
+func TestPeersRefuseAnotherEngineTag(t *testing.T) {
 	noLeaks(t)
-	a, ra, alog := testPeers(t, 1, nil, "cluster-a")
-	b, rb, blog := testPeers(t, 2, nil, "cluster-b")
+	a, ra, alog := testPeers(t, 1, nil, "engine-a")
+	b, rb, blog := testPeers(t, 2, nil, "engine-b")
 	a.SetPeer(2, b.LocalAddr())
 	waitFor(t, "the sender to report the peer unreachable", func() bool {
 		a.Send(appMsgs(1, 2, 0, 1))
 		return ra.unreachableCount(2) > 0
 	})
 	if got := len(rb.received()); got != 0 {
-		t.Errorf("messages delivered across clusters: got = %d, expected: 0", got)
+		t.Errorf("messages delivered across engines: got = %d, expected: 0", got)
 	}
 	waitFor(t, "both ends to log why", func() bool {
-		return strings.Contains(blog.String(), `node 1 belongs to cluster \"cluster-a\", this node to \"cluster-b\"`) &&
-			strings.Contains(alog.String(), "another cluster tag")
+		return strings.Contains(blog.String(), `node 1 runs engine \"engine-a\", this node \"engine-b\"`) &&
+			strings.Contains(alog.String(), "another engine tag")
 	})
 }
 
@@ -276,7 +276,7 @@ func TestPeersRefuseTheOtherEngine(t *testing.T) {
 	old.CloseStreams()
 	old.Close()
 	if err == nil {
-		t.Error("a hashicorp/raft AppendEntries to the etcd engine's port succeeded, expected: an error")
+		t.Error("a hashicorp/raft AppendEntries to the raft engine's port succeeded, expected: an error")
 	}
 
 	c, err := net.Dial("tcp", b.LocalAddr())
@@ -323,7 +323,7 @@ func TestPeersRefuseABadConfig(t *testing.T) {
 		want string
 	}{
 		{"a node without a raft ID", peerConfig{Bind: "127.0.0.1:0"}, "raft ID is 0"},
-		{"a cluster tag over 255 bytes", peerConfig{ID: 1, Bind: "127.0.0.1:0", ClusterTag: strings.Repeat("x", 256)}, "cluster tag is 256 bytes, the limit is 255"},
+		{"an engine tag over 255 bytes", peerConfig{ID: 1, Bind: "127.0.0.1:0", EngineTag: strings.Repeat("x", 256)}, "engine tag is 256 bytes, the limit is 255"},
 		{"an address other nodes cannot dial", peerConfig{ID: 1, Bind: "0.0.0.0:0"}, "not an address other nodes can dial"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -349,8 +349,8 @@ func dialHello(t *testing.T, p *tcpPeers, kind byte) net.Conn {
 	t.Cleanup(func() { c.Close() })
 	hello := append([]byte(peerMagic), peerVersion, kind)
 	hello = binary.BigEndian.AppendUint64(hello, 7)
-	hello = append(hello, byte(len(p.cfg.ClusterTag)))
-	hello = append(hello, p.cfg.ClusterTag...)
+	hello = append(hello, byte(len(p.cfg.EngineTag)))
+	hello = append(hello, p.cfg.EngineTag...)
 	hello = append(hello, 0) // no address to be answered at
 	if _, err := c.Write(hello); err != nil {
 		t.Fatal(err)
@@ -597,104 +597,4 @@ func deadAddr(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
-}
-
-func TestMemNetwork(t *testing.T) {
-	noLeaks(t)
-	mn := NewMemNetwork()
-	a, b := mn.Transport("a"), mn.Transport("b")
-	defer a.Close()
-	defer b.Close()
-	ra, rb := newRecorder(), newRecorder()
-	a.SetPeer(2, "b")
-	b.SetPeer(1, "a")
-	// Sent before Start: they wait in the inbox.
-	a.Send(appMsgs(1, 2, 0, 100))
-	a.Start(ra)
-	b.Start(rb)
-	b.Send(appMsgs(2, 1, 0, 100))
-	waitFor(t, "delivery both ways", func() bool { return len(ra.received()) == 100 && len(rb.received()) == 100 })
-	checkInOrder(t, rb.received(), 1, 0, 100)
-	checkInOrder(t, ra.received(), 2, 0, 100)
-
-	mn.Disconnect("a", "b")
-	a.Send(appMsgs(1, 2, 100, 1))
-	b.Send(appMsgs(2, 1, 100, 1))
-	if ra.unreachableCount(2) != 1 || rb.unreachableCount(1) != 1 {
-		t.Errorf("unreachable reports while disconnected: got = %d and %d, expected: 1 and 1", ra.unreachableCount(2), rb.unreachableCount(1))
-	}
-	snap := raftpb.Message{Type: raftpb.MsgSnap, From: 1, To: 2, Snapshot: &raftpb.Snapshot{Data: []byte("s")}}
-	a.Send([]raftpb.Message{snap})
-	if got := ra.snapshotReports(); len(got) != 1 || got[0] != (snapshotReport{2, etcdraft.SnapshotFailure}) {
-		t.Errorf("snapshot reports while disconnected: got = %v, expected: [{2 SnapshotFailure}]", got)
-	}
-
-	mn.Connect("a", "b")
-	a.Send(appMsgs(1, 2, 100, 10))
-	a.Send([]raftpb.Message{snap})
-	waitFor(t, "the snapshot to be reported finished", func() bool { return len(ra.snapshotReports()) == 2 })
-	if got := ra.snapshotReports()[1]; got != (snapshotReport{2, etcdraft.SnapshotFinish}) {
-		t.Errorf("snapshot report after Connect: got = %v, expected: {2 SnapshotFinish}", got)
-	}
-	got := rb.received()
-	checkInOrder(t, got[100:110], 1, 100, 10)
-	if len(got) != 111 || got[110].Type != raftpb.MsgSnap {
-		t.Errorf("received %d messages after Connect, expected: 111, the snapshot last", len(got))
-	}
-
-	before := ra.unreachableCount(2)
-	mn.Isolate("b")
-	a.Send(appMsgs(1, 2, 110, 1))
-	if got := ra.unreachableCount(2); got != before+1 {
-		t.Errorf("unreachable reports after Isolate: got = %d, expected: %d", got, before+1)
-	}
-}
-
-func TestMemNetworkAnswersANodeAtItsAddress(t *testing.T) {
-	noLeaks(t)
-	mn := NewMemNetwork()
-	a, b := mn.Transport("a"), mn.Transport("b")
-	defer a.Close()
-	defer b.Close()
-	ra, rb := newRecorder(), newRecorder()
-	a.Start(ra)
-	b.Start(rb)
-	a.SetPeer(2, "b")
-	a.Send(appMsgs(1, 2, 0, 1))
-	waitFor(t, "the message to the node that knows nobody", func() bool { return len(rb.received()) == 1 })
-	b.Send(appMsgs(2, 1, 0, 1))
-	waitFor(t, "its answer", func() bool { return len(ra.received()) == 1 })
-	b.RemovePeer(1)
-	a.Send(appMsgs(1, 2, 1, 1))
-	waitFor(t, "a message after RemovePeer", func() bool { return len(rb.received()) == 2 })
-	b.Send(appMsgs(2, 1, 1, 1))
-	if got := rb.unreachableCount(1); got != 1 {
-		t.Errorf("unreachable reports after RemovePeer: got = %d, expected: 1, the address is not learned again", got)
-	}
-}
-
-func TestMemNetworkKeepsCutsAcrossARestart(t *testing.T) {
-	noLeaks(t)
-	mn := NewMemNetwork()
-	a := mn.Transport("a")
-	defer a.Close()
-	ra := newRecorder()
-	a.Start(ra)
-	a.SetPeer(2, "b")
-	b := mn.Transport("b")
-	mn.Disconnect("a", "b")
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	b = mn.Transport("b")
-	defer b.Close()
-	rb := newRecorder()
-	b.Start(rb)
-	a.Send(appMsgs(1, 2, 0, 1))
-	if got := ra.unreachableCount(2); got != 1 {
-		t.Errorf("unreachable reports: got = %d, expected: 1, the link is still cut", got)
-	}
-	mn.Connect("a", "b")
-	a.Send(appMsgs(1, 2, 0, 1))
-	waitFor(t, "delivery after Connect", func() bool { return len(rb.received()) == 1 })
 }

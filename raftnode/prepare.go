@@ -1,29 +1,18 @@
 package raftnode
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 
-	"github.com/hashicorp/raft"
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
-// The etcd engine's start-up checks and rewrites, run before raft starts
-// on the stores: the membership check of a bootstrapping node,
-// ForceNewCluster, and the one-time conversion of a hashicorp engine's
-// data dir. The last two fold the log into one snapshot: the state after
-// every entry in the log, at the last entry's index, with this node as
-// the only voter, and an empty log after it.
-
-// prepareEtcd runs the checks and rewrites on st. converting is true when
+// prepareStart runs the checks and rewrites on st. converting is true when
 // st holds the hashicorp engine's state.
-func prepareEtcd(cfg Config, st stores, self memberInfo, newState func() state, converting bool, m *metrics, log *slog.Logger) error {
+func prepareStart(cfg Config, st stores, self memberInfo, newState func() state, converting bool, m *metrics, log *slog.Logger) error {
 	if converting {
 		return convertFromHashicorp(cfg, st, self, newState, m, log)
 	}
@@ -32,7 +21,7 @@ func prepareEtcd(cfg Config, st stores, self memberInfo, newState func() state, 
 	}
 	// No logger: the engine loads the same state again right after, and
 	// says what it finds.
-	d := &diskStorage{logs: st.logs, stable: st.stable, snaps: st.snaps}
+	d := &diskStorage{wal: st.wal, meta: st.meta, snapshots: st.snapshots}
 	boot, err := d.load()
 	if err != nil {
 		return err
@@ -54,7 +43,7 @@ func prepareEtcd(cfg Config, st stores, self memberInfo, newState func() state, 
 		log.Warn("FORCE NEW CLUSTER: rewriting the stored raft configuration to this node alone; every other member is forgotten. "+
 			"This is a restore tool: on a member of a live cluster it makes a second cluster that diverges from the first",
 			"dir", cfg.DataDir, "old_configuration", formatServers(stored), "new_configuration", formatServers([]Member{{ID: self.ID, Address: self.Addr, Voter: true}}))
-		scratch := &fsm{st: newState(), newState: newState, log: log, metrics: m}
+		scratch := &applier{st: newState(), newState: newState, log: log, metrics: m}
 		if !etcdraft.IsEmptySnap(boot.snap) {
 			if err := scratch.restoreBytes(boot.state); err != nil {
 				return err
@@ -159,7 +148,7 @@ type logPosition struct{ index, term uint64 }
 // raft restarts on that snapshot and nothing else. Each step leaves a
 // state a restart reads correctly: the snapshot is renamed into place
 // whole and covers every entry the log still holds.
-func fold(d *diskStorage, f *fsm, last logPosition, term uint64, self memberInfo) error {
+func fold(d *diskStorage, f *applier, last logPosition, term uint64, self memberInfo) error {
 	f.advance(last.index)
 	state, err := f.snapshotBytes()
 	if err != nil {
@@ -170,16 +159,16 @@ func fold(d *diskStorage, f *fsm, last logPosition, term uint64, self memberInfo
 	if err := d.writeSnapshot(meta, members, state); err != nil {
 		return err
 	}
-	first, err := d.logs.FirstIndex()
+	first, err := d.wal.FirstIndex()
 	if err != nil {
 		return err
 	}
-	lastIdx, err := d.logs.LastIndex()
+	lastIdx, err := d.wal.LastIndex()
 	if err != nil {
 		return err
 	}
 	if first > 0 {
-		if err := d.logs.DeleteRange(first, lastIdx); err != nil {
+		if err := d.wal.DeleteRange(first, lastIdx); err != nil {
 			return fmt.Errorf("drop the folded log: %w", err)
 		}
 	}
@@ -188,89 +177,5 @@ func fold(d *diskStorage, f *fsm, last logPosition, term uint64, self memberInfo
 	if err != nil {
 		return err
 	}
-	return d.stable.Set(hardStateKey, b)
-}
-
-// convertFromHashicorp turns a single node's data dir of the hashicorp
-// engine into the etcd engine's, once: the state after every entry of
-// its log becomes one snapshot, with nothing lost, since a lone voter's
-// log holds only entries it committed or would commit on its next
-// election. A member of a larger cluster cannot convert alone, since the
-// others would still speak the old engine's protocol.
-func convertFromHashicorp(cfg Config, st stores, self memberInfo, newState func() state, m *metrics, log *slog.Logger) error {
-	conf, err := storedConfiguration(st.logs, st.snaps)
-	if err != nil {
-		return err
-	}
-	if len(conf.Servers) > 1 {
-		return fmt.Errorf("%w: data dir %s belongs to a cluster of %d nodes %s on the hashicorp engine, and only a single node converts itself; "+
-			"to move the cluster to this build: tenure snapshot save from the old cluster, then tenure snapshot restore into a new one (docs/operations.md, \"Moving to another consensus engine\")",
-			ErrOtherEngine, cfg.DataDir, len(conf.Servers), formatServers(members(conf)))
-	}
-	if len(conf.Servers) == 1 && string(conf.Servers[0].ID) != self.ID {
-		return &MembershipError{DataDir: cfg.DataDir, NodeID: self.ID, Addr: self.Addr, Servers: members(conf)}
-	}
-	scratch := &fsm{st: newState(), newState: newState, log: log, metrics: m}
-	var last logPosition
-	metas, err := st.snaps.List()
-	if err != nil {
-		return fmt.Errorf("raftnode: list snapshots: %w", err)
-	}
-	if len(metas) > 0 {
-		meta, rc, err := st.snaps.Open(metas[0].ID)
-		if err != nil {
-			return fmt.Errorf("raftnode: open snapshot %s: %w", metas[0].ID, err)
-		}
-		if err := scratch.Restore(rc); err != nil {
-			return err
-		}
-		last = logPosition{index: meta.Index, term: meta.Term}
-	}
-	first, err := st.logs.FirstIndex()
-	if err != nil {
-		return err
-	}
-	lastIdx, err := st.logs.LastIndex()
-	if err != nil {
-		return err
-	}
-	applied := 0
-	for i := max(first, last.index+1); first > 0 && i <= lastIdx; i++ {
-		var l raft.Log
-		if err := st.logs.GetLog(i, &l); err != nil {
-			return fmt.Errorf("raftnode: convert: log entry %d: %w", i, err)
-		}
-		if l.Type == raft.LogCommand {
-			scratch.applyData(l.Index, l.Term, l.Data)
-			applied++
-		}
-		last = logPosition{index: l.Index, term: l.Term}
-	}
-	term := last.term
-	if v, err := st.stable.GetUint64([]byte("CurrentTerm")); err == nil {
-		term = max(term, v)
-	}
-	d := &diskStorage{logs: st.logs, stable: st.stable, snaps: st.snaps, log: log}
-	if last.index > 0 {
-		if err := fold(d, scratch, last, term, self); err != nil {
-			return fmt.Errorf("raftnode: convert: %w", err)
-		}
-	}
-	if st.dir != "" {
-		if err := writeEngine(st.dir, engineEtcd); err != nil {
-			return err
-		}
-	}
-	log.Warn("converted the data dir from the hashicorp/raft engine to the etcd raft engine: its log is now one snapshot, with nothing lost; this happens once",
-		"dir", cfg.DataDir, "index", last.index, "term", term, "entries_replayed", applied, "revision", scratch.st.Revision())
-	return nil
-}
-
-// ErrOtherEngine is returned when a data dir or a cluster runs the other
-// consensus engine and cannot be taken over in place.
-var ErrOtherEngine = errors.New("raftnode: another consensus engine")
-
-// restoreBytes restores the state from a snapshot in fsm's format.
-func (f *fsm) restoreBytes(b []byte) error {
-	return f.Restore(io.NopCloser(bytes.NewReader(b)))
+	return d.meta.Set(hardStateKey, b)
 }

@@ -3,8 +3,6 @@ package raftnode
 import (
 	"fmt"
 	"strings"
-
-	"github.com/hashicorp/raft"
 )
 
 // MembershipError is returned by Open when a bootstrapping node's DataDir
@@ -47,48 +45,4 @@ func formatServers(servers []Member) string {
 		parts[i] = fmt.Sprintf("%s@%s (%s)", s.ID, s.Address, role)
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
-}
-
-// storedConfiguration returns the latest configuration in a hashicorp
-// engine's stores, as hashicorp/raft found it: the last configuration
-// entry in the log after the newest snapshot, else that snapshot's.
-func storedConfiguration(logs raft.LogStore, snaps raft.SnapshotStore) (raft.Configuration, error) {
-	var conf raft.Configuration
-	var after uint64
-	metas, err := snaps.List()
-	if err != nil {
-		return conf, fmt.Errorf("raftnode: list snapshots: %w", err)
-	}
-	if len(metas) > 0 { // newest first
-		conf, after = metas[0].Configuration, metas[0].Index
-	}
-	first, err := logs.FirstIndex()
-	if err != nil {
-		return conf, fmt.Errorf("raftnode: first log index: %w", err)
-	}
-	last, err := logs.LastIndex()
-	if err != nil {
-		return conf, fmt.Errorf("raftnode: last log index: %w", err)
-	}
-	if last == 0 {
-		return conf, nil
-	}
-	for idx := last; idx >= max(first, after+1) && idx > 0; idx-- {
-		var l raft.Log
-		if err := logs.GetLog(idx, &l); err != nil {
-			return conf, fmt.Errorf("raftnode: read log entry %d: %w", idx, err)
-		}
-		if l.Type == raft.LogConfiguration {
-			return raft.DecodeConfiguration(l.Data), nil
-		}
-	}
-	return conf, nil
-}
-
-func members(c raft.Configuration) []Member {
-	out := make([]Member, len(c.Servers))
-	for i, s := range c.Servers {
-		out[i] = Member{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter}
-	}
-	return out
 }

@@ -77,7 +77,7 @@ func Seed(cfg Config, state io.Reader) (revision int64, err error) {
 		return 0, err
 	}
 	defer st.close()
-	d := &diskStorage{logs: st.logs, stable: st.stable, snaps: st.snaps}
+	d := &diskStorage{wal: st.wal, meta: st.meta, snapshots: st.snapshots}
 	boot, err := d.load()
 	if err != nil {
 		return 0, err
@@ -98,7 +98,7 @@ func Seed(cfg Config, state io.Reader) (revision int64, err error) {
 	// what the snapshot holds.
 	hs, err := (&raftpb.HardState{Term: seedTerm, Commit: seedIndex}).Marshal()
 	if err == nil {
-		err = st.stable.Set(hardStateKey, hs)
+		err = st.meta.Set(hardStateKey, hs)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("raftnode: seed: %w", err)

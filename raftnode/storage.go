@@ -1,5 +1,18 @@
 package raftnode
 
+// What the raft engine keeps across restarts, in the files the hashicorp
+// engine used under DataDir/raft: the WAL in raft-wal segments (walStore,
+// with its checksums, torn-tail and repair rules and the full-disk
+// reserve), the hard state in the WAL's meta store, and the snapshot
+// files of hashicorp/raft's file snapshot store, which carry a CRC64 and
+// are renamed into place whole. Reusing them rather than etcd's wal
+// package keeps every recovery rule the WAL already has and its tests,
+// and makes an old data dir's snapshots readable as they are. What tells
+// the two formats apart is the ENGINE file (convert.go).
+//
+// A WAL record's Data is the whole marshalled raftpb.Entry (its type
+// included); its hashicorp Type is always LogCommand.
+
 import (
 	"bytes"
 	"encoding/binary"
@@ -10,33 +23,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/hashicorp/raft"
 	"go.etcd.io/raft/v3/raftpb"
-)
-
-// The etcd engine keeps its state in the files the hashicorp engine used,
-// under DataDir/raft: the raft-wal log (walStore, with its checksums,
-// torn-tail and repair rules and the full-disk reserve), raft-wal's meta
-// store for the hard state, and hashicorp's file snapshot store, whose
-// snapshots carry a CRC64 and are renamed into place whole. Reusing them
-// rather than etcd's wal package keeps every recovery rule the log store
-// already has and its tests, and makes an old data dir's snapshots
-// readable as they are. What tells the two formats apart is engineFile.
-//
-// A log record's Data is the whole marshalled raftpb.Entry (its type
-// included); its hashicorp Type is always LogCommand.
-
-// engineFile names the engine that wrote DataDir/raft. A directory
-// without it was written by the hashicorp engine.
-const engineFile = "ENGINE"
-
-const (
-	engineHashicorp = "hashicorp-raft"
-	engineEtcd      = "etcd-raft"
 )
 
 // hardStateKey holds term and vote, which must be durable before a vote
@@ -46,47 +37,6 @@ const (
 // the leader, or, alone, commits its log again when it is elected.
 var hardStateKey = []byte("etcdraft_hardstate")
 
-// readEngine reports which engine wrote dir (DataDir/raft); "" when dir
-// holds no raft state at all.
-func readEngine(dir string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, engineFile))
-	switch {
-	case err == nil:
-		return strings.TrimSpace(string(b)), nil
-	case !errors.Is(err, os.ErrNotExist):
-		return "", fmt.Errorf("raftnode: %w", err)
-	}
-	for _, old := range []string{"wal", "raft.db", "snapshots"} {
-		if _, err := os.Stat(filepath.Join(dir, old)); err == nil {
-			return engineHashicorp, nil
-		}
-	}
-	return "", nil
-}
-
-// writeEngine records the engine durably: the file is synced and so is
-// the directory that names it.
-func writeEngine(dir, engine string) error {
-	path := filepath.Join(dir, engineFile)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o640)
-	if err != nil {
-		return fmt.Errorf("raftnode: %w", err)
-	}
-	_, err = f.WriteString(engine + "\n")
-	err = errors.Join(err, f.Sync(), f.Close())
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		return fmt.Errorf("raftnode: record engine: %w", err)
-	}
-	return nil
-}
-
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
@@ -95,7 +45,7 @@ func syncDir(dir string) error {
 	return errors.Join(d.Sync(), d.Close())
 }
 
-// raftID is the etcd engine's uint64 ID for a Tenure node ID. It is a
+// raftID is the raft engine's uint64 ID for a Tenure node ID. It is a
 // hash, so every node computes the same one without a registry; AddVoter
 // and AddNonvoter refuse an ID whose hash another member already has.
 func raftID(name string) uint64 {
@@ -107,7 +57,7 @@ func raftID(name string) uint64 {
 	return 1
 }
 
-// memberInfo is what the etcd engine knows of a member beyond its raft
+// memberInfo is what the raft engine knows of a member beyond its raft
 // ID: the Tenure node ID it hashes and its peer address.
 type memberInfo struct {
 	ID   string `json:"id"`
@@ -123,7 +73,7 @@ type confContext struct {
 	From uint64 `json:"from,omitempty"` // the proposer's raft ID
 }
 
-// configuration is a membership as the snapshot store records it: the
+// configuration is a configuration as the snapshot files record it: the
 // hashicorp Configuration type, so that a snapshot of either engine reads
 // the same way.
 func configuration(cs raftpb.ConfState, members map[uint64]memberInfo) raft.Configuration {
@@ -157,7 +107,7 @@ func confState(c raft.Configuration) (raftpb.ConfState, map[uint64]memberInfo) {
 
 // A snapshot travelling in a MsgSnap carries the members with the state:
 // a 4-byte length, the members as JSON, then the state machine's
-// snapshot (fsm's format). On disk the members are the snapshot store's
+// snapshot (the applier's format). In the snapshot files the members are the
 // Configuration instead.
 func encodeSnapshotData(members map[uint64]memberInfo, state []byte) []byte {
 	list := make([]memberInfo, 0, len(members))
@@ -188,14 +138,15 @@ func decodeSnapshotData(b []byte) (map[uint64]memberInfo, []byte, error) {
 	return members, b[4+n:], nil
 }
 
-// diskStorage writes what the etcd engine must keep across restarts.
+// diskStorage writes what the raft engine must keep across restarts:
+// the WAL, its meta store (the hard state) and the snapshot files.
 // Only the Ready loop writes; snapshots are also written by the snapshot
 // goroutine, and the stores are safe for that.
 type diskStorage struct {
-	logs   raft.LogStore
-	stable raft.StableStore
-	snaps  raft.SnapshotStore
-	log    *slog.Logger // may be nil
+	wal       raft.LogStore
+	meta      raft.StableStore
+	snapshots raft.SnapshotStore
+	log       *slog.Logger // may be nil
 	// hs is the hard state last written, to skip writes that change
 	// nothing durable.
 	hs raftpb.HardState
@@ -212,7 +163,7 @@ type bootState struct {
 
 func (d *diskStorage) load() (bootState, error) {
 	b := bootState{members: map[uint64]memberInfo{}}
-	metas, err := d.snaps.List()
+	metas, err := d.snapshots.List()
 	if err != nil {
 		return b, fmt.Errorf("raftnode: list snapshots: %w", err)
 	}
@@ -237,16 +188,16 @@ func (d *diskStorage) load() (bootState, error) {
 		}
 		break
 	}
-	if v, err := d.stable.Get(hardStateKey); err == nil && len(v) > 0 {
+	if v, err := d.meta.Get(hardStateKey); err == nil && len(v) > 0 {
 		if err := b.hs.Unmarshal(v); err != nil {
 			return b, fmt.Errorf("raftnode: hard state: %w", err)
 		}
 	}
-	first, err := d.logs.FirstIndex()
+	first, err := d.wal.FirstIndex()
 	if err != nil {
 		return b, fmt.Errorf("raftnode: log: %w", err)
 	}
-	last, err := d.logs.LastIndex()
+	last, err := d.wal.LastIndex()
 	if err != nil {
 		return b, fmt.Errorf("raftnode: log: %w", err)
 	}
@@ -257,7 +208,7 @@ func (d *diskStorage) load() (bootState, error) {
 	from := max(first, b.snap.Metadata.Index+1)
 	for i := from; first > 0 && i <= last; i++ {
 		var l raft.Log
-		if err := d.logs.GetLog(i, &l); err != nil {
+		if err := d.wal.GetLog(i, &l); err != nil {
 			return b, fmt.Errorf("raftnode: log entry %d: %w", i, err)
 		}
 		var e raftpb.Entry
@@ -280,7 +231,7 @@ func (d *diskStorage) load() (bootState, error) {
 
 // readSnapshot reads one snapshot whole; the store checks its CRC.
 func (d *diskStorage) readSnapshot(id string) (*raft.SnapshotMeta, []byte, error) {
-	meta, rc, err := d.snaps.Open(id)
+	meta, rc, err := d.snapshots.Open(id)
 	if err != nil {
 		return nil, nil, fmt.Errorf("raftnode: open snapshot %s: %w", id, err)
 	}
@@ -301,7 +252,7 @@ func (d *diskStorage) saveHardState(hs raftpb.HardState) error {
 	if err != nil {
 		return err
 	}
-	if err := d.stable.Set(hardStateKey, b); err != nil {
+	if err := d.meta.Set(hardStateKey, b); err != nil {
 		return fmt.Errorf("raftnode: save hard state: %w", err)
 	}
 	afterLogSync()
@@ -315,12 +266,12 @@ func (d *diskStorage) append(ents []raftpb.Entry) error {
 	if len(ents) == 0 {
 		return nil
 	}
-	last, err := d.logs.LastIndex()
+	last, err := d.wal.LastIndex()
 	if err != nil {
 		return err
 	}
 	if first := ents[0].Index; first <= last {
-		if err := d.logs.DeleteRange(first, last); err != nil {
+		if err := d.wal.DeleteRange(first, last); err != nil {
 			return fmt.Errorf("raftnode: truncate log from %d: %w", first, err)
 		}
 	}
@@ -332,7 +283,7 @@ func (d *diskStorage) append(ents []raftpb.Entry) error {
 		}
 		logs[i] = &raft.Log{Index: ents[i].Index, Term: ents[i].Term, Type: raft.LogCommand, Data: data}
 	}
-	return d.logs.StoreLogs(logs)
+	return d.wal.StoreLogs(logs)
 }
 
 // saveSnapshot writes a snapshot the node was sent and drops the log it
@@ -345,16 +296,16 @@ func (d *diskStorage) saveSnapshot(snap raftpb.Snapshot) error {
 	if err := d.writeSnapshot(snap.Metadata, members, state); err != nil {
 		return err
 	}
-	first, err := d.logs.FirstIndex()
+	first, err := d.wal.FirstIndex()
 	if err != nil {
 		return err
 	}
-	last, err := d.logs.LastIndex()
+	last, err := d.wal.LastIndex()
 	if err != nil {
 		return err
 	}
 	if first > 0 {
-		if err := d.logs.DeleteRange(first, last); err != nil {
+		if err := d.wal.DeleteRange(first, last); err != nil {
 			return fmt.Errorf("raftnode: drop the log a snapshot replaces: %w", err)
 		}
 	}
@@ -362,7 +313,7 @@ func (d *diskStorage) saveSnapshot(snap raftpb.Snapshot) error {
 }
 
 func (d *diskStorage) writeSnapshot(meta raftpb.SnapshotMetadata, members map[uint64]memberInfo, state []byte) error {
-	sink, err := d.snaps.Create(raft.SnapshotVersionMax, meta.Index, meta.Term, configuration(meta.ConfState, members), meta.Index, peerEncoder{})
+	sink, err := d.snapshots.Create(raft.SnapshotVersionMax, meta.Index, meta.Term, configuration(meta.ConfState, members), meta.Index, peerEncoder{})
 	if err != nil {
 		return fmt.Errorf("raftnode: create snapshot: %w", err)
 	}
@@ -378,38 +329,16 @@ func (d *diskStorage) writeSnapshot(meta raftpb.SnapshotMetadata, members map[ui
 
 // compact drops log entries up to index, which a snapshot covers.
 func (d *diskStorage) compact(index uint64) error {
-	first, err := d.logs.FirstIndex()
+	first, err := d.wal.FirstIndex()
 	if err != nil || first == 0 || first > index {
 		return err
 	}
-	return d.logs.DeleteRange(first, index)
+	return d.wal.DeleteRange(first, index)
 }
 
-// peerEncoder satisfies the one Transport method the snapshot store
+// peerEncoder satisfies the one Transport method the snapshot files' store
 // calls, to fill a legacy peers field nobody reads; the rest of
 // raft.Transport is never used and stays nil.
 type peerEncoder struct{ raft.Transport }
 
 func (peerEncoder) EncodePeer(_ raft.ServerID, addr raft.ServerAddress) []byte { return []byte(addr) }
-
-// claimDir makes sure dir holds the etcd engine's state, none, or the
-// hashicorp engine's (converting: Open converts it), and marks a new one
-// as the etcd engine's before anything is written in it.
-func claimDir(dir string) (converting bool, err error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return false, fmt.Errorf("raftnode: %w", err)
-	}
-	engine, err := readEngine(dir)
-	switch {
-	case err != nil:
-		return false, err
-	case engine == "":
-		return false, writeEngine(dir, engineEtcd)
-	case engine == engineEtcd:
-		return false, nil
-	case engine == engineHashicorp:
-		return true, nil
-	default:
-		return false, fmt.Errorf("raftnode: %s holds state of an engine this build does not know, %q", dir, engine)
-	}
-}

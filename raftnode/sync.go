@@ -19,10 +19,10 @@ func (n *Node) Sync(ctx context.Context) error {
 		return err
 	}
 	defer n.inflight.Done()
-	if _, id := n.etcd.leaderInfo(); id == "" {
+	if _, id := n.engine.leaderInfo(); id == "" {
 		return n.notLeader()
 	}
-	idx, err := n.etcd.readIndex(ctx)
+	idx, err := n.engine.readIndex(ctx)
 	if err != nil {
 		return err
 	}

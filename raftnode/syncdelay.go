@@ -2,7 +2,7 @@
 
 package raftnode
 
-// afterLogSync is called by the log stores right after each write they
+// afterLogSync is called by the WAL right after each write they
 // made durable returns. In a release build it does nothing; a build with
 // -tags benchsync makes it sleep TENURE_BENCH_SYNC_DELAY, a slower disk
 // for measurements (syncdelay_benchsync.go).

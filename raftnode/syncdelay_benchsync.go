@@ -36,7 +36,7 @@ func parseSyncDelay(s string) (time.Duration, error) {
 }
 
 // afterLogSync sleeps TENURE_BENCH_SYNC_DELAY after each durable write
-// of the log stores, on the goroutine that wrote: what a disk whose sync
+// of the WAL, on the goroutine that wrote: what a disk whose sync
 // takes that much longer costs.
 func afterLogSync() {
 	if d := syncDelay(); d > 0 {

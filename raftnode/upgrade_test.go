@@ -20,7 +20,7 @@ import (
 // hashicorpFSM lets hashicorp/raft, the engine before issue 24, drive
 // the test's state, so that the upgrade tests start from a data dir that
 // engine really wrote.
-type hashicorpFSM struct{ f *fsm }
+type hashicorpFSM struct{ f *applier }
 
 func (h hashicorpFSM) Apply(l *raft.Log) any {
 	h.f.mu.Lock()
@@ -79,12 +79,12 @@ func writeHashicorpDataDir(t *testing.T, cfg Config, voters []raft.Server, puts 
 	rc.LocalID = raft.ServerID(cfg.NodeID)
 	rc.Logger = newHCLogger(cfg.Logger, "raft")
 	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
-	if err := raft.BootstrapCluster(rc, st.logs, st.stable, st.snaps, trans, raft.Configuration{Servers: voters}); err != nil {
+	if err := raft.BootstrapCluster(rc, st.wal, st.meta, st.snapshots, trans, raft.Configuration{Servers: voters}); err != nil {
 		t.Fatal(err)
 	}
 	fake := newFake(nil)
-	f := &fsm{st: fake(), newState: fake, log: cfg.Logger, metrics: m}
-	r, err := raft.NewRaft(rc, hashicorpFSM{f}, st.logs, st.stable, st.snaps, trans)
+	f := &applier{st: fake(), newState: fake, log: cfg.Logger, metrics: m}
+	r, err := raft.NewRaft(rc, hashicorpFSM{f}, st.wal, st.meta, st.snapshots, trans)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func writeHashicorpDataDir(t *testing.T, cfg Config, voters []raft.Server, puts 
 // TestASingleNodesHashicorpDataDirConvertsItselfOnce is issue 24's
 // upgrade path: a data dir hashicorp/raft wrote, with a snapshot and a
 // log tail after it, opens with every write in it, says so once in the
-// log, and is the etcd engine's from then on.
+// log, and is the raft engine's from then on.
 func TestASingleNodesHashicorpDataDirConvertsItselfOnce(t *testing.T) {
 	for _, store := range logStores {
 		t.Run(store, func(t *testing.T) {
@@ -149,7 +149,7 @@ func TestASingleNodesHashicorpDataDirConvertsItselfOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			// Once only: the next start finds the etcd engine's dir.
+			// Once only: the next start finds the raft engine's dir.
 			logs = &recordHandler{}
 			cfg.Logger = slog.New(logs)
 			n = openFake(t, cfg, nil)
@@ -182,7 +182,7 @@ func TestAClusterMembersHashicorpDataDirIsNotConverted(t *testing.T) {
 			t.Fatalf("got = %v, expected: ErrOtherEngine naming snapshot save and restore, on every try", err)
 		}
 	}
-	if engine, err := readEngine(filepath.Join(cfg.DataDir, "raft")); err != nil || engine != engineHashicorp {
+	if engine, err := readEngine(filepath.Join(cfg.DataDir, "raft")); err != nil || engine != engineHashicorpRaft {
 		t.Errorf("the data dir after the refusal: engine %q (%v), expected: still the hashicorp engine's", engine, err)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/raft-wal/types"
 )
 
-// walStore is raft's log and stable store on hashicorp/raft-wal, made to
+// walStore is the WAL and its meta store on hashicorp/raft-wal, made to
 // survive a full disk.
 //
 // raft-wal wedges when the disk fills: a segment is sealed, creating the

@@ -16,6 +16,7 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/auth"
+	"github.com/tenurehq/tenure/frontend"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -41,8 +42,8 @@ import (
 
 var (
 	errUnauthenticated  = errors.New("unauthenticated")
-	errPermissionDenied = errors.New("permission denied")
-	errRateLimited      = errors.New("rate limited")
+	errPermissionDenied = frontend.ErrPermissionDenied
+	errRateLimited      = frontend.ErrRateLimited
 )
 
 type callerKey struct{}
@@ -160,7 +161,7 @@ func (s *Server) check(ctx context.Context, msg any) (done func(), err error) {
 		if !g.Identity(m.Identity) {
 			return nil, deny("%s may not open a session as identity %q", who, m.Identity)
 		}
-		return s.sessionQuota(g)
+		return nil, nil // the leader counts it (openingSession)
 	case *tenurev1.KeepAliveRequest:
 		// Heartbeats never enter the log, so no apply-time check backs
 		// this one up: the heartbeat itself checks the session's owner,
@@ -364,6 +365,21 @@ func (s *Server) actorFor(ctx context.Context) *statemachine.Actor {
 	return a
 }
 
+// openingSession, on the leader, counts the sessions of the caller of
+// ctx against its policy's sessions, whichever API opens one: it holds
+// the principal's Open lock, which the caller unlocks once the session
+// is opened or refused. nil, nil without a policy or limit.
+func (s *Server) openingSession(ctx context.Context) (unlock func(), err error) {
+	if s.auth == nil {
+		return nil, nil
+	}
+	g, err := s.grants(ctx, false)
+	if err != nil || g == nil {
+		return nil, err
+	}
+	return s.sessionQuota(g)
+}
+
 // sessionQuota holds the principal's Open lock while the session count
 // is checked and the session opened.
 func (s *Server) sessionQuota(g *auth.Grants) (func(), error) {
@@ -441,9 +457,9 @@ func (s *Server) showSession(g *auth.Grants, sess *tenurev1.Session) bool {
 
 // readable returns the filter of events the caller of ctx may read under
 // the policy in force at each event, or nil to send everything.
-// The credential is checked again at each event: an error ends the
-// stream.
-func (s *Server) readable(ctx context.Context) func(*statemachine.Event) (bool, error) {
+// The credential is checked again at each event, and so is reads (nil:
+// nothing more), the watch's own scope: an error ends the stream.
+func (s *Server) readable(ctx context.Context, reads func(*auth.Grants) bool) func(*statemachine.Event) (bool, error) {
 	if s.auth == nil {
 		return nil
 	}
@@ -456,6 +472,9 @@ func (s *Server) readable(ctx context.Context) func(*statemachine.Event) (bool, 
 			return false, toConnect(fmt.Errorf("%w: %v", errUnauthenticated, err))
 		}
 		g := s.auth.authn.Policy.Policy().For(c.Principal)
+		if reads != nil && !reads(g) {
+			return false, toConnect(deny("%s may no longer read what this watch follows", c.Principal))
+		}
 		if e.KV != nil {
 			return g.Key(auth.Read, e.KV.Key), nil
 		}
@@ -489,11 +508,21 @@ func (s *Server) record(ctx context.Context, action string, msg any, remote stri
 	if s.auth == nil {
 		return
 	}
+	s.audit(ctx, action, target(msg), remote, err)
+}
+
+// audit writes one audit entry for the caller of ctx: its action on
+// target and the outcome, err (nil: allowed; a refusal of the caller:
+// denied; anything else: failed). remote "" takes the address on ctx.
+func (s *Server) audit(ctx context.Context, action, target, remote string, err error) {
+	if s.auth == nil {
+		return
+	}
 	if remote == "" {
 		remote = remoteOf(ctx)
 	}
 	c, _ := callerOf(ctx)
-	e := auth.Entry{Principal: c.Principal, Action: action, Target: target(msg), Outcome: "allowed", Remote: remote}
+	e := auth.Entry{Principal: c.Principal, Action: action, Target: target, Outcome: "allowed", Remote: remote}
 	if c.Peer && c.Principal == "" {
 		e.Principal = "(node)"
 	}
@@ -501,6 +530,7 @@ func (s *Server) record(ctx context.Context, action string, msg any, remote stri
 	switch {
 	case err == nil:
 	case errors.Is(err, errUnauthenticated), errors.Is(err, errPermissionDenied), errors.Is(err, errRateLimited),
+		errors.Is(err, statemachine.ErrNotOwner),
 		code == connect.CodeUnauthenticated, code == connect.CodePermissionDenied,
 		reasonOf(err) == api.ReasonRateLimited:
 		e.Outcome, e.Reason = "denied", err.Error()

@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/tenurehq/tenure/api"
+	"github.com/tenurehq/tenure/frontend"
 	"github.com/tenurehq/tenure/lessor"
 	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/statemachine"
@@ -72,6 +73,12 @@ func toConnect(err error) error {
 	if errors.As(err, &ce) {
 		return err
 	}
+	if errors.Is(err, frontend.ErrLimit) {
+		// A wait or watch slot: no reason of its own, which clients
+		// would map to nothing more than the code; the message names
+		// the limit.
+		return connect.NewError(connect.CodeResourceExhausted, errorMessage(err))
+	}
 	for _, e := range errorCodes {
 		if errors.Is(err, e.err) {
 			out := connect.NewError(e.code, errorMessage(err))
@@ -102,7 +109,7 @@ func errorMessage(err error) error {
 	}
 	// The code says it already: "permission_denied: permission
 	// denied: ..." would say it twice.
-	for _, sentinel := range []error{errInvalid, errUnauthenticated, errPermissionDenied, errRateLimited} {
+	for _, sentinel := range []error{errInvalid, errUnauthenticated, errPermissionDenied, errRateLimited, frontend.ErrLimit} {
 		if errors.Is(err, sentinel) {
 			msg := err.Error()
 			if p := sentinel.Error() + ": "; len(msg) > len(p) && msg[:len(p)] == p {

@@ -13,18 +13,12 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/status"
 
 	"github.com/tenurehq/tenure/etcdapi"
-	"github.com/tenurehq/tenure/lessor"
-	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/statemachine"
-	"github.com/tenurehq/tenure/watch"
 )
 
 // EtcdConfig turns on the etcd v3 API (package etcdapi) on a listener of
@@ -58,9 +52,12 @@ func (s *Server) startEtcd() error {
 	if err := ec.Compaction.Validate(); err != nil {
 		return err
 	}
-	// etcd's request and answer sizes first: its interceptor refuses a
-	// request too large before authentication and forwarding.
-	opts := append(etcdapi.ServerOptions(s.cfg.Limits.EtcdMaxRequestBytes),
+	// The metrics first, so that every call is counted, a refused one
+	// too; then etcd's request and answer sizes: its interceptor refuses
+	// a request too large before authentication and forwarding.
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.etcdMetricsUnary), grpc.ChainStreamInterceptor(s.etcdMetricsStream)}
+	opts = append(opts, etcdapi.ServerOptions(s.cfg.Limits.EtcdMaxRequestBytes)...)
+	opts = append(opts,
 		grpc.ChainUnaryInterceptor(s.etcdUnaryInterceptors()...),
 		grpc.ChainStreamInterceptor(s.etcdStreamInterceptors()...),
 		// As etcd: clients' keep-alive pings every 5s or more are fine.
@@ -70,7 +67,7 @@ func (s *Server) startEtcd() error {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.etcdTLS)))
 	}
 	s.etcd = grpc.NewServer(opts...)
-	etcdapi.Register(s.etcd, etcdBackend{s})
+	etcdapi.Register(s.etcd, etcdBackend{frontNode{s}})
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
@@ -115,38 +112,9 @@ func (s *Server) stopEtcd() {
 	}
 }
 
-// etcdBackend is the node as the etcd services see it.
-type etcdBackend struct{ s *Server }
-
-// etcdError turns a node's error into etcd's: the state machine's own
-// errors pass, for etcdapi to map. A lost leadership is a read's here;
-// etcdProposeError is for a write.
-func etcdError(err error) error {
-	var nl *notLeaderError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &nl), errors.Is(err, raftnode.ErrNotLeader), errors.Is(err, lessor.ErrNotLeader):
-		return fmt.Errorf("%w: %v", etcdapi.ErrNotLeader, err)
-	case errors.Is(err, raftnode.ErrLeadershipLost):
-		return fmt.Errorf("%w: %w", etcdapi.ErrLeaderChanged, err)
-	case errors.Is(err, raftnode.ErrDiskFull):
-		return rpctypes.ErrGRPCNoSpace
-	case errors.Is(err, raftnode.ErrClosed):
-		return rpctypes.ErrGRPCStopped
-	}
-	return err
-}
-
-// etcdProposeError is etcdError for a proposal: one in flight when its
-// leader lost its leadership may still commit, and etcd answers it as a
-// timeout due to the leader's failure.
-func etcdProposeError(err error) error {
-	if errors.Is(err, raftnode.ErrLeadershipLost) {
-		return fmt.Errorf("%w: %w", etcdapi.ErrLeaderFailed, err)
-	}
-	return etcdError(err)
-}
+// etcdBackend is the node as the etcd services see it: the node every
+// API sees (frontNode), and what only etcd's services ask of it.
+type etcdBackend struct{ frontNode }
 
 // Propose waits out the moment after a new cluster's election when
 // every member has registered a build that runs cluster version 5 but
@@ -156,22 +124,17 @@ func etcdProposeError(err error) error {
 // is safe to propose it again. A cluster with an older member still
 // answers "not capable", after the wait.
 func (b etcdBackend) Propose(ctx context.Context, cmd statemachine.Command) (statemachine.Result, error) {
-	if open, ok := cmd.(statemachine.OpenSession); ok {
-		// An etcd lease is a session: the same bound on an identity's.
-		open.MaxPerIdentity = b.s.cfg.Limits.MaxSessionsPerIdentity
-		cmd = open
-	}
 	deadline := time.Now().Add(versionWait)
 	for {
-		res, err := b.s.propose(ctx, cmd)
+		res, err := b.frontNode.Propose(ctx, cmd)
 		if !errors.Is(err, statemachine.ErrNotSupported) || time.Now().After(deadline) {
-			return res, etcdProposeError(err)
+			return res, err
 		}
 		select {
 		case <-ctx.Done():
-			return res, etcdProposeError(err)
+			return res, err
 		case <-b.s.stopC:
-			return res, etcdProposeError(err)
+			return res, err
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -181,50 +144,6 @@ func (b etcdBackend) Propose(ctx context.Context, cmd statemachine.Command) (sta
 // version: the leader raises it within a second of the last member's
 // registration.
 const versionWait = 5 * time.Second
-
-func (b etcdBackend) Read(ctx context.Context, serializable bool, fn func(m *statemachine.Machine) error) error {
-	return etcdError(b.s.read(ctx, serializable, fn))
-}
-
-func (b etcdBackend) Renew(ctx context.Context, id int64) (time.Duration, error) {
-	known, err := b.s.ownHeartbeat(ctx, id)
-	if err != nil {
-		return 0, b.s.etcdRefuse(ctx, "/etcdserverpb.Lease/LeaseKeepAlive", "", err)
-	}
-	if !known {
-		if !b.s.lessor.Leading(id) {
-			return 0, etcdError(b.s.notLeader())
-		}
-		return 0, fmt.Errorf("%w: %d", statemachine.ErrSessionNotFound, id)
-	}
-	ttl, err := b.s.lessor.Heartbeat(id)
-	if errors.Is(err, lessor.ErrSessionExpired) {
-		return 0, fmt.Errorf("%w: %d expired", statemachine.ErrSessionNotFound, id)
-	}
-	return ttl, etcdError(err)
-}
-
-func (b etcdBackend) Remaining(ctx context.Context, id int64) (time.Duration, error) {
-	if !b.s.leading.Load() {
-		return 0, etcdError(b.s.notLeader())
-	}
-	left, ok := b.s.lessor.Remaining(id)
-	if !ok {
-		if !b.s.lessor.Leading(id) {
-			return 0, etcdError(b.s.notLeader())
-		}
-		return 0, fmt.Errorf("%w: %d", statemachine.ErrSessionNotFound, id)
-	}
-	return left, nil
-}
-
-func (b etcdBackend) Watch(start int64, filter func(*statemachine.Event) bool) (*watch.Watcher, error) {
-	return b.s.hub.Watch(start, filter)
-}
-
-func (b etcdBackend) Authorize(ctx context.Context, verb etcdapi.Verb, key, end string) error {
-	return b.s.etcdAuthorize(ctx, verb, key, end)
-}
 
 func (b etcdBackend) Identity(ctx context.Context) string { return b.s.etcdIdentity(ctx) }
 
@@ -237,16 +156,6 @@ func (b etcdBackend) Authenticate(ctx context.Context, name, password string) (s
 }
 
 func (b etcdBackend) AuthEnabled() bool { return b.s.auth != nil }
-
-func (b etcdBackend) Done() <-chan struct{} { return b.s.stopC }
-
-func (b etcdBackend) HoldWatch(ctx context.Context) (func(), error) {
-	release, err := b.s.holdWatch(ctx)
-	if err != nil {
-		return nil, status.Error(codes.ResourceExhausted, "etcdserver: too many watches: "+err.Error())
-	}
-	return release, nil
-}
 
 // Ident is in every response header, so it reads nothing that costs a
 // trip through raft's loop: the cluster ID is cached (etcdIdent).
@@ -314,7 +223,7 @@ func (b etcdBackend) Node(ctx context.Context) (etcdapi.NodeInfo, error) {
 	}
 	members, err := s.node.Members()
 	if err != nil {
-		return info, etcdError(err)
+		return info, nodeError(err)
 	}
 	var etcdAddrs map[string]string
 	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {

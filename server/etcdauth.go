@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"crypto/x509"
-	"errors"
-	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -156,31 +154,13 @@ func (s *Server) etcdCaller(ctx context.Context) context.Context {
 }
 
 // etcdRefuse audits a refusal of the caller of ctx, for why, and
-// returns the error etcd answers for it.
+// returns the error etcd answers for it (frontNode's refusal, in etcd's
+// words): "user name is empty" without credentials, "invalid auth
+// token" for a token that does not work (now or any more), "too many
+// requests" over the principal's rate, "permission denied" for the rest.
 func (s *Server) etcdRefuse(ctx context.Context, method, target string, why error) error {
-	c, _ := callerOf(ctx)
-	s.auth.audit.Record(ctx, auth.Entry{Principal: c.Principal, Action: method, Target: target, Outcome: "denied", Reason: why.Error(), Remote: remoteOf(ctx)})
-	return etcdAuthError(ctx, why)
-}
-
-// etcdAuthError is etcd's answer to a refusal: "user name is empty"
-// without credentials, "invalid auth token" for a token that does not
-// work (now or any more), "too many requests" over the principal's
-// rate, "permission denied" for the rest (an unknown principal, a
-// certificate that does not hold, a call or range it may not make).
-func etcdAuthError(ctx context.Context, why error) error {
-	c, ok := callerOf(ctx)
-	switch {
-	case errors.Is(why, errRateLimited):
-		return rpctypes.ErrGRPCRequestTooManyRequests
-	case errors.Is(why, errPermissionDenied):
-		return rpctypes.ErrGRPCPermissionDenied
-	case !ok, errors.Is(c.Err, auth.ErrNoCredentials):
-		return rpctypes.ErrGRPCUserEmpty
-	case errors.Is(c.Err, auth.ErrInvalidToken), c.Err == nil && (c.By == auth.ByToken || c.By == auth.ByEtcdToken):
-		return rpctypes.ErrGRPCInvalidAuthToken
-	}
-	return rpctypes.ErrGRPCPermissionDenied
+	s.audit(ctx, method, target, "", why)
+	return etcdapi.ToGRPC(s.refusal(ctx, why))
 }
 
 // etcdCheckedStream checks the credential of its stream's caller on
@@ -212,51 +192,6 @@ func (e *etcdCheckedStream) SendMsg(m any) error {
 		return e.s.etcdRefuse(e.ctx, e.method, "", err)
 	}
 	return e.ServerStream.SendMsg(m)
-}
-
-// etcdAuthorize decides whether the caller of ctx may do verb on every
-// key of [key, end) (etcdapi.Backend.Authorize's range), by the policy
-// in force: one rule must cover the range (auth.Grants.KeyRange). nil
-// without a policy and for a node acting for itself.
-func (s *Server) etcdAuthorize(ctx context.Context, verb etcdapi.Verb, key, end string) error {
-	if s.auth == nil {
-		return nil
-	}
-	method, _ := grpc.Method(ctx)
-	target := etcdRange(key, end)
-	g, err := s.grants(ctx, false)
-	if err != nil {
-		return s.etcdRefuse(ctx, method, target, err)
-	}
-	if g == nil {
-		return nil
-	}
-	var v auth.Verb
-	switch verb {
-	case etcdapi.VerbRead:
-		v = auth.Read
-	case etcdapi.VerbWrite:
-		v = auth.Write
-	default:
-		return s.etcdRefuse(ctx, method, target, deny("etcd verb %d has no rule", verb))
-	}
-	if !g.KeyRange(v, key, end) {
-		return s.etcdRefuse(ctx, method, target, deny("%s may not %s %s", g.Principal, v, target))
-	}
-	return nil
-}
-
-// etcdRange names [key, end) for messages and the audit log.
-func etcdRange(key, end string) string {
-	switch {
-	case end == "":
-		return fmt.Sprintf("key %q", key)
-	case end == "\x00" && key == "\x00":
-		return "every key"
-	case end == "\x00":
-		return fmt.Sprintf("every key from %q on", key)
-	}
-	return fmt.Sprintf("the keys in [%q, %q)", key, end)
 }
 
 // etcdAuthenticate checks an etcd user's password against the policy in

@@ -296,13 +296,13 @@ func TestEtcdCallerByClientCertificate(t *testing.T) {
 		if id := es.etcdIdentity(ctx); id != "reader" {
 			return fmt.Errorf("etcdIdentity: got = %q, expected: reader", id)
 		}
-		return es.etcdAuthorize(ctx, etcdapi.VerbRead, "app/", "app0")
+		return etcdapi.ToGRPC(frontNode{es.Server}.Authorize(ctx, etcdapi.VerbRead, "app/", "app0"))
 	})
 	if err != nil {
 		t.Errorf("reader reads app/ by its certificate: %v", err)
 	}
 	err = call("reader", "/etcdserverpb.KV/Put", put, func(ctx context.Context) error {
-		return es.etcdAuthorize(ctx, etcdapi.VerbWrite, "app/r", "")
+		return etcdapi.ToGRPC(frontNode{es.Server}.Authorize(ctx, etcdapi.VerbWrite, "app/r", ""))
 	})
 	if !isEtcdErr(err, rpctypes.ErrGRPCPermissionDenied) {
 		t.Errorf("reader writes app/r: got = %v, expected: %v", err, rpctypes.ErrGRPCPermissionDenied)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 
+	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/statemachine"
 	"github.com/tenurehq/tenure/watch"
 )
@@ -14,8 +15,13 @@ type watchSpec struct {
 	start  int64
 	filter func(*statemachine.Event) bool
 	// keys is set for a key watch: start and the events' revisions are
-	// the keys' KV revisions (keywatch.go).
+	// the keys' KV revisions (package keyfeed).
 	keys bool
+	// reads reports whether a principal may still read all the watch
+	// follows, as the check that let it open demanded: a watch whose
+	// caller loses that read ends with permission_denied, as an etcd
+	// watch is cancelled (etcdapi's sendEvents).
+	reads func(g *auth.Grants) bool
 }
 
 // leaseWatch checks a lease watch: every namespace, or one (default
@@ -37,7 +43,11 @@ func (l Limits) leaseWatch(allNamespaces bool, ns, name string, start int64) (wa
 	if err := startRevision(start); err != nil {
 		return watchSpec{}, err
 	}
-	return watchSpec{start: start, filter: leaseFilter(ns, name)}, nil
+	reads := func(g *auth.Grants) bool { return g.Namespace(auth.Read, ns) || g.Namespace(auth.Lock, ns) }
+	if allNamespaces {
+		reads = func(g *auth.Grants) bool { return g.AllNamespaces(auth.Read) }
+	}
+	return watchSpec{start: start, filter: leaseFilter(ns, name), reads: reads}, nil
 }
 
 // keyWatch checks a key watch: one key, or every key under a prefix (which
@@ -51,7 +61,11 @@ func (l Limits) keyWatch(key string, prefix bool, start int64) (watchSpec, error
 	if err := startRevision(start); err != nil {
 		return watchSpec{}, err
 	}
-	return watchSpec{start: start, filter: watch.KeyFilter(key, prefix), keys: true}, nil
+	reads := func(g *auth.Grants) bool { return g.Key(auth.Read, key) }
+	if prefix {
+		reads = func(g *auth.Grants) bool { return g.KeyPrefix(auth.Read, key) }
+	}
+	return watchSpec{start: start, filter: watch.KeyFilter(key, prefix), keys: true, reads: reads}, nil
 }
 
 func startRevision(start int64) error {
@@ -78,7 +92,7 @@ func leaseFilter(ns, name string) func(*statemachine.Event) bool {
 func (s *Server) streamEvents(ctx context.Context, spec watchSpec, send func(*statemachine.Event) error) error {
 	release, err := s.holdWatch(ctx)
 	if err != nil {
-		return err
+		return toConnect(err)
 	}
 	defer release()
 	return s.feedEvents(ctx, spec, send)
@@ -92,7 +106,7 @@ func (s *Server) feedEvents(ctx context.Context, spec watchSpec, send func(*stat
 		return toConnect(err)
 	}
 	defer w.Close()
-	if err := s.pumpEvents(ctx, w, send); err != nil {
+	if err := s.pumpEvents(ctx, w, spec, send); err != nil {
 		return toConnect(err)
 	}
 	return nil
@@ -104,7 +118,7 @@ func (s *Server) feedEvents(ctx context.Context, spec watchSpec, send func(*stat
 // request's goroutine and starts one goroutine that ends with it. The
 // Connect watches (streamEvents) and the NDJSON ones share it; it is
 // split from the registration so that watchHTTP can answer in between.
-func (s *Server) pumpEvents(ctx context.Context, w eventSource, send func(*statemachine.Event) error) error {
+func (s *Server) pumpEvents(ctx context.Context, w eventSource, spec watchSpec, send func(*statemachine.Event) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -114,7 +128,7 @@ func (s *Server) pumpEvents(ctx context.Context, w eventSource, send func(*state
 		case <-ctx.Done():
 		}
 	}()
-	readable := s.readable(ctx)
+	readable := s.readable(ctx, spec.reads)
 	for {
 		e, err := w.Next(ctx)
 		if err != nil {

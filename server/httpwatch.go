@@ -112,7 +112,7 @@ func queryRevision(v string) (int64, error) {
 func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, spec watchSpec, render func(*statemachine.Event) proto.Message) {
 	release, err := s.holdWatch(r.Context())
 	if err != nil {
-		httpError(w, err)
+		httpError(w, toConnect(err))
 		return
 	}
 	defer release()
@@ -128,7 +128,7 @@ func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, spec watchSpe
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	err = s.pumpEvents(r.Context(), watcher, func(e *statemachine.Event) error {
+	err = s.pumpEvents(r.Context(), watcher, spec, func(e *statemachine.Event) error {
 		raw, err := protojson.Marshal(render(e))
 		if err != nil {
 			return err

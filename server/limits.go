@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -23,7 +24,12 @@ type Limits struct {
 	// --max-request-bytes does, and nothing else there: a key and a
 	// value may fill it (etcdapi.ServerOptions). The native API's
 	// limits above do not apply to it.
-	EtcdMaxRequestBytes    int
+	EtcdMaxRequestBytes int
+	// EtcdMaxResponseBytes caps the keys and values of one etcd answer
+	// (a Range, or a Txn's Ranges and prev_kvs together), where etcd
+	// leaves answers to gRPC's largest message; an answer past it is
+	// refused without being built (etcdapi.DefaultMaxResponseBytes).
+	EtcdMaxResponseBytes   int
 	MinTTL, MaxTTL         time.Duration // session TTL and key TTL
 	DefaultTTL             time.Duration
 	MaxSessionsPerIdentity int // open sessions with one holder identity
@@ -67,6 +73,7 @@ func DefaultLimits() Limits {
 		MaxValueBytes:          64 << 10,
 		MaxRequestBytes:        1 << 20,
 		EtcdMaxRequestBytes:    etcdapi.DefaultMaxRequestBytes,
+		EtcdMaxResponseBytes:   etcdapi.DefaultMaxResponseBytes,
 		MinTTL:                 2 * time.Second,
 		MaxTTL:                 24 * time.Hour,
 		DefaultTTL:             10 * time.Second,
@@ -108,6 +115,8 @@ func (l Limits) Validate() error {
 		return bad("MaxRequestBytes", "max-request-bytes", l.MaxRequestBytes, "at least 1024")
 	case l.EtcdMaxRequestBytes < 1024 || l.EtcdMaxRequestBytes > maxEtcdRequestBytes:
 		return bad("EtcdMaxRequestBytes", "etcd-max-request-bytes", l.EtcdMaxRequestBytes, fmt.Sprintf("between 1024 and %d (8 MiB)", maxEtcdRequestBytes))
+	case l.EtcdMaxResponseBytes < 1024 || l.EtcdMaxResponseBytes > math.MaxInt32:
+		return bad("EtcdMaxResponseBytes", "etcd-max-response-bytes", l.EtcdMaxResponseBytes, fmt.Sprintf("between 1024 and %d (gRPC's largest message)", math.MaxInt32))
 	case l.RequestReadTimeout < 0:
 		return bad("RequestReadTimeout", "request-read-timeout", l.RequestReadTimeout, "0 (no bound) or more")
 	case l.PipelineIdleTimeout < 0:
@@ -311,3 +320,7 @@ func labelKey(k string) error {
 	}
 	return nil
 }
+
+// MaxResponseBytes is etcdapi.Backend's: the etcd API's answers
+// are capped at --etcd-max-response-bytes.
+func (b etcdBackend) MaxResponseBytes() int { return b.s.cfg.Limits.EtcdMaxResponseBytes }

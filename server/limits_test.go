@@ -18,6 +18,7 @@ func TestLimitsThatCannotWorkAreRefusedNamingTheField(t *testing.T) {
 		{"a library user who sets one field leaves the others zero", func(l *Limits) { *l = Limits{MaxTTL: time.Hour} }, "MaxNameBytes is 0; it must be at least 1 (--max-name-bytes)"},
 		{"a request size too small for any request", func(l *Limits) { l.MaxRequestBytes = 10 }, "MaxRequestBytes is 10; it must be at least 1024 (--max-request-bytes)"},
 		{"an etcd request size too small for any request", func(l *Limits) { l.EtcdMaxRequestBytes = 100 }, "EtcdMaxRequestBytes is 100; it must be between 1024 and 8388608 (8 MiB) (--etcd-max-request-bytes)"},
+		{"an etcd answer cap too small for any answer", func(l *Limits) { l.EtcdMaxResponseBytes = 0 }, "EtcdMaxResponseBytes is 0; it must be between 1024 and 2147483647 (gRPC's largest message) (--etcd-max-response-bytes)"},
 		{"an etcd request size past what a log entry may safely hold", func(l *Limits) { l.EtcdMaxRequestBytes = 64 << 20 }, "EtcdMaxRequestBytes is 67108864; it must be between 1024 and 8388608 (8 MiB) (--etcd-max-request-bytes)"},
 		{"a negative read timeout", func(l *Limits) { l.RequestReadTimeout = -time.Second }, "RequestReadTimeout is -1s"},
 		{"no minimum TTL", func(l *Limits) { l.MinTTL = 0 }, "MinTTL is 0s; it must be positive (--min-ttl)"},

@@ -9,10 +9,14 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
 
 	"github.com/tenurehq/tenure/statemachine"
 )
 
+// metrics are the node's series. requests and latency count the calls
+// of both front ends, each once, on the node its client called
+// (etcdmetrics.go says how the etcd API's calls are counted).
 type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
@@ -21,6 +25,10 @@ type metrics struct {
 	// answer.
 	forwarded prometheus.Counter
 	leases    *leaseMetrics
+	// etcdUnary and etcdStream count etcd API calls in etcd's own
+	// grpc_server_* series.
+	etcdUnary  grpc.UnaryServerInterceptor
+	etcdStream grpc.StreamServerInterceptor
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
@@ -44,7 +52,9 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		}),
 	}
 	m.leases = newLeaseMetrics(reg, s.cfg.Limits.MetricsLeaseNames)
-	reg.MustRegister(m.requests, m.latency, m.waiting, m.forwarded, stateCollector{s})
+	etcd := newEtcdServerMetrics()
+	m.etcdUnary, m.etcdStream = etcd.UnaryServerInterceptor(), etcd.StreamServerInterceptor()
+	reg.MustRegister(m.requests, m.latency, m.waiting, m.forwarded, etcd, stateCollector{s})
 	// What pages an operator first: memory, goroutines, GC, file
 	// descriptors. They go on the server's registry, not the global one,
 	// so that tests running several servers in one process each get
@@ -81,9 +91,30 @@ func buildInfo(b BuildInfo) prometheus.Collector {
 	return g
 }
 
-// interceptor counts and times every call by method and connect code.
+// record counts one call of method that ended with code, begun at start.
+func (m *metrics) record(method, code string, start time.Time) {
+	m.requests.WithLabelValues(method, code).Inc()
+	m.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
+}
+
+// interceptor counts and times every call by method and connect code,
+// but for calls another node forwarded here: the node that took them
+// counts them, so that a call is counted once over the cluster.
 func (m *metrics) interceptor() connect.Interceptor {
 	return &metricsInterceptor{m}
+}
+
+// forwardedByNode reports whether a native call whose ForwardedHeader is
+// forwarded says so truly: under a policy, only a node's certificate
+// makes a caller a node (authenticate attached it), so that a client
+// cannot hide its calls from the metrics by claiming the header.
+// Without a policy every caller is trusted with everything anyway.
+func forwardedByNode(ctx context.Context, forwarded string) bool {
+	if forwarded == "" {
+		return false
+	}
+	c, ok := callerOf(ctx)
+	return !ok || c.Peer
 }
 
 type metricsInterceptor struct{ m *metrics }
@@ -96,12 +127,14 @@ func (i *metricsInterceptor) observe(procedure string, start time.Time, err erro
 			code = connect.CodeCanceled.String()
 		}
 	}
-	i.m.requests.WithLabelValues(procedure, code).Inc()
-	i.m.latency.WithLabelValues(procedure).Observe(time.Since(start).Seconds())
+	i.m.record(procedure, code, start)
 }
 
 func (i *metricsInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if forwardedByNode(ctx, req.Header().Get(ForwardedHeader)) {
+			return next(ctx, req)
+		}
 		start := time.Now()
 		resp, err := next(ctx, req)
 		i.observe(req.Spec().Procedure, start, err)
@@ -115,6 +148,9 @@ func (i *metricsInterceptor) WrapStreamingClient(next connect.StreamingClientFun
 
 func (i *metricsInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if forwardedByNode(ctx, conn.RequestHeader().Get(ForwardedHeader)) {
+			return next(ctx, conn)
+		}
 		start := time.Now()
 		err := next(ctx, conn)
 		i.observe(conn.Spec().Procedure, start, err)

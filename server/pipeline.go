@@ -356,7 +356,7 @@ func (h *leaseService) watchGrant(ctx context.Context, req *tenurev1.WatchGrantR
 	spec.start = from
 	release, err := h.s.holdWait(ctx)
 	if err != nil {
-		return nil, err
+		return nil, toConnect(err)
 	}
 	defer release()
 	var ended *tenurev1.LeaseEvent

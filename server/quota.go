@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"sync"
 
-	"connectrpc.com/connect"
-
 	"github.com/tenurehq/tenure/auth"
+	"github.com/tenurehq/tenure/frontend"
 )
 
 // Quotas. A parked wait (a waiting Acquire, a holder's grant watch) and
@@ -46,21 +45,27 @@ type slots struct {
 	total int
 }
 
-// take reserves a slot for principal, or refuses with resource_exhausted
-// naming the limit that is reached. perPrincipal and perNode of 0 are no
-// limit; principal "" (no policy, or a node acting for itself) counts
-// only against the node. The caller calls release once the thing it
-// holds ends; a second call does nothing.
+// take reserves a slot for principal, or refuses with frontend.ErrLimit
+// naming the limit that is reached. perPrincipal and perNode of 0 are
+// no limit; principal "" (no policy, or a node acting for itself) counts
+// only against the node. A principal whose policy sets no limit of its
+// own may hold half the node's slots (defaultShare), so that no one
+// principal can take every slot and leave the others none. The caller
+// calls release once the thing it holds ends; a second call does
+// nothing.
 func (s *slots) take(principal string, perPrincipal, perNode int) (release func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	field := s.field + " in the policy"
+	if principal != "" && perPrincipal == 0 && perNode > 0 {
+		perPrincipal = defaultShare(perNode)
+		field = fmt.Sprintf("half of --%s, as the policy sets no %s", s.flag, s.field)
+	}
 	if n := s.held[principal]; principal != "" && perPrincipal > 0 && n >= perPrincipal {
-		return nil, connect.NewError(connect.CodeResourceExhausted,
-			fmt.Errorf("principal %s has %d %s, its limit (%s in the policy)", principal, n, s.what, s.field))
+		return nil, fmt.Errorf("%w: principal %s has %d %s, its limit (%s)", frontend.ErrLimit, principal, n, s.what, field)
 	}
 	if perNode > 0 && s.total >= perNode {
-		return nil, connect.NewError(connect.CodeResourceExhausted,
-			fmt.Errorf("this node has %d %s, its limit (--%s)", s.total, s.what, s.flag))
+		return nil, fmt.Errorf("%w: this node has %d %s, its limit (--%s)", frontend.ErrLimit, s.total, s.what, s.flag)
 	}
 	s.total++
 	if principal != "" {
@@ -72,6 +77,10 @@ func (s *slots) take(principal string, perPrincipal, perNode int) (release func(
 	var once sync.Once
 	return func() { once.Do(func() { s.give(principal) }) }, nil
 }
+
+// defaultShare is how many of a node's perNode slots a principal may
+// hold when its policy does not say: half, at least one.
+func defaultShare(perNode int) int { return max(perNode/2, 1) }
 
 func (s *slots) give(principal string) {
 	s.mu.Lock()
@@ -112,7 +121,14 @@ func (s *Server) quotaOf(ctx context.Context) (string, auth.Limits, error) {
 	}
 	g, err := s.grants(ctx, false)
 	if err != nil || g == nil {
-		return "", auth.Limits{}, toConnect(err)
+		return "", auth.Limits{}, s.refusal(ctx, err)
 	}
 	return g.Principal, g.Limits, nil
+}
+
+// count is how many slots principal holds.
+func (s *slots) count(principal string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held[principal]
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/auth"
+	"github.com/tenurehq/tenure/frontend"
 	"github.com/tenurehq/tenure/internal/testnet"
 	"github.com/tenurehq/tenure/raftnode"
 )
@@ -483,8 +485,8 @@ func TestSlotsNeverExceedTheirCaps(t *testing.T) {
 			for range 500 {
 				release, err := s.take([]string{"p0", "p1"}[who], perPrincipal, perNode)
 				if err != nil {
-					if connect.CodeOf(err) != connect.CodeResourceExhausted {
-						over.Store(fmt.Sprintf("a refusal: got = %v, expected: resource_exhausted", err))
+					if !errors.Is(err, frontend.ErrLimit) || connect.CodeOf(toConnect(err)) != connect.CodeResourceExhausted {
+						over.Store(fmt.Sprintf("a refusal: got = %v, expected: frontend.ErrLimit, resource_exhausted", err))
 					}
 					continue
 				}

@@ -190,6 +190,9 @@ func Open(cfg Config) (*Server, error) {
 		Registerer:       cfg.Registry,
 	})
 	rc := cfg.Raft
+	if rc.MaxLogMemoryBytes == 0 {
+		rc.MaxLogMemoryBytes = cfg.Quota.raftLogBytes() // a share of the storage quota
+	}
 	rc.Logger = cfg.Logger
 	rc.Registerer = cfg.Registry
 	rc.Observer = s.observe
@@ -606,6 +609,21 @@ func (s *Server) propose(ctx context.Context, cmd statemachine.Command) (statema
 	s.proposing.Add(1)
 	s.drainMu.RUnlock()
 	defer s.proposing.Done()
+	if open, ok := cmd.(statemachine.OpenSession); ok {
+		// A session is the same thing through every API: the same
+		// bounds on an identity's and a principal's.
+		if open.MaxPerIdentity == 0 {
+			open.MaxPerIdentity = s.cfg.Limits.MaxSessionsPerIdentity
+		}
+		cmd = open
+		unlock, err := s.openingSession(ctx)
+		if err != nil {
+			return statemachine.Result{}, err
+		}
+		if unlock != nil {
+			defer unlock()
+		}
+	}
 	res, err := s.node.Propose(ctx, statemachine.WithActor(cmd, s.actorFor(ctx)))
 	if errors.Is(err, raftnode.ErrNotLeader) {
 		return res, s.notLeader()

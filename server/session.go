@@ -11,7 +11,7 @@ import (
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
-	"github.com/tenurehq/tenure/lessor"
+	"github.com/tenurehq/tenure/frontend"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -54,29 +54,16 @@ func (h *sessionService) heartbeat(ctx context.Context, procedure string, id int
 	if id <= 0 {
 		return nil, invalid("session_id must be a positive session ID, got %d", id)
 	}
-	known, err := h.s.ownHeartbeat(ctx, id)
-	if err != nil {
-		// Audited here: the edge let the heartbeat through to this
-		// check, which only the leader's state can make.
-		h.s.record(ctx, procedure, &tenurev1.KeepAliveRequest{SessionId: id}, "", toConnect(err))
-		return nil, err
-	}
-	if !known {
-		// Answered as the lessor would, but without renewing an ID
-		// that may become somebody else's session a moment later.
-		if !h.s.lessor.Leading(id) {
-			return nil, h.s.notLeader()
-		}
+	// The one renewal of both APIs (frontNode.Renew): it checks and
+	// audits the caller's ownership of the session, which only the
+	// leader's state can tell, since heartbeats never enter the log.
+	ttl, err := frontNode{h.s}.Renew(withAction(ctx, procedure), id)
+	switch {
+	case errors.Is(err, statemachine.ErrSessionNotFound):
 		return &tenurev1.KeepAliveResponse{SessionId: id, Expired: true}, nil
-	}
-	ttl, err := h.s.lessor.Heartbeat(id)
-	if errors.Is(err, lessor.ErrSessionExpired) {
-		return &tenurev1.KeepAliveResponse{SessionId: id, Expired: true}, nil
-	}
-	if errors.Is(err, lessor.ErrNotLeader) {
+	case errors.Is(err, frontend.ErrNotLeader):
 		return nil, h.s.notLeader()
-	}
-	if err != nil {
+	case err != nil:
 		return nil, err
 	}
 	return &tenurev1.KeepAliveResponse{SessionId: id, Ttl: durationpb.New(ttl)}, nil

@@ -32,7 +32,8 @@ import (
 // Two things keep a node under its quota without an operator: the
 // automatic compaction by bytes (compaction.go), which compacts the
 // history, oldest first, once it passes a quarter of the quota, and the watch
-// history's byte budget, an eighth of the quota. What is left for live
+// history's byte budget, an eighth of the quota; the raft log in memory
+// is bounded to an eighth too (at most 64 MiB). What is left for live
 // data is the rest: a node whose live keys alone pass the quota raises
 // NOSPACE, as an etcd whose live keys fill its quota does.
 
@@ -68,12 +69,23 @@ func (q StorageQuota) limit() int64 {
 // them go, cannot hold a large share of it (0: the hub's own bound).
 func (q StorageQuota) watchHistoryBytes() int64 { return q.limit() / 8 }
 
+// raftLogBytes bounds the raft log entries kept in memory
+// (raftnode.Config.MaxLogMemoryBytes) when the configuration leaves it
+// unset: an eighth of the quota, at most raftnode's own default of 64
+// MiB and at least the 1 MiB it takes (0: raftnode's default).
+func (q StorageQuota) raftLogBytes() int64 {
+	if q.limit() == 0 {
+		return 0
+	}
+	return min(max(q.limit()/8, 1<<20), 64<<20)
+}
+
 // historyCompactionBytes is where the compaction by bytes starts: when
 // the keys' retained history passes a quarter of the quota. It compacts
 // down to an eighth, so that it does not compact again at every look.
-// A quarter leaves the rest to live data and the watch history: a node
-// whose live keys stay under about half its quota never reaches NOSPACE
-// however fast they are overwritten.
+// A quarter leaves the rest to live data, the watch history and the raft
+// log: a node whose live keys stay under about a third of its quota
+// never reaches NOSPACE however fast they are overwritten.
 func (q StorageQuota) historyCompactionBytes() (start, target int64) {
 	return q.limit() / 4, q.limit() / 8
 }
@@ -206,7 +218,7 @@ func (b etcdBackend) Alarms(ctx context.Context) ([]*pb.AlarmMember, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, etcdError(err)
+		return nil, nodeError(err)
 	}
 	out := make([]*pb.AlarmMember, 0, len(alarms))
 	for _, a := range alarms {
@@ -232,7 +244,7 @@ func (b etcdBackend) Disarm(ctx context.Context, member uint64, alarm pb.AlarmTy
 		return nil
 	})
 	if err != nil {
-		return etcdError(err)
+		return nodeError(err)
 	}
 	if found == nil {
 		return errNoAlarm

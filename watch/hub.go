@@ -354,6 +354,23 @@ func (w *Watcher) Next(ctx context.Context) (statemachine.Event, error) {
 	}
 }
 
+// Poll is Next without the wait, for a reader that waits on more than
+// the hub: it returns the next event the filter accepts if one has been
+// published; else, when the watcher has looked at every event published,
+// the channel that is closed when more are (or the history is reset);
+// else neither, when it stopped at a chunk of the history and should be
+// called again. Its errors are Next's, but for the context. Since Publish
+// hands over a command's events in one call, a reader that has seen one
+// of them and polls until it gets the channel has seen them all.
+func (w *Watcher) Poll() (ev statemachine.Event, ok bool, wait <-chan struct{}, err error) {
+	select {
+	case <-w.done:
+		return ev, false, nil, ErrClosed
+	default:
+	}
+	return w.scan()
+}
+
 // scan looks at up to scanChunk events from the cursor. It returns the
 // first one the filter accepts, or the channel to wait on when the cursor
 // has caught up with the last revision, or neither when the chunk ran out.

@@ -364,6 +364,50 @@ func TestFilterThatRejectsEverythingLooksAtEachEventOnce(t *testing.T) {
 	}
 }
 
+// Poll hands over what is published without waiting, every event of a
+// Publish call by the time it says it has looked at them all, then the
+// channel that the next Publish closes; and ErrLagged and ErrClosed as
+// Next does.
+func TestPollNeverWaits(t *testing.T) {
+	h := NewHub(4)
+	w, _ := h.Watch(0, KeyFilter("a", true))
+	defer w.Close()
+	poll := func() (got []int64, wait <-chan struct{}, err error) {
+		for {
+			ev, ok, wait, err := w.Poll()
+			switch {
+			case err != nil || wait != nil:
+				return got, wait, err
+			case ok:
+				got = append(got, ev.Revision)
+			}
+		}
+	}
+	h.Publish([]statemachine.Event{put(1, "a1"), put(2, "b"), put(3, "a2")})
+	got, wait, err := poll()
+	if err != nil || fmt.Sprint(got) != "[1 3]" {
+		t.Fatalf("got = %v, %v, expected: [1 3]", got, err)
+	}
+	select {
+	case <-wait:
+		t.Fatal("the wait channel is closed before anything more is published")
+	default:
+	}
+	puts(h, 4, 4, "a")
+	<-wait
+	if got, _, err := poll(); err != nil || fmt.Sprint(got) != "[4]" {
+		t.Fatalf("got = %v, %v, expected: [4]", got, err)
+	}
+	puts(h, 5, 10, "a") // more than the 4 kept
+	if _, _, err := poll(); !errors.Is(err, ErrLagged) {
+		t.Fatalf("got = %v, expected: ErrLagged", err)
+	}
+	w.Close()
+	if _, _, _, err := w.Poll(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("got = %v, expected: ErrClosed", err)
+	}
+}
+
 // blockedNext starts Next on its own goroutine and returns once it is
 // blocked, with a channel that yields its error.
 func blockedNext(ctx context.Context, w *Watcher) <-chan error {

@@ -164,6 +164,7 @@ variables (TENURE_ENDPOINTS, TENURE_TOKEN, ...) do not apply to serve.`,
 	f.IntVar(&l.MaxValueBytes, "max-value-bytes", l.MaxValueBytes, "largest key or lease value the native API writes")
 	f.IntVar(&l.MaxRequestBytes, "max-request-bytes", l.MaxRequestBytes, "largest request message of the native API")
 	f.IntVar(&l.EtcdMaxRequestBytes, "etcd-max-request-bytes", l.EtcdMaxRequestBytes, "largest request of the etcd API, as etcd's --max-request-bytes (default 1.5 MiB, as etcd's): its only bound on keys and values")
+	f.IntVar(&l.EtcdMaxResponseBytes, "etcd-max-response-bytes", l.EtcdMaxResponseBytes, "largest answer of the etcd API, counted as the keys and values of a Range or of a Txn's ranges and prev_kvs: one past it is refused (ResourceExhausted) without being built (etcd leaves answers to gRPC's 2 GiB)")
 	f.DurationVar(&l.RequestReadTimeout, "request-read-timeout", l.RequestReadTimeout, "longest time to receive a request's body, 0 for no bound (streams such as heartbeats are exempt)")
 	f.DurationVar(&l.PipelineIdleTimeout, "pipeline-idle-timeout", l.PipelineIdleTimeout, "close a client's pipeline connection after this long with nothing in flight (its client dials again), 0 for no bound")
 	f.DurationVar(&l.MinTTL, "min-ttl", l.MinTTL, "shortest session or key TTL")

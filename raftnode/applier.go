@@ -1,5 +1,10 @@
 package raftnode
 
+// The applier: the state machine as applied so far, the lock readers
+// share with apply, and the applied index readers wait on. It is the
+// only code that takes the state's lock, so the rule "one writer, many
+// readers, no disk I/O under the lock" is kept in one place.
+
 import (
 	"bytes"
 	"encoding/binary"
@@ -9,10 +14,12 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.etcd.io/raft/v3/raftpb"
+
 	"github.com/tenurehq/tenure/statemachine"
 )
 
-// state is what the FSM needs from the replicated state. *statemachine.Machine
+// state is what the applier needs from the replicated state. *statemachine.Machine
 // is the only production implementation; the seam exists so that the log,
 // snapshots and read protocol can be tested with a fake while the machine
 // evolves.
@@ -25,10 +32,10 @@ type state interface {
 
 var _ state = (*statemachine.Machine)(nil)
 
-// fsm owns the state and is the only writer to it: the engine's apply
+// applier owns the state and is the only writer to it: the engine's apply
 // goroutine applies, snapshots and restores, never concurrently with
 // each other; Node's readers run alongside under mu.
-type fsm struct {
+type applier struct {
 	mu sync.RWMutex // guards st; held for writing across a whole batch
 	st state
 
@@ -54,7 +61,7 @@ type fsm struct {
 }
 
 // applyData applies one encoded command; the caller holds mu for writing.
-func (f *fsm) applyData(index, term uint64, data []byte) statemachine.Result {
+func (f *applier) applyData(index, term uint64, data []byte) statemachine.Result {
 	now, cmd, err := statemachine.Decode(data)
 	if v := int(f.version.Load()); err == nil && statemachine.IsBinary(data) && v < statemachine.BinaryVersion {
 		err = fmt.Errorf("%w: a binary entry at cluster version %d, which a member on an older build could not read", statemachine.ErrNotSupported, v)
@@ -75,9 +82,31 @@ func (f *fsm) applyData(index, term uint64, data []byte) statemachine.Result {
 	return res
 }
 
+// applyBatch hands each entry of ents the state does not reflect yet
+// (a restored snapshot may cover some) to each, under one write lock
+// for the whole batch, and then raises applied to the last. each reads
+// the entry's framing and calls applyData with the command it carries,
+// under that lock. It reports false, having done nothing, when the
+// state already reflects the whole batch.
+func (f *applier) applyBatch(ents []raftpb.Entry, each func(ent raftpb.Entry)) bool {
+	if len(ents) == 0 || ents[len(ents)-1].Index <= f.applied.Load() {
+		return false
+	}
+	f.mu.Lock()
+	for _, ent := range ents {
+		if ent.Index <= f.applied.Load() {
+			continue // in a snapshot already restored
+		}
+		each(ent)
+	}
+	f.mu.Unlock()
+	f.advance(ents[len(ents)-1].Index)
+	return true
+}
+
 // noteVersion copies the state's cluster version into version; the
 // caller holds mu.
-func (f *fsm) noteVersion() {
+func (f *applier) noteVersion() {
 	if m := machine(f.st); m != nil {
 		f.version.Store(int32(m.ClusterVersion()))
 	}
@@ -85,7 +114,7 @@ func (f *fsm) noteVersion() {
 
 // advance raises applied to idx and wakes parked readers. It never lowers
 // applied: a barrier and a batch may report out of order.
-func (f *fsm) advance(idx uint64) {
+func (f *applier) advance(idx uint64) {
 	for {
 		cur := f.applied.Load()
 		if idx <= cur {
@@ -99,7 +128,7 @@ func (f *fsm) advance(idx uint64) {
 	f.wake()
 }
 
-func (f *fsm) wake() {
+func (f *applier) wake() {
 	if !f.waiting.Load() {
 		return
 	}
@@ -114,7 +143,7 @@ func (f *fsm) wake() {
 
 // appliedChanged returns a channel that is closed the next time applied
 // moves. Callers take it before checking applied, so no move is missed.
-func (f *fsm) appliedChanged() <-chan struct{} {
+func (f *applier) appliedChanged() <-chan struct{} {
 	f.waitMu.Lock()
 	defer f.waitMu.Unlock()
 	if f.waitCh == nil {
@@ -139,14 +168,32 @@ const snapshotHeaderLen = 1 + 8
 
 // snapshotBytes is the state and its applied index in the snapshot
 // format, taken under the read lock.
-func (f *fsm) snapshotBytes() ([]byte, error) {
+func (f *applier) snapshotBytes() ([]byte, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.snapshotLocked()
 }
 
+// snapshotWith is snapshotBytes that also runs also under the read lock,
+// so that whatever also copies (the configuration) is as of the same
+// applied index as the state; it returns that index.
+func (f *applier) snapshotWith(also func()) (state []byte, applied uint64, err error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	also()
+	state, err = f.snapshotLocked()
+	return state, f.applied.Load(), err
+}
+
+// read runs fn on the state under the read lock.
+func (f *applier) read(fn func(state) error) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return fn(f.st)
+}
+
 // snapshotLocked is snapshotBytes for a caller that holds mu.
-func (f *fsm) snapshotLocked() ([]byte, error) {
+func (f *applier) snapshotLocked() ([]byte, error) {
 	var buf bytes.Buffer
 	var hdr [snapshotHeaderLen]byte
 	hdr[0] = snapshotVersion
@@ -161,7 +208,7 @@ func (f *fsm) snapshotLocked() ([]byte, error) {
 // Restore replaces the state with a snapshot, at startup or when a
 // follower is sent one. The new state is built outside the lock, so
 // readers keep seeing the old one until the swap.
-func (f *fsm) Restore(rc io.ReadCloser) error {
+func (f *applier) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	var hdr [snapshotHeaderLen]byte
 	if _, err := io.ReadFull(rc, hdr[:]); err != nil {
@@ -188,4 +235,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.metrics.applied.Set(float64(idx))
 	f.wake()
 	return nil
+}
+
+// restoreBytes restores the state from a snapshot in the applier's format.
+func (f *applier) restoreBytes(b []byte) error {
+	return f.Restore(io.NopCloser(bytes.NewReader(b)))
 }

@@ -1,0 +1,187 @@
+package raftnode
+
+// Snapshots and compaction: when to snapshot the state (every
+// Config.SnapshotThreshold entries, or once the log in memory weighs
+// Config.MaxLogMemoryBytes), compacting the MemoryStorage at once and
+// the WAL behind the snapshot file once it is written, one at a time
+// beside apply, and keeping a catch-up tail for followers that trail a
+// little. It also decides what raft may send a follower that needs a
+// snapshot (raftStorage). It is apart from apply because a snapshot's
+// write runs on a goroutine of its own while applies go on.
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// snapshotter decides when apply snapshots the state and compacts the
+// log behind it, and writes one snapshot at a time. Its state is its
+// own because three goroutines reach it: apply takes snapshots, raft's
+// storage asks for one (wanted), and a snapshot's write runs beside
+// apply.
+type snapshotter struct {
+	threshold uint64 // entries applied between snapshots (Config.SnapshotThreshold)
+	catchUp   uint64 // entries a compaction leaves behind the snapshot (Config.CatchUpEntries)
+	// maxLogBytes is Config.MaxLogMemoryBytes: once the log held in
+	// memory weighs that much, apply snapshots and compacts it, keeping
+	// a catch-up tail of at most catchUpBytes, half of it.
+	maxLogBytes, catchUpBytes int64
+
+	index   atomic.Uint64   // the index of the last snapshot taken or restored
+	writing sync.WaitGroup  // the snapshot being written, one at a time
+	now     chan chan error // snapshotNow's requests to apply
+	wanted  chan struct{}   // raftStorage's: a snapshot to send names a configuration that is out of date
+}
+
+// newSnapshotter takes cfg after withDefaults.
+func newSnapshotter(cfg Config) *snapshotter {
+	return &snapshotter{
+		threshold:    cmp.Or(cfg.SnapshotThreshold, defaultSnapshotThreshold),
+		catchUp:      cmp.Or(cfg.CatchUpEntries, defaultCatchUpEntries),
+		maxLogBytes:  cmp.Or(cfg.MaxLogMemoryBytes, defaultMaxLogMemoryBytes),
+		catchUpBytes: cmp.Or(cfg.MaxLogMemoryBytes, defaultMaxLogMemoryBytes) / 2,
+		now:          make(chan chan error),
+		wanted:       make(chan struct{}, 1),
+	}
+}
+
+// maybeSnapshot snapshots the state once enough entries have been
+// applied since the last one, or the log held in memory has reached its
+// bound in bytes while some applied entry is not yet in a snapshot
+// (compaction can only drop those). The state is copied here, between
+// batches, and written by a goroutine of its own while applies go on.
+//
+// With entries appended one batch at a time, as a leader's proposals
+// waiting on each other are, the log in memory never holds more than
+// the bound plus the batch appended after the check: the check runs
+// after every applied batch and brings it back to at most catchUpBytes
+// plus what is not applied yet.
+func (e *engine) maybeSnapshot() {
+	since := e.n.applier.applied.Load() - e.snapshots.index.Load()
+	if since >= e.snapshots.threshold || (since > 0 && e.ms.Bytes() >= e.snapshots.maxLogBytes) {
+		e.snapshotInBackground("raft: snapshot", slog.LevelError)
+	}
+}
+
+// snapshotInBackground copies the state now and writes it on a goroutine
+// of its own, one snapshot at a time. A copy that fails is logged at
+// copyFailed: Debug for a peer's snapshot, since raft asks again with its
+// next attempt to send.
+func (e *engine) snapshotInBackground(what string, copyFailed slog.Level) {
+	e.snapshots.writing.Wait()
+	write, err := e.copyState()
+	if err != nil {
+		e.n.log.Log(context.Background(), copyFailed, what, "error", err)
+		return
+	}
+	e.snapshots.writing.Add(1)
+	go func() {
+		defer e.snapshots.writing.Done()
+		if err := write(); err != nil {
+			e.n.log.Error(what, "error", err)
+		}
+	}()
+}
+
+// raftStorage is what raft reads its log and snapshot from: the
+// MemoryStorage, except that a snapshot it is to send a peer must name
+// the configuration as it is now. Raft takes the newest stored snapshot,
+// and a node added since it was taken (a learner joining a cluster whose
+// log was compacted, or a converted node's first peer) refuses one whose
+// configuration lacks it. So such a snapshot is withheld, raft is told to
+// try again, and apply takes a fresh one, as etcd's server sends its
+// current state instead of the stored snapshot.
+type raftStorage struct {
+	*etcdraft.MemoryStorage
+	e *engine
+}
+
+func (s raftStorage) Snapshot() (raftpb.Snapshot, error) {
+	snap, err := s.MemoryStorage.Snapshot()
+	if err != nil || s.e.namesEveryMember(snap.Metadata.ConfState) {
+		return snap, err
+	}
+	select {
+	case s.e.snapshots.wanted <- struct{}{}:
+	default:
+	}
+	return raftpb.Snapshot{}, etcdraft.ErrSnapshotTemporarilyUnavailable
+}
+
+// snapshotNow takes a snapshot of the state as it is and waits until it
+// is written and the log behind it compacted.
+func (e *engine) snapshotNow() error {
+	done := make(chan error, 1)
+	select {
+	case e.snapshots.now <- done:
+		return <-done
+	case <-e.stop:
+		return ErrClosed
+	}
+}
+
+// copyState copies the state, its index and membership, and returns
+// what writes them out. It runs on the apply goroutine, between batches.
+// The MemoryStorage takes the snapshot and is compacted here and now,
+// as etcd's server does before it saves the snapshot, so that the log
+// held in memory is back under its bound before the next batch is
+// applied; the snapshot files and the WAL follow in write, which may run
+// beside apply. Until write is done the WAL still holds every entry the
+// newest snapshot file does not cover, so a restart loses nothing.
+func (e *engine) copyState() (write func() error, err error) {
+	var cs raftpb.ConfState
+	var members map[uint64]memberInfo
+	state, applied, err := e.n.applier.snapshotWith(func() {
+		e.members.mu.RLock()
+		cs, members = e.members.copyLocked()
+		e.members.mu.RUnlock()
+	})
+	if err != nil {
+		return nil, err
+	}
+	term, err := e.ms.Term(applied)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: snapshot at %d: %w", applied, err)
+	}
+	e.snapshots.index.Store(applied)
+	if _, err := e.ms.CreateSnapshot(applied, &cs, encodeSnapshotData(members, state)); err != nil {
+		if errors.Is(err, etcdraft.ErrSnapOutOfDate) {
+			// A newer snapshot arrived from the leader meanwhile: it
+			// is already written, and the log behind it dropped.
+			return func() error { return nil }, nil
+		}
+		return nil, fmt.Errorf("raftnode: snapshot at %d: %w", applied, err)
+	}
+	upTo := e.ms.compactionIndex(applied, e.snapshots.catchUp, e.snapshots.catchUpBytes)
+	if upTo > 0 {
+		if err := e.ms.Compact(upTo); err != nil && !errors.Is(err, etcdraft.ErrCompacted) {
+			return nil, fmt.Errorf("raftnode: compact the log to %d: %w", upTo, err)
+		}
+	}
+	meta := raftpb.SnapshotMetadata{Index: applied, Term: term, ConfState: cs}
+	return func() error {
+		if err := e.disk.writeSnapshot(meta, members, state); err != nil {
+			return err
+		}
+		if upTo == 0 {
+			return nil
+		}
+		return e.disk.compact(upTo)
+	}, nil
+}
+
+func (e *engine) snapshotIndex() uint64 {
+	s, err := e.ms.Snapshot()
+	if err != nil {
+		return 0
+	}
+	return s.Metadata.Index
+}
