@@ -145,6 +145,25 @@ func TestEtcdCallsThroughAFollowerOfASecureClusterActAsTheirCaller(t *testing.T)
 			t.Errorf("team-a's lease %x after the race: got = %v, %v, expected: alive with at most its own key", id, r, err)
 		}
 	}
+	// team-a's leases are no one's to team-b, through a follower as on
+	// the leader: TimeToLive answers as for a lease that is gone, and
+	// Leases lists none of them.
+	for _, id := range mine[:3] {
+		if r, err := leases.LeaseTimeToLive(b, &pb.LeaseTimeToLiveRequest{ID: id}); err != nil || r.TTL != -1 {
+			t.Errorf("team-b asks team-a's lease %x's TTL through a follower: got = %v, %v, expected: TTL -1", id, r, err)
+		}
+	}
+	if list, err := leases.LeaseLeases(b, &pb.LeaseLeasesRequest{}); err != nil {
+		t.Errorf("team-b lists leases through a follower: %v", err)
+	} else {
+		for _, l := range list.Leases {
+			for _, id := range mine {
+				if l.ID == id {
+					t.Errorf("team-b's lease list through a follower shows team-a's lease %x", id)
+				}
+			}
+		}
+	}
 	if _, err := leases.LeaseRevoke(b, &pb.LeaseRevokeRequest{ID: mine[0]}); err == nil {
 		t.Errorf("team-b revokes team-a's lease through a follower: got = no error, expected: permission denied")
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -578,6 +579,7 @@ func (a *nativeRuleAPI) Sees(ctx context.Context, who string, id int64) (bool, b
 type etcdRuleAPI struct {
 	t       *testing.T
 	n       *rulesNode
+	mu      sync.Mutex // guards clients: rules call from many goroutines
 	clients map[string]*clientv3.Client
 }
 
@@ -586,12 +588,14 @@ func newEtcdRuleAPI(t *testing.T, n *rulesNode) ruleAPI {
 }
 
 func (a *etcdRuleAPI) client(who string) *clientv3.Client {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if c := a.clients[who]; c != nil {
 		return c
 	}
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{a.n.etcd}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
-		a.t.Fatal(err)
+		panic(fmt.Sprintf("etcd client of %s: %v", who, err)) // not t.Fatal: called off the test's goroutine too
 	}
 	a.t.Cleanup(func() { _ = c.Close() })
 	a.clients[who] = c
