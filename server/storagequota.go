@@ -18,7 +18,7 @@ import (
 // holds there: the state machine's live keys, retained history, sessions
 // and leases (statemachine.Usage, a deterministic model of the heap), the
 // watch history (watch.Hub.Bytes) and the raft log entries kept in
-// memory (raftnode's LogMemoryBytes, once the node has it).
+// memory (raftnode.Node.LogMemoryBytes).
 //
 // Past the quota the node raises etcd's NOSPACE alarm through the log,
 // so that every member refuses alike from that entry on and the alarm
@@ -90,10 +90,6 @@ func (q StorageQuota) historyCompactionBytes() (start, target int64) {
 	return q.limit() / 4, q.limit() / 8
 }
 
-// logMemory is what raftnode.Node offers once it reports the bytes of
-// the log entries it keeps in memory; until then the log counts 0.
-type logMemory interface{ LogMemoryBytes() int64 }
-
 // storageBytes is what the node holds, by part.
 type storageBytes struct {
 	statemachine.Usage
@@ -114,10 +110,7 @@ func (s *Server) storage() storageBytes {
 		}
 		return nil
 	})
-	b.Watch = s.hub.Bytes()
-	if lm, ok := any(s.node).(logMemory); ok {
-		b.Log = lm.LogMemoryBytes()
-	}
+	b.Watch, b.Log = s.hub.Bytes(), s.node.LogMemoryBytes()
 	return b
 }
 
