@@ -39,6 +39,11 @@ const (
 	// ReasonDiskFull: the node's disk is nearly full; writes that add
 	// state are refused, releases and deletes still work.
 	ReasonDiskFull Reason = "disk-full"
+	// ReasonNoSpace: the NOSPACE alarm is raised, a node having held its
+	// storage quota (--quota-backend-bytes); writes that add data are
+	// refused until an operator disarms it, reads, deletes and releases
+	// still work.
+	ReasonNoSpace Reason = "no-space"
 	// ReasonNotLeader: this node does not lead, and nothing was proposed:
 	// retrying elsewhere is safe.
 	ReasonNotLeader Reason = "not-leader"
@@ -83,7 +88,7 @@ var Reasons = []Reason{
 	ReasonLeadershipLost, ReasonShuttingDown, ReasonWatchLagged,
 	ReasonCompacted, ReasonWaitCancelled, ReasonDeadlineExceeded,
 	ReasonCanceled, ReasonUnauthenticated, ReasonPermissionDenied,
-	ReasonRateLimited, ReasonNotSupported,
+	ReasonRateLimited, ReasonNotSupported, ReasonNoSpace,
 }
 
 // NotSent reports whether a call that failed with r was refused before

@@ -93,6 +93,7 @@ var errorNames = map[api.Reason]error{
 	api.ReasonTooManyWaiters:   ErrResourceExhausted,
 	api.ReasonTooManySessions:  ErrResourceExhausted,
 	api.ReasonDiskFull:         ErrResourceExhausted,
+	api.ReasonNoSpace:          ErrResourceExhausted,
 	api.ReasonNotLeader:        ErrUnavailable,
 	api.ReasonLeadershipLost:   ErrUnavailable,
 	api.ReasonShuttingDown:     ErrUnavailable,

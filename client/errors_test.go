@@ -30,6 +30,7 @@ func TestEveryServerReasonMapsToASentinel(t *testing.T) {
 		api.ReasonTooManyWaiters:   ErrResourceExhausted,
 		api.ReasonTooManySessions:  ErrResourceExhausted,
 		api.ReasonDiskFull:         ErrResourceExhausted,
+		api.ReasonNoSpace:          ErrResourceExhausted,
 		api.ReasonNotLeader:        ErrUnavailable,
 		api.ReasonLeadershipLost:   ErrUnavailable,
 		api.ReasonShuttingDown:     ErrUnavailable,

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
 	"github.com/tenurehq/tenure/frontend"
 )
 
@@ -35,6 +37,13 @@ type Backend interface {
 	Authenticate(ctx context.Context, name, password string) (string, error)
 	// AuthEnabled reports whether a policy is in force.
 	AuthEnabled() bool
+	// Alarms lists the alarms raised through the log, as etcd's alarm
+	// store holds them: a member's NOSPACE once it held its storage
+	// quota. A full disk's NOSPACE is NodeInfo.NoSpace, not among them.
+	Alarms(ctx context.Context) ([]*pb.AlarmMember, error)
+	// Disarm clears member's alarm through the log, as etcd's Alarm
+	// DEACTIVATE does; an error when that alarm is not raised.
+	Disarm(ctx context.Context, member uint64, alarm pb.AlarmType) error
 	// MaxResponseBytes caps the keys and values one answer may carry
 	// (0: DefaultMaxResponseBytes). The KV service asks once, when it
 	// is registered.

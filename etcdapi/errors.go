@@ -77,6 +77,8 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCKeyNotFound
 	case errors.Is(err, statemachine.ErrNotOwner), errors.Is(err, frontend.ErrPermissionDenied):
 		return rpctypes.ErrGRPCPermissionDenied
+	case errors.Is(err, statemachine.ErrNoSpace):
+		return rpctypes.ErrGRPCNoSpace // etcd's exact text, which clients map
 	case errors.Is(err, frontend.ErrNoCredentials):
 		return rpctypes.ErrGRPCUserEmpty
 	case errors.Is(err, frontend.ErrInvalidToken):

@@ -2,12 +2,14 @@ package etcdapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -137,6 +139,29 @@ func (f *fakeBackend) Node(ctx context.Context) (NodeInfo, error) {
 }
 
 func (f *fakeBackend) Ident() (uint64, uint64, uint64) { return 1, 2, 1 }
+
+// Alarms lists the machine's alarms; the fake is member 2, "fake".
+func (f *fakeBackend) Alarms(ctx context.Context) ([]*pb.AlarmMember, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*pb.AlarmMember
+	for _, a := range f.m.Alarms() {
+		if a.Member == "fake" {
+			out = append(out, &pb.AlarmMember{MemberID: 2, Alarm: pb.AlarmType(a.Alarm)})
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeBackend) Disarm(ctx context.Context, member uint64, alarm pb.AlarmType) error {
+	alarms, _ := f.Alarms(ctx)
+	for _, a := range alarms {
+		if a.MemberID == member && a.Alarm == alarm {
+			return f.apply(statemachine.SetAlarm{Member: "fake", Alarm: statemachine.AlarmType(alarm)}).Err
+		}
+	}
+	return errors.New("no such alarm")
+}
 
 func (f *fakeBackend) Authenticate(ctx context.Context, name, password string) (string, error) {
 	return "", rpctypes.ErrGRPCAuthNotEnabled

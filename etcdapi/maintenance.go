@@ -2,6 +2,7 @@ package etcdapi
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -96,29 +97,49 @@ func (s *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 	if info.LeaderID == 0 {
 		resp.Errors = append(resp.Errors, rpctypes.ErrNoLeader.Error())
 	}
-	if info.NoSpace != "" {
-		resp.Errors = append(resp.Errors, noSpace(info.MemberID).String())
+	alarms, err := s.alarms(ctx, info)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	for _, a := range alarms {
+		resp.Errors = append(resp.Errors, a.String())
 	}
 	return resp, nil
 }
 
-// Alarm reports the NOSPACE alarm of this member while its disk is full
-// (NodeInfo.NoSpace). Tenure manages that alarm itself: the node raises
-// it when it starts refusing writes and clears it when space comes back
-// (etcd's needs an operator's disarm after a defragment). So, as etcd
-// answers for an alarm it already holds or does not hold:
+// alarms are the alarms raised through the log, and this member's
+// NOSPACE while its disk is full, once each.
+func (s *maintenanceServer) alarms(ctx context.Context, info NodeInfo) ([]*pb.AlarmMember, error) {
+	alarms, err := s.b.Alarms(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if info.NoSpace != "" && !slices.ContainsFunc(alarms, func(a *pb.AlarmMember) bool {
+		return a.MemberID == info.MemberID && a.Alarm == pb.AlarmType_NOSPACE
+	}) {
+		alarms = append(alarms, noSpace(info.MemberID))
+	}
+	return alarms, nil
+}
+
+// Alarm answers as etcd's does, over two kinds of NOSPACE alarm:
 //
-//   - GET lists the alarm while it is raised, for alarm type NONE (all)
-//     or NOSPACE;
-//   - ACTIVATE of NONE changes nothing, as in etcd; ACTIVATE of NOSPACE
-//     for this member while it is raised answers it, as etcd answers an
-//     alarm that was already raised; any other ACTIVATE is refused
-//     (Unimplemented): clients cannot raise Tenure's alarms, and it has
-//     no CORRUPT alarm;
-//   - DEACTIVATE changes nothing and answers no alarm, as etcd answers
-//     for an alarm it does not hold: the alarm ends when the disk has
-//     room again, not on a client's word. The node's own alarm is the
-//     only one it knows: GET on another member lists its alarm there.
+//   - a member's NOSPACE raised through the log once it held its storage
+//     quota (--quota-backend-bytes; Backend.Alarms), which every member
+//     lists and obeys, and which DEACTIVATE (`etcdctl alarm disarm`)
+//     clears through the log, as etcd's does: a member still over its
+//     quota raises it again at the next write that adds data;
+//   - this member's NOSPACE while its disk is full (NodeInfo.NoSpace),
+//     which the node raises and clears itself: DEACTIVATE changes
+//     nothing of it, the alarm ends when the disk has room again.
+//
+// So GET lists the alarms raised, for alarm type NONE (all) or NOSPACE;
+// ACTIVATE of NONE changes nothing, as in etcd, and ACTIVATE of NOSPACE
+// for a member whose alarm is raised answers it, as etcd answers an
+// alarm that was already raised; any other ACTIVATE is refused
+// (Unimplemented): clients cannot raise Tenure's alarms, and it has no
+// CORRUPT alarm. DEACTIVATE of an alarm not raised answers no alarm, as
+// etcd's does.
 func (s *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
 	info, err := s.b.Node(ctx)
 	if err != nil {
@@ -128,24 +149,39 @@ func (s *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.
 	if err != nil {
 		return nil, toGRPC(err)
 	}
-	raised := info.NoSpace != ""
+	alarms, err := s.alarms(ctx, info)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	raised := slices.ContainsFunc(alarms, func(a *pb.AlarmMember) bool { return a.MemberID == r.MemberID && a.Alarm == r.Alarm })
 	resp := &pb.AlarmResponse{Header: header(s.b, rev)}
 	switch r.Action {
 	case pb.AlarmRequest_GET:
-		if raised && (r.Alarm == pb.AlarmType_NONE || r.Alarm == pb.AlarmType_NOSPACE) {
-			resp.Alarms = append(resp.Alarms, noSpace(info.MemberID))
+		for _, a := range alarms {
+			if r.Alarm == pb.AlarmType_NONE || r.Alarm == a.Alarm {
+				resp.Alarms = append(resp.Alarms, a)
+			}
 		}
 	case pb.AlarmRequest_ACTIVATE:
 		switch {
 		case r.Alarm == pb.AlarmType_NONE:
-		case r.Alarm == pb.AlarmType_NOSPACE && raised && r.MemberID == info.MemberID:
-			resp.Alarms = append(resp.Alarms, noSpace(info.MemberID))
+		case r.Alarm == pb.AlarmType_NOSPACE && raised:
+			resp.Alarms = append(resp.Alarms, &pb.AlarmMember{MemberID: r.MemberID, Alarm: r.Alarm})
 		default:
 			return nil, status.Errorf(codes.Unimplemented,
-				"Tenure does not implement Maintenance.Alarm ACTIVATE of %s for member %x: a node raises NOSPACE itself while its disk is full, and there is no other alarm",
+				"Tenure does not implement Maintenance.Alarm ACTIVATE of %s for member %x: a node raises NOSPACE itself past its storage quota or while its disk is full, and there is no other alarm",
 				r.Alarm, r.MemberID)
 		}
 	case pb.AlarmRequest_DEACTIVATE:
+		err := s.b.Disarm(ctx, r.MemberID, r.Alarm)
+		switch {
+		case err == nil:
+			resp.Alarms = append(resp.Alarms, &pb.AlarmMember{MemberID: r.MemberID, Alarm: r.Alarm})
+		case raised && r.MemberID == info.MemberID && info.NoSpace != "":
+			// The disk's alarm, which only room on the disk ends.
+		case raised:
+			return nil, toGRPC(err)
+		}
 	}
 	return resp, nil
 }

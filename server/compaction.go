@@ -111,3 +111,35 @@ func (s *Server) compactionLoop(c Compaction) {
 		}
 	}
 }
+
+// compactByBytes, on the leader, compacts the keys' history when it
+// holds more than a quarter of the storage quota, oldest versions first,
+// down to an eighth of it (StorageQuota.historyCompactionBytes): the compaction by revisions bounds how many versions
+// are kept, and this how many bytes, so that values of 64 KiB cannot
+// fill the quota with the 10,000 revisions the default keeps. It runs
+// whatever the mode, as the quota does: an operator who wants more
+// history raises --quota-backend-bytes.
+func (s *Server) compactByBytes(q StorageQuota) {
+	start, target := q.historyCompactionBytes()
+	if start <= 0 {
+		return
+	}
+	var history, rev, compacted int64
+	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
+		history, compacted = m.Usage().History, m.CompactRevision()
+		if history > start {
+			rev = m.CompactionTarget(target)
+		}
+		return nil
+	})
+	if rev <= compacted {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.node.Propose(ctx, statemachine.Compact{Revision: rev}); err != nil {
+		s.log.Warn("compaction by bytes failed; trying again at the next look", "revision", rev, "history_bytes", history, "err", err)
+		return
+	}
+	s.log.Info("compacted the keys' history by bytes", "revision", rev, "history_bytes", history, "threshold", start)
+}

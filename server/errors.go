@@ -50,6 +50,7 @@ var errorCodes = []struct {
 	{lessor.ErrNotLeader, connect.CodeUnavailable, api.ReasonNotLeader},
 	{raftnode.ErrClosed, connect.CodeUnavailable, api.ReasonShuttingDown},
 	{raftnode.ErrDiskFull, connect.CodeResourceExhausted, api.ReasonDiskFull},
+	{statemachine.ErrNoSpace, connect.CodeResourceExhausted, api.ReasonNoSpace},
 	{watch.ErrLagged, connect.CodeAborted, api.ReasonWatchLagged},
 	{errWaitCancelled, connect.CodeAborted, api.ReasonWaitCancelled},
 	{watch.ErrCompacted, connect.CodeOutOfRange, api.ReasonCompacted},

@@ -48,6 +48,7 @@ var etcdReplies = map[string]func() any{
 	"/etcdserverpb.KV/DeleteRange":        func() any { return new(pb.DeleteRangeResponse) },
 	"/etcdserverpb.KV/Txn":                func() any { return new(pb.TxnResponse) },
 	"/etcdserverpb.KV/Compact":            func() any { return new(pb.CompactionResponse) },
+	"/etcdserverpb.Maintenance/Alarm":     func() any { return new(pb.AlarmResponse) },
 	"/etcdserverpb.Lease/LeaseGrant":      func() any { return new(pb.LeaseGrantResponse) },
 	"/etcdserverpb.Lease/LeaseRevoke":     func() any { return new(pb.LeaseRevokeResponse) },
 	"/etcdserverpb.Lease/LeaseTimeToLive": func() any { return new(pb.LeaseTimeToLiveResponse) },

@@ -68,6 +68,8 @@ type Config struct {
 	Build BuildInfo
 	// Etcd turns on the etcd v3 API (etcd.go); off without a listener.
 	Etcd EtcdConfig
+	// Quota bounds the bytes the node holds (storagequota.go).
+	Quota StorageQuota
 }
 
 // Server is one Tenure node: the replicated log, the lessor, the watch
@@ -95,6 +97,7 @@ type Server struct {
 	etcdIdent     etcdIdentCache
 	etcdPeers     etcdConns
 	discovery     discovery
+	space         spaceState // the storage quota's (storagequota.go)
 
 	// draining is set by Close: no new client proposal is taken while
 	// those in flight finish and leadership moves elsewhere. proposing
@@ -160,7 +163,7 @@ func Open(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:           cfg,
 		log:           cfg.Logger,
-		hub:           watch.NewHub(cfg.Limits.WatchHistory),
+		hub:           watch.NewHubBytes(cfg.Limits.WatchHistory, cfg.Quota.watchHistoryBytes()),
 		peers:         newPeers(cfg.PeerAPITLS),
 		advertise:     cfg.Advertise,
 		etcdAdvertise: cfg.Etcd.Advertise,
@@ -187,6 +190,9 @@ func Open(cfg Config) (*Server, error) {
 		Registerer:       cfg.Registry,
 	})
 	rc := cfg.Raft
+	if rc.MaxLogMemoryBytes == 0 {
+		rc.MaxLogMemoryBytes = cfg.Quota.raftLogBytes() // a share of the storage quota
+	}
 	rc.Logger = cfg.Logger
 	rc.Registerer = cfg.Registry
 	rc.Observer = s.observe
@@ -217,10 +223,14 @@ func Open(cfg Config) (*Server, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 	}
-	s.wg.Add(4)
+	s.wg.Add(5)
 	go func() {
 		defer s.wg.Done()
 		s.leadershipLoop()
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.storageLoop()
 	}()
 	go func() {
 		defer s.wg.Done()
@@ -586,6 +596,9 @@ func (s *Server) propose(ctx context.Context, cmd statemachine.Command) (statema
 		return statemachine.Result{}, s.notLeader()
 	}
 	if err := s.node.DiskFull(); err != nil && !frees(cmd) {
+		return statemachine.Result{}, err
+	}
+	if err := s.checkStorageQuota(ctx, cmd); err != nil {
 		return statemachine.Result{}, err
 	}
 	s.drainMu.RLock()

@@ -411,6 +411,10 @@ func encodeCommand(e *encoder, cmd Command) {
 		encodeTxn(e, &c)
 	case Compact:
 		e.int(c.Revision)
+	case SetAlarm:
+		e.str(c.Member)
+		e.uint(uint64(c.Alarm))
+		e.bool(c.Active)
 	}
 }
 
@@ -504,6 +508,8 @@ func decodeCommand(d *decoder, k Kind) Command {
 		return t
 	case KindCompact:
 		return Compact{Revision: d.int()}
+	case KindSetAlarm:
+		return SetAlarm{Member: d.str(), Alarm: AlarmType(d.small()), Active: d.bool()}
 	}
 	return nil
 }

@@ -32,8 +32,9 @@ const (
 	KindAskStepDown    Kind = 19
 	KindTxn            Kind = 20
 	KindCompact        Kind = 21
+	KindSetAlarm       Kind = 22
 
-	lastKind = KindCompact
+	lastKind = KindSetAlarm
 )
 
 // Every kind leaves the entry's binaryFlag bit clear: this fails to
@@ -273,6 +274,7 @@ func (SetVersion) Kind() Kind     { return KindSetVersion }
 func (AskStepDown) Kind() Kind    { return KindAskStepDown }
 func (Txn) Kind() Kind            { return KindTxn }
 func (Compact) Kind() Kind        { return KindCompact }
+func (SetAlarm) Kind() Kind       { return KindSetAlarm }
 
 // A log entry is a header, one byte of kind and eight of the leader's
 // unix nanoseconds, then the command's body. The body is binary (codec.go)
@@ -403,6 +405,8 @@ func decodeJSON(kind Kind, body []byte) (Command, error) {
 		return decodeAs[Txn](body)
 	case KindCompact:
 		return decodeAs[Compact](body)
+	case KindSetAlarm:
+		return decodeAs[SetAlarm](body)
 	}
 	return nil, fmt.Errorf("%w: kind %d", ErrUnknownCommand, kind)
 }

@@ -37,6 +37,7 @@ func sampleCommands() []Command {
 			Actor:    &Actor{Principal: "alice", Identities: []string{"web-*"}},
 		},
 		Compact{Revision: 12},
+		SetAlarm{Member: "n1", Alarm: AlarmNoSpace, Active: true},
 	}
 }
 

@@ -41,7 +41,7 @@ var sentinels = []error{
 	ErrSessionNotFound, ErrLeaseNotFound, ErrKeyNotFound, ErrNotHolder,
 	ErrLocked, ErrCompareFailed, ErrCapacityMismatch, ErrTooManyWaiters,
 	ErrTooManySessions, ErrNotWaiting, ErrNotSupported, ErrNotOwner, ErrUnknownCommand,
-	ErrCompacted, ErrFutureRevision, ErrLeaseExists,
+	ErrCompacted, ErrFutureRevision, ErrLeaseExists, ErrNoSpace,
 }
 
 func open(identity string) OpenSession { return OpenSession{Identity: identity, TTL: ttl} }

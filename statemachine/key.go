@@ -45,8 +45,16 @@ func (m *Machine) putKey(key, value string, ttl, sessionID int64) (kv, prev *Key
 		m.sessions[sessionID].keys[key] = struct{}{}
 	}
 	m.keys.ReplaceOrInsert(next)
+	m.usage.Keys += keyCost(next)
+	if ok {
+		m.usage.Keys -= keyCost(old)
+	}
 	if m.usesKVRevision() {
 		m.recordVersion(&version{Key: key, Main: rev, Sub: sub, KV: next})
+		m.usage.History += VersionOverhead
+		if ok {
+			m.usage.History += keyCost(old) // its version is no longer the key as it is
+		}
 	}
 	out := *next
 	m.emit(Event{Type: EventKeyPut, SessionID: sessionID, KV: &out, PrevKV: evPrev})
@@ -55,6 +63,7 @@ func (m *Machine) putKey(key, value string, ttl, sessionID int64) (kv, prev *Key
 
 func (m *Machine) deleteKey(kv *KeyValue, typ EventType) {
 	m.keys.Delete(kv)
+	m.usage.Keys -= keyCost(kv)
 	if kv.SessionID != 0 {
 		if s, ok := m.sessions[kv.SessionID]; ok {
 			delete(s.keys, kv.Key)
@@ -63,7 +72,9 @@ func (m *Machine) deleteKey(kv *KeyValue, typ EventType) {
 	rev, sub := m.nextKeyRevision()
 	prev := m.eventPrev(kv.Key, kv, rev)
 	if m.usesKVRevision() {
-		m.recordVersion(&version{Key: kv.Key, Main: rev, Sub: sub, Expired: typ == EventKeyExpired})
+		v := &version{Key: kv.Key, Main: rev, Sub: sub, Expired: typ == EventKeyExpired}
+		m.recordVersion(v)
+		m.usage.History += keyCost(kv) + versionCost(v, false)
 	}
 	m.emit(Event{Type: typ, SessionID: kv.SessionID, KV: &KeyValue{Key: kv.Key, ModRevision: rev}, PrevKV: prev})
 }

@@ -25,7 +25,9 @@ import (
 //   - 6: the log and snapshots are binary (codec.go, BinaryVersion), so
 //     keys and values keep every byte; before it a key or value that is
 //     not UTF-8 is refused.
-const Version = 6
+//   - 7: alarms (SetAlarm, alarm.go): while a NOSPACE alarm is raised,
+//     commands that add data are refused (ErrNoSpace).
+const Version = 7
 
 // Machine is the whole replicated state. It is not safe for concurrent
 // use: the replication layer applies commands one at a time and guards
@@ -50,6 +52,12 @@ type Machine struct {
 	leaseIDs        map[int64]int64
 	etcdAddrs       map[string]string // raft server ID → advertised etcd API address
 
+	// usage is the bytes held (usage.go), leaseCosts each lease's share
+	// of usage.Leases; alarms are the alarms raised (alarm.go).
+	usage      Usage
+	leaseCosts map[LeaseID]int64
+	alarms     map[AlarmMember]struct{}
+
 	// now, events and touched belong to the command being applied.
 	now     int64
 	events  []Event
@@ -71,6 +79,8 @@ func New() *Machine {
 		history:    newHistory(),
 		leaseIDs:   map[int64]int64{},
 		etcdAddrs:  map[string]string{},
+		leaseCosts: map[LeaseID]int64{},
+		alarms:     map[AlarmMember]struct{}{},
 	}
 }
 
@@ -93,6 +103,9 @@ func (m *Machine) Apply(now int64, cmd Command) Result {
 	m.events, m.touched = nil, m.touched[:0]
 	m.kvChanges = 0
 	var res Result
+	if err := m.checkSpace(cmd); err != nil {
+		return Result{Err: err, Revision: m.revision, KVRevision: m.kvRevision}
+	}
 	switch c := cmd.(type) {
 	case OpenSession:
 		res = m.openSession(c)
@@ -137,12 +150,15 @@ func (m *Machine) Apply(now int64, cmd Command) Result {
 			m.version = c.Version
 			if from < 5 && c.Version >= 5 {
 				m.startKVRevision()
+				m.resetUsage()
 			}
 		}
 	case Txn:
 		res = m.txn(c)
 	case Compact:
 		res = m.compact(c)
+	case SetAlarm:
+		res = m.setAlarm(c)
 	default:
 		res.Err = fmt.Errorf("%w: %T", ErrUnknownCommand, cmd)
 	}
@@ -170,7 +186,9 @@ func (m *Machine) Apply(now int64, cmd Command) Result {
 func (m *Machine) settleIdle() {
 	// A mass expiry touches thousands: sort rather than compare each pair.
 	slices.SortFunc(m.touched, compareLeaseID)
-	for _, id := range slices.Compact(m.touched) {
+	m.touched = slices.Compact(m.touched)
+	m.countLeases(m.touched)
+	for _, id := range m.touched {
 		l, ok := m.leases[id]
 		if !ok {
 			continue

@@ -284,11 +284,13 @@ func (m *Machine) compact(c Compact) Result {
 		v := h[i]
 		if seen[v.Key] {
 			m.history.byKey.Delete(v)
+			m.usage.History -= versionCost(v, false)
 			continue
 		}
 		seen[v.Key] = true
 		if v.KV == nil {
 			m.history.byKey.Delete(v)
+			m.usage.History -= versionCost(v, false)
 			continue
 		}
 		kept = append(kept, v)

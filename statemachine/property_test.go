@@ -818,6 +818,7 @@ func (w *world) checkEvents(t *rapid.T, cmd Command, pre map[LeaseID]Lease, res 
 // checkInvariants checks what must hold of any state.
 func checkInvariants(t tb, m *Machine) {
 	t.Helper()
+	checkUsage(t, m)
 	sessions := map[int64]Session{}
 	identities := map[string]int{}
 	for _, s := range m.Sessions() {
@@ -1005,6 +1006,7 @@ func TestProperties(t *testing.T) {
 			expect(t, "revision", restored.Revision(), w.m.Revision())
 			expect(t, "epoch", restored.Epoch(), w.m.Epoch())
 			expect(t, "identities", restored.identities, w.m.identities)
+			expect(t, "bytes held, counted as applied and counted on restore", restored.Usage(), w.m.Usage())
 			expect(t, "deadlines", restored.Deadlines(), w.m.Deadlines())
 			for _, s := range w.m.Sessions() {
 				h1, w1, n1 := w.m.SessionHoldings(s.ID)

@@ -62,6 +62,7 @@ func (m *Machine) openSession(c OpenSession) Result {
 		s.Identity = fmt.Sprintf("session-%d", id)
 	}
 	m.sessions[id] = newSessionState(s)
+	m.usage.Sessions += sessionCost(&s)
 	m.identities[s.Identity]++
 	ev := s
 	ev.Labels = cloneLabels(s.Labels)
@@ -151,6 +152,7 @@ func (m *Machine) endSession(s *sessionState, expired bool, renewed int64) []Lea
 		m.deleteKey(kv, EventKeyDeleted)
 	}
 	delete(m.sessions, s.ID)
+	m.usage.Sessions -= sessionCost(&s.Session)
 	if s.LeaseID != 0 {
 		delete(m.leaseIDs, s.LeaseID)
 	}

@@ -17,6 +17,12 @@
 // from (DESIGN.md, safety rule 8: watches never silently drop); the others
 // are not affected.
 //
+// The history is bounded twice: by a count of events (the ring) and by
+// the bytes of their keys, values and names (NewHubBytes), because a
+// count alone does not bound memory when each event may carry two values
+// of 64 KiB. Whichever bound is reached first drops the oldest events.
+// Bytes reports what the history holds, for the server's storage quota.
+//
 // Caller's duties:
 //   - Call Reset with the restored revision at startup and after every
 //     snapshot restore, before publishing the events that follow it.

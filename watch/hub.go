@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/tenurehq/tenure/statemachine"
 )
@@ -106,18 +107,42 @@ type slot struct {
 // names, whichever limit is reached first. The ring of history events is
 // allocated up front (about 160 bytes an event). Its first expected
 // revision is 1; call Reset to start elsewhere.
-func NewHub(history int) *Hub {
+func NewHub(history int) *Hub { return NewHubBytes(history, 0) }
+
+// NewHubBytes is NewHub with a budget of maxBytes for the keys, values
+// and names of the events kept instead of history × 1 KiB, when maxBytes
+// is above 0 and below that: the server gives the hub a share of its
+// storage quota, so that the watch history cannot hold what the quota
+// refuses the store.
+func NewHubBytes(history int, maxBytes int64) *Hub {
 	if history <= 0 {
 		history = DefaultHistory
+	}
+	budget := int64(history) * payloadPerEvent
+	if maxBytes > 0 {
+		budget = min(budget, maxBytes)
 	}
 	return &Hub{
 		ring:     make([]slot, history),
 		oldest:   1,
-		maxBytes: int64(history) * payloadPerEvent,
+		maxBytes: budget,
 		notify:   make(chan struct{}),
 		watchers: make(map[*Watcher]struct{}),
 		waiting:  make(map[*Watcher]struct{}),
 	}
+}
+
+// MaxBytes is the budget for the payload of the events kept.
+func (h *Hub) MaxBytes() int64 { return h.maxBytes }
+
+// Bytes is what the history holds: its ring, allocated up front, and the
+// payload of the events kept (keys, values and names, estimated as the
+// budget counts them). Values an event shares with the state are counted
+// here too: the history may keep them after the state let them go.
+func (h *Hub) Bytes() int64 {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return int64(len(h.ring))*int64(unsafe.Sizeof(slot{})) + h.bytes
 }
 
 // Revision returns the revision of the last event published, or the

@@ -593,6 +593,36 @@ func TestLargeValuesShortenTheHistory(t *testing.T) {
 	}
 }
 
+func TestAByteBudgetBelowTheCountsShortensTheHistory(t *testing.T) {
+	h := NewHubBytes(1000, 40<<10) // 1000 × 1 KiB, but 40 KiB given
+	expect := func(what string, got, want int64) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s: got = %d, expected: %d", what, got, want)
+		}
+	}
+	expect("budget", h.MaxBytes(), 40<<10)
+	ring := h.Bytes()
+	if ring <= 0 {
+		t.Fatalf("Bytes of an empty hub: got = %d, expected: its ring, above 0", ring)
+	}
+	big := strings.Repeat("v", 10<<10)
+	for rev := int64(1); rev <= 20; rev++ {
+		ev := put(rev, "k")
+		ev.KV.Value = big
+		h.Publish([]statemachine.Event{ev})
+	}
+	if got := h.Bytes() - ring; got > 40<<10 || got < 30<<10 {
+		t.Errorf("payload kept: got = %d bytes, expected: between 30 KiB and the 40 KiB budget", got)
+	}
+	if _, err := h.Watch(1, nil); !errors.Is(err, ErrCompacted) {
+		t.Errorf("Watch(1) after the budget dropped it: got = %v, expected: %v", err, ErrCompacted)
+	}
+	// A budget above the count's changes nothing: the count's wins.
+	expect("budget above history × 1 KiB", NewHubBytes(10, 1<<30).MaxBytes(), 10<<10)
+	expect("no budget", NewHubBytes(10, 0).MaxBytes(), 10<<10)
+}
+
 func TestKeyFilter(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -34,6 +34,7 @@ type serveOptions struct {
 	forceNewCluster                                         bool
 	repairLog                                               bool
 	walSegmentSize, minFreeSpace                            byteSize
+	quotaBackendBytes                                       byteSize
 	certFile, keyFile, clientCAFile                         string
 	peerCertFile, peerKeyFile, peerCAFile                   string
 	policyFile, auditLog                                    string
@@ -135,6 +136,7 @@ variables (TENURE_ENDPOINTS, TENURE_TOKEN, ...) do not apply to serve.`,
 	f.StringVar(&o.etcdAdvertise, "etcd-advertise", "", "etcd API address clients and other nodes reach this node at (default --etcd-listen; required when it is 0.0.0.0)")
 	f.StringVar(&o.autoCompactionMode, "auto-compaction-mode", "revision", `how the keys' history is compacted, as etcd's flag: "revision" keeps the last --auto-compaction-retention revisions, "periodic" those of the last --auto-compaction-retention duration`)
 	f.StringVar(&o.autoCompactionRetention, "auto-compaction-retention", "10000", `revisions to keep ("revision" mode) or a duration ("periodic" mode: 1h, or a bare number of hours as etcd takes it); 0 keeps everything until a client compacts`)
+	f.Var(&o.quotaBackendBytes, "quota-backend-bytes", "bytes this node may hold in memory, as etcd's flag (default 2GiB; 0 means the default): live keys, their retained history, sessions, leases, the watch history and the in-memory raft log; past it the NOSPACE alarm refuses writes that add data until `etcdctl alarm disarm` (docs/operations.md)")
 	f.BoolVar(&o.insecure, "insecure", false, "allow listening on a non-loopback address without TLS and a policy (anybody who can reach the port can do anything)")
 	f.BoolVar(&o.forceNewCluster, "force-new-cluster", false, "restore a copied data dir onto this node: rewrite its cluster configuration to this node alone at --peer-listen, keeping the data (never on a member of a live cluster; see docs/operations.md)")
 	o.walSegmentSize = 64 << 20
@@ -254,6 +256,9 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	if err != nil {
 		return err
 	}
+	if q := o.quotaBackendBytes; q != 0 && q < minQuotaBackendBytes {
+		return usage("--quota-backend-bytes %s: must be at least %s, or 0 for the default 2GiB", q, minQuotaBackendBytes)
+	}
 	if err := o.checkExposure(); err != nil {
 		return err
 	}
@@ -298,6 +303,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	build := readBuildInfo()
 	srv, err := openServer(ctx, server.Config{
 		Etcd:            server.EtcdConfig{Listener: etcdLn, Advertise: o.etcdAdvertise, Compaction: compaction},
+		Quota:           server.StorageQuota{Bytes: int64(o.quotaBackendBytes)},
 		Listener:        ln,
 		Advertise:       o.advertise,
 		Join:            o.join,
@@ -457,6 +463,10 @@ func (o *serveOptions) checkExposure() error {
 	}
 	return nil
 }
+
+// minQuotaBackendBytes is the smallest --quota-backend-bytes: below it
+// the watch history's ring alone (allocated up front) would fill it.
+const minQuotaBackendBytes = byteSize(32 << 20)
 
 // compaction reads --auto-compaction-mode and -retention as etcd does: a
 // number of revisions, or a duration where a bare number is hours.
