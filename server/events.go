@@ -43,9 +43,12 @@ func (l Limits) leaseWatch(allNamespaces bool, ns, name string, start int64) (wa
 	if err := startRevision(start); err != nil {
 		return watchSpec{}, err
 	}
-	reads := func(g *auth.Grants) bool { return g.Namespace(auth.Read, ns) || g.Namespace(auth.Lock, ns) }
-	if allNamespaces {
-		reads = func(g *auth.Grants) bool { return g.AllNamespaces(auth.Read) }
+	// A watch of every namespace asks for nothing (its events are
+	// filtered by what the caller reads); one of a namespace for read or
+	// lock on it, as its holders' grant watches do.
+	var reads func(g *auth.Grants) bool
+	if !allNamespaces {
+		reads = func(g *auth.Grants) bool { return g.Namespace(auth.Read, ns) || g.Namespace(auth.Lock, ns) }
 	}
 	return watchSpec{start: start, filter: leaseFilter(ns, name), reads: reads}, nil
 }
