@@ -132,7 +132,10 @@ func (s *Server) compactByBytes(q StorageQuota) {
 		}
 		return nil
 	})
-	if rev <= compacted {
+	// rev is 0 while the history is under its share: nothing to do. (A
+	// Compact at 0 on a fresh store, whose compact revision is -1, would
+	// apply, and refuse a client's own Compact 0, which etcd takes.)
+	if rev <= 0 || rev <= compacted {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
