@@ -240,6 +240,7 @@ func (e *engine) Process(ctx context.Context, m raftpb.Message) error {
 func (e *engine) ReportUnreachable(id uint64) { e.raft().ReportUnreachable(id) }
 
 func (e *engine) ReportSnapshot(id uint64, status etcdraft.SnapshotStatus) {
+	e.sentSnapshot()
 	e.raft().ReportSnapshot(id, status)
 }
 
@@ -249,6 +250,7 @@ func (e *engine) close() error {
 	close(e.stop)
 	e.wg.Wait()
 	e.raft().Stop()
+	e.snapshots.toSend.reads.Wait()
 	e.role.Store(int32(etcdraft.StateFollower))
 	e.leader.Store(0)
 	return nil

@@ -60,8 +60,11 @@ func (m *memoryLog) Append(ents []raftpb.Entry) error {
 	return nil
 }
 
-// ApplySnapshot replaces the whole log with snap, as MemoryStorage does.
+// ApplySnapshot replaces the whole log with snap, as MemoryStorage does,
+// keeping its metadata only: the data is in the snapshot file, which
+// snapshotToSend reads when a follower needs it.
 func (m *memoryLog) ApplySnapshot(snap raftpb.Snapshot) error {
+	snap.Data = nil
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.MemoryStorage.ApplySnapshot(snap); err != nil {

@@ -39,6 +39,21 @@ type snapshotter struct {
 	writing sync.WaitGroup  // the snapshot being written, one at a time
 	now     chan chan error // snapshotNow's requests to apply
 	wanted  chan struct{}   // raftStorage's: a snapshot to send names a configuration that is out of date
+
+	// toSend is the newest snapshot's data, read back from its file for
+	// a follower that needs it: raft's MemoryStorage holds a snapshot's
+	// metadata only (memoryLog.ApplySnapshot), as a copy of the whole
+	// state kept there for the rare follower that falls behind the log
+	// would double what the node holds. It is dropped once sent.
+	toSend struct {
+		sync.Mutex
+		index   uint64
+		data    []byte
+		loading bool
+		// reads is the read under way, which close waits for once raft,
+		// whose goroutine starts it, has stopped.
+		reads sync.WaitGroup
+	}
 }
 
 // newSnapshotter takes cfg after withDefaults.
@@ -106,14 +121,63 @@ type raftStorage struct {
 
 func (s raftStorage) Snapshot() (raftpb.Snapshot, error) {
 	snap, err := s.MemoryStorage.Snapshot()
-	if err != nil || s.e.namesEveryMember(snap.Metadata.ConfState) {
+	if err != nil || etcdraft.IsEmptySnap(snap) {
 		return snap, err
 	}
-	select {
-	case s.e.snapshots.wanted <- struct{}{}:
-	default:
+	if !s.e.namesEveryMember(snap.Metadata.ConfState) {
+		select {
+		case s.e.snapshots.wanted <- struct{}{}:
+		default:
+		}
+		return raftpb.Snapshot{}, etcdraft.ErrSnapshotTemporarilyUnavailable
 	}
-	return raftpb.Snapshot{}, etcdraft.ErrSnapshotTemporarilyUnavailable
+	data, ok := s.e.snapshotToSend(snap.Metadata.Index)
+	if !ok {
+		return raftpb.Snapshot{}, etcdraft.ErrSnapshotTemporarilyUnavailable
+	}
+	snap.Data = data
+	return snap, nil
+}
+
+// snapshotToSend is the data of the snapshot at index, for raft to send
+// a follower: at once when it was read already, else it starts reading
+// it from its file, off raft's goroutine, and says it is not there yet
+// (raft asks again at the follower's next heartbeat). A snapshot just
+// taken may not be written yet; the read fails, and is tried again.
+func (e *engine) snapshotToSend(index uint64) ([]byte, bool) {
+	ts := &e.snapshots.toSend
+	ts.Lock()
+	defer ts.Unlock()
+	if ts.index == index && ts.data != nil {
+		return ts.data, true
+	}
+	if ts.loading {
+		return nil, false
+	}
+	ts.loading = true
+	ts.reads.Add(1)
+	go func() {
+		defer ts.reads.Done()
+		data, err := e.disk.snapshotData(index)
+		ts.Lock()
+		defer ts.Unlock()
+		ts.loading = false
+		if err != nil {
+			e.n.log.Debug("raft: the snapshot for a follower is not readable yet; raft will ask again", "index", index, "err", err)
+			return
+		}
+		ts.index, ts.data = index, data
+	}()
+	return nil, false
+}
+
+// sentSnapshot lets the data read for a follower go once raft has been
+// told how sending it went.
+func (e *engine) sentSnapshot() {
+	ts := &e.snapshots.toSend
+	ts.Lock()
+	ts.index, ts.data = 0, nil
+	ts.Unlock()
 }
 
 // snapshotNow takes a snapshot of the state as it is and waits until it
@@ -152,7 +216,9 @@ func (e *engine) copyState() (write func() error, err error) {
 		return nil, fmt.Errorf("raftnode: snapshot at %d: %w", applied, err)
 	}
 	e.snapshots.index.Store(applied)
-	if _, err := e.ms.CreateSnapshot(applied, &cs, encodeSnapshotData(members, state)); err != nil {
+	// The metadata only: the data is the file write writes
+	// (snapshotToSend reads it back for a follower that needs it).
+	if _, err := e.ms.CreateSnapshot(applied, &cs, nil); err != nil {
 		if errors.Is(err, etcdraft.ErrSnapOutOfDate) {
 			// A newer snapshot arrived from the leader meanwhile: it
 			// is already written, and the log behind it dropped.

@@ -182,8 +182,8 @@ func (d *diskStorage) load() (bootState, error) {
 		}
 		cs, members := confState(meta.Configuration)
 		b.state, b.members = state, members
+		// No Data: raft's storage keeps a snapshot's metadata only.
 		b.snap = raftpb.Snapshot{
-			Data:     encodeSnapshotData(members, state),
 			Metadata: raftpb.SnapshotMetadata{Index: meta.Index, Term: meta.Term, ConfState: cs},
 		}
 		break
@@ -240,6 +240,27 @@ func (d *diskStorage) readSnapshot(id string) (*raft.SnapshotMeta, []byte, error
 		return nil, nil, fmt.Errorf("raftnode: read snapshot %s: %w", id, err)
 	}
 	return meta, state, nil
+}
+
+// snapshotData is the data of the snapshot file at index, as a MsgSnap
+// carries it (encodeSnapshotData).
+func (d *diskStorage) snapshotData(index uint64) ([]byte, error) {
+	metas, err := d.snapshots.List()
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: list snapshots: %w", err)
+	}
+	for _, m := range metas {
+		if m.Index != index {
+			continue
+		}
+		meta, state, err := d.readSnapshot(m.ID)
+		if err != nil {
+			return nil, err
+		}
+		_, members := confState(meta.Configuration)
+		return encodeSnapshotData(members, state), nil
+	}
+	return nil, fmt.Errorf("raftnode: no snapshot file at index %d (yet)", index)
 }
 
 // saveHardState writes hs when term or vote changed; the commit index
