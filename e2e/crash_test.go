@@ -57,6 +57,7 @@ const (
 //   - Every acknowledged mutation has its own revision, and the revision
 //     never goes backwards across a restart.
 func TestCrashDurability(t *testing.T) {
+	t.Parallel() // its own processes, mostly waiting: it runs beside the package's other slow tests
 	if testing.Short() {
 		t.Skip("builds the server and kills it with SIGKILL several times")
 	}

@@ -51,6 +51,7 @@ func hbZone(i int) string { return []string{"a", "b", "c"}[i%3] }
 //     "released", not held and not expired; --live lists exactly the 40
 //     left, with -l too.
 func TestHeartbeatNodeLeasesExpireAfterTheirTTLReleaseOnStopAndAreCollected(t *testing.T) {
+	t.Parallel() // its own processes, mostly waiting: it runs beside the package's other slow tests
 	e := newCLIEnv(t)
 	began := time.Now()
 	watch := e.start("watch", "-n", "node-lease", "--rev", "1", "-o", "json")

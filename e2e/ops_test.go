@@ -531,6 +531,7 @@ func TestSnapshotSaveRestoreRoundTripsAPopulatedCluster(t *testing.T) {
 // node is killed, stops every node on SIGTERM, and run again restarts the
 // same cluster with its data.
 func TestDevClusterServesThroughANodeLossAndRestarts(t *testing.T) {
+	t.Parallel() // its own processes, mostly waiting: it runs beside the package's other slow tests
 	if testing.Short() {
 		t.Skip("runs tenure dev cluster twice")
 	}

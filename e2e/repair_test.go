@@ -26,6 +26,7 @@ import (
 // back to its last intact batch, say which entries, if any, it lost, and
 // start with every acknowledged write before the damage.
 func TestRepairLogCutsDamageAfterTheLastEntry(t *testing.T) {
+	t.Parallel() // its own processes, mostly waiting: it runs beside the package's other slow tests
 	for _, tt := range []struct {
 		name   string
 		damage func(t *testing.T, segment string)

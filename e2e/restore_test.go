@@ -27,6 +27,7 @@ import (
 // names, --force-new-cluster, must bring the copy up as a single-node
 // cluster at the new address with every key and grant, taking new writes.
 func TestRestoreOntoNewAddresses(t *testing.T) {
+	t.Parallel() // its own processes, mostly waiting: it runs beside the package's other slow tests
 	if testing.Short() {
 		t.Skip("builds the server and runs it three times")
 	}

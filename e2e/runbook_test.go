@@ -31,6 +31,7 @@ const runbookBudget = 90 * time.Second
 // temporary directories. After each step it checks what the step did, so
 // the runbook cannot drift from the product.
 func TestRunbook(t *testing.T) {
+	t.Parallel() // its own processes, mostly waiting: it runs beside the package's other slow tests
 	if testing.Short() {
 		t.Skip("builds the server and runs a cluster of processes")
 	}

@@ -80,6 +80,7 @@ const webScrollSteps = 40
 // of docs/benchmarks.md ("The web page"), which come from a run without
 // -race.
 func TestWebPageWithTenThousandLeases(t *testing.T) {
+	t.Parallel() // its own processes, mostly waiting: it runs beside the package's other slow tests
 	browser := chromium(t)
 	addr := testserver.Start(t, testserver.Limits())
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
