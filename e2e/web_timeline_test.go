@@ -239,6 +239,7 @@ func TestWebPageTimelineStartsAtTheOldestEventKept(t *testing.T) {
 // the detail — is in one format: local time to the millisecond, after
 // the date only when that is not today.
 func TestWebPageTimelineFitsAYoungHistoryAndWritesOneClock(t *testing.T) {
+	t.Parallel() // its own server and browser; it waits 20s for its history to age
 	browser := chromium(t)
 	addr := testserver.Start(t, testserver.Limits())
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
