@@ -52,6 +52,10 @@ func TestPeerTLSKeepsOutANodeFromAnotherCA(t *testing.T) {
 		cfg.NodeID = fmt.Sprintf("n%d", i+1)
 		cfg.Bootstrap = i == 0
 		cfg.PeerTLS = peerTLS(t, good)
+		// A second, not 50ms: a TLS handshake under the race detector
+		// on a busy machine must not cost the leader its quorum while
+		// it adds the voters.
+		cfg.ElectionTimeout = time.Second
 		nodes[i] = openFake(t, cfg, nil)
 	}
 	leader := nodes[0]

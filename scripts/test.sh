@@ -103,6 +103,9 @@ stage "go vet" vet_all
 # of those stages' time is spent waiting, and together they keep both
 # cores busy. Their output is shown after.
 beside light test_modules $light
+# e2e/etcd is real processes, mostly waiting; its timing tests compare
+# Tenure with an etcd beside it on the same busy machine.
+beside etcd test_modules e2e/etcd
 # Four packages at a time, not go test's one per core: most of the
 # suite's time is spent waiting (for TTLs, elections, processes to start),
 # and at one per core the two cores stood half idle.
@@ -112,11 +115,10 @@ beside light test_modules $light
 # e2e/etcd, which mind no one's timing.
 stage "go test -race" go test -race -count=1 -p 4 -timeout 15m $(go list ./... | grep -v '/internal/bench$')
 stage "api, client, fence and clientgo modules (go test -race, beside the core's)" done_beside light
-beside etcd test_modules e2e/etcd
 beside bench go test -race -count=1 -timeout 10m ./internal/bench
 stage "fuzz (${fuzztime} each)" fuzz_all
 stage "go test -race ./internal/bench (after the core's fault tests, beside the fuzzing)" done_beside bench
-stage "e2e/etcd module (go test, beside the last two)" done_beside etcd
+stage "e2e/etcd module (go test, beside the core's)" done_beside etcd
 
 echo "== the run took ${SECONDS}s"
 if [ ${#failed[@]} -gt 0 ]; then

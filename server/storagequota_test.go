@@ -210,11 +210,11 @@ func TestTheStorageQuotaStopsTheTxnAttackAndBothFrontEndsRefuse(t *testing.T) {
 	// First the same 8 sets of keys, 7.5 MiB of live values, overwritten
 	// 120 times over: nearly twice the quota written, and the compaction
 	// by bytes keeps the history in bounds, without an operator. Under
-	// the race detector 48 times: 45 MiB, past the quarter of the quota
-	// at which history is compacted.
+	// the race detector 32 times: 30 MiB, enough to pass the quarter of
+	// the quota (16 MiB of history) at which history is compacted.
 	rounds := 120
 	if raceEnabled {
-		rounds = 48
+		rounds = 32
 	}
 	for n := range rounds {
 		if err := txn(n, fmt.Sprint(n%8)); err != nil {
