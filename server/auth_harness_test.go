@@ -22,7 +22,6 @@ import (
 	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/internal/certs"
 	"github.com/tenurehq/tenure/internal/testnet"
-	"github.com/tenurehq/tenure/raftnode"
 )
 
 // authServer is a single node serving TLS with a policy, and what a test
@@ -173,10 +172,7 @@ func startAuthServer(t testing.TB) *authServer {
 		Auth:     &auth.Authenticator{Policy: src, ClientCAs: clientCAs},
 		Limits:   testLimits(),
 		Logger:   logger,
-		Raft: raftnode.Config{
-			NodeID: "node1", DataDir: t.TempDir(), PeerAddr: "127.0.0.1:0", Bootstrap: true,
-			ElectionTimeout: 100 * time.Millisecond,
-		},
+		Raft:     oneNodeRaft(t),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -30,7 +30,6 @@ import (
 	"github.com/tenurehq/tenure/etcdapi"
 	"github.com/tenurehq/tenure/internal/certs"
 	"github.com/tenurehq/tenure/internal/testnet"
-	"github.com/tenurehq/tenure/raftnode"
 )
 
 // etcdAuthPolicy: alice is an etcd user (password "alice-pw", or the
@@ -121,10 +120,7 @@ func startEtcdAuthServer(t *testing.T) *etcdAuthServer {
 		Limits:   testLimits(),
 		Logger:   logger,
 		Etcd:     EtcdConfig{Listener: etcdLn, Advertise: etcdLn.Addr().String()},
-		Raft: raftnode.Config{
-			NodeID: "node1", DataDir: t.TempDir(), PeerAddr: "127.0.0.1:0", Bootstrap: true,
-			ElectionTimeout: 100 * time.Millisecond,
-		},
+		Raft:     oneNodeRaft(t),
 	})
 	if err != nil {
 		t.Fatal(err)

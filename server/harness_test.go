@@ -98,3 +98,12 @@ func waitReady(t testing.TB, url string) {
 	}
 	t.Fatalf("server at %s not ready after 10s", url)
 }
+
+// oneNodeRaft is the raft configuration of a test's single node that
+// bootstraps itself on loopback, with a fast election.
+func oneNodeRaft(t testing.TB) raftnode.Config {
+	return raftnode.Config{
+		NodeID: "node1", DataDir: t.TempDir(), PeerAddr: "127.0.0.1:0", Bootstrap: true,
+		ElectionTimeout: 100 * time.Millisecond,
+	}
+}

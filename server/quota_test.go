@@ -25,7 +25,6 @@ import (
 	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/frontend"
 	"github.com/tenurehq/tenure/internal/testnet"
-	"github.com/tenurehq/tenure/raftnode"
 )
 
 // noQuota is a waiters' hold that never refuses, for tests of waiters
@@ -75,10 +74,7 @@ func startQuotaServer(t *testing.T, limits Limits) *quotaServer {
 		Auth:     &auth.Authenticator{Policy: auth.Static(p)},
 		Limits:   limits,
 		Logger:   slog.New(slog.DiscardHandler),
-		Raft: raftnode.Config{
-			NodeID: "node1", DataDir: t.TempDir(), PeerAddr: "127.0.0.1:0", Bootstrap: true,
-			ElectionTimeout: 100 * time.Millisecond,
-		},
+		Raft:     oneNodeRaft(t),
 	})
 	if err != nil {
 		t.Fatal(err)

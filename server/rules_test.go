@@ -18,7 +18,6 @@ import (
 
 	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/internal/testnet"
-	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -121,10 +120,7 @@ func startRulesNode(t *testing.T) *rulesNode {
 		Limits:   lim,
 		Logger:   slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Etcd:     EtcdConfig{Listener: etcdLn, Advertise: etcdLn.Addr().String()},
-		Raft: raftnode.Config{
-			NodeID: "node1", DataDir: t.TempDir(), PeerAddr: "127.0.0.1:0", Bootstrap: true,
-			ElectionTimeout: 100 * time.Millisecond,
-		},
+		Raft:     oneNodeRaft(t),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,6 @@ import (
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/internal/testnet"
-	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -103,10 +102,7 @@ func startQuotaNode(t *testing.T) *quotaNode {
 		Logger:   logger,
 		Etcd:     EtcdConfig{Listener: etcdLn, Advertise: etcdLn.Addr().String()},
 		Quota:    StorageQuota{Bytes: testQuota, Interval: 20 * time.Millisecond},
-		Raft: raftnode.Config{
-			NodeID: "node1", DataDir: t.TempDir(), PeerAddr: "127.0.0.1:0", Bootstrap: true,
-			ElectionTimeout: 100 * time.Millisecond,
-		},
+		Raft:     oneNodeRaft(t),
 	})
 	if err != nil {
 		t.Fatal(err)
