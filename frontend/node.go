@@ -122,6 +122,10 @@ var (
 	ErrNoSpace = errors.New("no space")
 	// ErrStopped: the node is stopping.
 	ErrStopped = errors.New("node stopped")
+	// ErrUnauthenticated: a policy is in force and the call's
+	// credential does not hold (the native API's one word for the two
+	// below, which etcd's clients tell apart).
+	ErrUnauthenticated = errors.New("unauthenticated")
 	// ErrNoCredentials: a policy is in force and the call carries no
 	// credential.
 	ErrNoCredentials = errors.New("no credentials")

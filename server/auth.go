@@ -17,6 +17,7 @@ import (
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/frontend"
+	"github.com/tenurehq/tenure/nativeapi"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -41,7 +42,7 @@ import (
 // connection.
 
 var (
-	errUnauthenticated  = errors.New("unauthenticated")
+	errUnauthenticated  = frontend.ErrUnauthenticated
 	errPermissionDenied = frontend.ErrPermissionDenied
 	errRateLimited      = frontend.ErrRateLimited
 )
@@ -79,7 +80,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		c := s.auth.authn.Authenticate(r)
 		// The address goes with the caller, for the audit lines of
 		// checks made far from the request (a heartbeat's owner).
-		next.ServeHTTP(w, r.WithContext(withCaller(withRemote(r.Context(), r.RemoteAddr), c)))
+		next.ServeHTTP(w, r.WithContext(withCaller(frontend.WithRemote(r.Context(), r.RemoteAddr), c)))
 	})
 }
 
@@ -423,7 +424,7 @@ func (s *Server) filter(ctx context.Context, res any) error {
 		m.Sessions = slices.DeleteFunc(m.Sessions, func(sess *tenurev1.Session) bool { return !s.showSession(g, sess) })
 	case *tenurev1.GetSessionResponse:
 		if m.Session != nil && !s.showSession(g, m.Session) {
-			return toConnect(sessionNotFound(m.Session.Id))
+			return toConnect(nativeapi.SessionNotFound(m.Session.Id))
 		}
 	}
 	return nil
@@ -519,7 +520,7 @@ func (s *Server) audit(ctx context.Context, action, target, remote string, err e
 		return
 	}
 	if remote == "" {
-		remote = remoteOf(ctx)
+		remote = frontend.RemoteOf(ctx)
 	}
 	c, _ := callerOf(ctx)
 	e := auth.Entry{Principal: c.Principal, Action: action, Target: target, Outcome: "allowed", Remote: remote}
@@ -532,7 +533,7 @@ func (s *Server) audit(ctx context.Context, action, target, remote string, err e
 	case errors.Is(err, errUnauthenticated), errors.Is(err, errPermissionDenied), errors.Is(err, errRateLimited),
 		errors.Is(err, statemachine.ErrNotOwner),
 		code == connect.CodeUnauthenticated, code == connect.CodePermissionDenied,
-		reasonOf(err) == api.ReasonRateLimited:
+		nativeapi.ReasonOf(err) == api.ReasonRateLimited:
 		e.Outcome, e.Reason = "denied", err.Error()
 	case err != nil:
 		e.Outcome, e.Reason = "failed", err.Error()
@@ -573,6 +574,9 @@ func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	}
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		procedure := req.Spec().Procedure
+		// A refusal at apply is audited where it comes back (frontNode's
+		// Propose), under this name.
+		ctx = frontend.WithAction(ctx, procedure)
 		done, err := a.s.check(ctx, req.Any())
 		if err != nil {
 			err = toConnect(err)
@@ -583,7 +587,7 @@ func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			defer done()
 		}
 		res, err := next(ctx, req)
-		if audited[procedure] || refusedAtApply(err) {
+		if audited[procedure] && !refusedAtApply(err) {
 			a.s.record(ctx, procedure, req.Any(), req.Peer().Addr, err)
 		}
 		if err == nil {

@@ -1,27 +1,28 @@
 // Package server is one Tenure node: it wires the replicated log
 // (raftnode), the leader's lessor, the watch hub and the state machine
-// together, and serves them as the public API on one port.
+// together, and serves them through the native API (nativeapi) and
+// etcd's v3 API (etcdapi) on their ports.
 //
-// Why the boundary sits here: everything that knows about HTTP, connect,
-// wire codes, limits and the leader's promotion lives in this package, so
-// that statemachine stays pure, raftnode knows nothing of the API, and
+// Why the boundary sits here: the APIs only turn wire messages into
+// commands and reads; everything that knows whether this node leads,
+// who the caller is and how much of the node it holds lives in this
+// package, behind the one seam both APIs use (frontend.Node, written
+// once in frontnode.go), so that a rule reaches both APIs or neither.
+// statemachine stays pure, raftnode knows nothing of the APIs, and
 // lessor and watch are small enough to test alone.
 //
 // What it owns:
-//   - Validation at the edge (limits.go, selector.go, codec.go): bad input
-//     is rejected with InvalidArgument naming the limit before anything
-//     reaches the log.
-//   - One table from domain errors to connect codes (errors.go), with the
-//     error's name in the Tenure-Error header for clients.
+//   - The seam (frontnode.go), and each API's extras over it
+//     (nativenode.go, etcd.go).
 //   - Parked Acquire calls (waiters.go): a waiting call registers before
 //     it proposes and is woken only by its own grant.
 //   - Leadership (server.go): after raft elects this node, a barrier and a
 //     NewEpoch entry, then the lessor's deadlines restart at a full TTL.
 //   - Reads only on the promoted leader, linearizable (server.go read).
-//   - Watches (events.go): one check of a watch's filter and start
-//     revision for the Connect streams and the NDJSON ones for curl
-//     (httpwatch.go); the web page (web/), and /metrics, /healthz, /livez,
-//     /readyz.
+//   - Membership (cluster.go, membership.go), forwarding to the leader
+//     (forward.go, etcdforward.go), the policy (auth.go), quotas
+//     (quota.go, storagequota.go) and metrics.
+//   - The web page (web/), and /metrics, /healthz, /livez, /readyz.
 //
 // The caller opens a node with Open and must call Close.
 package server

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/etcdapi"
+	"github.com/tenurehq/tenure/frontend"
 )
 
 // Authorization of the etcd API. With a policy, every etcd call is
@@ -146,7 +147,7 @@ func (s *Server) etcdCaller(ctx context.Context) context.Context {
 			chain = ti.State.PeerCertificates
 		}
 		if p.Addr != nil {
-			ctx = withRemote(ctx, p.Addr.String())
+			ctx = frontend.WithRemote(ctx, p.Addr.String())
 		}
 	}
 	c := s.auth.authn.AuthenticateEtcd(chain, forwardedFor, first(rpctypes.TokenFieldNameGRPC))
@@ -204,7 +205,7 @@ func (s *Server) etcdAuthenticate(ctx context.Context, name, password string) (s
 	}
 	token, err := s.auth.authn.EtcdAuthenticate(name, password)
 	if err != nil {
-		s.auth.audit.Record(ctx, auth.Entry{Action: "/etcdserverpb.Auth/Authenticate", Target: name, Outcome: "denied", Reason: err.Error(), Remote: remoteOf(ctx)})
+		s.auth.audit.Record(ctx, auth.Entry{Action: "/etcdserverpb.Auth/Authenticate", Target: name, Outcome: "denied", Reason: err.Error(), Remote: frontend.RemoteOf(ctx)})
 		return "", rpctypes.ErrGRPCAuthFailed
 	}
 	return token, nil

@@ -16,6 +16,7 @@ import (
 	"github.com/tenurehq/tenure/api"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/auth"
+	"github.com/tenurehq/tenure/nativeapi"
 	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/statemachine"
 )
@@ -208,7 +209,7 @@ type forwarder struct{ s *Server }
 func (f forwarder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		res, err := next(ctx, req)
-		if err == nil || reasonOf(err) != api.ReasonNotLeader || req.Header().Get(ForwardedHeader) != "" {
+		if err == nil || nativeapi.ReasonOf(err) != api.ReasonNotLeader || req.Header().Get(ForwardedHeader) != "" {
 			return res, err
 		}
 		call, ok := forwards[req.Spec().Procedure]
@@ -225,14 +226,6 @@ func (forwarder) WrapStreamingClient(next connect.StreamingClientFunc) connect.S
 
 func (forwarder) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
-}
-
-func reasonOf(err error) api.Reason {
-	var ce *connect.Error
-	if errors.As(err, &ce) {
-		return api.Reason(ce.Meta().Get(api.ErrorHeader))
-	}
-	return ""
 }
 
 // forward makes req's call on the leader. It waits for a leader while
@@ -270,7 +263,7 @@ func (s *Server) forward(ctx context.Context, req connect.AnyRequest, call forwa
 			// while the call waited, after the header was written.
 			res.Header().Set(LeaderHeader, addr)
 			return res, nil
-		case reasonOf(err).NotSent():
+		case nativeapi.ReasonOf(err).NotSent():
 			// A leader answered that it no longer leads (a parked call
 			// whose leader stepped down ends so): nothing was done, and
 			// the next leader gets its own time to appear.
@@ -369,6 +362,10 @@ func (e *notLeaderError) Error() string {
 }
 
 func (e *notLeaderError) Unwrap() error { return raftnode.ErrNotLeader }
+
+// LeaderAddress is the leader's API address, "" when unknown: a
+// pipelined answer names it in a field of its own.
+func (e *notLeaderError) LeaderAddress() string { return e.addr }
 
 // leaderHeader names the leader on every response from a node that is
 // not the ready leader, so that clients can go to it directly, and while

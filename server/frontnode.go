@@ -43,6 +43,28 @@ func (f frontNode) Read(ctx context.Context, serializable bool, fn func(m *state
 
 func (f frontNode) Sync(ctx context.Context) { f.s.syncLocal(ctx) }
 
+// syncWait bounds how long syncLocal waits for the leader to say how far
+// the log is committed: about an election, as a forwarded call waits.
+const syncWait = leaderWait
+
+// syncLocal brings this node's own state up to every write acknowledged
+// before the call, for a read that is served here but must not miss one
+// (a watch from a revision, whose history the leader may have compacted
+// a moment ago). A promoted leader has applied all of them already; a
+// follower asks the leader (raftnode.Node.Sync). When no leader answers
+// within syncWait the state stays as it is, and the caller serves from
+// it, as an etcd member cut off from its leader serves watches.
+func (s *Server) syncLocal(ctx context.Context) {
+	if s.leading.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, syncWait)
+	defer cancel()
+	if err := s.node.Sync(ctx); err != nil {
+		s.log.Debug("serving from this node's state, not brought up to the leader's", "err", err)
+	}
+}
+
 // Renew is the one heartbeat of both APIs: the caller must own the
 // session (ownHeartbeat, audited when it does not), and a session this
 // leader does not know is answered as gone without renewing an ID that
@@ -149,10 +171,17 @@ func (f frontNode) Done() <-chan struct{} { return f.s.stopC }
 // machine's own pass as they are.
 func nodeError(err error) error {
 	var nl *notLeaderError
+	var raftNL *raftnode.NotLeaderError
 	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &nl), errors.Is(err, raftnode.ErrNotLeader), errors.Is(err, lessor.ErrNotLeader):
+	case err == nil, isNodeError(err):
+		return err
+	case errors.As(err, &nl):
+		return fmt.Errorf("%w: %w", frontend.ErrNotLeader, err)
+	case errors.As(err, &raftNL):
+		// Raft's own, from a call the server makes of the engine
+		// directly (membership).
+		return fmt.Errorf("%w: %w", frontend.ErrNotLeader, raftNotLeader{raftNL})
+	case errors.Is(err, raftnode.ErrNotLeader), errors.Is(err, lessor.ErrNotLeader):
 		return fmt.Errorf("%w: %w", frontend.ErrNotLeader, err)
 	case errors.Is(err, raftnode.ErrLeadershipLost):
 		return fmt.Errorf("%w: %w", frontend.ErrLeaderChanged, err)
@@ -163,6 +192,29 @@ func nodeError(err error) error {
 	}
 	return err
 }
+
+// isNodeError reports whether err is already the node's: one of
+// frontend's sentinels wraps it.
+func isNodeError(err error) bool {
+	for _, sentinel := range []error{frontend.ErrNotLeader, frontend.ErrLeaderChanged, frontend.ErrLeaderFailed, frontend.ErrNoSpace, frontend.ErrStopped} {
+		if errors.Is(err, sentinel) {
+			return true
+		}
+	}
+	return false
+}
+
+// raftNotLeader is raft's not-leader error in the words a client reads.
+type raftNotLeader struct{ *raftnode.NotLeaderError }
+
+func (e raftNotLeader) Error() string {
+	if e.Leader == "" {
+		return "not leader: no leader is known yet; retry shortly"
+	}
+	return "not leader: the leader's peer address is " + e.Leader
+}
+
+func (e raftNotLeader) Unwrap() error { return e.NotLeaderError }
 
 // proposeError is nodeError for a proposal: one in flight when its
 // leader stepped down may still commit, which is not a read's "leader
@@ -191,18 +243,10 @@ func (s *Server) refusal(ctx context.Context, why error) error {
 	return fmt.Errorf("%w: %w", frontend.ErrPermissionDenied, why)
 }
 
-// actionKey carries the name of the call a context is for, when the API
-// is not gRPC's (whose method grpc.Method gives).
-type actionKey struct{}
-
-func withAction(ctx context.Context, action string) context.Context {
-	return context.WithValue(ctx, actionKey{}, action)
-}
-
 // actionOf names the call of ctx for the audit log: its procedure or
 // gRPC method, or else the command it proposes.
 func actionOf(ctx context.Context, cmd statemachine.Command) string {
-	if a, ok := ctx.Value(actionKey{}).(string); ok {
+	if a, ok := frontend.ActionOf(ctx); ok {
 		return a
 	}
 	if m, ok := grpc.Method(ctx); ok {
@@ -226,6 +270,10 @@ func commandTarget(cmd statemachine.Command) string {
 		return fmt.Sprintf("key %q", c.Key)
 	case statemachine.Txn:
 		return txnTarget(c)
+	case statemachine.Acquire:
+		return fmt.Sprintf("%s for session %d", c.Lease, c.SessionID)
+	case statemachine.SetValue:
+		return c.Lease.String()
 	case statemachine.Release:
 		return c.Lease.String()
 	case statemachine.Revoke:

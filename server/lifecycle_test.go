@@ -13,6 +13,7 @@ import (
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/internal/testnet"
+	"github.com/tenurehq/tenure/nativeapi"
 	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/statemachine"
 )
@@ -122,7 +123,7 @@ func TestANodeOnAnOlderBuildCannotJoinANewerCluster(t *testing.T) {
 	// No version: a build from before versions (on this engine, to test
 	// the version alone).
 	_, err = cluster.Join(ctxT(t), connect.NewRequest(&tenurev1.JoinRequest{Id: "old", PeerAddress: "127.0.0.1:1", ApiAddress: "127.0.0.1:2", Engine: raftnode.EngineEtcd}))
-	if connect.CodeOf(err) != connect.CodeFailedPrecondition || reasonOf(err) != api.ReasonNotSupported {
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || nativeapi.ReasonOf(err) != api.ReasonNotSupported {
 		t.Fatalf("join of a version-1 build: got = %v, expected: failed_precondition, reason %s", err, api.ReasonNotSupported)
 	}
 	after, err := cluster.Members(ctxT(t), connect.NewRequest(&tenurev1.MembersRequest{}))

@@ -8,6 +8,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tenurehq/tenure/auth"
+	"github.com/tenurehq/tenure/nativeapi"
 )
 
 // What /metrics shows to whom, with a policy: a series with a namespace
@@ -39,7 +40,7 @@ func (s *Server) metricsHandler() http.Handler {
 		// Not counted against the rate again: metricsAccess did.
 		g, err := s.grants(r.Context(), false)
 		if err != nil {
-			httpError(w, toConnect(err))
+			nativeapi.HTTPError(w, toConnect(err))
 			return
 		}
 		if g == nil || g.AllNamespaces(auth.Read) || g.ClusterAdmin() {

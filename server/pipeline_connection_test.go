@@ -19,6 +19,7 @@ import (
 	"github.com/tenurehq/tenure/api/framing"
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
+	"github.com/tenurehq/tenure/nativeapi"
 )
 
 // TestPipelineFrameOverTheLimitEndsOnlyThatConnection: a frame longer
@@ -256,14 +257,14 @@ func TestPipelineStreamOverH2C(t *testing.T) {
 }
 
 // TestPipelineWaitsDoNotStopTheReader: waits take no slot, so a
-// connection with more grant watches in flight than maxPipelined still
+// connection with more grant watches in flight than nativeapi.MaxPipelined still
 // reads and answers what follows (a reader that stopped for them would
-// never read the release that ends them). Past maxParked a new wait is
+// never read the release that ends them). Past nativeapi.MaxParked a new wait is
 // refused, naming the limit. Close then answers every watch, says
 // GoAway naming the last request read, and returns.
 func TestPipelineWaitsDoNotStopTheReader(t *testing.T) {
-	defer func(old int64) { maxParked = old }(maxParked)
-	maxParked = maxPipelined + 2
+	defer func(old int64) { nativeapi.MaxParked = old }(nativeapi.MaxParked)
+	nativeapi.MaxParked = nativeapi.MaxPipelined + 2
 	ts := startServer(t, t.TempDir(), testLimits())
 	s := openSession(t, ts, "holder", 30*time.Second)
 	token := acquire(t, ts, s.Id, "job", false).Token
@@ -271,7 +272,7 @@ func TestPipelineWaitsDoNotStopTheReader(t *testing.T) {
 	watch := func(id uint64) *tenurev1.PipelineRequest {
 		return &tenurev1.PipelineRequest{Id: id, Op: &tenurev1.PipelineRequest_WatchGrant{WatchGrant: &tenurev1.WatchGrantRequest{Name: "job", Token: token, StartRevision: token + 1}}}
 	}
-	const watches = maxPipelined + 2
+	const watches = nativeapi.MaxPipelined + 2
 	for id := uint64(1); id <= watches; id++ {
 		if err := p.appendOnly(watch(id)); err != nil {
 			t.Fatal(err)

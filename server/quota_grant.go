@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -85,10 +84,9 @@ func (s *Server) grantWatchStart(ctx context.Context, id statemachine.LeaseID, t
 
 // endsGrant reports whether e ends the grant it names.
 func endsGrant(e *statemachine.Event) bool {
-	switch leaseEventTypes[e.Type] {
-	case tenurev1.LeaseEventType_LEASE_EVENT_TYPE_RELEASED,
-		tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED,
-		tenurev1.LeaseEventType_LEASE_EVENT_TYPE_REVOKED:
+	switch e.Type {
+	case statemachine.EventLeaseReleased, statemachine.EventLeaseReleasedBy,
+		statemachine.EventLeaseExpired, statemachine.EventLeaseRevoked:
 		return true
 	}
 	return false

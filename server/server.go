@@ -17,10 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	"github.com/tenurehq/tenure/api/framing"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
 	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/lessor"
+	"github.com/tenurehq/tenure/nativeapi"
 	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/statemachine"
 	"github.com/tenurehq/tenure/watch"
@@ -85,7 +85,7 @@ type Server struct {
 	http    *http.Server
 	metrics *metrics
 	peers   *peers
-	pipes   pipeConns
+	native  *nativeapi.API
 	auth    *authState // nil without a policy
 	// advertise is the API address this node is known by.
 	advertise string
@@ -216,6 +216,7 @@ func Open(cfg Config) (*Server, error) {
 	if cfg.TLS != nil {
 		protocols.SetHTTP2(true)
 	}
+	s.native = nativeapi.New(nativeNode{frontNode{s}}, cfg.Limits.native(), cfg.Logger)
 	s.http = &http.Server{
 		Handler:           s.routes(),
 		Protocols:         &protocols,
@@ -280,7 +281,7 @@ func (s *Server) Close() error {
 		s.drain()
 		// Pipelines answer what they have read, then tell their clients
 		// where they stopped reading, so nothing sent is left in doubt.
-		s.pipes.closeAll(time.Second)
+		s.native.ClosePipelines(time.Second)
 		close(s.stopC)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -389,17 +390,10 @@ func (s *Server) routes() http.Handler {
 		// Lists and values past this size are still compressed.
 		connect.WithCompressMinBytes(compressMinBytes),
 	}
-	opts = append(opts, strictJSONCodecs()...)
-	sessionPath, sessionHandler := tenurev1connect.NewSessionServiceHandler(&sessionService{s}, opts...)
-	mux.Handle(sessionPath, sessionHandler)
-	mux.Handle(tenurev1connect.SessionServiceKeepAliveProcedure, coalesceFlushes(sessionHandler))
-	mux.Handle(tenurev1connect.SessionServicePipelineProcedure, batchFlushes(sessionHandler))
-	mux.HandleFunc("POST "+framing.Path, s.servePipelineUpgrade)
-	mux.Handle(tenurev1connect.NewLeaseServiceHandler(&leaseService{s}, opts...))
-	mux.Handle(tenurev1connect.NewKVServiceHandler(&kvService{s}, opts...))
-	mux.Handle(tenurev1connect.NewClusterServiceHandler(&clusterService{s}, opts...))
-	mux.HandleFunc("GET /v1/watch/leases", s.watchLeasesHTTP)
-	mux.HandleFunc("GET /v1/watch/keys", s.watchKeysHTTP)
+	// The native API's handlers live in nativeapi; the membership
+	// service is the server's own.
+	s.native.Register(mux, opts...)
+	mux.Handle(tenurev1connect.NewClusterServiceHandler(&clusterService{s}, append(opts, nativeapi.Codecs()...)...))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		// A page that holds a client certificate must not be framed by

@@ -8,8 +8,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenurehq/tenure/nativeapi"
 	"github.com/tenurehq/tenure/statemachine"
 )
+
+// waitCancelledReason is the state machine's reason on a cancelled wait.
+const waitCancelledReason = "wait cancelled"
 
 // waitOutcome is how the state machine ended a parked Acquire: granted
 // with a token, or the wait ended (session gone, cancelled) with a
@@ -182,7 +186,7 @@ func (w *waiters) acquire(ctx context.Context, cmd statemachine.Acquire, timeout
 			if out.reason == waitCancelledReason {
 				// Cannot happen while calls take turns, but if it did, the
 				// session is alive: let the client retry, not give up.
-				return acquired{}, fmt.Errorf("%w: the wait of session %d for %s was cancelled; retry", errWaitCancelled, cmd.SessionID, cmd.Lease)
+				return acquired{}, fmt.Errorf("%w: the wait of session %d for %s was cancelled; retry", nativeapi.ErrWaitCancelled, cmd.SessionID, cmd.Lease)
 			}
 			return acquired{}, fmt.Errorf("%w: session %d stopped waiting for %s: %s", statemachine.ErrSessionNotFound, cmd.SessionID, cmd.Lease, out.reason)
 		case <-ended.c:

@@ -1,4 +1,4 @@
-package server
+package nativeapi
 
 import (
 	"errors"
@@ -52,7 +52,7 @@ func (pc *pipeConn) answered(resp *tenurev1.PipelineResponse) {
 // errPipeIdle when the connection has been idle for the timeout. Only
 // serve's goroutine calls it.
 func (pc *pipeConn) awaitFrame(p *pipeline) error {
-	idle := pc.s.cfg.Limits.PipelineIdleTimeout
+	idle := pc.a.limits.PipelineIdleTimeout
 	if idle <= 0 {
 		return nil
 	}
@@ -92,7 +92,7 @@ func (pc *pipeConn) setDeadline(t time.Time) error {
 	pc.deadline = t
 	_ = pc.conn.SetReadDeadline(t)
 	if pc.isStopping() {
-		return errStopping
+		return ErrStopping
 	}
 	return nil
 }

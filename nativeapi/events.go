@@ -1,4 +1,4 @@
-package server
+package nativeapi
 
 import (
 	"context"
@@ -73,7 +73,7 @@ func (l Limits) keyWatch(key string, prefix bool, start int64) (watchSpec, error
 
 func startRevision(start int64) error {
 	if start < 0 {
-		return invalid("start_revision %d is negative", start)
+		return Invalid("start_revision %d is negative", start)
 	}
 	return nil
 }
@@ -92,24 +92,24 @@ func leaseFilter(ns, name string) func(*statemachine.Event) bool {
 // server stops, or the watcher falls behind (an explicit error naming the
 // revision to resync from). The watch holds one of the caller's
 // open-watch slots while it runs, and is refused without one.
-func (s *Server) streamEvents(ctx context.Context, spec watchSpec, send func(*statemachine.Event) error) error {
-	release, err := s.holdWatch(ctx)
+func (a *API) streamEvents(ctx context.Context, spec watchSpec, send func(*statemachine.Event) error) error {
+	release, err := a.node.HoldWatch(ctx)
 	if err != nil {
 		return toConnect(err)
 	}
 	defer release()
-	return s.feedEvents(ctx, spec, send)
+	return a.feedEvents(ctx, spec, send)
 }
 
 // feedEvents is streamEvents without the slot, for a grant watch, which
 // holds a wait slot instead.
-func (s *Server) feedEvents(ctx context.Context, spec watchSpec, send func(*statemachine.Event) error) error {
-	w, err := s.openWatch(ctx, spec)
+func (a *API) feedEvents(ctx context.Context, spec watchSpec, send func(*statemachine.Event) error) error {
+	w, err := a.openWatch(ctx, spec)
 	if err != nil {
 		return toConnect(err)
 	}
 	defer w.Close()
-	if err := s.pumpEvents(ctx, w, spec, send); err != nil {
+	if err := a.pumpEvents(ctx, w, spec, send); err != nil {
 		return toConnect(err)
 	}
 	return nil
@@ -121,17 +121,17 @@ func (s *Server) feedEvents(ctx context.Context, spec watchSpec, send func(*stat
 // request's goroutine and starts one goroutine that ends with it. The
 // Connect watches (streamEvents) and the NDJSON ones share it; it is
 // split from the registration so that watchHTTP can answer in between.
-func (s *Server) pumpEvents(ctx context.Context, w eventSource, spec watchSpec, send func(*statemachine.Event) error) error {
+func (a *API) pumpEvents(ctx context.Context, w eventSource, spec watchSpec, send func(*statemachine.Event) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
 		select {
-		case <-s.stopC:
+		case <-a.node.Done():
 			cancel()
 		case <-ctx.Done():
 		}
 	}()
-	readable := s.readable(ctx, spec.reads)
+	readable := a.node.Readable(ctx, spec.reads)
 	for {
 		e, err := w.Next(ctx)
 		if err != nil {

@@ -1,4 +1,4 @@
-package server
+package nativeapi
 
 import (
 	"context"
@@ -10,23 +10,23 @@ import (
 	"github.com/tenurehq/tenure/statemachine"
 )
 
-type leaseService struct{ s *Server }
+type leaseService struct{ a *API }
 
 func (h *leaseService) acquireCommand(msg *tenurev1.AcquireRequest) (statemachine.Acquire, error) {
-	lim := h.s.cfg.Limits
-	id, err := h.s.cfg.Limits.leaseID(msg.GetNamespace(), msg.GetName())
+	lim := h.a.limits
+	id, err := h.a.limits.leaseID(msg.GetNamespace(), msg.GetName())
 	if err != nil {
 		return statemachine.Acquire{}, err
 	}
 	if msg.GetSessionId() <= 0 {
-		return statemachine.Acquire{}, invalid("session_id must be a positive session ID, got %d", msg.GetSessionId())
+		return statemachine.Acquire{}, Invalid("session_id must be a positive session ID, got %d", msg.GetSessionId())
 	}
 	capacity := int(msg.GetCapacity())
 	if capacity == 0 {
 		capacity = 1
 	}
 	if capacity < 1 || capacity > lim.MaxCapacity {
-		return statemachine.Acquire{}, invalid("capacity %d is outside 1..%d", msg.GetCapacity(), lim.MaxCapacity)
+		return statemachine.Acquire{}, Invalid("capacity %d is outside 1..%d", msg.GetCapacity(), lim.MaxCapacity)
 	}
 	if err := lim.value("value", msg.GetValue()); err != nil {
 		return statemachine.Acquire{}, err
@@ -36,10 +36,10 @@ func (h *leaseService) acquireCommand(msg *tenurev1.AcquireRequest) (statemachin
 	}
 	delay := msg.GetLockDelay().AsDuration()
 	if delay < 0 || delay > lim.MaxTTL {
-		return statemachine.Acquire{}, invalid("lock_delay %v is outside 0..%v", delay, lim.MaxTTL)
+		return statemachine.Acquire{}, Invalid("lock_delay %v is outside 0..%v", delay, lim.MaxTTL)
 	}
 	if t := msg.GetWaitTimeout().AsDuration(); t < 0 {
-		return statemachine.Acquire{}, invalid("wait_timeout %v is negative", t)
+		return statemachine.Acquire{}, Invalid("wait_timeout %v is negative", t)
 	}
 	gc, err := lim.gcAfter(msg.GetGcAfter())
 	if err != nil {
@@ -48,9 +48,9 @@ func (h *leaseService) acquireCommand(msg *tenurev1.AcquireRequest) (statemachin
 	maxHold := msg.GetMaxHold().AsDuration()
 	switch {
 	case maxHold < 0:
-		return statemachine.Acquire{}, invalid("max_hold %v is negative", maxHold)
+		return statemachine.Acquire{}, Invalid("max_hold %v is negative", maxHold)
 	case lim.MaxHold > 0 && maxHold > lim.MaxHold:
-		return statemachine.Acquire{}, invalid("max_hold %v is over the server's limit of %v (--max-hold-limit)", maxHold, lim.MaxHold)
+		return statemachine.Acquire{}, Invalid("max_hold %v is over the server's limit of %v (--max-hold-limit)", maxHold, lim.MaxHold)
 	}
 	return statemachine.Acquire{
 		SessionID:  msg.GetSessionId(),
@@ -74,25 +74,21 @@ func (h *leaseService) Acquire(ctx context.Context, req *connect.Request[tenurev
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	got, err := h.s.waiters.acquire(ctx, cmd, req.Msg.GetWaitTimeout().AsDuration())
+	token, lease, err := h.a.node.Acquire(ctx, cmd, req.Msg.GetWaitTimeout().AsDuration())
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	if got.token == 0 {
-		return h.notAcquired(cmd.Lease)
+	if token == 0 {
+		return h.notAcquired(ctx, cmd.Lease)
 	}
-	return h.acquired(cmd.Lease, got.token, got.lease), nil
+	return connect.NewResponse(&tenurev1.AcquireResponse{Acquired: true, Token: token, Lease: h.leaseNow(ctx, cmd.Lease, lease)}), nil
 }
 
-func (h *leaseService) acquired(id statemachine.LeaseID, token int64, l *statemachine.Lease) *connect.Response[tenurev1.AcquireResponse] {
-	return connect.NewResponse(&tenurev1.AcquireResponse{Acquired: true, Token: token, Lease: h.leaseNow(id, l)})
-}
-
-func (h *leaseService) notAcquired(id statemachine.LeaseID) (*connect.Response[tenurev1.AcquireResponse], error) {
+func (h *leaseService) notAcquired(ctx context.Context, id statemachine.LeaseID) (*connect.Response[tenurev1.AcquireResponse], error) {
 	resp := &tenurev1.AcquireResponse{}
-	err := h.s.node.ReadLocal(func(m *statemachine.Machine) error {
+	err := h.a.node.Read(ctx, true, func(m *statemachine.Machine) error {
 		if l, ok := m.Lease(id); ok {
-			resp.Lease = leaseProto(m, l, h.s.lessor)
+			resp.Lease = leaseProto(m, l, h.a.node)
 		}
 		return nil
 	})
@@ -104,9 +100,9 @@ func (h *leaseService) notAcquired(id statemachine.LeaseID) (*connect.Response[t
 
 // leaseNow renders the lease as it is now, from the command's result when
 // there is one.
-func (h *leaseService) leaseNow(id statemachine.LeaseID, l *statemachine.Lease) *tenurev1.Lease {
+func (h *leaseService) leaseNow(ctx context.Context, id statemachine.LeaseID, l *statemachine.Lease) *tenurev1.Lease {
 	var out *tenurev1.Lease
-	_ = h.s.node.ReadLocal(func(m *statemachine.Machine) error {
+	_ = h.a.node.Read(ctx, true, func(m *statemachine.Machine) error {
 		if l == nil {
 			cur, ok := m.Lease(id)
 			if !ok {
@@ -114,18 +110,18 @@ func (h *leaseService) leaseNow(id statemachine.LeaseID, l *statemachine.Lease) 
 			}
 			l = &cur
 		}
-		out = leaseProto(m, *l, h.s.lessor)
+		out = leaseProto(m, *l, h.a.node)
 		return nil
 	})
 	return out
 }
 
 func (h *leaseService) Release(ctx context.Context, req *connect.Request[tenurev1.ReleaseRequest]) (*connect.Response[tenurev1.ReleaseResponse], error) {
-	id, err := h.s.cfg.Limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	id, err := h.a.limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	res, err := h.s.propose(ctx, statemachine.Release{Lease: id, Token: req.Msg.GetToken()})
+	res, err := h.a.node.Propose(ctx, statemachine.Release{Lease: id, Token: req.Msg.GetToken()})
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -133,14 +129,14 @@ func (h *leaseService) Release(ctx context.Context, req *connect.Request[tenurev
 }
 
 func (h *leaseService) SetValue(ctx context.Context, req *connect.Request[tenurev1.SetValueRequest]) (*connect.Response[tenurev1.SetValueResponse], error) {
-	id, err := h.s.cfg.Limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	id, err := h.a.limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	if err := h.s.cfg.Limits.value("value", req.Msg.GetValue()); err != nil {
+	if err := h.a.limits.value("value", req.Msg.GetValue()); err != nil {
 		return nil, toConnect(err)
 	}
-	res, err := h.s.propose(ctx, statemachine.SetValue{Lease: id, Token: req.Msg.GetToken(), Value: req.Msg.GetValue()})
+	res, err := h.a.node.Propose(ctx, statemachine.SetValue{Lease: id, Token: req.Msg.GetToken(), Value: req.Msg.GetValue()})
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -148,53 +144,53 @@ func (h *leaseService) SetValue(ctx context.Context, req *connect.Request[tenure
 }
 
 func (h *leaseService) Revoke(ctx context.Context, req *connect.Request[tenurev1.RevokeRequest]) (*connect.Response[tenurev1.RevokeResponse], error) {
-	id, err := h.s.cfg.Limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	id, err := h.a.limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	if err := h.s.cfg.Limits.value("reason", req.Msg.GetReason()); err != nil {
+	if err := h.a.limits.value("reason", req.Msg.GetReason()); err != nil {
 		return nil, toConnect(err)
 	}
-	res, err := h.s.propose(ctx, statemachine.Revoke{Lease: id, Token: req.Msg.GetToken(), Reason: req.Msg.GetReason()})
+	res, err := h.a.node.Propose(ctx, statemachine.Revoke{Lease: id, Token: req.Msg.GetToken(), Reason: req.Msg.GetReason()})
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	h.s.log.Info("lease revoked", "lease", id.String(), "tokens", res.Revoked, "reason", req.Msg.GetReason())
+	h.a.log.Info("lease revoked", "lease", id.String(), "tokens", res.Revoked, "reason", req.Msg.GetReason())
 	return connect.NewResponse(&tenurev1.RevokeResponse{Revision: res.Revision, Revoked: res.Revoked}), nil
 }
 
 // SetPreferredHolder names (or clears) the identity a lease prefers. The
 // state machine refuses it until every member runs cluster version 2.
 func (h *leaseService) SetPreferredHolder(ctx context.Context, req *connect.Request[tenurev1.SetPreferredHolderRequest]) (*connect.Response[tenurev1.SetPreferredHolderResponse], error) {
-	id, err := h.s.cfg.Limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	id, err := h.a.limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
 	if err != nil {
 		return nil, toConnect(err)
 	}
 	if who := req.Msg.GetIdentity(); who != "" {
-		if err := h.s.cfg.Limits.name("identity", who); err != nil {
+		if err := h.a.limits.name("identity", who); err != nil {
 			return nil, toConnect(err)
 		}
 	}
-	res, err := h.s.propose(ctx, statemachine.SetPreferred{Lease: id, Identity: req.Msg.GetIdentity()})
+	res, err := h.a.node.Propose(ctx, statemachine.SetPreferred{Lease: id, Identity: req.Msg.GetIdentity()})
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	h.s.log.Info("preferred holder set", "lease", id.String(), "identity", req.Msg.GetIdentity())
-	return connect.NewResponse(&tenurev1.SetPreferredHolderResponse{Revision: res.Revision, Lease: h.leaseNow(id, res.Lease)}), nil
+	h.a.log.Info("preferred holder set", "lease", id.String(), "identity", req.Msg.GetIdentity())
+	return connect.NewResponse(&tenurev1.SetPreferredHolderResponse{Revision: res.Revision, Lease: h.leaseNow(ctx, id, res.Lease)}), nil
 }
 
 func (h *leaseService) Get(ctx context.Context, req *connect.Request[tenurev1.GetLeaseRequest]) (*connect.Response[tenurev1.GetLeaseResponse], error) {
-	id, err := h.s.cfg.Limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	id, err := h.a.limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
 	if err != nil {
 		return nil, toConnect(err)
 	}
 	out := &tenurev1.GetLeaseResponse{}
-	err = h.s.read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
+	err = h.a.node.Read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
 		l, ok := m.Lease(id)
 		if !ok {
 			return fmt.Errorf("%w: %s", statemachine.ErrLeaseNotFound, id)
 		}
-		out.Lease, out.Revision = leaseProto(m, l, h.s.lessor), m.Revision()
+		out.Lease, out.Revision = leaseProto(m, l, h.a.node), m.Revision()
 		return nil
 	})
 	if err != nil {
@@ -207,7 +203,7 @@ func (h *leaseService) List(ctx context.Context, req *connect.Request[tenurev1.L
 	ns := ""
 	if !req.Msg.GetAllNamespaces() {
 		var err error
-		if ns, err = h.s.cfg.Limits.namespace(req.Msg.GetNamespace()); err != nil {
+		if ns, err = h.a.limits.namespace(req.Msg.GetNamespace()); err != nil {
 			return nil, toConnect(err)
 		}
 	}
@@ -216,10 +212,10 @@ func (h *leaseService) List(ctx context.Context, req *connect.Request[tenurev1.L
 		return nil, toConnect(err)
 	}
 	out := &tenurev1.ListLeasesResponse{}
-	err = h.s.read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
+	err = h.a.node.Read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
 		for _, l := range m.Leases(ns) {
 			if sel.matches(l.Labels) {
-				out.Leases = append(out.Leases, leaseProto(m, l, h.s.lessor))
+				out.Leases = append(out.Leases, leaseProto(m, l, h.a.node))
 			}
 		}
 		out.Revision = m.Revision()
@@ -235,15 +231,15 @@ func (h *leaseService) List(ctx context.Context, req *connect.Request[tenurev1.L
 // current holder's? Linearizable, so a deposed owner is never told yes
 // after its successor was granted.
 func (h *leaseService) Validate(ctx context.Context, req *connect.Request[tenurev1.ValidateRequest]) (*connect.Response[tenurev1.ValidateResponse], error) {
-	id, err := h.s.cfg.Limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
+	id, err := h.a.limits.leaseID(req.Msg.GetNamespace(), req.Msg.GetName())
 	if err != nil {
 		return nil, toConnect(err)
 	}
 	if req.Msg.GetToken() <= 0 {
-		return nil, toConnect(invalid("token must be a positive fencing token, got %d", req.Msg.GetToken()))
+		return nil, toConnect(Invalid("token must be a positive fencing token, got %d", req.Msg.GetToken()))
 	}
 	out := &tenurev1.ValidateResponse{}
-	err = h.s.read(ctx, false, func(m *statemachine.Machine) error {
+	err = h.a.node.Read(ctx, false, func(m *statemachine.Machine) error {
 		out.Revision = m.Revision()
 		l, ok := m.Lease(id)
 		if !ok {
@@ -268,11 +264,11 @@ func (h *leaseService) Validate(ctx context.Context, req *connect.Request[tenure
 
 func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.WatchLeasesRequest], stream *connect.ServerStream[tenurev1.LeaseEvent]) error {
 	m := req.Msg
-	spec, err := h.s.cfg.Limits.leaseWatch(m.GetAllNamespaces(), m.GetNamespace(), m.GetName(), m.GetStartRevision())
+	spec, err := h.a.limits.leaseWatch(m.GetAllNamespaces(), m.GetNamespace(), m.GetName(), m.GetStartRevision())
 	if err != nil {
 		return toConnect(err)
 	}
-	return h.s.streamEvents(ctx, spec, func(e *statemachine.Event) error {
+	return h.a.streamEvents(ctx, spec, func(e *statemachine.Event) error {
 		return stream.Send(leaseEventProto(e))
 	})
 }

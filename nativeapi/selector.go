@@ -1,4 +1,4 @@
-package server
+package nativeapi
 
 import (
 	"strings"
@@ -25,7 +25,7 @@ func parseSelector(s string) (selector, error) {
 		var r requirement
 		switch {
 		case term == "":
-			return nil, invalid("label selector %q has an empty term", s)
+			return nil, Invalid("label selector %q has an empty term", s)
 		case strings.Contains(term, "!="):
 			k, v, _ := strings.Cut(term, "!=")
 			r = requirement{key: strings.TrimSpace(k), op: "!=", values: strings.TrimSpace(v)}
@@ -41,10 +41,10 @@ func parseSelector(s string) (selector, error) {
 			r = requirement{key: term, op: "exists"}
 		}
 		if err := labelKey(r.key); err != nil {
-			return nil, invalid("label selector %q: %v", s, err)
+			return nil, Invalid("label selector %q: %v", s, err)
 		}
 		if (r.op == "=" || r.op == "!=") && !labelValueRE.MatchString(r.values) {
-			return nil, invalid("label selector %q: value %q is not a valid label value", s, r.values)
+			return nil, Invalid("label selector %q: value %q is not a valid label value", s, r.values)
 		}
 		sel = append(sel, r)
 	}

@@ -1,4 +1,4 @@
-package server
+package nativeapi
 
 import (
 	"bytes"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/tenurehq/tenure/api"
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
-	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -25,72 +24,45 @@ import (
 //	curl -N 'http://127.0.0.1:7480/v1/watch/leases?namespace=default'
 //	curl -N 'http://127.0.0.1:7480/v1/watch/keys?key=jobs/&prefix=true&start_revision=1'
 
-func (s *Server) watchLeasesHTTP(w http.ResponseWriter, r *http.Request) {
+func (a *API) watchLeasesHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	all, _ := strconv.ParseBool(q.Get("all_namespaces"))
 	start, err := queryRevision(q.Get("start_revision"))
 	if err == nil {
-		err = s.checkHTTP(r, &tenurev1.WatchLeasesRequest{Namespace: q.Get("namespace"), AllNamespaces: all, Name: q.Get("name")})
+		err = a.checkHTTP(r, &tenurev1.WatchLeasesRequest{Namespace: q.Get("namespace"), AllNamespaces: all, Name: q.Get("name")})
 	}
 	if err == nil {
 		var spec watchSpec
-		if spec, err = s.cfg.Limits.leaseWatch(all, q.Get("namespace"), q.Get("name"), start); err == nil {
-			s.watchHTTP(w, r, spec, func(e *statemachine.Event) proto.Message { return leaseEventProto(e) })
+		if spec, err = a.limits.leaseWatch(all, q.Get("namespace"), q.Get("name"), start); err == nil {
+			a.watchHTTP(w, r, spec, func(e *statemachine.Event) proto.Message { return leaseEventProto(e) })
 			return
 		}
 	}
-	httpError(w, toConnect(err))
+	HTTPError(w, toConnect(err))
 }
 
-func (s *Server) watchKeysHTTP(w http.ResponseWriter, r *http.Request) {
+func (a *API) watchKeysHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	prefix, _ := strconv.ParseBool(q.Get("prefix"))
 	start, err := queryRevision(q.Get("start_revision"))
 	if err == nil {
-		err = s.checkHTTP(r, &tenurev1.WatchRequest{Key: q.Get("key"), Prefix: prefix})
+		err = a.checkHTTP(r, &tenurev1.WatchRequest{Key: q.Get("key"), Prefix: prefix})
 	}
 	if err == nil {
 		var spec watchSpec
-		if spec, err = s.cfg.Limits.keyWatch(q.Get("key"), prefix, start); err == nil {
-			s.watchHTTP(w, r, spec, func(e *statemachine.Event) proto.Message { return keyEventProto(e) })
+		if spec, err = a.limits.keyWatch(q.Get("key"), prefix, start); err == nil {
+			a.watchHTTP(w, r, spec, func(e *statemachine.Event) proto.Message { return keyEventProto(e) })
 			return
 		}
 	}
-	httpError(w, toConnect(err))
+	HTTPError(w, toConnect(err))
 }
 
 // checkHTTP checks an NDJSON endpoint's request as its Connect twin's,
 // and audits a refusal with the code first ("permission_denied: ..."),
 // as every other path writes it.
-func (s *Server) checkHTTP(r *http.Request, msg any) error {
-	_, err := s.check(r.Context(), msg)
-	if err != nil {
-		err = toConnect(err)
-		s.record(r.Context(), r.URL.Path, msg, r.RemoteAddr, err)
-	}
-	return err
-}
-
-// metricsAccess guards /metrics as the policy says.
-func (s *Server) metricsAccess(next http.Handler) http.Handler {
-	if s.auth == nil {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var err error
-		switch s.auth.authn.Policy.Policy().Metrics() {
-		case auth.MetricsOpen:
-		case auth.MetricsAdmin:
-			err = s.checkHTTP(r, &tenurev1.SnapshotRequest{})
-		default:
-			err = s.checkHTTP(r, &tenurev1.StatusRequest{})
-		}
-		if err != nil {
-			httpError(w, toConnect(err))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+func (a *API) checkHTTP(r *http.Request, msg any) error {
+	return toConnect(a.node.Check(r.Context(), r.URL.Path, msg))
 }
 
 func queryRevision(v string) (int64, error) {
@@ -99,7 +71,7 @@ func queryRevision(v string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return 0, invalid("start_revision %q is not a number", v)
+		return 0, Invalid("start_revision %q is not a number", v)
 	}
 	return n, nil
 }
@@ -109,16 +81,16 @@ func queryRevision(v string) (int64, error) {
 // after it will be sent), and a bad request still gets a 4xx. The watch
 // holds one of the caller's open-watch slots, as streamEvents does; a
 // caller without one gets 429.
-func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, spec watchSpec, render func(*statemachine.Event) proto.Message) {
-	release, err := s.holdWatch(r.Context())
+func (a *API) watchHTTP(w http.ResponseWriter, r *http.Request, spec watchSpec, render func(*statemachine.Event) proto.Message) {
+	release, err := a.node.HoldWatch(r.Context())
 	if err != nil {
-		httpError(w, toConnect(err))
+		HTTPError(w, toConnect(err))
 		return
 	}
 	defer release()
-	watcher, err := s.openWatch(r.Context(), spec)
+	watcher, err := a.openWatch(r.Context(), spec)
 	if err != nil {
-		httpError(w, toConnect(err))
+		HTTPError(w, toConnect(err))
 		return
 	}
 	defer watcher.Close()
@@ -128,7 +100,7 @@ func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, spec watchSpe
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	err = s.pumpEvents(r.Context(), watcher, spec, func(e *statemachine.Event) error {
+	err = a.pumpEvents(r.Context(), watcher, spec, func(e *statemachine.Event) error {
 		raw, err := protojson.Marshal(render(e))
 		if err != nil {
 			return err
@@ -152,7 +124,9 @@ func (s *Server) watchHTTP(w http.ResponseWriter, r *http.Request, spec watchSpe
 	_, _ = w.Write([]byte(`{"error":` + strconv.Quote(err.Error()) + "}\n"))
 }
 
-func httpError(w http.ResponseWriter, err error) {
+// HTTPError answers a plain HTTP request with err's code as its status,
+// its reason header and its message.
+func HTTPError(w http.ResponseWriter, err error) {
 	status := http.StatusInternalServerError
 	var ce *connect.Error
 	if errors.As(err, &ce) {

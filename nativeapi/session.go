@@ -1,4 +1,4 @@
-package server
+package nativeapi
 
 import (
 	"context"
@@ -15,10 +15,10 @@ import (
 	"github.com/tenurehq/tenure/statemachine"
 )
 
-type sessionService struct{ s *Server }
+type sessionService struct{ a *API }
 
 func (h *sessionService) Open(ctx context.Context, req *connect.Request[tenurev1.OpenSessionRequest]) (*connect.Response[tenurev1.OpenSessionResponse], error) {
-	lim := h.s.cfg.Limits
+	lim := h.a.limits
 	ttl, err := lim.ttl("ttl", req.Msg.GetTtl(), lim.DefaultTTL)
 	if err != nil {
 		return nil, toConnect(err)
@@ -31,7 +31,7 @@ func (h *sessionService) Open(ctx context.Context, req *connect.Request[tenurev1
 	if err := lim.labels("session", req.Msg.GetLabels()); err != nil {
 		return nil, toConnect(err)
 	}
-	res, err := h.s.propose(ctx, statemachine.OpenSession{
+	res, err := h.a.node.Propose(ctx, statemachine.OpenSession{
 		Identity:       req.Msg.GetIdentity(),
 		TTL:            int64(ttl),
 		Labels:         req.Msg.GetLabels(),
@@ -52,17 +52,15 @@ func (h *sessionService) Open(ctx context.Context, req *connect.Request[tenurev1
 
 func (h *sessionService) heartbeat(ctx context.Context, procedure string, id int64) (*tenurev1.KeepAliveResponse, error) {
 	if id <= 0 {
-		return nil, invalid("session_id must be a positive session ID, got %d", id)
+		return nil, Invalid("session_id must be a positive session ID, got %d", id)
 	}
-	// The one renewal of both APIs (frontNode.Renew): it checks and
+	// The one renewal of both APIs (frontend.Node.Renew): it checks and
 	// audits the caller's ownership of the session, which only the
 	// leader's state can tell, since heartbeats never enter the log.
-	ttl, err := frontNode{h.s}.Renew(withAction(ctx, procedure), id)
+	ttl, err := h.a.node.Renew(frontend.WithAction(ctx, procedure), id)
 	switch {
 	case errors.Is(err, statemachine.ErrSessionNotFound):
 		return &tenurev1.KeepAliveResponse{SessionId: id, Expired: true}, nil
-	case errors.Is(err, frontend.ErrNotLeader):
-		return nil, h.s.notLeader()
 	case err != nil:
 		return nil, err
 	}
@@ -105,9 +103,9 @@ func (h *sessionService) Refresh(ctx context.Context, req *connect.Request[tenur
 
 func (h *sessionService) Close(ctx context.Context, req *connect.Request[tenurev1.CloseSessionRequest]) (*connect.Response[tenurev1.CloseSessionResponse], error) {
 	if id := req.Msg.GetSessionId(); id <= 0 {
-		return nil, toConnect(invalid("session_id must be a positive session ID, got %d", id))
+		return nil, toConnect(Invalid("session_id must be a positive session ID, got %d", id))
 	}
-	res, err := h.s.propose(ctx, statemachine.CloseSession{SessionID: req.Msg.GetSessionId()})
+	res, err := h.a.node.Propose(ctx, statemachine.CloseSession{SessionID: req.Msg.GetSessionId()})
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -116,15 +114,15 @@ func (h *sessionService) Close(ctx context.Context, req *connect.Request[tenurev
 
 func (h *sessionService) Get(ctx context.Context, req *connect.Request[tenurev1.GetSessionRequest]) (*connect.Response[tenurev1.GetSessionResponse], error) {
 	if id := req.Msg.GetSessionId(); id <= 0 {
-		return nil, toConnect(invalid("session_id must be a positive session ID, got %d", id))
+		return nil, toConnect(Invalid("session_id must be a positive session ID, got %d", id))
 	}
 	var out *tenurev1.Session
-	err := h.s.read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
+	err := h.a.node.Read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
 		sess, ok := m.Session(req.Msg.GetSessionId())
 		if !ok {
-			return sessionNotFound(req.Msg.GetSessionId())
+			return SessionNotFound(req.Msg.GetSessionId())
 		}
-		out = sessionProto(m, sess, h.s.lessor)
+		out = sessionProto(m, sess, h.a.node)
 		return nil
 	})
 	if err != nil {
@@ -139,10 +137,10 @@ func (h *sessionService) List(ctx context.Context, req *connect.Request[tenurev1
 		return nil, toConnect(err)
 	}
 	out := &tenurev1.ListSessionsResponse{}
-	err = h.s.read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
+	err = h.a.node.Read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
 		for _, sess := range m.Sessions() {
 			if sel.matches(sess.Labels) {
-				out.Sessions = append(out.Sessions, sessionProto(m, sess, h.s.lessor))
+				out.Sessions = append(out.Sessions, sessionProto(m, sess, h.a.node))
 			}
 		}
 		out.Revision = m.Revision()
@@ -154,8 +152,8 @@ func (h *sessionService) List(ctx context.Context, req *connect.Request[tenurev1
 	return connect.NewResponse(out), nil
 }
 
-// sessionNotFound is the one answer for a session that does not exist,
+// SessionNotFound is the one answer for a session that does not exist,
 // and for one the caller may not see.
-func sessionNotFound(id int64) error {
+func SessionNotFound(id int64) error {
 	return fmt.Errorf("%w: session %d", statemachine.ErrSessionNotFound, id)
 }

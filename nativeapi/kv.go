@@ -1,4 +1,4 @@
-package server
+package nativeapi
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/tenurehq/tenure/statemachine"
 )
 
-type kvService struct{ s *Server }
+type kvService struct{ a *API }
 
 // The KV API answers in the keys' clock, the KV revision (statemachine
 // mvcc.go), which keys' create and mod revisions and key watches use;
@@ -34,11 +34,11 @@ func keyRevision(res statemachine.Result) int64 {
 
 func (h *kvService) Get(ctx context.Context, req *connect.Request[tenurev1.GetRequest]) (*connect.Response[tenurev1.GetResponse], error) {
 	key := req.Msg.GetKey()
-	if err := h.s.cfg.Limits.readKey("key", key); err != nil {
+	if err := h.a.limits.readKey("key", key); err != nil {
 		return nil, toConnect(err)
 	}
 	out := &tenurev1.GetResponse{}
-	err := h.s.read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
+	err := h.a.node.Read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
 		kv, ok := m.Key(key)
 		if !ok {
 			return fmt.Errorf("%w: %q", statemachine.ErrKeyNotFound, key)
@@ -54,10 +54,10 @@ func (h *kvService) Get(ctx context.Context, req *connect.Request[tenurev1.GetRe
 
 func (h *kvService) Range(ctx context.Context, req *connect.Request[tenurev1.RangeRequest]) (*connect.Response[tenurev1.RangeResponse], error) {
 	if req.Msg.GetLimit() < 0 {
-		return nil, toConnect(invalid("limit %d is negative", req.Msg.GetLimit()))
+		return nil, toConnect(Invalid("limit %d is negative", req.Msg.GetLimit()))
 	}
 	out := &tenurev1.RangeResponse{}
-	err := h.s.read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
+	err := h.a.node.Read(ctx, req.Msg.GetStale(), func(m *statemachine.Machine) error {
 		kvs, more := m.Range(req.Msg.GetPrefix(), int(req.Msg.GetLimit()))
 		for i := range kvs {
 			out.Kvs = append(out.Kvs, kvProto(&kvs[i]))
@@ -73,7 +73,7 @@ func (h *kvService) Range(ctx context.Context, req *connect.Request[tenurev1.Ran
 
 // keyWrite checks what Put and CompareAndSwap share: key, value, TTL.
 func (h *kvService) keyWrite(key, value string, ttlMsg *durationpb.Duration) (int64, error) {
-	lim := h.s.cfg.Limits
+	lim := h.a.limits
 	if err := lim.name("key", key); err != nil {
 		return 0, err
 	}
@@ -93,14 +93,14 @@ func (h *kvService) Put(ctx context.Context, req *connect.Request[tenurev1.PutRe
 		return nil, toConnect(err)
 	}
 	if req.Msg.GetSessionId() < 0 {
-		return nil, toConnect(invalid("session_id %d is negative", req.Msg.GetSessionId()))
+		return nil, toConnect(Invalid("session_id %d is negative", req.Msg.GetSessionId()))
 	}
-	res, err := h.s.propose(ctx, statemachine.Put{Key: req.Msg.GetKey(), Value: req.Msg.GetValue(), TTL: ttl, SessionID: req.Msg.GetSessionId()})
+	res, err := h.a.node.Propose(ctx, statemachine.Put{Key: req.Msg.GetKey(), Value: req.Msg.GetValue(), TTL: ttl, SessionID: req.Msg.GetSessionId()})
 	if err != nil {
 		return nil, toConnect(err)
 	}
 	out := &tenurev1.PutResponse{Revision: keyRevision(res)}
-	if h.s.mayRead(ctx, req.Msg.GetKey()) {
+	if h.a.node.MayRead(ctx, req.Msg.GetKey()) {
 		out.PrevKv = kvProto(res.PrevKV)
 	}
 	return connect.NewResponse(out), nil
@@ -109,13 +109,13 @@ func (h *kvService) Put(ctx context.Context, req *connect.Request[tenurev1.PutRe
 func (h *kvService) Delete(ctx context.Context, req *connect.Request[tenurev1.DeleteRequest]) (*connect.Response[tenurev1.DeleteResponse], error) {
 	key := req.Msg.GetKey()
 	if !req.Msg.GetPrefix() {
-		if err := h.s.cfg.Limits.readKey("key", key); err != nil {
+		if err := h.a.limits.readKey("key", key); err != nil {
 			return nil, toConnect(err)
 		}
 	} else if key == "" {
-		return nil, toConnect(invalid("an empty prefix would delete every key; name a prefix"))
+		return nil, toConnect(Invalid("an empty prefix would delete every key; name a prefix"))
 	}
-	res, err := h.s.propose(ctx, statemachine.Delete{Key: key, Prefix: req.Msg.GetPrefix()})
+	res, err := h.a.node.Propose(ctx, statemachine.Delete{Key: key, Prefix: req.Msg.GetPrefix()})
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -135,33 +135,33 @@ func (h *kvService) CompareAndSwap(ctx context.Context, req *connect.Request[ten
 	switch t := msg.GetCompare().GetTarget().(type) {
 	case *tenurev1.Compare_Absent:
 		if !t.Absent {
-			return nil, toConnect(invalid("compare.absent must be true when set"))
+			return nil, toConnect(Invalid("compare.absent must be true when set"))
 		}
 		cmd.Target = statemachine.CompareAbsent
 	case *tenurev1.Compare_Value:
-		if err := h.s.cfg.Limits.value("compare.value", t.Value); err != nil {
+		if err := h.a.limits.value("compare.value", t.Value); err != nil {
 			return nil, toConnect(err)
 		}
 		cmd.Target, cmd.Value = statemachine.CompareValue, t.Value
 	case *tenurev1.Compare_ModRevision:
 		if t.ModRevision < 0 {
-			return nil, toConnect(invalid("compare.mod_revision %d is negative", t.ModRevision))
+			return nil, toConnect(Invalid("compare.mod_revision %d is negative", t.ModRevision))
 		}
 		cmd.Target, cmd.ModRevision = statemachine.CompareModRevision, t.ModRevision
 	default:
-		return nil, toConnect(invalid("compare must set one of absent, value or mod_revision"))
+		return nil, toConnect(Invalid("compare must set one of absent, value or mod_revision"))
 	}
 	if msg.GetSessionId() < 0 {
-		return nil, toConnect(invalid("session_id %d is negative", msg.GetSessionId()))
+		return nil, toConnect(Invalid("session_id %d is negative", msg.GetSessionId()))
 	}
-	res, err := h.s.propose(ctx, cmd)
+	res, err := h.a.node.Propose(ctx, cmd)
 	if err != nil {
 		if !errors.Is(err, statemachine.ErrCompareFailed) {
 			return nil, toConnect(err)
 		}
 		// What the key holds is for those who may read it: a write-only
 		// caller learns that the compare failed, and the revisions.
-		kv, readable := kvProto(res.KV), h.s.mayRead(ctx, msg.GetKey())
+		kv, readable := kvProto(res.KV), h.a.node.MayRead(ctx, msg.GetKey())
 		if !readable && kv != nil {
 			kv.Value = ""
 			if cmd.Target == statemachine.CompareValue {
@@ -182,11 +182,11 @@ func (h *kvService) CompareAndSwap(ctx context.Context, req *connect.Request[ten
 
 func (h *kvService) Watch(ctx context.Context, req *connect.Request[tenurev1.WatchRequest], stream *connect.ServerStream[tenurev1.WatchEvent]) error {
 	m := req.Msg
-	spec, err := h.s.cfg.Limits.keyWatch(m.GetKey(), m.GetPrefix(), m.GetStartRevision())
+	spec, err := h.a.limits.keyWatch(m.GetKey(), m.GetPrefix(), m.GetStartRevision())
 	if err != nil {
 		return toConnect(err)
 	}
-	return h.s.streamEvents(ctx, spec, func(e *statemachine.Event) error {
+	return h.a.streamEvents(ctx, spec, func(e *statemachine.Event) error {
 		return stream.Send(keyEventProto(e))
 	})
 }
@@ -198,14 +198,14 @@ func (h *kvService) Watch(ctx context.Context, req *connect.Request[tenurev1.Wat
 // create starts one at a later revision. Linearizable, like Validate.
 func (h *kvService) ValidateKey(ctx context.Context, req *connect.Request[tenurev1.ValidateKeyRequest]) (*connect.Response[tenurev1.ValidateKeyResponse], error) {
 	key, rev := req.Msg.GetKey(), req.Msg.GetRevision()
-	if err := h.s.cfg.Limits.readKey("key", key); err != nil {
+	if err := h.a.limits.readKey("key", key); err != nil {
 		return nil, toConnect(err)
 	}
 	if rev <= 0 {
-		return nil, toConnect(invalid("revision must be a positive KV revision, got %d", rev))
+		return nil, toConnect(Invalid("revision must be a positive KV revision, got %d", rev))
 	}
 	out := &tenurev1.ValidateKeyResponse{}
-	err := h.s.read(ctx, false, func(m *statemachine.Machine) error {
+	err := h.a.node.Read(ctx, false, func(m *statemachine.Machine) error {
 		// Before cluster version 5 keys take the global revision.
 		out.KvRevision = m.KVRevision()
 		if out.KvRevision == 0 {

@@ -1,4 +1,4 @@
-package server
+package nativeapi
 
 import (
 	"bufio"
@@ -21,7 +21,7 @@ import (
 	"github.com/tenurehq/tenure/api/framing"
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
-	"github.com/tenurehq/tenure/raftnode"
+	"github.com/tenurehq/tenure/frontend"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -40,27 +40,29 @@ import (
 // bidirectional gRPC/Connect stream for other clients. Only the promoted
 // leader serves either: a follower would have to forward every message.
 
-// maxPipelined bounds the operations in flight on one pipeline that
+// MaxPipelined bounds the operations in flight on one pipeline that
 // finish by themselves. Past it the server stops reading, so TCP pushes
 // back on the client.
 //
 // Waits — an Acquire parked in a queue, a holder's WatchGrant — cannot
 // be bounded so: they may end only when another request on the same
 // connection (a release) is read, and a reader that stopped for them
-// would deadlock its client. They take no slot; past maxParked on one
+// would deadlock its client. They take no slot; past MaxParked on one
 // connection a new wait is refused with resource_exhausted instead.
-const maxPipelined = 4096
+const MaxPipelined = 4096
 
-var maxParked int64 = 1 << 16 // a variable for the tests
+// MaxParked bounds the waits in flight on one pipeline; a variable for
+// the tests.
+var MaxParked int64 = 1 << 16
 
 // pipeline runs one stream's operations. send must be safe for
 // concurrent use.
 type pipeline struct {
-	s     *Server
+	a     *API
 	send  func(*tenurev1.PipelineResponse)
 	slots chan struct{}
 	wg    sync.WaitGroup
-	// parked counts waits in flight (see maxParked).
+	// parked counts waits in flight (see MaxParked).
 	parked atomic.Int64
 
 	mu  sync.Mutex
@@ -74,8 +76,8 @@ type pipelinedOp struct {
 	byClient bool
 }
 
-func (s *Server) newPipeline(send func(*tenurev1.PipelineResponse)) *pipeline {
-	return &pipeline{s: s, send: send, slots: make(chan struct{}, maxPipelined), ops: map[uint64]*pipelinedOp{}}
+func (a *API) newPipeline(send func(*tenurev1.PipelineResponse)) *pipeline {
+	return &pipeline{a: a, send: send, slots: make(chan struct{}, MaxPipelined), ops: map[uint64]*pipelinedOp{}}
 }
 
 // admit checks the pipeline's credential again before each request, pings
@@ -85,13 +87,8 @@ func (s *Server) newPipeline(send func(*tenurev1.PipelineResponse)) *pipeline {
 // the request is answered unauthenticated and the returned error ends
 // the pipeline.
 func (p *pipeline) admit(ctx context.Context, req *tenurev1.PipelineRequest) error {
-	if p.s.auth == nil {
-		return nil
-	}
-	c, _ := callerOf(ctx)
-	if err := p.s.auth.authn.Recheck(c); err != nil {
-		err = toConnect(fmt.Errorf("%w: %v; the pipeline is closed", errUnauthenticated, err))
-		p.s.record(ctx, tenurev1connect.SessionServicePipelineProcedure, req, "", err)
+	if err := p.a.node.Admit(ctx, tenurev1connect.SessionServicePipelineProcedure); err != nil {
+		err = toConnect(fmt.Errorf("%w; the pipeline is closed", err))
 		p.send(pipelineError(req.GetId(), err))
 		return err
 	}
@@ -99,7 +96,7 @@ func (p *pipeline) admit(ctx context.Context, req *tenurev1.PipelineRequest) err
 }
 
 // handle starts one request. It is called in stream order by the one
-// goroutine that reads the stream, and blocks while maxPipelined
+// goroutine that reads the stream, and blocks while MaxPipelined
 // operations are in flight, or until ctx ends.
 func (p *pipeline) handle(ctx context.Context, req *tenurev1.PipelineRequest) {
 	id := req.GetId()
@@ -116,16 +113,16 @@ func (p *pipeline) handle(ctx context.Context, req *tenurev1.PipelineRequest) {
 		p.send(&tenurev1.PipelineResponse{Id: id, Result: &tenurev1.PipelineResponse_Pong{Pong: &tenurev1.Ping{}}})
 		return
 	case nil:
-		p.send(pipelineError(id, toConnect(invalid("pipeline request %d has no operation", id))))
+		p.send(pipelineError(id, toConnect(Invalid("pipeline request %d has no operation", id))))
 		return
 	}
 	parks := waits(req)
 	release := func() { <-p.slots }
 	if parks {
-		if p.parked.Add(1) > maxParked {
+		if p.parked.Add(1) > MaxParked {
 			p.parked.Add(-1)
 			p.send(pipelineError(id, connect.NewError(connect.CodeResourceExhausted,
-				fmt.Errorf("too many waits on one pipeline: the limit is %d parked acquires and grant watches in flight", maxParked))))
+				fmt.Errorf("too many waits on one pipeline: the limit is %d parked acquires and grant watches in flight", MaxParked))))
 			return
 		}
 		release = func() { p.parked.Add(-1) }
@@ -145,7 +142,7 @@ func (p *pipeline) handle(ctx context.Context, req *tenurev1.PipelineRequest) {
 		p.mu.Unlock()
 		cancel()
 		release()
-		p.send(pipelineError(id, toConnect(invalid("pipeline request ID %d is already in flight", id))))
+		p.send(pipelineError(id, toConnect(Invalid("pipeline request ID %d is already in flight", id))))
 		return
 	}
 	o := &pipelinedOp{cancel: cancel}
@@ -154,7 +151,7 @@ func (p *pipeline) handle(ctx context.Context, req *tenurev1.PipelineRequest) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		resp := p.s.runPipelined(opCtx, req)
+		resp := p.a.runPipelined(opCtx, req)
 		p.mu.Lock()
 		delete(p.ops, id)
 		answer := !o.byClient
@@ -187,17 +184,13 @@ func (p *pipeline) wait() { p.wg.Wait() }
 
 // runPipelined runs one operation through its unary handler and wraps
 // the answer, timing and counting it under the unary method's name.
-func (s *Server) runPipelined(ctx context.Context, req *tenurev1.PipelineRequest) *tenurev1.PipelineResponse {
+func (a *API) runPipelined(ctx context.Context, req *tenurev1.PipelineRequest) *tenurev1.PipelineResponse {
 	start := time.Now()
-	procedure, res, err := s.dispatch(ctx, req.GetOp())
-	if err != nil && errors.Is(context.Cause(ctx), errStopping) {
-		err = toConnect(errStopping)
+	procedure, res, err := a.dispatch(ctx, req.GetOp())
+	if err != nil && errors.Is(context.Cause(ctx), ErrStopping) {
+		err = toConnect(ErrStopping)
 	}
-	(&metricsInterceptor{s.metrics}).observe(procedure, start, err)
-	if refusedAtApply(err) {
-		msg, _ := pipelinedMessage(req.GetOp())
-		s.record(ctx, procedure, msg, "", err)
-	}
+	a.node.Observe(procedure, start, err)
 	if err != nil {
 		return pipelineError(req.GetId(), err)
 	}
@@ -205,17 +198,16 @@ func (s *Server) runPipelined(ctx context.Context, req *tenurev1.PipelineRequest
 	return res
 }
 
-func (s *Server) dispatch(ctx context.Context, op any) (string, *tenurev1.PipelineResponse, error) {
-	if s.auth != nil {
-		if msg, procedure := pipelinedMessage(op); msg != nil {
-			if _, err := s.check(ctx, msg); err != nil {
-				err = toConnect(err)
-				s.record(ctx, procedure, msg, "", err)
-				return procedure, nil, err
-			}
+// dispatch checks a pipelined operation as the server's interceptor
+// checks its unary twin, then runs that twin's handler.
+func (a *API) dispatch(ctx context.Context, op any) (string, *tenurev1.PipelineResponse, error) {
+	if msg, procedure := pipelinedMessage(op); msg != nil {
+		if err := a.node.Check(ctx, procedure, msg); err != nil {
+			return procedure, nil, toConnect(err)
 		}
+		ctx = frontend.WithAction(ctx, procedure)
 	}
-	leases, kv, sessions := &leaseService{s}, &kvService{s}, &sessionService{s}
+	leases, kv, sessions := &leaseService{a}, &kvService{a}, &sessionService{a}
 	switch op := op.(type) {
 	case *tenurev1.PipelineRequest_Acquire:
 		r, err := leases.Acquire(ctx, connect.NewRequest(op.Acquire))
@@ -260,7 +252,7 @@ func (s *Server) dispatch(ctx context.Context, op any) (string, *tenurev1.Pipeli
 			WatchGrant: &tenurev1.WatchGrantResponse{Event: ev},
 		}}, nil
 	}
-	return "", nil, toConnect(invalid("unknown pipeline operation %T", op))
+	return "", nil, toConnect(Invalid("unknown pipeline operation %T", op))
 }
 
 // pipelinedMessage is the request inside a pipelined operation, and the
@@ -311,7 +303,7 @@ func result[M any](r *connect.Response[M], set func(*tenurev1.PipelineResponse))
 // Tenure-Error reason, and on "not leader" the leader's API address.
 func pipelineError(id uint64, err error) *tenurev1.PipelineResponse {
 	err = toConnect(err)
-	out := &tenurev1.PipelineError{Code: int32(connect.CodeOf(err)), Message: err.Error(), Reason: string(reasonOf(err))}
+	out := &tenurev1.PipelineError{Code: int32(connect.CodeOf(err)), Message: err.Error(), Reason: string(ReasonOf(err))}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		out.Message = ce.Message()
@@ -319,9 +311,9 @@ func pipelineError(id uint64, err error) *tenurev1.PipelineResponse {
 			out.Details = append(out.Details, &anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type(), Value: d.Bytes()})
 		}
 	}
-	var nl *notLeaderError
+	var nl interface{ LeaderAddress() string }
 	if errors.As(err, &nl) {
-		out.Leader = nl.addr
+		out.Leader = nl.LeaderAddress()
 	}
 	return &tenurev1.PipelineResponse{Id: id, Result: &tenurev1.PipelineResponse_Error{Error: out}}
 }
@@ -336,17 +328,17 @@ var errGrantWatchEnded = errors.New("grant ended")
 // lease is refused (grantWatchStart).
 func (h *leaseService) watchGrant(ctx context.Context, req *tenurev1.WatchGrantRequest) (*tenurev1.LeaseEvent, error) {
 	if req.GetToken() <= 0 {
-		return nil, toConnect(invalid("token must be a positive fencing token, got %d", req.GetToken()))
+		return nil, toConnect(Invalid("token must be a positive fencing token, got %d", req.GetToken()))
 	}
-	id, err := h.s.cfg.Limits.leaseID(req.GetNamespace(), req.GetName())
+	id, err := h.a.limits.leaseID(req.GetNamespace(), req.GetName())
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	spec, err := h.s.cfg.Limits.leaseWatch(false, id.Namespace, id.Name, req.GetStartRevision())
+	spec, err := h.a.limits.leaseWatch(false, id.Namespace, id.Name, req.GetStartRevision())
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	gone, from, err := h.s.grantWatchStart(ctx, id, req.GetToken(), spec.start)
+	gone, from, err := h.a.node.GrantWatchStart(ctx, id, req.GetToken(), spec.start)
 	switch {
 	case err != nil:
 		return nil, toConnect(err)
@@ -354,13 +346,13 @@ func (h *leaseService) watchGrant(ctx context.Context, req *tenurev1.WatchGrantR
 		return leaseEventProto(gone), nil
 	}
 	spec.start = from
-	release, err := h.s.holdWait(ctx)
+	release, err := h.a.node.HoldWait(ctx)
 	if err != nil {
 		return nil, toConnect(err)
 	}
 	defer release()
 	var ended *tenurev1.LeaseEvent
-	err = h.s.feedEvents(ctx, spec, func(e *statemachine.Event) error {
+	err = h.a.feedEvents(ctx, spec, func(e *statemachine.Event) error {
 		if e.Token != req.GetToken() {
 			return nil
 		}
@@ -383,23 +375,23 @@ func (h *leaseService) watchGrant(ctx context.Context, req *tenurev1.WatchGrantR
 	case ctx.Err() != nil:
 		return nil, toConnect(ctx.Err())
 	}
-	return nil, toConnect(errStopping)
+	return nil, toConnect(ErrStopping)
 }
 
-// errStopping is why a pipeline or a grant watch ends when the server
+// ErrStopping is why a pipeline or a grant watch ends when the server
 // stops.
-var errStopping = fmt.Errorf("%w: the server is stopping", raftnode.ErrClosed)
+var ErrStopping = fmt.Errorf("%w: the server is stopping", frontend.ErrStopped)
 
 // Pipeline serves the bidirectional gRPC/Connect form. Answers are sent
 // by one goroutine that flushes only when it has sent all it has, so
 // operations that complete together share a write.
 func (h *sessionService) Pipeline(ctx context.Context, stream *connect.BidiStream[tenurev1.PipelineRequest, tenurev1.PipelineResponse]) error {
-	if !h.s.leading.Load() {
-		return toConnect(h.s.notLeader())
+	if err := h.a.node.Serving(); err != nil {
+		return toConnect(err)
 	}
-	ctx = withRemote(ctx, stream.Peer().Addr)
+	ctx = frontend.WithRemote(ctx, stream.Peer().Addr)
 	q := newSendQueue()
-	p := h.s.newPipeline(q.push)
+	p := h.a.newPipeline(q.push)
 	sendErr := make(chan error, 1)
 	flush, _ := ctx.Value(batchingKey{}).(*batchingWriter)
 	go func() { sendErr <- q.run(stream.Send, flush) }()
@@ -495,24 +487,16 @@ func (q *sendQueue) run(send func(*tenurev1.PipelineResponse) error, w *batching
 // the NDJSON endpoints check theirs: without valid credentials it is
 // answered 401, as a principal the policy does not know 403, so that
 // nobody gets a connection to hold open without being somebody.
-func (s *Server) servePipelineUpgrade(w http.ResponseWriter, r *http.Request) {
+func (a *API) servePipelineUpgrade(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Upgrade") != framing.Protocol {
 		http.Error(w, fmt.Sprintf("pipeline: send Upgrade: %s", framing.Protocol), http.StatusUpgradeRequired)
 		return
 	}
-	if s.auth != nil {
-		if _, err := s.grants(r.Context(), false); err != nil {
-			err = toConnect(err)
-			s.record(r.Context(), framing.Path, nil, r.RemoteAddr, err)
-			httpError(w, err)
-			return
-		}
+	if err := a.node.Admit(r.Context(), framing.Path); err != nil {
+		HTTPError(w, toConnect(err))
+		return
 	}
-	if !s.leading.Load() || s.closing.Load() {
-		var err error = s.notLeader()
-		if s.closing.Load() {
-			err = errStopping
-		}
+	if err := a.node.Serving(); err != nil {
 		ce := toConnect(err).(*connect.Error)
 		w.Header().Set(api.ErrorHeader, ce.Meta().Get(api.ErrorHeader))
 		http.Error(w, ce.Message(), http.StatusServiceUnavailable)
@@ -528,25 +512,23 @@ func (s *Server) servePipelineUpgrade(w http.ResponseWriter, r *http.Request) {
 		conn.Close()
 		return
 	}
-	pc := &pipeConn{s: s, conn: conn, br: brw.Reader, r: framing.NewReader(brw.Reader, s.cfg.Limits.MaxRequestBytes), w: framing.NewWriter(conn)}
+	pc := &pipeConn{a: a, conn: conn, br: brw.Reader, r: framing.NewReader(brw.Reader, a.limits.MaxRequestBytes), w: framing.NewWriter(conn)}
 	pc.touch()
-	// The operations outlive the upgrade request, but not its caller.
-	base := withRemote(context.Background(), conn.RemoteAddr().String())
-	if c, ok := callerOf(r.Context()); ok {
-		base = withCaller(base, c)
-	}
+	// The operations outlive the upgrade request, but not its caller,
+	// whom the request's values name.
+	base := frontend.WithRemote(context.WithoutCancel(r.Context()), conn.RemoteAddr().String())
 	pc.ctx, pc.cancel = context.WithCancelCause(base)
-	if !s.pipes.add(pc) {
+	if !a.pipes.add(pc) {
 		conn.Close()
 		return
 	}
-	defer s.pipes.remove(pc)
+	defer a.pipes.remove(pc)
 	pc.serve()
 }
 
 // pipeConn is one upgraded connection.
 type pipeConn struct {
-	s    *Server
+	a    *API
 	conn net.Conn
 	br   *bufio.Reader // what r reads from
 	r    *framing.Reader
@@ -580,7 +562,7 @@ func (pc *pipeConn) send(resp *tenurev1.PipelineResponse) {
 func (pc *pipeConn) serve() {
 	ctx, cancel := pc.ctx, pc.cancel
 	defer cancel(nil)
-	p := pc.s.newPipeline(pc.send)
+	p := pc.a.newPipeline(pc.send)
 	var last uint64
 	var err error
 	for {
@@ -608,7 +590,7 @@ func (pc *pipeConn) serve() {
 		// Closing: answer what was read, then say where reading stopped.
 		// Proposals in flight have finished (drain waited for them);
 		// what is left waits for events a closing node will not see.
-		cancel(errStopping)
+		cancel(ErrStopping)
 		p.wait()
 		pc.send(&tenurev1.PipelineResponse{Result: &tenurev1.PipelineResponse_GoAway{GoAway: &tenurev1.GoAway{LastId: last}}})
 	default:
@@ -620,9 +602,9 @@ func (pc *pipeConn) serve() {
 			break
 		}
 		if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-			pc.s.log.Debug("pipeline connection ended", "remote", pc.conn.RemoteAddr().String(), "err", err)
+			pc.a.log.Debug("pipeline connection ended", "remote", pc.conn.RemoteAddr().String(), "err", err)
 			if errors.Is(err, framing.ErrTooLarge) || errors.Is(err, proto.Error) {
-				pc.send(pipelineError(0, toConnect(invalid("%v", err))))
+				pc.send(pipelineError(0, toConnect(Invalid("%v", err))))
 			}
 		}
 		p.cancelAll()
@@ -640,7 +622,7 @@ func (pc *pipeConn) stop() {
 	pc.stopOnce.Do(func() {
 		close(pc.stopping)
 		_ = pc.conn.SetReadDeadline(time.Now())
-		pc.cancel(errStopping)
+		pc.cancel(ErrStopping)
 	})
 }
 
@@ -688,10 +670,17 @@ func (p *pipeConns) closeAll(timeout time.Duration) {
 	for _, pc := range conns {
 		pc.stop()
 	}
-	if !waitGroupFor(&p.wg, timeout) {
+	done := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
 		for _, pc := range conns {
 			pc.conn.Close()
 		}
-		p.wg.Wait()
+		<-done
 	}
 }

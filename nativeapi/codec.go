@@ -1,4 +1,4 @@
-package server
+package nativeapi
 
 import (
 	"bytes"
@@ -157,6 +157,14 @@ const durationForms = `a duration such as "1h", "90s", "1m30s" or "500ms" (Go's 
 // that what protojson refuses in it (more than nine decimals) is refused
 // with its error rather than rounded by time.ParseDuration.
 var protoDuration = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?s$`)
+
+// GoDurations is what the JSON codec does to a request body before it
+// decodes it as a message of type md: Go durations ("1h") rewritten as
+// protobuf JSON's ("3600s"). A test that reads a body as this API does
+// (server's FuzzDecodeJSONRequests) reads it through this.
+func GoDurations(data []byte, md protoreflect.MessageDescriptor) ([]byte, error) {
+	return goDurations(data, md, "")
+}
 
 // goDurations rewrites, in the JSON object data decoded as md, every
 // google.protobuf.Duration given as a Go duration ("1h", "1m30s") into
