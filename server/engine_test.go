@@ -41,7 +41,8 @@ func memberIDs(t *testing.T, cluster tenurev1connect.ClusterServiceClient) []str
 // A leader refuses a JoinRequest from a node of the other engine
 // (hashicorp/raft, which Tenure ran before), before it changes anything,
 // naming the way across. A request that names no engine comes from a
-// build before the etcd engine, which runs hashicorp/raft: refused too.
+// build before the etcd raft engine, which runs hashicorp/raft: refused
+// too.
 func TestALeaderRefusesANodeOfTheOtherEngine(t *testing.T) {
 	for _, joiner := range []string{raftnode.EngineHashicorp, ""} {
 		t.Run("engine "+strconv.Quote(joiner), func(t *testing.T) {
