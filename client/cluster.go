@@ -96,7 +96,7 @@ func (c *Client) Members(ctx context.Context) ([]Member, error) {
 	return out, err
 }
 
-// RemoveMember takes the server id out of the cluster's configuration,
+// RemoveMember takes the member id out of the cluster's configuration,
 // through the leader. It returns ErrNotFound when id is not a member. A
 // removed node stops taking part at once; stop its process, and give it
 // a new data dir before it joins again. The call is not repeated once

@@ -121,9 +121,9 @@ func checkRestored(t *testing.T, ctx context.Context, srv *serverProc, keyRev, t
 	if err != nil || !v.Msg.Valid || v.Msg.HolderIdentity != "restore-holder" {
 		t.Errorf("validate restore-lock token %d: got = %v %v, expected: valid, held by restore-holder", token, v, err)
 	}
-	cluster := tenurev1connect.NewClusterServiceClient(&http.Client{Transport: srv.api.tr}, srv.url)
+	clusterSvc := tenurev1connect.NewClusterServiceClient(&http.Client{Transport: srv.api.tr}, srv.url)
 	ms, err := read(ctx, func(ctx context.Context) (*connect.Response[tenurev1.MembersResponse], error) {
-		return cluster.Members(ctx, connect.NewRequest(&tenurev1.MembersRequest{}))
+		return clusterSvc.Members(ctx, connect.NewRequest(&tenurev1.MembersRequest{}))
 	})
 	if err != nil {
 		t.Fatalf("members: %v", err)

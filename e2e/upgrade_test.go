@@ -208,9 +208,9 @@ func TestADataDirOfTheBuildBeforeTheBinaryLogKeepsEverything(t *testing.T) {
 	check("after the upgrade")
 
 	// The version rises to this build's, and with it the binary log.
-	cluster := tenurev1connect.NewClusterServiceClient(&http.Client{Transport: p.api.tr}, p.url)
+	clusterSvc := tenurev1connect.NewClusterServiceClient(&http.Client{Transport: p.api.tr}, p.url)
 	waitFor(t, 20*time.Second, "the cluster version to rise", func() bool {
-		st, err := cluster.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{}))
+		st, err := clusterSvc.Status(ctx, connect.NewRequest(&tenurev1.StatusRequest{}))
 		return err == nil && st.Msg.GetClusterVersion() > 5
 	})
 	if _, err := etcd.Put(ctx, "/binary/\xff", "\xff\xfe", clientv3.WithLease(clientv3.LeaseID(want.EtcdLease))); err != nil {

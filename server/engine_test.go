@@ -25,9 +25,9 @@ import (
 // The way across that every refusal of a node of the other engine names.
 var wayAcross = []string{"tenure snapshot save", "tenure snapshot restore", "Moving to another consensus engine"}
 
-func memberIDs(t *testing.T, cluster tenurev1connect.ClusterServiceClient) []string {
+func memberIDs(t *testing.T, clusterSvc tenurev1connect.ClusterServiceClient) []string {
 	t.Helper()
-	res, err := cluster.Members(ctxT(t), connect.NewRequest(&tenurev1.MembersRequest{}))
+	res, err := clusterSvc.Members(ctxT(t), connect.NewRequest(&tenurev1.MembersRequest{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,14 +41,15 @@ func memberIDs(t *testing.T, cluster tenurev1connect.ClusterServiceClient) []str
 // A leader refuses a JoinRequest from a node of the other engine
 // (hashicorp/raft, which Tenure ran before), before it changes anything,
 // naming the way across. A request that names no engine comes from a
-// build before the etcd engine, which runs hashicorp/raft: refused too.
+// build before the etcd raft engine, which runs hashicorp/raft: refused
+// too.
 func TestALeaderRefusesANodeOfTheOtherEngine(t *testing.T) {
 	for _, joiner := range []string{raftnode.EngineHashicorp, ""} {
 		t.Run("engine "+strconv.Quote(joiner), func(t *testing.T) {
 			ts := startServer(t, t.TempDir(), testLimits())
-			cluster := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
-			before := memberIDs(t, cluster)
-			_, err := cluster.Join(ctxT(t), connect.NewRequest(&tenurev1.JoinRequest{
+			clusterSvc := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
+			before := memberIDs(t, clusterSvc)
+			_, err := clusterSvc.Join(ctxT(t), connect.NewRequest(&tenurev1.JoinRequest{
 				Id: "other", PeerAddress: testnet.Free(t), ApiAddress: testnet.Free(t), Version: statemachine.Version, Engine: joiner,
 			}))
 			wantCode(t, err, connect.CodeFailedPrecondition, "peer protocols differ")
@@ -57,16 +58,16 @@ func TestALeaderRefusesANodeOfTheOtherEngine(t *testing.T) {
 					t.Errorf("refusal: got = %q, expected: it names %q", err, w)
 				}
 			}
-			if after := memberIDs(t, cluster); strings.Join(after, ",") != strings.Join(before, ",") {
+			if after := memberIDs(t, clusterSvc); strings.Join(after, ",") != strings.Join(before, ",") {
 				t.Fatalf("members after the refused join: got = %v, expected: %v", after, before)
 			}
 			// The same node on the leader's engine is let in.
-			if _, err := cluster.Join(ctxT(t), connect.NewRequest(&tenurev1.JoinRequest{
+			if _, err := clusterSvc.Join(ctxT(t), connect.NewRequest(&tenurev1.JoinRequest{
 				Id: "same", PeerAddress: testnet.Free(t), ApiAddress: testnet.Free(t), Version: statemachine.Version, Engine: raftnode.EngineEtcd,
 			})); err != nil {
 				t.Fatalf("join of a node on the leader's engine: got = %v, expected: nil", err)
 			}
-			if st := clusterStatus(t, ts); st.GetEngine() != raftnode.EngineEtcd {
+			if st := nodeStatus(t, ts); st.GetEngine() != raftnode.EngineEtcd {
 				t.Fatalf("status engine: got = %q, expected: %q", st.GetEngine(), raftnode.EngineEtcd)
 			}
 		})
@@ -77,8 +78,8 @@ func TestALeaderRefusesANodeOfTheOtherEngine(t *testing.T) {
 // the other engine that introduces itself.
 func TestAnIntroductionFromTheOtherEngineIsRefused(t *testing.T) {
 	ts := startServer(t, t.TempDir(), testLimits())
-	cluster := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
-	_, err := cluster.Introduce(ctxT(t), connect.NewRequest(&tenurev1.IntroduceRequest{
+	clusterSvc := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
+	_, err := clusterSvc.Introduce(ctxT(t), connect.NewRequest(&tenurev1.IntroduceRequest{
 		Node: &tenurev1.NodeInfo{Id: "old", PeerAddress: testnet.Free(t), ApiAddress: testnet.Free(t)}, Expect: 3,
 	}))
 	wantCode(t, err, connect.CodeFailedPrecondition, "node old runs the hashicorp raft engine and node node1 the etcd raft engine")
@@ -126,7 +127,7 @@ func openJoiner(t *testing.T, ln net.Listener, expect int, join ...string) (*Ser
 	return srv, logs
 }
 
-// olderBuild is the cluster service of a node of a build before the etcd
+// olderBuild is the ClusterService of a node of a build before the etcd
 // raft engine, as far as a joining node sees it: it names no engine, and
 // would add anyone who asked (it counts who does).
 type olderBuild struct {

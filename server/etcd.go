@@ -160,7 +160,7 @@ func (b etcdBackend) AuthEnabled() bool { return b.s.auth != nil }
 // Ident is in every response header, so it reads nothing that costs a
 // trip through raft's loop: the cluster ID is cached (etcdIdent).
 func (b etcdBackend) Ident() (cluster, member, term uint64) {
-	return b.s.etcdIdent.cluster(b.s), memberID(b.s.node.ID()), b.s.node.Term()
+	return b.s.etcdIdent.clusterID(b.s), memberID(b.s.node.ID()), b.s.node.Term()
 }
 
 // etcdIdentCache holds the etcd cluster ID, which reading the raft
@@ -171,7 +171,7 @@ type etcdIdentCache struct {
 	expires time.Time
 }
 
-func (c *etcdIdentCache) cluster(s *Server) uint64 {
+func (c *etcdIdentCache) clusterID(s *Server) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if now := time.Now(); now.After(c.expires) {
@@ -180,7 +180,7 @@ func (c *etcdIdentCache) cluster(s *Server) uint64 {
 	return c.id
 }
 
-// memberID is the etcd member ID of a raft server ID: etcd's IDs are
+// memberID is the etcd member ID of a node ID: etcd's IDs are
 // numbers, Tenure's are names.
 func memberID(id string) uint64 {
 	h := fnv.New64a()

@@ -275,7 +275,7 @@ func TestEtcdBytesWaitForEveryMemberToReadTheBinaryLog(t *testing.T) {
 	oldPeer, oldAPI := seedOldMember(t, dir, peer, statemachine.BinaryVersion-1)
 	ts, c := etcdNode(t, dir, func(rc *raftnode.Config) { rc.PeerAddr = peer })
 	waitFor(t, "the cluster version to reach the old member's", func() bool {
-		return clusterStatus(t, ts).GetClusterVersion() == statemachine.BinaryVersion-1
+		return nodeStatus(t, ts).GetClusterVersion() == statemachine.BinaryVersion-1
 	})
 	mustPut(t, c, "/text/п", "日本") // UTF-8 goes as JSON, as the old member reads it
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -288,12 +288,12 @@ func TestEtcdBytesWaitForEveryMemberToReadTheBinaryLog(t *testing.T) {
 		t.Fatalf("/b after the refusal: got = %v, expected: absent", got.Kvs)
 	}
 
-	cluster := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
-	if _, err := cluster.Join(ctx, connect.NewRequest(&tenurev1.JoinRequest{Id: "old", PeerAddress: oldPeer, ApiAddress: oldAPI, Version: statemachine.Version, Engine: raftnode.EngineEtcd})); err != nil {
+	clusterSvc := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
+	if _, err := clusterSvc.Join(ctx, connect.NewRequest(&tenurev1.JoinRequest{Id: "old", PeerAddress: oldPeer, ApiAddress: oldAPI, Version: statemachine.Version, Engine: raftnode.EngineEtcd})); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the cluster version to reach this build's", func() bool {
-		return clusterStatus(t, ts).GetClusterVersion() == statemachine.Version
+		return nodeStatus(t, ts).GetClusterVersion() == statemachine.Version
 	})
 	mustPut(t, c, "/b", "\xff\xfe")
 	if got := mustGet(t, c, "/b"); len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "\xff\xfe" {

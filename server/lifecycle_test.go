@@ -22,10 +22,11 @@ import (
 // differently (lease collection, preferred holders) run only once every
 // member has registered a build that runs them.
 
-func clusterStatus(t *testing.T, ts *testServer) *tenurev1.StatusResponse {
+// nodeStatus is ts's answer to ClusterService.Status.
+func nodeStatus(t *testing.T, ts *testServer) *tenurev1.StatusResponse {
 	t.Helper()
-	cluster := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
-	resp, err := cluster.Status(ctxT(t), connect.NewRequest(&tenurev1.StatusRequest{}))
+	clusterSvc := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
+	resp, err := clusterSvc.Status(ctxT(t), connect.NewRequest(&tenurev1.StatusRequest{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func collectionsProposed(t *testing.T, ts *testServer) float64 {
 
 func TestAFreshNodeRunsTheLatestClusterVersion(t *testing.T) {
 	ts := startServer(t, t.TempDir(), testLimits())
-	st := clusterStatus(t, ts)
+	st := nodeStatus(t, ts)
 	if st.GetVersion() != statemachine.Version || st.GetClusterVersion() != statemachine.Version {
 		t.Fatalf("status: got = version %d cluster version %d, expected: both %d", st.GetVersion(), st.GetClusterVersion(), statemachine.Version)
 	}
@@ -115,18 +116,18 @@ func TestAFreshNodeRunsTheLatestClusterVersion(t *testing.T) {
 // apply what the log now holds: its join is refused, and changes nothing.
 func TestANodeOnAnOlderBuildCannotJoinANewerCluster(t *testing.T) {
 	ts := startServer(t, t.TempDir(), testLimits())
-	cluster := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
-	before, err := cluster.Members(ctxT(t), connect.NewRequest(&tenurev1.MembersRequest{}))
+	clusterSvc := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
+	before, err := clusterSvc.Members(ctxT(t), connect.NewRequest(&tenurev1.MembersRequest{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// No version: a build from before versions (on this engine, to test
 	// the version alone).
-	_, err = cluster.Join(ctxT(t), connect.NewRequest(&tenurev1.JoinRequest{Id: "old", PeerAddress: "127.0.0.1:1", ApiAddress: "127.0.0.1:2", Engine: raftnode.EngineEtcd}))
+	_, err = clusterSvc.Join(ctxT(t), connect.NewRequest(&tenurev1.JoinRequest{Id: "old", PeerAddress: "127.0.0.1:1", ApiAddress: "127.0.0.1:2", Engine: raftnode.EngineEtcd}))
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition || nativeapi.ReasonOf(err) != api.ReasonNotSupported {
 		t.Fatalf("join of a version-1 build: got = %v, expected: failed_precondition, reason %s", err, api.ReasonNotSupported)
 	}
-	after, err := cluster.Members(ctxT(t), connect.NewRequest(&tenurev1.MembersRequest{}))
+	after, err := clusterSvc.Members(ctxT(t), connect.NewRequest(&tenurev1.MembersRequest{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +179,7 @@ func TestAMemberOnAnOlderBuildHoldsTheClusterVersionBack(t *testing.T) {
 	samePeer := func(rc *raftnode.Config) { rc.PeerAddr = peer }
 	ts := startServer(t, dir, testLimits(), samePeer)
 
-	if st := clusterStatus(t, ts); st.GetVersion() != statemachine.Version || st.GetClusterVersion() != 1 {
+	if st := nodeStatus(t, ts); st.GetVersion() != statemachine.Version || st.GetClusterVersion() != 1 {
 		t.Fatalf("status: got = version %d cluster version %d, expected: version %d, cluster version 1", st.GetVersion(), st.GetClusterVersion(), statemachine.Version)
 	}
 	s := openSession(t, ts, "a", 30*time.Second)
@@ -202,12 +203,12 @@ func TestAMemberOnAnOlderBuildHoldsTheClusterVersionBack(t *testing.T) {
 	}
 
 	// The old member comes back upgraded: the leader raises the version.
-	cluster := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
-	if _, err := cluster.Join(ctxT(t), connect.NewRequest(&tenurev1.JoinRequest{Id: "old", PeerAddress: oldPeer, ApiAddress: oldAPI, Version: statemachine.Version, Engine: raftnode.EngineEtcd})); err != nil {
+	clusterSvc := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
+	if _, err := clusterSvc.Join(ctxT(t), connect.NewRequest(&tenurev1.JoinRequest{Id: "old", PeerAddress: oldPeer, ApiAddress: oldAPI, Version: statemachine.Version, Engine: raftnode.EngineEtcd})); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the cluster version to reach this build's", func() bool {
-		return clusterStatus(t, ts).GetClusterVersion() == statemachine.Version
+		return nodeStatus(t, ts).GetClusterVersion() == statemachine.Version
 	})
 	if _, err := setPreferred(t, ts, "primary", "p"); err != nil {
 		t.Fatalf("SetPreferredHolder at cluster version %d: got = %v, expected: nil", statemachine.Version, err)
@@ -228,7 +229,7 @@ func TestAMemberOnAnOlderBuildHoldsTheClusterVersionBack(t *testing.T) {
 		_, err := getLease(t, ts, "postponed")
 		return connect.CodeOf(err) == connect.CodeNotFound
 	})
-	if st := clusterStatus(t, ts); st.GetClusterVersion() != statemachine.Version {
+	if st := nodeStatus(t, ts); st.GetClusterVersion() != statemachine.Version {
 		t.Fatalf("cluster version after a restart: got = %d, expected: %d", st.GetClusterVersion(), statemachine.Version)
 	}
 }

@@ -66,7 +66,7 @@ func (s *Server) selfInfo() *tenurev1.NodeInfo {
 }
 
 // engineOf is the consensus engine a node's message names: builds from
-// before the etcd engine name none, and run hashicorp/raft.
+// before the etcd raft engine name none, and run hashicorp/raft.
 func engineOf(engine string) string {
 	if engine == "" {
 		return raftnode.EngineHashicorp

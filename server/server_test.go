@@ -600,8 +600,8 @@ func TestWebPageIsServedAtTheRoot(t *testing.T) {
 
 func TestMembersListsTheSingleVoter(t *testing.T) {
 	ts := startServer(t, t.TempDir(), testLimits())
-	cluster := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
-	resp, err := cluster.Members(ctxT(t), connect.NewRequest(&tenurev1.MembersRequest{}))
+	clusterSvc := tenurev1connect.NewClusterServiceClient(h2cClient(t), ts.URL)
+	resp, err := clusterSvc.Members(ctxT(t), connect.NewRequest(&tenurev1.MembersRequest{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func (a AlarmType) String() string {
 	return fmt.Sprintf("alarm %d", uint8(a))
 }
 
-// AlarmMember is an alarm raised by a member (its raft server ID).
+// AlarmMember is an alarm raised by a member (its node ID).
 type AlarmMember struct {
 	Member string    `json:"member"`
 	Alarm  AlarmType `json:"alarm"`

@@ -39,8 +39,8 @@ type Machine struct {
 	identities map[string]int // open sessions per identity
 	leases     map[LeaseID]*Lease
 	keys       *btree.BTreeG[*KeyValue]
-	members    map[string]string // raft server ID → advertised API address
-	versions   map[string]int    // raft server ID → the version its build runs
+	members    map[string]string // node ID → advertised API address
+	versions   map[string]int    // node ID → the version its build runs
 	version    int               // the cluster version; 0 means 1
 
 	// kvRevision, compactRevision and history are the keys' own clock
@@ -50,7 +50,7 @@ type Machine struct {
 	compactRevision int64
 	history         history
 	leaseIDs        map[int64]int64
-	etcdAddrs       map[string]string // raft server ID → advertised etcd API address
+	etcdAddrs       map[string]string // node ID → advertised etcd API address
 
 	// usage is the bytes held (usage.go), leaseCosts each lease's share
 	// of usage.Leases; alarms are the alarms raised (alarm.go).
