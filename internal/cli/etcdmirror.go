@@ -181,7 +181,7 @@ func runEtcdMirror(ctx context.Context, out io.Writer, timeout time.Duration, o 
 		return err
 	}
 	out = &lockedWriter{w: out}
-	m := &etcdMirror{src: src.c, dst: dst.c, prefix: o.prefix, dest: dest, maxOps: o.maxTxnOps, out: out}
+	m := &etcdMirror{src: src.c, dst: dst.c, prefix: o.prefix, dest: dest, maxOps: o.maxTxnOps, timeout: timeout, out: out}
 	stopProgress := m.printProgress(out, o.progress)
 	err = m.run(ctx)
 	stopProgress()
@@ -222,9 +222,10 @@ type etcdMirror struct {
 	src, dst     *clientv3.Client
 	prefix, dest string
 	maxOps       int
-	out          io.Writer    // progress lines
-	copied       atomic.Int64 // puts and deletes applied, as make-mirror counts
-	rev          atomic.Int64 // the source revision applied up to
+	timeout      time.Duration // bounds one write to the destination
+	out          io.Writer     // progress lines
+	copied       atomic.Int64  // puts and deletes applied, as make-mirror counts
+	rev          atomic.Int64  // the source revision applied up to
 }
 
 func (m *etcdMirror) status() string {
@@ -317,7 +318,13 @@ func (m *etcdMirror) apply(ctx context.Context, events []*clientv3.Event) error 
 		if len(ops) == 0 {
 			return nil
 		}
-		if _, err := m.dst.Txn(ctx).Then(ops...).Commit(); err != nil {
+		// An interrupt lets the write in flight finish (within the
+		// timeout), so that the last line counts what was copied
+		// rather than leaving that write in doubt.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.timeout)
+		_, err := m.dst.Txn(wctx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
 			return fmt.Errorf("apply source revision %d to the destination: %w", rev, err)
 		}
 		m.copied.Add(int64(len(ops)))
