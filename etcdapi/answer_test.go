@@ -298,3 +298,36 @@ func TestALargeRangeUnderTheDefaultCapIsAnswered(t *testing.T) {
 		t.Errorf("got = %d keys, expected: all 32 with their 1 MiB values", len(resp.Kvs))
 	}
 }
+
+// TestLeaseTimeToLiveKeysUnderTheCap: a lease may carry more keys than
+// one answer may hold; TimeToLive with its keys is then refused with
+// gRPC's error naming the size, before the answer is built, and without
+// the keys it is answered.
+func TestLeaseTimeToLiveKeysUnderTheCap(t *testing.T) {
+	noLeakAfter(t)
+	f := newFakeBackend(t)
+	c := serve(t, cappedBackend{f, 1 << 10})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g, err := c.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := func(i int) string { return fmt.Sprintf("%s%03d", strings.Repeat("k", 97), i) }
+	for i := range 9 { // 9 × 102 bytes: within 1 KiB
+		putWithLease(t, f, key(i), g.ID)
+	}
+	resp, err := c.TimeToLive(ctx, g.ID, clientv3.WithAttachedKeys())
+	if err != nil || len(resp.Keys) != 9 {
+		t.Fatalf("9 keys of 100 bytes under a 1 KiB cap: got = %v, %v, expected: the 9 keys", resp, err)
+	}
+	putWithLease(t, f, key(9), g.ID) // 10 × 102 bytes: 1,020, and one more is past it
+	putWithLease(t, f, key(10), g.ID)
+	_, err = c.TimeToLive(ctx, g.ID, clientv3.WithAttachedKeys())
+	if n, ok := tooLarge(err, 1<<10); !ok || n != 11*102 {
+		t.Fatalf("11 keys of 100 bytes under a 1 KiB cap: got = %v, expected: ResourceExhausted naming %d bytes over %d", err, 11*102, 1<<10)
+	}
+	if plain, err := c.TimeToLive(ctx, g.ID); err != nil || plain.TTL <= 0 || len(plain.Keys) != 0 {
+		t.Errorf("without keys: got = %v, %v, expected: its TTL and no keys", plain, err)
+	}
+}

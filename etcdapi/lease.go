@@ -218,6 +218,11 @@ func (ls *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiv
 		if err := authorizeKeys(ctx, ls.b, VerbRead, keys); err != nil {
 			return nil, err
 		}
+		// A lease may carry more keys than an answer may: refused, as
+		// a Range past the cap is, before the answer is built.
+		if b := newAnswerBudget(maxResponseBytes(ls.b)); !b.takeKeys(keys) {
+			return nil, b.err()
+		}
 	}
 	left, err := ls.b.Remaining(ctx, s.ID)
 	if errors.Is(err, statemachine.ErrSessionNotFound) {

@@ -218,6 +218,16 @@ func (b *answerBudget) take(kv *statemachine.KeyValue, keysOnly bool) bool {
 
 func (b *answerBudget) over() bool { return b.used > b.max }
 
+// takeKeys counts keys as a repeated bytes field of an answer takes
+// them (LeaseTimeToLive's keys) and reports whether the answer is still
+// within the cap.
+func (b *answerBudget) takeKeys(keys []string) bool {
+	for _, k := range keys {
+		b.used += int64(1 + protowire.SizeBytes(len(k)))
+	}
+	return !b.over()
+}
+
 // err is gRPC's refusal of an answer over its send limit, as etcd's
 // clients know it, with the cap for the limit.
 func (b *answerBudget) err() error {
