@@ -415,6 +415,13 @@ func encodeCommand(e *encoder, cmd Command) {
 		e.str(c.Member)
 		e.uint(uint64(c.Alarm))
 		e.bool(c.Active)
+	case AuthChange:
+		e.uint(uint64(c.Op))
+		e.str(c.User)
+		e.str(c.Role)
+		e.str(c.Password)
+		e.bool(c.NoPassword)
+		encodeAuthPerm(e, &c.Perm)
 	}
 }
 
@@ -510,6 +517,10 @@ func decodeCommand(d *decoder, k Kind) Command {
 		return Compact{Revision: d.int()}
 	case KindSetAlarm:
 		return SetAlarm{Member: d.str(), Alarm: AlarmType(d.small()), Active: d.bool()}
+	case KindAuthChange:
+		c := AuthChange{Op: AuthOp(d.small()), User: d.str(), Role: d.str(), Password: d.str(), NoPassword: d.bool()}
+		decodeAuthPerm(d, &c.Perm)
+		return c
 	}
 	return nil
 }

@@ -33,8 +33,9 @@ const (
 	KindTxn            Kind = 20
 	KindCompact        Kind = 21
 	KindSetAlarm       Kind = 22
+	KindAuthChange     Kind = 23
 
-	lastKind = KindSetAlarm
+	lastKind = KindAuthChange
 )
 
 // Every kind leaves the entry's binaryFlag bit clear: this fails to
@@ -275,6 +276,7 @@ func (AskStepDown) Kind() Kind    { return KindAskStepDown }
 func (Txn) Kind() Kind            { return KindTxn }
 func (Compact) Kind() Kind        { return KindCompact }
 func (SetAlarm) Kind() Kind       { return KindSetAlarm }
+func (AuthChange) Kind() Kind     { return KindAuthChange }
 
 // A log entry is a header, one byte of kind and eight of the leader's
 // unix nanoseconds, then the command's body. The body is binary (codec.go)
@@ -407,6 +409,8 @@ func decodeJSON(kind Kind, body []byte) (Command, error) {
 		return decodeAs[Compact](body)
 	case KindSetAlarm:
 		return decodeAs[SetAlarm](body)
+	case KindAuthChange:
+		return decodeAs[AuthChange](body)
 	}
 	return nil, fmt.Errorf("%w: kind %d", ErrUnknownCommand, kind)
 }

@@ -38,6 +38,7 @@ func sampleCommands() []Command {
 		},
 		Compact{Revision: 12},
 		SetAlarm{Member: "n1", Alarm: AlarmNoSpace, Active: true},
+		AuthChange{Op: AuthRoleGrantPermission, Role: "r", Perm: AuthPerm{Type: PermReadWrite, Key: "k/", RangeEnd: "k0"}},
 	}
 }
 

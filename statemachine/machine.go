@@ -27,7 +27,8 @@ import (
 //     not UTF-8 is refused.
 //   - 7: alarms (SetAlarm, alarm.go): while a NOSPACE alarm is raised,
 //     commands that add data are refused (ErrNoSpace).
-const Version = 7
+//   - 8: etcd's users and roles (AuthChange, authstore.go).
+const Version = 8
 
 // Machine is the whole replicated state. It is not safe for concurrent
 // use: the replication layer applies commands one at a time and guards
@@ -57,6 +58,8 @@ type Machine struct {
 	usage      Usage
 	leaseCosts map[LeaseID]int64
 	alarms     map[AlarmMember]struct{}
+	// auth is etcd's users and roles (authstore.go).
+	auth authStore
 
 	// now, events and touched belong to the command being applied.
 	now     int64
@@ -81,6 +84,7 @@ func New() *Machine {
 		etcdAddrs:  map[string]string{},
 		leaseCosts: map[LeaseID]int64{},
 		alarms:     map[AlarmMember]struct{}{},
+		auth:       newAuthStore(),
 	}
 }
 
@@ -159,6 +163,8 @@ func (m *Machine) Apply(now int64, cmd Command) Result {
 		res = m.compact(c)
 	case SetAlarm:
 		res = m.setAlarm(c)
+	case AuthChange:
+		res = m.authChange(c)
 	default:
 		res.Err = fmt.Errorf("%w: %T", ErrUnknownCommand, cmd)
 	}

@@ -43,6 +43,10 @@ type snapshot struct {
 	// form only when there is one, so that a snapshot without alarms
 	// reads in builds from before them.
 	Alarms []AlarmMember `json:"alarms,omitempty"`
+	// From cluster version 8: etcd's users and roles, once used. In the
+	// binary form they follow the alarms (an empty list then, when none
+	// is raised), so that a snapshot without them reads as before.
+	Auth *authSnapshot `json:"auth,omitempty"`
 }
 
 type keyVersion struct {
@@ -72,6 +76,7 @@ func (m *Machine) Snapshot(w io.Writer) error {
 		CompactRevision: m.compactRevision,
 		EtcdAddresses:   m.etcdAddrs,
 		Alarms:          m.Alarms(),
+		Auth:            m.auth.snapshot(),
 	}
 	if len(snap.Alarms) == 0 {
 		snap.Alarms = nil
@@ -159,11 +164,14 @@ func (s *snapshot) encode(e *encoder) {
 		e.bool(v.Expired)
 	})
 	e.labels(s.EtcdAddresses)
-	if len(s.Alarms) > 0 {
+	if len(s.Alarms) > 0 || s.Auth != nil {
 		encodeSlice(e, s.Alarms, func(e *encoder, a *AlarmMember) {
 			e.str(a.Member)
 			e.uint(uint64(a.Alarm))
 		})
+	}
+	if s.Auth != nil {
+		s.Auth.encode(e)
 	}
 }
 
@@ -188,12 +196,17 @@ func (s *snapshot) decode(d *decoder) {
 		v.Expired = d.bool()
 	})
 	s.EtcdAddresses = d.labels()
-	// An encoder never writes an empty list: a zero here is left for
-	// done to refuse as a byte after the state.
-	if d.more() && d.b[0] != 0 {
+	// An encoder writes an empty list of alarms only before the auth
+	// store: a zero with nothing after it is left for done to refuse as
+	// a byte after the state.
+	if d.more() && (d.b[0] != 0 || len(d.b) > 1) {
 		s.Alarms = decodeSlice(d, func(d *decoder, a *AlarmMember) {
 			*a = AlarmMember{Member: d.str(), Alarm: AlarmType(d.small())}
 		})
+		if len(s.Alarms) == 0 || d.more() {
+			s.Auth = &authSnapshot{}
+			s.Auth.decode(d)
+		}
 	}
 }
 
@@ -361,6 +374,7 @@ func (m *Machine) Restore(r io.Reader) error {
 	for _, a := range snap.Alarms {
 		next.alarms[a] = struct{}{}
 	}
+	next.auth = snap.Auth.restore()
 	next.resetUsage()
 	*m = *next
 	return nil
