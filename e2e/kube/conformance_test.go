@@ -6,9 +6,13 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
 	"k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/etcd3"
 	etcdfeature "k8s.io/apiserver/pkg/storage/feature"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
@@ -332,8 +336,8 @@ func corruptObjectError(t *testing.T) error {
 // etcd's default) and tenure serve has no flag to shorten it, so the test
 // runs on etcd alone. (Nor does the store send either server progress
 // requests: k8s.io/apiserver's feature checker takes etcd before 3.4.31
-// and 3.5.0 to 3.5.12, Debian's 3.4.23 and the 3.5.0 Tenure reports, for
-// releases with etcd's progress bugs.)
+// and 3.5.0 to 3.5.12, Debian's 3.4.23 among them, for releases with
+// etcd's progress bugs; Tenure reports 3.5.13, which it trusts.)
 func TestProgressNotify(t *testing.T) {
 	bin, ok := etcdBinary(t)
 	if !ok {
@@ -342,4 +346,28 @@ func TestProgressNotify(t *testing.T) {
 	srv := server{name: "etcd", addr: startEtcd(t, bin, "--experimental-watch-progress-notify-interval", "1s"), fresh: true}
 	s := newStore(t, srv, storeOptions{})
 	storagetesting.RunOptionalTestProgressNotify(t.Context(), t, s, s.increaseRV)
+}
+
+// TestTheStoreTrustsTenureWithWatchProgress: k8s.io/apiserver's feature
+// checker reads the etcd version Status reports and, for releases with
+// etcd's watch progress bugs, turns off RequestWatchProgress (and with
+// it the watch cache's consistent reads and streaming lists). Tenure's
+// watch answers progress requests as etcd 3.5.13 does, and says so.
+func TestTheStoreTrustsTenureWithWatchProgress(t *testing.T) {
+	addr := startTenure(t)
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	checker := etcdfeature.NewDefaultFeatureSupportChecker()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	checker.CheckClient(ctx, c, storage.RequestWatchProgress)
+	for !checker.Supports(storage.RequestWatchProgress) {
+		if ctx.Err() != nil {
+			t.Fatal("RequestWatchProgress: got = unsupported, expected: supported (Status's version at or past 3.5.13)")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
