@@ -97,8 +97,20 @@ fuzz_all() {
   return $rc
 }
 
+# build_tenure builds cmd/tenure once, for every package whose tests
+# start tenure processes (proccluster.Binary, through $TENURE_TEST_BINARY):
+# each would otherwise link its own, about 4 s of CPU apiece, at the
+# moment the core's tests start. Should it fail, each package builds and
+# reports the failure itself.
+bindir=$(mktemp -d "${TMPDIR:-/tmp}/tenure-test-bin.XXXXXX")
+trap 'rm -rf "$bindir"' EXIT
+build_tenure() {
+  go build -o "$bindir/tenure" ./cmd/tenure && export TENURE_TEST_BINARY="$bindir/tenure"
+}
+
 stage gofmt gofmt_check
 stage "go vet" vet_all
+stage "build cmd/tenure for the tests" build_tenure
 # The other modules' tests run beside the core's and the fuzzing: most
 # of those stages' time is spent waiting, and together they keep both
 # cores busy. Their output is shown after.
@@ -106,6 +118,42 @@ beside light test_modules $light
 # e2e/etcd is real processes, mostly waiting; its timing tests compare
 # Tenure with an etcd beside it on the same busy machine.
 beside etcd test_modules e2e/etcd
+# server, the slowest package under -race (181 s of tests, 184 s in a
+# measured core stage), was the core stage's last minute and a half on
+# its own. Its tests run in two processes of one test binary beside the
+# core's: the four slowest (about 90 s together) in one, every other
+# test in the other (-test.skip the same list), so that a test renamed
+# or moved out of server still runs, in the second process or with the
+# package it moved to.
+server_split='^(TestTheStorageQuotaStopsTheTxnAttackAndBothFrontEndsRefuse|TestRefusedPipelinedOpsAreFoldedWithPrincipalAndRemote|TestEveryEndpointAnswersEachCallerExactlyAsThePolicySays|TestNoPrincipalWinsARaceForAnotherPrincipalsNextSession)$'
+server_tests() {
+  local rc=0 pid
+  go test -race -c -o "$bindir/server.test" ./server || return 1
+  (cd server && "$bindir/server.test" -test.count=1 -test.timeout=15m -test.run "$server_split") >"$bindir/server-slowest.log" 2>&1 &
+  pid=$!
+  echo "-- server, all but the four slowest tests"
+  (cd server && "$bindir/server.test" -test.count=1 -test.timeout=15m -test.skip "$server_split") || rc=1
+  wait "$pid" || rc=1
+  echo "-- server, the four slowest tests"
+  cat "$bindir/server-slowest.log"
+  return $rc
+}
+# go test starts the packages' test binaries in the order it is given
+# them, and with a few slow packages among many quick ones, alphabetical
+# order started the slow ones late. The slowest go first, those that
+# mostly compute (in-process servers under the race detector) beside
+# those that mostly wait (processes, browsers), the quick ones fill in
+# after. A package named here that no longer exists is left out; one not
+# named runs with the quick ones.
+slow="e2e internal/cluster e2e/cluster e2e/client e2e/web raftnode internal/cli"
+core_packages() {
+  local all p mod
+  mod=$(go list -m)
+  all=$(go list ./... | grep -v '/internal/bench$' | grep -vx "$mod/server")
+  for p in $slow; do grep -qx "$mod/$p" <<<"$all" && echo "$mod/$p"; done
+  for p in $slow; do all=$(grep -vx "$mod/$p" <<<"$all"); done
+  echo "$all"
+}
 # Four packages at a time, not go test's one per core: most of the
 # suite's time is spent waiting (for TTLs, elections, processes to start),
 # and at one per core the two cores stood half idle.
@@ -113,24 +161,9 @@ beside etcd test_modules e2e/etcd
 # clients for most of a minute; run beside the fault tests it would make
 # their timing its own. It runs afterwards, beside the fuzzing and
 # e2e/etcd, which mind no one's timing.
-# go test starts the packages' test binaries in the order it is given
-# them, and with a few slow packages among many quick ones, alphabetical
-# order started server (about 170 s under -race) more than three minutes
-# in, and the stage's last minute and a half was server alone. The
-# slowest go first, those that mostly compute (in-process servers under
-# the race detector) beside those that mostly wait (processes, browsers),
-# the quick ones fill in after. A package named here that no longer
-# exists is left out; one not named runs with the quick ones.
-slow="server e2e internal/cluster e2e/cluster e2e/client e2e/web raftnode internal/cli"
-core_packages() {
-  local all p mod
-  mod=$(go list -m)
-  all=$(go list ./... | grep -v '/internal/bench$')
-  for p in $slow; do grep -qx "$mod/$p" <<<"$all" && echo "$mod/$p"; done
-  for p in $slow; do all=$(grep -vx "$mod/$p" <<<"$all"); done
-  echo "$all"
-}
+beside server server_tests
 stage "go test -race" go test -race -count=1 -p 4 -timeout 15m $(core_packages)
+stage "server (go test -race, two processes beside the core's)" done_beside server
 stage "api, client, fence and clientgo modules (go test -race, beside the core's)" done_beside light
 beside bench go test -race -count=1 -timeout 10m ./internal/bench
 stage "fuzz (${fuzztime} each)" fuzz_all
