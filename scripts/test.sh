@@ -79,10 +79,11 @@ done_beside() {
 }
 
 fuzz_all() {
-  local rc=0 target pkg mod rel
+  local rc=0 target pkg mod rel t0
   for target in $(grep -rhoE '^func (Fuzz[A-Za-z0-9_]+)' --include='*_test.go' . | sed 's/func //' | sort -u); do
     pkg=$(dirname "$(grep -rlE "^func ${target}\(" --include='*_test.go' . | head -1)")
     echo "-- ${target} in ${pkg}"
+    t0=$SECONDS
     # A package of a nested module (api/framing) is fuzzed from its module.
     mod=$pkg; until [ -f "$mod/go.mod" ]; do mod=$(dirname "$mod"); done
     rel=".${pkg#"$mod"}"
@@ -93,19 +94,20 @@ fuzz_all() {
       echo "-- ${target} failed; running it once more to tell a finding from the fuzzer's own flake"
       (cd "$mod" && go test -run '^$' -fuzz "^${target}\$" -fuzztime "${fuzztime}" "$rel") || rc=1
     fi
+    echo "-- ${target}: $((SECONDS - t0))s, its build included"
   done
   return $rc
 }
 
 # build_tenure builds cmd/tenure once, for every package whose tests
-# start tenure processes (proccluster.Binary, through $TENURE_TEST_BINARY):
+# start tenure processes (proccluster.Binary, through $PROCCLUSTER_BINARY):
 # each would otherwise link its own, about 4 s of CPU apiece, at the
 # moment the core's tests start. Should it fail, each package builds and
 # reports the failure itself.
 bindir=$(mktemp -d "${TMPDIR:-/tmp}/tenure-test-bin.XXXXXX")
 trap 'rm -rf "$bindir"' EXIT
 build_tenure() {
-  go build -o "$bindir/tenure" ./cmd/tenure && export TENURE_TEST_BINARY="$bindir/tenure"
+  go build -o "$bindir/tenure" ./cmd/tenure && export PROCCLUSTER_BINARY="$bindir/tenure"
 }
 
 stage gofmt gofmt_check
