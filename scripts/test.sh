@@ -147,7 +147,7 @@ server_tests() {
 # those that mostly wait (processes, browsers), the quick ones fill in
 # after. A package named here that no longer exists is left out; one not
 # named runs with the quick ones.
-slow="e2e internal/cluster e2e/cluster e2e/client e2e/web raftnode internal/cli"
+slow="e2e e2e/web internal/cluster e2e/cluster e2e/client raftnode internal/cli"
 core_packages() {
   local all p mod
   mod=$(go list -m)
