@@ -120,38 +120,19 @@ beside light test_modules $light
 # e2e/etcd is real processes, mostly waiting; its timing tests compare
 # Tenure with an etcd beside it on the same busy machine.
 beside etcd test_modules e2e/etcd
-# server, the slowest package under -race (181 s of tests, 184 s in a
-# measured core stage), was the core stage's last minute and a half on
-# its own. Its tests run in two processes of one test binary beside the
-# core's: the four slowest (about 90 s together) in one, every other
-# test in the other (-test.skip the same list), so that a test renamed
-# or moved out of server still runs, in the second process or with the
-# package it moved to.
-server_split='^(TestTheStorageQuotaStopsTheTxnAttackAndBothFrontEndsRefuse|TestRefusedPipelinedOpsAreFoldedWithPrincipalAndRemote|TestEveryEndpointAnswersEachCallerExactlyAsThePolicySays|TestNoPrincipalWinsARaceForAnotherPrincipalsNextSession)$'
-server_tests() {
-  local rc=0 pid
-  go test -race -c -o "$bindir/server.test" ./server || return 1
-  (cd server && "$bindir/server.test" -test.count=1 -test.timeout=15m -test.run "$server_split") >"$bindir/server-slowest.log" 2>&1 &
-  pid=$!
-  echo "-- server, all but the four slowest tests"
-  (cd server && "$bindir/server.test" -test.count=1 -test.timeout=15m -test.skip "$server_split") || rc=1
-  wait "$pid" || rc=1
-  echo "-- server, the four slowest tests"
-  cat "$bindir/server-slowest.log"
-  return $rc
-}
 # go test starts the packages' test binaries in the order it is given
 # them, and with a few slow packages among many quick ones, alphabetical
-# order started the slow ones late. The slowest go first, those that
-# mostly compute (in-process servers under the race detector) beside
-# those that mostly wait (processes, browsers), the quick ones fill in
-# after. A package named here that no longer exists is left out; one not
+# order started server, the slowest under -race (170 s in a measured
+# core stage of 354 s), 195 s in, and the stage's last 90 s were server
+# alone. The slowest go first, those that mostly compute (in-process
+# servers under the race detector) beside those that mostly wait
+# (processes, browsers); the quick ones fill in after. A package named here that no longer exists is left out; one not
 # named runs with the quick ones.
-slow="e2e e2e/web internal/cluster e2e/cluster e2e/client raftnode internal/cli"
+slow="server e2e e2e/web internal/cluster e2e/cluster e2e/client raftnode internal/cli"
 core_packages() {
   local all p mod
   mod=$(go list -m)
-  all=$(go list ./... | grep -v '/internal/bench$' | grep -vx "$mod/server")
+  all=$(go list ./... | grep -v '/internal/bench$')
   for p in $slow; do grep -qx "$mod/$p" <<<"$all" && echo "$mod/$p"; done
   for p in $slow; do all=$(grep -vx "$mod/$p" <<<"$all"); done
   echo "$all"
@@ -163,11 +144,21 @@ core_packages() {
 # clients for most of a minute; run beside the fault tests it would make
 # their timing its own. It runs afterwards, beside the fuzzing and
 # e2e/etcd, which mind no one's timing.
-beside server server_tests
+# The benchmark harness's test binary is built beside the core's tests,
+# which mostly wait once compiled, so that only its run is left after
+# them: its go test took 81 s after the core's, its tests 62 s of it.
+beside benchbuild go test -race -c -o "$bindir/bench.test" ./internal/bench
 stage "go test -race" go test -race -count=1 -p 4 -timeout 15m $(core_packages)
-stage "server (go test -race, two processes beside the core's)" done_beside server
 stage "api, client, fence and clientgo modules (go test -race, beside the core's)" done_beside light
-beside bench go test -race -count=1 -timeout 10m ./internal/bench
+stage "build internal/bench's tests (go test -race -c, beside the core's)" done_beside benchbuild
+bench_tests() {
+  if [ -x "$bindir/bench.test" ]; then
+    (cd internal/bench && "$bindir/bench.test" -test.count=1 -test.timeout=10m)
+  else
+    go test -race -count=1 -timeout 10m ./internal/bench
+  fi
+}
+beside bench bench_tests
 stage "fuzz (${fuzztime} each)" fuzz_all
 stage "go test -race ./internal/bench (after the core's fault tests, beside the fuzzing)" done_beside bench
 stage "e2e/etcd module (go test, beside the core's)" done_beside etcd
