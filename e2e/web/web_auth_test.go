@@ -271,9 +271,7 @@ func TestWebPageRevokesForAnAdminOnly(t *testing.T) {
 		e2etest.Within(t, 20*time.Second, who+" seeing the lease", func() bool {
 			return pageLease(pageLeases(tab), "team-a", "payments-batch") != nil
 		})
-		if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`#leases tr[data-lease="`+key+`"]`))); err != nil {
-			t.Fatal(err)
-		}
+		clickRow(t, tab, `#leases tr[data-lease="`+key+`"]`)
 		var body string
 		t.Cleanup(func() {
 			if t.Failed() {

@@ -9,7 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 )
@@ -252,4 +254,25 @@ func writeScreenshot(t *testing.T, tab context.Context, name string) {
 		t.Fatal(err)
 	}
 	t.Logf("wrote %s", path)
+}
+
+// clickRow clicks the element sel finds, a row of the lease table. The
+// page redraws its rows as data arrives, and a click whose node the
+// redraw replaced between its lookup and the click fails with "Could not
+// find node with given id" before any mouse event is sent: that click is
+// made again, on the new row, for up to 20s. Any other error fails the
+// test at once.
+func clickRow(t *testing.T, tab context.Context, sel string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(sel)))
+		if err == nil {
+			return
+		}
+		if !strings.Contains(err.Error(), "Could not find node with given id") || time.Now().After(deadline) {
+			t.Fatalf("click %s: %v", sel, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

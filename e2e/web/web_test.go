@@ -442,9 +442,7 @@ func TestWebPageDetailShowsALease(t *testing.T) {
 	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/")); err != nil {
 		t.Fatal(err)
 	}
-	if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`#leases tr[data-lease="default/payments-batch"]`))); err != nil {
-		t.Fatal(err)
-	}
+	clickRow(t, tab, `#leases tr[data-lease="default/payments-batch"]`)
 	type detail struct {
 		Title, Holders, Labels, Preferred, MaxHold string
 		Waiters, Events                            []string

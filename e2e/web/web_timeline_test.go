@@ -123,9 +123,7 @@ func TestWebPageTimelineShowsAHandover(t *testing.T) {
 		pointAt(t, tab, key, ".tl-mark.handoff", true)
 		pointAt(t, tab, key, `.tl-bar[data-holder="alice"]`, false)
 		writeScreenshot(t, tab, "web-page.png")
-		if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`#leases tr[data-lease="default/nightly-report"]`))); err != nil {
-			t.Fatal(err)
-		}
+		clickRow(t, tab, `#leases tr[data-lease="default/nightly-report"]`)
 		time.Sleep(300 * time.Millisecond)
 		writeScreenshot(t, tab, "web-detail.png")
 	}
@@ -294,9 +292,7 @@ func TestWebPageTimelineFitsAYoungHistoryAndWritesOneClock(t *testing.T) {
 	}
 
 	// One clock format everywhere.
-	if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`#leases tr[data-lease="default/report"]`))); err != nil {
-		t.Fatal(err)
-	}
+	clickRow(t, tab, `#leases tr[data-lease="default/report"]`)
 	texts := map[string]string{}
 	e2etest.Within(t, 20*time.Second, "the page's times", func() bool {
 		texts = pageEval[map[string]string](tab, `(() => {
