@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/e2etest"
 	"github.com/tenurehq/tenure/internal/testnet"
 
 	"github.com/tenurehq/tenure/client"
@@ -557,7 +558,7 @@ func TestDevClusterServesThroughANodeLossAndRestarts(t *testing.T) {
 	if want := "export TENURE_ENDPOINTS=" + eps; !strings.Contains(dev.stdout.String(), want) {
 		t.Errorf("stdout got = %q, expected it to contain %q", dev.stdout.String(), want)
 	}
-	within(t, 5*time.Second, "the etcd endpoints printed", func() bool {
+	e2etest.Within(t, 5*time.Second, "the etcd endpoints printed", func() bool {
 		return strings.Contains(dev.stdout.String(), "export ETCDCTL_API=3 ETCDCTL_ENDPOINTS="+strings.Join(etcds, ","))
 	})
 	if _, stderr, code := tenureRun(t, bin, "--endpoints", eps, "kv", "put", "dev/k", "before"); code != 0 {
@@ -568,11 +569,11 @@ func TestDevClusterServesThroughANodeLossAndRestarts(t *testing.T) {
 	if err := syscall.Kill(pids[leader], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 10*time.Second, "report of the killed node", func() bool {
+	e2etest.Within(t, 10*time.Second, "report of the killed node", func() bool {
 		return strings.Contains(dev.stderr.String(), fmt.Sprintf("%s (pid %d) exited: signal: killed; 2 nodes still run", leader, pids[leader]))
 	})
 	var stderr string
-	within(t, 15*time.Second, "write with the leader killed", func() bool {
+	e2etest.Within(t, 15*time.Second, "write with the leader killed", func() bool {
 		var code int
 		_, stderr, code = tenureRun(t, bin, "--endpoints", eps, "kv", "put", "dev/k", "after")
 		return code == 0
@@ -672,17 +673,5 @@ func (d *devRun) wait(t *testing.T, timeout time.Duration) int {
 	case <-time.After(timeout):
 		t.Fatalf("dev cluster still running %v after the signal", timeout)
 		return -1
-	}
-}
-
-// within polls cond until it holds, failing the test after limit.
-func within(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v", what, limit)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -37,6 +37,17 @@ var headlines = map[int][]string{
 // heartbeat workload held them, and no leader after a crash elected
 // less than a TTL after the holder's last acknowledged heartbeat.
 func TestShortRunAgainstTenure(t *testing.T) {
+	// The short runs run beside one another, two at a time (go test's
+	// -parallel, one per core): most of each is fixed windows and
+	// warm-ups, waiting, and alone the package took 94 s, this one 51 s of
+	// it. What they assert does not depend on an idle machine: figures
+	// above zero, and bounds from below (a commit pays the injected delay,
+	// a failover waits out the election timeout, the crash's next leader
+	// the TTL), which load only raises. The one check a busy machine could
+	// fail, no session lost by the heartbeat workload, has a 5s TTL
+	// against an oldest acknowledged heartbeat 1.7s old (sizesFor). The harness's
+	// own CPU per operation, which parallel runs share, is context only.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts about a dozen servers; skipped with -short")
 	}
@@ -98,6 +109,7 @@ func TestShortRunAgainstTenure(t *testing.T) {
 // etcd side from rotting: its client, its servers' start and stop, and
 // the keep-alive tracking that the crash workload's safety check needs.
 func TestShortRunAgainstEtcd(t *testing.T) {
+	t.Parallel() // beside the other short runs (TestShortRunAgainstTenure says why)
 	if testing.Short() {
 		t.Skip("starts servers; skipped with -short")
 	}
@@ -168,6 +180,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // resign, compare-and-swap and lease keep-alives on Tenure's etcd API,
 // each result with its server CPU per operation.
 func TestShortRunThroughEtcdClient(t *testing.T) {
+	t.Parallel() // beside the other short runs (TestShortRunAgainstTenure says why)
 	if testing.Short() {
 		t.Skip("starts servers; skipped with -short")
 	}
@@ -225,6 +238,7 @@ func TestShortRunThroughEtcdClient(t *testing.T) {
 // follower's durable write after the leader's message reached it. And
 // that a sync delay is refused for a binary that cannot add it.
 func TestInjectedLatencyReachesEveryCommit(t *testing.T) {
+	t.Parallel() // beside the other short runs (TestShortRunAgainstTenure says why)
 	if testing.Short() {
 		t.Skip("starts servers; skipped with -short")
 	}
@@ -274,6 +288,7 @@ func TestInjectedLatencyReachesEveryCommit(t *testing.T) {
 // heartbeat before the kill: the first write cannot come sooner than
 // that timeout less a heartbeat interval and a tick (a tenth of it each).
 func TestShortRunFailover(t *testing.T) {
+	t.Parallel() // beside the other short runs (TestShortRunAgainstTenure says why)
 	if testing.Short() {
 		t.Skip("starts servers; skipped with -short")
 	}

@@ -58,8 +58,19 @@ func Main(m *testing.M) {
 
 // Binary builds cmd/tenure on first use and returns its path. It is not
 // built with -race: the nodes are the system under test, not the test.
+// When $PROCCLUSTER_BINARY names a file, that is the binary instead:
+// scripts/test.sh builds cmd/tenure once for all the packages that start
+// processes, where each would otherwise link its own. (Not a TENURE_
+// name: the tenure processes the tests start inherit it, and tenure
+// warns of a TENURE_ variable it does not read.)
 func Binary(t testing.TB) string {
 	t.Helper()
+	if path := os.Getenv("PROCCLUSTER_BINARY"); path != "" {
+		if _, err := os.Stat(path); err != nil {
+			t.Fatalf("PROCCLUSTER_BINARY: %v", err)
+		}
+		return path
+	}
 	return buildTenure(t, "")
 }
 

@@ -1,4 +1,4 @@
-package e2e
+package web
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/tenurehq/tenure/internal/e2etest"
 	"github.com/tenurehq/tenure/internal/testserver"
 )
 
@@ -81,7 +82,7 @@ const webScrollSteps = 40
 // -race.
 func TestWebPageWithTenThousandLeases(t *testing.T) {
 	t.Parallel() // its own processes, mostly waiting: it runs beside the package's other slow tests
-	browser := chromium(t)
+	browser := e2etest.Chromium(t)
 	addr := testserver.Start(t, testserver.Limits())
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -92,7 +93,7 @@ func TestWebPageWithTenThousandLeases(t *testing.T) {
 	}
 	t.Logf("%d leases acquired in %v", n, time.Since(start).Round(time.Millisecond))
 
-	tab := newTab(t, ctx, browser)
+	tab := e2etest.NewTab(t, ctx, browser)
 	if err := chromedp.Do(tab, chromedp.EmulateViewport(1440, 1000)); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestWebPageWithTenThousandLeases(t *testing.T) {
 	})
 	// bounded: a page of rows and lanes, not thousands.
 	bounded := func() bool { return len(d.Rows) > 10 && len(d.Rows) <= 100 && len(d.Lanes) > 5 && len(d.Lanes) <= 60 }
-	within(t, 90*time.Second, "10000 leases listed, their first rows and lanes drawn", func() bool {
+	e2etest.Within(t, 90*time.Second, "10000 leases listed, their first rows and lanes drawn", func() bool {
 		d = read()
 		return d.Count == "10000 leases" && strings.Contains(d.Range, "10000 lanes") && bounded() &&
 			d.Rows[0] == "ns-0/lease-00000" && d.Lanes[0] == "ns-0/lease-00000"
@@ -135,7 +136,7 @@ func TestWebPageWithTenThousandLeases(t *testing.T) {
 	})()`)); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 20*time.Second, "the last lease's row after a scroll to the end", func() bool {
+	e2etest.Within(t, 20*time.Second, "the last lease's row after a scroll to the end", func() bool {
 		d = read()
 		return bounded() && d.Rows[len(d.Rows)-1] == "ns-9/lease-09999"
 	})
@@ -146,7 +147,7 @@ func TestWebPageWithTenThousandLeases(t *testing.T) {
 	})()`)); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 20*time.Second, "the last lease's lane after a scroll to the end", func() bool {
+	e2etest.Within(t, 20*time.Second, "the last lease's lane after a scroll to the end", func() bool {
 		d = read()
 		return bounded() && d.Lanes[len(d.Lanes)-1] == "ns-9/lease-09999"
 	})
@@ -192,7 +193,7 @@ func TestWebPageWithTenThousandLeases(t *testing.T) {
 		Revision string `json:"revision"`
 	}
 	jsonCall(t, ctx, addr, "KVService/Range", map[string]any{"limit": 1}, &kv)
-	within(t, 60*time.Second, "the page to catch up with revision "+kv.Revision, func() bool {
+	e2etest.Within(t, 60*time.Second, "the page to catch up with revision "+kv.Revision, func() bool {
 		return pageEval[bool](tab, `(() => {
 			const m = /revision (\d+)/.exec(document.getElementById("status").textContent);
 			return !!m && +m[1] >= `+kv.Revision+` && dirty.size === 0 && !leases.busy;
@@ -204,7 +205,7 @@ func TestWebPageWithTenThousandLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	var row map[string]string
-	within(t, 20*time.Second, "lease-00000 revoked in its row", func() bool {
+	e2etest.Within(t, 20*time.Second, "lease-00000 revoked in its row", func() bool {
 		row = pageLease(pageLeases(tab), "ns-0", "lease-00000")
 		return row != nil && strings.HasPrefix(row["Status"], "Revoked ")
 	})
@@ -219,7 +220,7 @@ func TestWebPageWithTenThousandLeases(t *testing.T) {
 
 	// The search narrows 10,000 to one.
 	setField(t, tab, "f-q", "lease-04242")
-	within(t, 20*time.Second, "the one lease the search finds", func() bool {
+	e2etest.Within(t, 20*time.Second, "the one lease the search finds", func() bool {
 		d = read()
 		return d.Count == "1 of 10000 leases" && slices.Equal(d.Rows, []string{"ns-2/lease-04242"}) && slices.Equal(d.Lanes, d.Rows)
 	})

@@ -1,4 +1,4 @@
-package e2e
+package web
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/internal/e2etest"
 	"github.com/tenurehq/tenure/internal/testserver"
 )
 
@@ -22,7 +23,7 @@ import (
 // a lease, its token and a waiter ("Held, 1 waiting"), then updates by
 // itself when the lease changes hands.
 func TestWebPageShowsWhoHoldsWhatAndFollowsChanges(t *testing.T) {
-	browser := chromium(t)
+	browser := e2etest.Chromium(t)
 	addr := testserver.Start(t, testserver.Limits())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -50,7 +51,7 @@ func TestWebPageShowsWhoHoldsWhatAndFollowsChanges(t *testing.T) {
 	bobLocked := make(chan error, 1)
 	go func() { bobLocked <- waiting.Lock(ctx) }()
 
-	tab := newTab(t, ctx, browser)
+	tab := e2etest.NewTab(t, ctx, browser)
 
 	// waitFor waits until the nightly-report row satisfies ok (a missing
 	// row reads as empty cells).
@@ -106,89 +107,6 @@ func TestWebPageShowsWhoHoldsWhatAndFollowsChanges(t *testing.T) {
 	}
 }
 
-// TestWebPageShowsTheMembers opens the page of a follower of a
-// three-node cluster: it lists every member with its API address, role,
-// vote and applied index, the leader marked, and shows a member that
-// goes down as unreachable.
-func TestWebPageShowsTheMembers(t *testing.T) {
-	browser := chromium(t)
-	if testing.Short() {
-		t.Skip("runs a three-node cluster of processes")
-	}
-	bin := tenureBinary(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	nodes := newClusterNodes(t, bin, 3)
-	for _, n := range nodes {
-		n.start()
-	}
-	ms, leader := settled(t, bin, endpointsOf(nodes), 3, 0, 20*time.Second)
-	var page, down *clusterNode
-	for _, n := range nodes {
-		switch {
-		case n.id == leader:
-		case page == nil:
-			page = n
-		default:
-			down = n
-		}
-	}
-
-	tab := newTab(t, ctx, browser)
-	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+page.api+"/")); err != nil {
-		t.Fatal(err)
-	}
-	// ID, API address, Peer address, Role, Voter, Term, Applied index
-	rows := func() map[string][]string {
-		text, _ := chromedp.Run(tab, chromedp.Evaluate[string](`Array.from(document.querySelectorAll("#members tbody tr")).map(r => r.innerText).join("\n")`))
-		out := map[string][]string{}
-		for _, line := range strings.Split(text, "\n") {
-			fields := strings.Split(line, "\t")
-			if len(fields) == 7 {
-				out[strings.TrimPrefix(fields[0], "★ ")] = fields
-			}
-		}
-		return out
-	}
-	showsAll := func(r map[string][]string) bool {
-		if len(r) != 3 {
-			return false
-		}
-		for _, m := range ms {
-			f := r[m.ID]
-			role := "follower"
-			if m.ID == leader {
-				role = "leader"
-			}
-			if m.ID == page.id {
-				role += " (this node)"
-			}
-			applied, _ := strconv.ParseUint(f[6], 10, 64)
-			if f == nil || f[1] != m.APIAddress || f[2] != m.PeerAddress || f[3] != role || f[4] != "yes" || applied == 0 ||
-				strings.HasPrefix(f[0], "★ ") != (m.ID == leader) {
-				return false
-			}
-		}
-		return true
-	}
-	var got map[string][]string
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("members table got = %q, expected for %+v", got, ms)
-		}
-	})
-	within(t, 20*time.Second, "page listing the three members", func() bool {
-		got = rows()
-		return showsAll(got)
-	})
-
-	down.kill()
-	within(t, 20*time.Second, "page showing "+down.id+" unreachable", func() bool {
-		got = rows()
-		return got[down.id] != nil && got[down.id][3] == "unreachable"
-	})
-}
-
 // TestWebPageShowsHowEachLeaseEnded: once nobody holds a lease, the page
 // says how its last grant ended and how long ago, like `tenure get
 // leases` — "Released 3s ago" for a lease its holder unlocked, "Expired
@@ -197,7 +115,7 @@ func TestWebPageShowsTheMembers(t *testing.T) {
 // is made through the JSON API: a session opened with a 1s TTL that
 // never heartbeats, which the Go client would not allow.
 func TestWebPageShowsHowEachLeaseEnded(t *testing.T) {
-	browser := chromium(t)
+	browser := e2etest.Chromium(t)
 	addr := testserver.Start(t, testserver.Limits())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -224,7 +142,7 @@ func TestWebPageShowsHowEachLeaseEnded(t *testing.T) {
 	opened := time.Now()
 	jsonAcquire(t, ctx, addr, worker7, "payments-batch")
 
-	tab := newTab(t, ctx, browser)
+	tab := e2etest.NewTab(t, ctx, browser)
 	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/")); err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +159,7 @@ func TestWebPageShowsHowEachLeaseEnded(t *testing.T) {
 	}
 	// Both rows come from one reading, and so from one rendering.
 	var rep, pay map[string]string
-	within(t, 20*time.Second, "page showing nightly-report released and payments-batch expired", func() bool {
+	e2etest.Within(t, 20*time.Second, "page showing nightly-report released and payments-batch expired", func() bool {
 		rows := pageLeases(tab)
 		rep, pay = pageLease(rows, "default", "nightly-report"), pageLease(rows, "default", "payments-batch")
 		return age(rep, "Released") >= 0 && age(pay, "Expired") >= 0
@@ -291,7 +209,7 @@ func TestWebPageShowsHowEachLeaseEnded(t *testing.T) {
 // sched-1 holds through the JSON API, which, unlike the Go client and
 // the CLI, does not step down by itself.
 func TestWebPageShowsThePreferredHolderAndWhoIsAskedToStepDown(t *testing.T) {
-	browser := chromium(t)
+	browser := e2etest.Chromium(t)
 	addr := testserver.Start(t, testserver.Limits())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -304,7 +222,7 @@ func TestWebPageShowsThePreferredHolderAndWhoIsAskedToStepDown(t *testing.T) {
 	sched1 := jsonOpenSession(t, ctx, addr, "sched-1", "60s")
 	token1 := jsonAcquire(t, ctx, addr, sched1, "scheduler")
 
-	tab := newTab(t, ctx, browser)
+	tab := e2etest.NewTab(t, ctx, browser)
 	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/")); err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +235,7 @@ func TestWebPageShowsThePreferredHolderAndWhoIsAskedToStepDown(t *testing.T) {
 	})
 	shows := func(what string, ok func() bool) {
 		t.Helper()
-		within(t, 20*time.Second, "page showing "+what, func() bool {
+		e2etest.Within(t, 20*time.Second, "page showing "+what, func() bool {
 			row = pageLease(pageLeases(tab), "default", "scheduler")
 			return ok()
 		})
@@ -358,7 +276,7 @@ func TestWebPageShowsThePreferredHolderAndWhoIsAskedToStepDown(t *testing.T) {
 	shows("sched-2 holding as the preferred holder", func() bool {
 		return row["Holder"] == "sched-2 (preferred)" && row["Status"] == "Held" && row["Token"] == strconv.FormatInt(token2.Token, 10)
 	})
-	within(t, 20*time.Second, "the preference and the step-down in the events", func() bool {
+	e2etest.Within(t, 20*time.Second, "the preference and the step-down in the events", func() bool {
 		events, _ = chromedp.Run(tab, chromedp.Evaluate[string](`document.getElementById("events").innerText`))
 		return strings.Contains(events, "preferred holder set default/scheduler holder=sched-2") &&
 			strings.Contains(events, "step down default/scheduler holder=sched-1")
@@ -372,7 +290,7 @@ func TestWebPageShowsThePreferredHolderAndWhoIsAskedToStepDown(t *testing.T) {
 // same view opens from a shared link; a selector the server refuses is
 // shown by the filters, not as a server failure.
 func TestWebPageFiltersNarrowTheLeasesAndStayInTheAddress(t *testing.T) {
-	browser := chromium(t)
+	browser := e2etest.Chromium(t)
 	addr := testserver.Start(t, testserver.Limits())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -394,7 +312,7 @@ func TestWebPageFiltersNarrowTheLeasesAndStayInTheAddress(t *testing.T) {
 			"labels": l.labels, "value": l.value})
 	}
 
-	tab := newTab(t, ctx, browser)
+	tab := e2etest.NewTab(t, ctx, browser)
 	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/?window=all")); err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +328,7 @@ func TestWebPageFiltersNarrowTheLeasesAndStayInTheAddress(t *testing.T) {
 	}
 	shows := func(what string, want ...string) {
 		t.Helper()
-		within(t, 20*time.Second, what, func() bool {
+		e2etest.Within(t, 20*time.Second, what, func() bool {
 			got = read()
 			return slices.Equal(got.Rows, want) && slices.Equal(got.Lanes, want)
 		})
@@ -457,7 +375,7 @@ func TestWebPageFiltersNarrowTheLeasesAndStayInTheAddress(t *testing.T) {
 	if q := pageQuery(tab); q["labels"] != "team=pay" || q["q"] != "bob" || q["window"] != "all" || q["ns"] != "" {
 		t.Errorf("address query: got = %v, expected: labels=team=pay, q=bob, window=all and no ns", q)
 	}
-	other := newTab(t, ctx, browser)
+	other := e2etest.NewTab(t, ctx, browser)
 	if _, err := chromedp.Run(other, chromedp.Navigate(link)); err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +389,7 @@ func TestWebPageFiltersNarrowTheLeasesAndStayInTheAddress(t *testing.T) {
 	// A selector the server refuses.
 	setField(t, tab, "f-labels", "team=pay,,tier")
 	var said, status string
-	within(t, 20*time.Second, "the refused selector by the filters, and no rows", func() bool {
+	e2etest.Within(t, 20*time.Second, "the refused selector by the filters, and no rows", func() bool {
 		said = pageEval[string](tab, `document.getElementById("filter-error").textContent`)
 		status = pageEval[string](tab, `document.getElementById("status").textContent`)
 		got = read()
@@ -485,7 +403,7 @@ func TestWebPageFiltersNarrowTheLeasesAndStayInTheAddress(t *testing.T) {
 // recent events from the watch history, newest first. The address names
 // the lease, and the holder's expiry counts down by itself every second.
 func TestWebPageDetailShowsALease(t *testing.T) {
-	browser := chromium(t)
+	browser := e2etest.Chromium(t)
 	addr := testserver.Start(t, testserver.Limits())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -517,16 +435,14 @@ func TestWebPageDetailShowsALease(t *testing.T) {
 			defer waits.Done()
 			_ = s.Mutex("payments-batch").Lock(waitCtx)
 		}()
-		within(t, 20*time.Second, who+" in the queue", func() bool { return len(jsonWaiters(t, ctx, addr, "default", "payments-batch")) == i+1 })
+		e2etest.Within(t, 20*time.Second, who+" in the queue", func() bool { return len(jsonWaiters(t, ctx, addr, "default", "payments-batch")) == i+1 })
 	}
 
-	tab := newTab(t, ctx, browser)
+	tab := e2etest.NewTab(t, ctx, browser)
 	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/")); err != nil {
 		t.Fatal(err)
 	}
-	if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`#leases tr[data-lease="default/payments-batch"]`))); err != nil {
-		t.Fatal(err)
-	}
+	clickRow(t, tab, `#leases tr[data-lease="default/payments-batch"]`)
 	type detail struct {
 		Title, Holders, Labels, Preferred, MaxHold string
 		Waiters, Events                            []string
@@ -546,7 +462,7 @@ func TestWebPageDetailShowsALease(t *testing.T) {
 			t.Logf("detail: %+v", d)
 		}
 	})
-	within(t, 20*time.Second, "the detail with its holder, two waiters and four events", func() bool {
+	e2etest.Within(t, 20*time.Second, "the detail with its holder, two waiters and four events", func() bool {
 		d = readDetail()
 		return d.Title == "default/payments-batch" && strings.Contains(d.Holders, "alice") && len(d.Waiters) == 2 && len(d.Events) == 4
 	})
@@ -593,7 +509,7 @@ func TestWebPageDetailShowsALease(t *testing.T) {
 	if err := chromedp.Do(tab, chromedp.KeyEvent("\x1b")); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 5*time.Second, "the detail closed", func() bool {
+	e2etest.Within(t, 5*time.Second, "the detail closed", func() bool {
 		return pageEval[bool](tab, `document.getElementById("detail").hidden`) && pageQuery(tab)["lease"] == ""
 	})
 }

@@ -1,4 +1,4 @@
-package e2e
+package web
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/internal/e2etest"
 	"github.com/tenurehq/tenure/internal/testserver"
 )
 
@@ -28,7 +29,7 @@ import (
 // changed hands. Opened afresh, the page draws the same from the watch's
 // replay of the server's history.
 func TestWebPageTimelineShowsAHandover(t *testing.T) {
-	browser := chromium(t)
+	browser := e2etest.Chromium(t)
 	addr := testserver.Start(t, testserver.Limits())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -43,7 +44,7 @@ func TestWebPageTimelineShowsAHandover(t *testing.T) {
 		webScenery(t, ctx, c, addr)
 	}
 
-	tab := newTab(t, ctx, browser)
+	tab := e2etest.NewTab(t, ctx, browser)
 	if screenshot {
 		if err := chromedp.Do(tab, chromedp.EmulateViewport(1440, 1000)); err != nil {
 			t.Fatal(err)
@@ -64,7 +65,7 @@ func TestWebPageTimelineShowsAHandover(t *testing.T) {
 	bob := bobSession.Mutex("payments-batch")
 	bobLocked := make(chan error, 1)
 	go func() { bobLocked <- bob.Lock(ctx) }()
-	within(t, 20*time.Second, "bob in the queue", func() bool { return len(jsonWaiters(t, ctx, addr, "default", "payments-batch")) == 1 })
+	e2etest.Within(t, 20*time.Second, "bob in the queue", func() bool { return len(jsonWaiters(t, ctx, addr, "default", "payments-batch")) == 1 })
 	// A wait long enough to see; the picture for the docs shows more.
 	hold := 300 * time.Millisecond
 	if screenshot {
@@ -96,7 +97,7 @@ func TestWebPageTimelineShowsAHandover(t *testing.T) {
 			second.Holder == "bob" && second.Token == b && strings.Contains(second.Class, "open") &&
 			second.Left >= first.Left+first.Width-0.5 && slices.Equal(got.Waits, []string{"bob"})
 	}
-	within(t, 20*time.Second, "the handover drawn live: alice's bar, then bob's, a handoff mark", handedOver)
+	e2etest.Within(t, 20*time.Second, "the handover drawn live: alice's bar, then bob's, a handoff mark", handedOver)
 
 	for _, c := range []struct {
 		what, sel string
@@ -122,9 +123,7 @@ func TestWebPageTimelineShowsAHandover(t *testing.T) {
 		pointAt(t, tab, key, ".tl-mark.handoff", true)
 		pointAt(t, tab, key, `.tl-bar[data-holder="alice"]`, false)
 		writeScreenshot(t, tab, "web-page.png")
-		if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`#leases tr[data-lease="default/nightly-report"]`))); err != nil {
-			t.Fatal(err)
-		}
+		clickRow(t, tab, `#leases tr[data-lease="default/nightly-report"]`)
 		time.Sleep(300 * time.Millisecond)
 		writeScreenshot(t, tab, "web-detail.png")
 	}
@@ -133,7 +132,7 @@ func TestWebPageTimelineShowsAHandover(t *testing.T) {
 	if _, err := chromedp.Run(tab, chromedp.Navigate(page)); err != nil {
 		t.Fatal(err)
 	}
-	within(t, 20*time.Second, "the same handover drawn from the replayed history", handedOver)
+	e2etest.Within(t, 20*time.Second, "the same handover drawn from the replayed history", handedOver)
 }
 
 // webScenery adds leases around the handover for the picture in the
@@ -153,7 +152,7 @@ func webScenery(t *testing.T, ctx context.Context, c *client.Client, addr string
 				resp.Body.Close()
 			}
 		}()
-		within(t, 10*time.Second, who+" waiting", func() bool {
+		e2etest.Within(t, 10*time.Second, who+" waiting", func() bool {
 			return slices.Contains(jsonWaiters(t, ctx, addr, "default", "nightly-report"), who)
 		})
 	}
@@ -187,7 +186,7 @@ func webScenery(t *testing.T, ctx context.Context, c *client.Client, addr string
 // history is drawn from the lease list, from its acquire time, and the
 // churn of another lease shows only as far back as the history goes.
 func TestWebPageTimelineStartsAtTheOldestEventKept(t *testing.T) {
-	browser := chromium(t)
+	browser := e2etest.Chromium(t)
 	limits := testserver.Limits()
 	limits.WatchHistory = 16
 	addr := testserver.Start(t, limits)
@@ -202,14 +201,14 @@ func TestWebPageTimelineStartsAtTheOldestEventKept(t *testing.T) {
 		jsonCall(t, ctx, addr, "LeaseService/Release", map[string]any{"name": "churn", "token": tok}, nil)
 	}
 
-	tab := newTab(t, ctx, browser)
+	tab := e2etest.NewTab(t, ctx, browser)
 	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/?window=all")); err != nil {
 		t.Fatal(err)
 	}
 	history := regexp.MustCompile(`history from revision (\d+) \(`)
 	var rangeText string
 	var old, churn *pageLane
-	within(t, 20*time.Second, "both lanes, from the oldest revision kept", func() bool {
+	e2etest.Within(t, 20*time.Second, "both lanes, from the oldest revision kept", func() bool {
 		rangeText = pageEval[string](tab, `document.getElementById("tl-range").textContent`)
 		old, churn = readLane(tab, "default/old-grant"), readLane(tab, "default/churn")
 		return history.MatchString(rangeText) && old != nil && len(old.Bars) == 1 && churn != nil && len(churn.Bars) >= 7
@@ -240,7 +239,7 @@ func TestWebPageTimelineStartsAtTheOldestEventKept(t *testing.T) {
 // the date only when that is not today.
 func TestWebPageTimelineFitsAYoungHistoryAndWritesOneClock(t *testing.T) {
 	t.Parallel() // its own server and browser; it waits 20s for its history to age
-	browser := chromium(t)
+	browser := e2etest.Chromium(t)
 	addr := testserver.Start(t, testserver.Limits())
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -256,12 +255,12 @@ func TestWebPageTimelineFitsAYoungHistoryAndWritesOneClock(t *testing.T) {
 	// The session is not heartbeated: it must outlive the test.
 	time.Sleep(time.Until(born.Add(20 * time.Second)))
 
-	tab := newTab(t, ctx, browser)
+	tab := e2etest.NewTab(t, ctx, browser)
 	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+addr+"/")); err != nil {
 		t.Fatal(err)
 	}
 	var lane *pageLane
-	within(t, 20*time.Second, "the report lane with its grant", func() bool {
+	e2etest.Within(t, 20*time.Second, "the report lane with its grant", func() bool {
 		lane = readLane(tab, key)
 		return lane != nil && len(lane.Bars) == 1
 	})
@@ -273,7 +272,7 @@ func TestWebPageTimelineFitsAYoungHistoryAndWritesOneClock(t *testing.T) {
 	// Long identities: cut short in the row, whole in its tooltip and in
 	// the bar's.
 	var row map[string]string
-	within(t, 20*time.Second, "the report row", func() bool {
+	e2etest.Within(t, 20*time.Second, "the report row", func() bool {
 		row = pageLease(pageLeases(tab), "default", "report")
 		return row != nil
 	})
@@ -293,11 +292,9 @@ func TestWebPageTimelineFitsAYoungHistoryAndWritesOneClock(t *testing.T) {
 	}
 
 	// One clock format everywhere.
-	if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`#leases tr[data-lease="default/report"]`))); err != nil {
-		t.Fatal(err)
-	}
+	clickRow(t, tab, `#leases tr[data-lease="default/report"]`)
 	texts := map[string]string{}
-	within(t, 20*time.Second, "the page's times", func() bool {
+	e2etest.Within(t, 20*time.Second, "the page's times", func() bool {
 		texts = pageEval[map[string]string](tab, `(() => {
 			const text = id => document.getElementById(id).innerText;
 			const nightly = document.querySelector('#leases tr[data-lease="default/nightly"]');

@@ -1,4 +1,4 @@
-package e2e
+package web
 
 import (
 	"bytes"
@@ -7,44 +7,14 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 )
-
-// chromium finds Debian's Chromium, which .ci/run installs.
-func chromium(t *testing.T) string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if path, err := exec.LookPath(name); err == nil {
-			return path
-		}
-	}
-	t.Skip("no Chromium on this machine (.ci/run installs Debian's chromium)")
-	return ""
-}
-
-// newTab starts headless Chromium and returns a tab in it, closed when
-// the test ends.
-func newTab(t *testing.T, ctx context.Context, browser string) context.Context {
-	allocCtx, allocCancel := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(browser),
-		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-	)
-	tab, tabCancel := chromedp.NewContext(allocCtx)
-	t.Cleanup(func() {
-		tabCancel()
-		allocCancel()
-	})
-	return tab
-}
 
 // pageLeases reads the page's lease table: one map per row, from each
 // column's heading to the text of its cell, and from "<heading> title" to
@@ -276,7 +246,7 @@ func writeScreenshot(t *testing.T, tab context.Context, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join("..", "docs", "img", name)
+	path := filepath.Join("..", "..", "docs", "img", name)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -284,4 +254,25 @@ func writeScreenshot(t *testing.T, tab context.Context, name string) {
 		t.Fatal(err)
 	}
 	t.Logf("wrote %s", path)
+}
+
+// clickRow clicks the element sel finds, a row of the lease table. The
+// page redraws its rows as data arrives, and a click whose node the
+// redraw replaced between its lookup and the click fails with "Could not
+// find node with given id" before any mouse event is sent: that click is
+// made again, on the new row, for up to 20s. Any other error fails the
+// test at once.
+func clickRow(t *testing.T, tab context.Context, sel string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(sel)))
+		if err == nil {
+			return
+		}
+		if !strings.Contains(err.Error(), "Could not find node with given id") || time.Now().After(deadline) {
+			t.Fatalf("click %s: %v", sel, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -1,4 +1,4 @@
-package e2e
+package web
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/internal/e2etest"
 	"github.com/tenurehq/tenure/internal/testserver"
 )
 
@@ -49,7 +50,7 @@ roles:
 // page again, and the refused watch then retries once a second, not in a
 // hot loop.
 func TestWebPageWithAuthShowsOnlyWhatTheTokenMayRead(t *testing.T) {
-	browser := chromium(t)
+	browser := e2etest.Chromium(t)
 	teamA, teamB, viewerA := auth.NewToken(), auth.NewToken(), auth.NewToken()
 	addr := testserver.StartWithPolicy(t, testserver.Limits(),
 		fmt.Sprintf(webPolicy, auth.HashToken(teamA), auth.HashToken(teamB), auth.HashToken(viewerA)))
@@ -79,7 +80,7 @@ func TestWebPageWithAuthShowsOnlyWhatTheTokenMayRead(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tab := newTab(t, ctx, browser)
+	tab := e2etest.NewTab(t, ctx, browser)
 	eval := func(js string) string {
 		out, _ := chromedp.Run(tab, chromedp.Evaluate[string](js))
 		return out
@@ -222,7 +223,7 @@ roles:
 // while the grant stands; ops-a's revokes the grant, with its reason,
 // which the table, the timeline and the events then show.
 func TestWebPageRevokesForAnAdminOnly(t *testing.T) {
-	browser := chromium(t)
+	browser := e2etest.Chromium(t)
 	holder, ops, viewer := auth.NewToken(), auth.NewToken(), auth.NewToken()
 	addr := testserver.StartWithPolicy(t, testserver.Limits(),
 		fmt.Sprintf(webRevokePolicy, auth.HashToken(holder), auth.HashToken(ops), auth.HashToken(viewer)))
@@ -247,7 +248,7 @@ func TestWebPageRevokesForAnAdminOnly(t *testing.T) {
 	token := strconv.FormatInt(tok.Token, 10)
 	const key = "team-a/payments-batch"
 
-	tab := newTab(t, ctx, browser)
+	tab := e2etest.NewTab(t, ctx, browser)
 	// Wide enough for the detail to open beside the page, not over the
 	// token field.
 	if err := chromedp.Do(tab, chromedp.EmulateViewport(1440, 900)); err != nil {
@@ -267,19 +268,17 @@ func TestWebPageRevokesForAnAdminOnly(t *testing.T) {
 		); err != nil {
 			t.Fatal(err)
 		}
-		within(t, 20*time.Second, who+" seeing the lease", func() bool {
+		e2etest.Within(t, 20*time.Second, who+" seeing the lease", func() bool {
 			return pageLease(pageLeases(tab), "team-a", "payments-batch") != nil
 		})
-		if err := chromedp.Do(tab, chromedp.Click(chromedp.CSS(`#leases tr[data-lease="`+key+`"]`))); err != nil {
-			t.Fatal(err)
-		}
+		clickRow(t, tab, `#leases tr[data-lease="`+key+`"]`)
 		var body string
 		t.Cleanup(func() {
 			if t.Failed() {
 				t.Logf("detail as %s saw it: %q", who, body)
 			}
 		})
-		within(t, 20*time.Second, who+" seeing holder-a's grant in the detail", func() bool {
+		e2etest.Within(t, 20*time.Second, who+" seeing holder-a's grant in the detail", func() bool {
 			body = pageEval[string](tab, `document.getElementById("d-body").innerText`)
 			if body == "" {
 				// The click can land on a row the refresh just replaced
@@ -300,7 +299,7 @@ func TestWebPageRevokesForAnAdminOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 		var said string
-		within(t, 20*time.Second, "the revoke's outcome", func() bool {
+		e2etest.Within(t, 20*time.Second, "the revoke's outcome", func() bool {
 			said = result()
 			return said != "" && said != "Revoking…"
 		})
@@ -329,7 +328,7 @@ func TestWebPageRevokesForAnAdminOnly(t *testing.T) {
 	}
 	var row map[string]string
 	var lane *pageLane
-	within(t, 20*time.Second, "the revoke in the table, the timeline and the events", func() bool {
+	e2etest.Within(t, 20*time.Second, "the revoke in the table, the timeline and the events", func() bool {
 		row = pageLease(pageLeases(tab), "team-a", "payments-batch")
 		lane = readLane(tab, key)
 		return row != nil && strings.HasPrefix(row["Status"], "Revoked ") && strings.Contains(row["Status title"], "stuck since 03:00") &&
