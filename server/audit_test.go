@@ -131,8 +131,21 @@ func TestRefusedPipelinedOpsAreFoldedWithPrincipalAndRemote(t *testing.T) {
 			t.Fatalf("target got = %d bytes, expected: cut to about %d", len(l["target"]), auth.MaxTargetBytes)
 		}
 	}
-	if last := lines[len(lines)-1]; last["folded"] == "" || !strings.HasPrefix(last["reason"], "folded ") || !strings.Contains(last["reason"], " denied entries from 127.0.0.1") {
-		t.Errorf("last line got = %v, expected: the summary saying how many were folded", last)
+	// A window's summary says how many it folded. (The last line is a
+	// summary only when the last window held more than its share: on a
+	// slow machine the refusals spread over more windows.)
+	summaries := 0
+	for _, l := range lines {
+		if l["folded"] == "" {
+			continue
+		}
+		summaries++
+		if !strings.HasPrefix(l["reason"], "folded ") || !strings.Contains(l["reason"], " denied entries from 127.0.0.1") {
+			t.Errorf("summary line got = %v, expected: the summary saying how many were folded", l)
+		}
+	}
+	if summaries == 0 {
+		t.Errorf("got = no summary line among %d, expected: one per window that folded", len(lines))
 	}
 	if first := lines[0]; !strings.Contains(first["target"], "...(truncated, 1007 bytes)") {
 		t.Errorf("first target got = %q, expected: cut, with the length it had", first["target"])

@@ -254,6 +254,6 @@ func (s *Server) etcdVersion(w http.ResponseWriter, r *http.Request) {
 	d, _ := json.Marshal(struct {
 		Server  string `json:"etcdserver"`
 		Cluster string `json:"etcdcluster"`
-	}{etcdapi.ServerVersion(s.cfg.Build.Version), etcdapi.APIVersion})
+	}{etcdapi.ServerVersion(s.cfg.Build.Version), etcdapi.ClusterVersion})
 	_, _ = w.Write(d)
 }
