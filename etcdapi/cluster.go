@@ -1,7 +1,9 @@
 package etcdapi
 
 import (
+	"cmp"
 	"context"
+	"slices"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
@@ -32,7 +34,7 @@ func (s *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest)
 }
 
 // members is the configuration as MemberList and each change's answer
-// list it.
+// list it: by member ID, as etcd lists them.
 func (s *clusterServer) members(ctx context.Context) ([]*pb.Member, error) {
 	info, err := s.b.Node(ctx)
 	if err != nil {
@@ -42,6 +44,7 @@ func (s *clusterServer) members(ctx context.Context) ([]*pb.Member, error) {
 	for _, m := range info.Members {
 		out = append(out, protoMember(m))
 	}
+	slices.SortFunc(out, func(a, b *pb.Member) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
 }
 
