@@ -5,14 +5,17 @@ package etcd
 import (
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tenurehq/tenure/internal/proccluster"
 	"github.com/tenurehq/tenure/internal/testnet"
 )
 
@@ -234,3 +237,148 @@ func TestEtcdctlSnapshotRestoresIntoANewTenureNode(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestEtcdctlAddLearnerThenPromote runs etcd's runbook for a new member
+// on a Tenure cluster: etcdctl member add --learner, start the node,
+// etcdctl member promote once it is in sync. The learner waits for the
+// promotion (Tenure does not give it its vote itself), then votes, can
+// lead (move-leader), and hashes the keys as the first node does.
+func TestEtcdctlAddLearnerThenPromote(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("etcdctl"); err != nil {
+		t.Skipf("etcdctl is not installed (scripts/install-etcd.sh installs it): %v", err)
+	}
+	bin := tenureBinary(t)
+	dir := t.TempDir()
+	a1, a2 := testnet.FreeN(t, 3), testnet.FreeN(t, 3)
+	p1 := startProc(t, "tenure-1", bin, tenureArgs(a1, filepath.Join(dir, "1"), true), filepath.Join(dir, "1.log"))
+	p1.waitFor(t, tenureReady(a1))
+	c1 := &ctl{t: t, tg: target{name: "node 1", addr: a1[2]}}
+	must := func(c *ctl, want string, args ...string) string {
+		t.Helper()
+		out, code := c.exec("", args...)
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("etcdctl %s: got = exit %d, %q, expected: %q", strings.Join(args, " "), code, out, want)
+		}
+		return out
+	}
+	must(c1, "OK", "put", "k", "before")
+	must(c1, " added to cluster ", "member", "add", "n2", "--learner", "--peer-urls=http://"+a2[1])
+	list := func(c *ctl) map[string]memberState {
+		t.Helper()
+		out := must(c, `"members"`, "member", "list", "-w", "json")
+		return memberStates(t, out)
+	}
+	id2 := memberIDOf(a2[1])
+	if m := list(c1)[id2]; !m.IsLearner || m.Name != "" {
+		t.Fatalf("the member added: got = %+v, expected: an unstarted learner", m)
+	}
+
+	p2 := startProc(t, "tenure-2", bin, append(tenureArgs(a2, filepath.Join(dir, "2"), true), "--join", a1[0]), filepath.Join(dir, "2.log"))
+	c2 := &ctl{t: t, tg: target{name: "node 2", addr: a2[2]}}
+	deadline := time.Now().Add(20 * time.Second)
+	for m := list(c1)[id2]; m.Name == ""; m = list(c1)[id2] {
+		if time.Now().After(deadline) {
+			t.Fatalf("node 2 never started: %+v\n%s", m, tailOf(p2))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Several rounds of the node's membership loop (every second): a
+	// node that joined by itself would have asked for its vote by now.
+	time.Sleep(3 * time.Second)
+	if m := list(c1)[id2]; !m.IsLearner {
+		t.Fatalf("node 2 before its promotion: got = %+v, expected: still a learner", m)
+	}
+	for {
+		out, code := c1.exec("", "member", "promote", id2)
+		if code == 0 && strings.Contains(out, " promoted in cluster ") {
+			break
+		}
+		if !strings.Contains(out, "in sync with leader") || time.Now().After(deadline) {
+			t.Fatalf("member promote: got = exit %d, %q, expected: promoted", code, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for id, m := range list(c2) {
+		if m.IsLearner || m.Name == "" {
+			t.Errorf("member %s after the promotion: got = %+v, expected: a started voter", id, m)
+		}
+	}
+	both := &ctl{t: t, tg: target{name: "both", addr: a1[2] + "," + a2[2]}}
+	must(both, "Leadership transferred from ", "move-leader", id2)
+	if out := must(c2, `"leader"`, "endpoint", "status", "-w", "json"); !strings.Contains(out, fmt.Sprintf(`"leader":%d`, mustParseHex(t, id2))) {
+		t.Errorf("leader after move-leader: got = %s, expected: node 2 (%s)", out, id2)
+	}
+	must(both, "OK", "put", "k", "after")
+	var hashes []string
+	for _, c := range []*ctl{c1, c2} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			out := must(c, `"hash"`, "endpoint", "hashkv", "-w", "json", "--rev", "3")
+			if h := hashOf(out); h != "" || time.Now().After(deadline) {
+				hashes = append(hashes, h)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if hashes[0] == "" || hashes[0] != hashes[1] {
+		t.Errorf("hashkv at revision 3: got = %v, expected: the same on both members", hashes)
+	}
+	must(c2, " removed from cluster ", "member", "remove", memberIDOf(a1[1]))
+	must(c2, "OK", "put", "k", "alone")
+	if n := len(list(c2)); n != 1 {
+		t.Errorf("members after the remove: got = %d, expected: 1", n)
+	}
+}
+
+type memberState struct {
+	Name      string `json:"name"`
+	IsLearner bool   `json:"isLearner"`
+}
+
+// memberStates are the members member list -w json prints, by hex ID.
+func memberStates(t *testing.T, out string) map[string]memberState {
+	t.Helper()
+	var resp struct {
+		Members []struct {
+			ID uint64 `json:"ID"`
+			memberState
+		} `json:"members"`
+	}
+	if err := json.Unmarshal([]byte(out), &resp); err != nil {
+		t.Fatalf("member list: %v: %q", err, out)
+	}
+	ms := map[string]memberState{}
+	for _, m := range resp.Members {
+		ms[strconv.FormatUint(m.ID, 16)] = m.memberState
+	}
+	return ms
+}
+
+// memberIDOf is the etcd member ID of the Tenure node whose ID is id (a
+// node's ID is its peer address by default): FNV-1a 64 of it, in hex.
+func memberIDOf(id string) string {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return strconv.FormatUint(h.Sum64(), 16)
+}
+
+func mustParseHex(t *testing.T, s string) uint64 {
+	v, err := strconv.ParseUint(s, 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+var hashRE = regexp.MustCompile(`"hash":(\d+)`)
+
+func hashOf(out string) string {
+	if m := hashRE.FindStringSubmatch(out); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+func tailOf(p *proc) string { return proccluster.Tail(p.log, 30) }
