@@ -24,8 +24,13 @@ func newCluster(b Backend) *clusterServer { return &clusterServer{b: b} }
 // MemberList lists every member of the raft configuration, with its
 // etcd API address as its client URL when it serves one (a member that
 // does not has none, as an etcd member that has not started yet). Its
-// header carries no revision, as etcd's does not.
+// header carries no revision, as etcd's does not. A linearizable list
+// (clientv3's default) is of the configuration as of every change
+// acknowledged before it: a follower first catches up with the leader.
 func (s *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	if r.Linearizable {
+		s.b.Sync(ctx)
+	}
 	members, err := s.members(ctx)
 	if err != nil {
 		return nil, toGRPC(err)

@@ -1,0 +1,183 @@
+package cluster_test
+
+import (
+	"bytes"
+	"errors"
+	"hash/fnv"
+	"io"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/tenurehq/tenure/etcdapi"
+	"github.com/tenurehq/tenure/internal/cluster"
+	"github.com/tenurehq/tenure/server"
+	"github.com/tenurehq/tenure/statemachine"
+)
+
+// etcdMemberID is the etcd member ID of node ID id.
+func etcdMemberID(id string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64()
+}
+
+// etcd's maintenance calls through each member of a three-node cluster:
+// HashKV agrees on every member, a snapshot from a follower holds the
+// last write, an alarm raised through one member is obeyed by all, and
+// MoveLeader through a follower moves the lead.
+func TestEtcdMaintenanceOnEveryMember(t *testing.T) {
+	c := cluster.New(t, 3, cluster.WithEtcd(server.Compaction{}))
+	lead, followers := leaderAndFollowers(t, c)
+	ctx := waitCtx(t)
+	a := etcdClient(t, followers[0])
+	for _, k := range []string{"a", "b", "a", "c"} {
+		if _, err := a.Put(ctx, k, "v-"+k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, err := a.Put(ctx, "last", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A snapshot through the other follower holds the write just made.
+	rc, err := etcdClient(t, followers[1]).Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, err := etcdapi.OpenSnapshot(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := statemachine.New()
+	if err := m.Restore(bytes.NewReader(state)); err != nil {
+		t.Fatal(err)
+	}
+	if m.KVRevision() < last.Header.Revision {
+		t.Errorf("snapshot through a follower: got = revision %d, expected: at least %d, the last write's", m.KVRevision(), last.Header.Revision)
+	}
+
+	var hashes []uint32
+	for _, n := range c.Nodes() {
+		cl := etcdClient(t, n)
+		waitFor(t, ctx, n.ID()+" to apply the last write", func() bool {
+			r, err := cl.Get(ctx, "last", clientv3.WithSerializable())
+			return err == nil && len(r.Kvs) == 1
+		})
+		h, err := cl.HashKV(ctx, n.EtcdAddr(), last.Header.Revision)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hashes = append(hashes, h.Hash)
+	}
+	if hashes[0] != hashes[1] || hashes[1] != hashes[2] {
+		t.Errorf("HashKV at %d on the three members: got = %v, expected: equal", last.Header.Revision, hashes)
+	}
+
+	// An alarm raised through a follower for the leader: every member
+	// lists it and refuses writes, until it is disarmed.
+	nospace := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: etcdMemberID(lead.ID()), Alarm: pb.AlarmType_NOSPACE}
+	if _, err := pb.NewMaintenanceClient(a.ActiveConnection()).Alarm(ctx, nospace); err != nil {
+		t.Fatalf("alarm activate through a follower: %v", err)
+	}
+	for _, n := range c.Nodes() {
+		cl := etcdClient(t, n)
+		waitFor(t, ctx, n.ID()+" to list the alarm", func() bool {
+			r, err := cl.AlarmList(ctx)
+			return err == nil && len(r.Alarms) == 1 && r.Alarms[0].MemberID == nospace.MemberID
+		})
+	}
+	if _, err := a.Put(ctx, "more", "x"); !errors.Is(err, rpctypes.ErrNoSpace) {
+		t.Errorf("put with the alarm raised: got = %v, expected: %v", err, rpctypes.ErrNoSpace)
+	}
+	if _, err := a.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: nospace.MemberID, Alarm: pb.AlarmType_NOSPACE}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Put(ctx, "more", "x"); err != nil {
+		t.Errorf("put once disarmed: got = %v, expected: success", err)
+	}
+
+	// MoveLeader through the follower that is not the target.
+	target := followers[1]
+	if _, err := a.MoveLeader(ctx, etcdMemberID(target.ID())); err != nil {
+		t.Fatalf("move leader to %s through %s: %v", target, followers[0], err)
+	}
+	if got := leader(t, c); got != target {
+		t.Errorf("leader after MoveLeader: got = %s, expected: %s", got, target)
+	}
+	if _, err := a.MoveLeader(ctx, 12345); !errors.Is(err, rpctypes.ErrBadLeaderTransferee) {
+		t.Errorf("move leader to no member: got = %v, expected: %v", err, rpctypes.ErrBadLeaderTransferee)
+	}
+}
+
+// etcd's member calls through a follower: a learner added for a node
+// that never starts is listed unstarted, cannot be promoted, takes a new
+// peer URL and goes; a voter is removed.
+func TestEtcdMemberChangesThroughAFollower(t *testing.T) {
+	c := cluster.New(t, 3, cluster.WithEtcd(server.Compaction{}))
+	_, followers := leaderAndFollowers(t, c)
+	ctx := waitCtx(t)
+	a := etcdClient(t, followers[0])
+
+	added, err := a.MemberAddAsLearner(ctx, []string{"http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := added.Member.ID
+	if id != etcdMemberID("127.0.0.1:1") || !added.Member.IsLearner || len(added.Members) != 4 {
+		t.Fatalf("member add: got = %v, expected: learner %x of four members", added, etcdMemberID("127.0.0.1:1"))
+	}
+	if _, err := a.MemberAddAsLearner(ctx, []string{"http://127.0.0.1:1"}); !errors.Is(err, rpctypes.ErrPeerURLExist) {
+		t.Errorf("member add of the same URL: got = %v, expected: %v", err, rpctypes.ErrPeerURLExist)
+	}
+	list, err := a.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range list.Members {
+		if m.ID == id && (m.Name != "" || !m.IsLearner || len(m.ClientURLs) != 0) {
+			t.Errorf("the new member in member list: got = %v, expected: an unstarted learner (no name, no client URL), as etcd lists it", m)
+		}
+	}
+	if _, err := a.MemberPromote(ctx, id); !errors.Is(err, rpctypes.ErrMemberLearnerNotReady) {
+		t.Errorf("promote of a learner that never started: got = %v, expected: %v", err, rpctypes.ErrMemberLearnerNotReady)
+	}
+	if _, err := a.MemberPromote(ctx, etcdMemberID(followers[1].ID())); !errors.Is(err, rpctypes.ErrMemberNotLearner) {
+		t.Errorf("promote of a voter: got = %v, expected: %v", err, rpctypes.ErrMemberNotLearner)
+	}
+	if _, err := a.MemberUpdate(ctx, id, []string{"http://127.0.0.1:2"}); err != nil {
+		t.Fatal(err)
+	}
+	list, err = a.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range list.Members {
+		if m.ID == id && (len(m.PeerURLs) != 1 || m.PeerURLs[0] != "http://127.0.0.1:2" || !m.IsLearner) {
+			t.Errorf("the member updated: got = %v, expected: still a learner, at http://127.0.0.1:2", m)
+		}
+	}
+	if _, err := a.MemberRemove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := a.MemberRemove(ctx, etcdMemberID(followers[1].ID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed.Members) != 2 {
+		t.Errorf("members after two removes: got = %v, expected: 2", removed.Members)
+	}
+	if _, err := a.MemberRemove(ctx, id); !errors.Is(err, rpctypes.ErrMemberNotFound) {
+		t.Errorf("remove again: got = %v, expected: %v", err, rpctypes.ErrMemberNotFound)
+	}
+	if _, err := a.Put(ctx, "k", "v"); err != nil {
+		t.Errorf("put on the two members left: %v", err)
+	}
+}
