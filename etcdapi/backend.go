@@ -135,4 +135,8 @@ var (
 	// ErrBadLeaderTransferee: leadership moved to a member that does
 	// not vote, or to none.
 	ErrBadLeaderTransferee = errors.New("bad leader transferee")
+	// ErrNotEnoughStarted: a change after which the voters that have
+	// started would be fewer than a quorum (etcd's strict
+	// reconfiguration check).
+	ErrNotEnoughStarted = errors.New("re-configuration failed due to not enough started members")
 )

@@ -108,6 +108,8 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCMemberBadURLs
 	case errors.Is(err, ErrBadLeaderTransferee):
 		return rpctypes.ErrGRPCBadLeaderTransferee
+	case errors.Is(err, ErrNotEnoughStarted):
+		return rpctypes.ErrGRPCMemberNotEnoughStarted
 	case errors.Is(err, context.Canceled):
 		return rpctypes.ErrGRPCCanceled
 	case errors.Is(err, context.DeadlineExceeded):

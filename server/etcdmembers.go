@@ -57,6 +57,35 @@ func (m etcdMembership) member(id uint64) (raftnode.Member, error) {
 	return raftnode.Member{}, fmt.Errorf("%w: %x", etcdapi.ErrMemberNotFound, id)
 }
 
+// startedVoters counts the voters but except, and those of them that
+// have started: registered their API address, which a node does once it
+// runs (etcd counts the members that have published their name). etcd's
+// strict reconfiguration check refuses a change that would leave fewer
+// started voters than a quorum, and so does Tenure.
+func (m etcdMembership) startedVoters(members []raftnode.Member, except string) (voters, started int) {
+	_ = m.s.node.ReadLocal(func(st *statemachine.Machine) error {
+		for _, mem := range members {
+			if !mem.Voter || mem.ID == except {
+				continue
+			}
+			voters++
+			if _, ok := st.MemberAddress(mem.ID); ok || mem.ID == m.s.node.ID() {
+				started++
+			}
+		}
+		return nil
+	})
+	return voters, started
+}
+
+// quorumStarted is etcd's check: started of voters make a quorum.
+func quorumStarted(voters, started int) error {
+	if started < voters/2+1 {
+		return fmt.Errorf("%w: %d of %d voters would have started", etcdapi.ErrNotEnoughStarted, started, voters)
+	}
+	return nil
+}
+
 // peerAddress is the raft address of etcd peer URLs: one http or https
 // URL naming a host and a port, and nothing else.
 func peerAddress(urls []string) (string, error) {
@@ -96,6 +125,16 @@ func (m etcdMembership) Add(ctx context.Context, peerURLs []string, learner bool
 			return etcdapi.Member{}, fmt.Errorf("%w: member %s has %s", etcdapi.ErrPeerURLExist, mem.ID, addr)
 		}
 	}
+	if !learner {
+		// The new voter has not started. As etcd, a one-member cluster
+		// may take a second voter all the same (its restore runbook).
+		voters, started := m.startedVoters(members, "")
+		if voters != 1 || started != 1 {
+			if err := quorumStarted(voters+1, started); err != nil {
+				return etcdapi.Member{}, err
+			}
+		}
+	}
 	if learner {
 		err = s.node.AddLearner(ctx, id, addr, true)
 	} else {
@@ -114,6 +153,15 @@ func (m etcdMembership) Remove(ctx context.Context, id uint64) error {
 	mem, err := m.member(id)
 	if err != nil {
 		return err
+	}
+	if mem.Voter {
+		members, err := s.node.Members()
+		if err != nil {
+			return nodeError(err)
+		}
+		if err := quorumStarted(m.startedVoters(members, mem.ID)); err != nil {
+			return err
+		}
 	}
 	if err := s.node.RemoveServer(ctx, mem.ID); err != nil {
 		return nodeError(err)
@@ -178,6 +226,15 @@ func (m etcdMembership) Promote(ctx context.Context, id uint64) error {
 	}
 	if float64(match) < float64(leader)*learnerReady {
 		return fmt.Errorf("%w: %s has %d of the leader's %d entries", etcdapi.ErrLearnerNotReady, mem.ID, match, leader)
+	}
+	members, err := s.node.Members()
+	if err != nil {
+		return nodeError(err)
+	}
+	// The learner, in sync, counts as started.
+	voters, started := m.startedVoters(members, "")
+	if err := quorumStarted(voters+1, started+1); err != nil {
+		return err
 	}
 	if err := s.node.AddVoter(ctx, mem.ID, mem.Address); err != nil {
 		return nodeError(err)

@@ -122,9 +122,10 @@ func TestEtcdMaintenanceOnEveryMember(t *testing.T) {
 // peer URL and goes; a voter is removed.
 func TestEtcdMemberChangesThroughAFollower(t *testing.T) {
 	c := cluster.New(t, 3, cluster.WithEtcd(server.Compaction{}))
-	_, followers := leaderAndFollowers(t, c)
+	lead, followers := leaderAndFollowers(t, c)
 	ctx := waitCtx(t)
 	a := etcdClient(t, followers[0])
+	registered(t, lead)
 
 	added, err := a.MemberAddAsLearner(ctx, []string{"http://127.0.0.1:1"})
 	if err != nil {
@@ -180,4 +181,52 @@ func TestEtcdMemberChangesThroughAFollower(t *testing.T) {
 	if _, err := a.Put(ctx, "k", "v"); err != nil {
 		t.Errorf("put on the two members left: %v", err)
 	}
+}
+
+// As etcd's strict reconfiguration check: no member change may leave
+// fewer voters that have started than a quorum. Learners do not count.
+func TestEtcdMemberChangesKeepAQuorumOfStartedVoters(t *testing.T) {
+	c := cluster.New(t, 3, cluster.WithEtcd(server.Compaction{}))
+	lead, followers := leaderAndFollowers(t, c)
+	ctx := waitCtx(t)
+	a := etcdClient(t, followers[0])
+	registered(t, lead)
+	for _, url := range []string{"http://127.0.0.1:1", "http://127.0.0.1:2"} {
+		if _, err := a.MemberAdd(ctx, []string{url}); err != nil {
+			t.Fatalf("add voter %s (3 started voters stay a quorum): %v", url, err)
+		}
+	}
+	if _, err := a.MemberAdd(ctx, []string{"http://127.0.0.1:3"}); !errors.Is(err, rpctypes.ErrMemberNotEnoughStarted) {
+		t.Errorf("a sixth voter with three started: got = %v, expected: %v", err, rpctypes.ErrMemberNotEnoughStarted)
+	}
+	if _, err := a.MemberAddAsLearner(ctx, []string{"http://127.0.0.1:3"}); err != nil {
+		t.Errorf("a learner is not counted: got = %v, expected: success", err)
+	}
+	if _, err := a.MemberRemove(ctx, etcdMemberID(followers[1].ID())); !errors.Is(err, rpctypes.ErrMemberNotEnoughStarted) {
+		t.Errorf("removing a started voter of five, three started: got = %v, expected: %v", err, rpctypes.ErrMemberNotEnoughStarted)
+	}
+	for _, id := range []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"} {
+		if _, err := a.MemberRemove(ctx, etcdMemberID(id)); err != nil {
+			t.Errorf("remove %s, never started: %v", id, err)
+		}
+	}
+	if _, err := a.Put(ctx, "k", "v"); err != nil {
+		t.Errorf("put on the three members left: %v", err)
+	}
+}
+
+// registered waits until the leader lead knows every other member's API
+// address (it lists its own whether registered or not): each node
+// registers it through the log soon after it starts, and etcd's checks
+// count only the members that have.
+func registered(t *testing.T, lead *cluster.Node) {
+	t.Helper()
+	waitFor(t, waitCtx(t), "every node to register", func() bool {
+		for _, m := range members(t, lead).GetMembers() {
+			if m.GetApiAddress() == "" {
+				return false
+			}
+		}
+		return true
+	})
 }
