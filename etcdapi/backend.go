@@ -135,6 +135,9 @@ var (
 	// ErrBadLeaderTransferee: leadership moved to a member that does
 	// not vote, or to none.
 	ErrBadLeaderTransferee = errors.New("bad leader transferee")
+	// ErrLeaderTransferTimeout: the target of MoveLeader did not take
+	// over in time.
+	ErrLeaderTransferTimeout = errors.New("request timed out, leader transfer took too long")
 	// ErrNotEnoughStarted: a change after which the voters that have
 	// started would be fewer than a quorum (etcd's strict
 	// reconfiguration check).

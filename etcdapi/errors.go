@@ -108,6 +108,9 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCMemberBadURLs
 	case errors.Is(err, ErrBadLeaderTransferee):
 		return rpctypes.ErrGRPCBadLeaderTransferee
+	case errors.Is(err, ErrLeaderTransferTimeout):
+		// etcd sends its server's error as it is: codes.Unknown.
+		return status.Error(codes.Unknown, "etcdserver: "+ErrLeaderTransferTimeout.Error())
 	case errors.Is(err, ErrNotEnoughStarted):
 		return rpctypes.ErrGRPCMemberNotEnoughStarted
 	case errors.Is(err, context.Canceled):

@@ -258,8 +258,14 @@ func (b etcdBackend) MoveLeader(ctx context.Context, target uint64) error {
 	case mem.ID == s.node.ID():
 		return nil
 	}
-	if err := s.node.TransferLeadership(ctx, mem.ID); err != nil {
+	err = s.node.TransferLeadership(ctx, mem.ID)
+	switch {
+	case errors.Is(err, raftnode.ErrNotLeader), errors.Is(err, raftnode.ErrLeadershipLost), errors.Is(err, raftnode.ErrClosed):
 		return nodeError(err)
+	case err != nil:
+		// The target did not take over in time (or the call's time
+		// ran out first), as etcd's ErrTimeoutLeaderTransfer.
+		return fmt.Errorf("%w: %w", etcdapi.ErrLeaderTransferTimeout, err)
 	}
 	// The transfer is done when this node has stepped down; etcd answers
 	// once the target leads.
@@ -270,7 +276,7 @@ func (b etcdBackend) MoveLeader(ctx context.Context, target uint64) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("%w: %s has not been heard from as the leader: %w", etcdapi.ErrLeaderTransferTimeout, mem.ID, ctx.Err())
 		case <-s.stopC:
 			return nodeError(raftnode.ErrClosed)
 		case <-time.After(10 * time.Millisecond):

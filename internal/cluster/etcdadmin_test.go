@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"io"
+	"strings"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -114,6 +115,13 @@ func TestEtcdMaintenanceOnEveryMember(t *testing.T) {
 	}
 	if _, err := a.MoveLeader(ctx, 12345); !errors.Is(err, rpctypes.ErrBadLeaderTransferee) {
 		t.Errorf("move leader to no member: got = %v, expected: %v", err, rpctypes.ErrBadLeaderTransferee)
+	}
+	// To a member cut off from the others: etcd's timeout, in its words.
+	c.Disconnect(lead)
+	defer c.Heal()
+	_, err = a.MoveLeader(ctx, etcdMemberID(lead.ID()))
+	if want := "etcdserver: request timed out, leader transfer took too long"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("move leader to a member cut off: got = %v, expected: %q", err, want)
 	}
 }
 
