@@ -2,6 +2,7 @@ package etcdapi
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -44,6 +45,17 @@ type Backend interface {
 	// Disarm clears member's alarm through the log, as etcd's Alarm
 	// DEACTIVATE does; an error when that alarm is not raised.
 	Disarm(ctx context.Context, member uint64, alarm pb.AlarmType) error
+	// Arm raises member's alarm through the log, as etcd's Alarm
+	// ACTIVATE does: every member then obeys it until Disarm.
+	// ErrMemberNotFound when no member has that ID.
+	Arm(ctx context.Context, member uint64, alarm pb.AlarmType) error
+	// MoveLeader hands leadership to voting member target and returns
+	// once it leads, on the leader (a follower forwards the call).
+	// ErrBadLeaderTransferee when target is no voter of the cluster.
+	MoveLeader(ctx context.Context, target uint64) error
+	// Members changes the cluster's membership, on the leader:
+	// docs/etcd.md, Membership, says how etcd's calls map onto it.
+	Members() Membership
 	// MaxResponseBytes caps the keys and values one answer may carry
 	// (0: DefaultMaxResponseBytes). The KV service asks once, when it
 	// is registered.
@@ -85,3 +97,49 @@ type Member struct {
 	ClientURLs []string // the member's etcd API address, when it serves one
 	IsLearner  bool
 }
+
+// Membership is what the Cluster service changes: the raft
+// configuration, through the leader. Each call answers once the change
+// is applied.
+type Membership interface {
+	// Add adds a member that will listen for raft at peerURLs' one
+	// address, without a vote when learner is set, and returns it.
+	// ErrBadMemberURLs for an address that is no host:port;
+	// ErrPeerURLExist when a member has it already.
+	Add(ctx context.Context, peerURLs []string, learner bool) (Member, error)
+	// Remove removes member id: ErrMemberNotFound if there is none.
+	Remove(ctx context.Context, id uint64) error
+	// Update gives member id a new peer address, keeping its vote or
+	// its want of one.
+	Update(ctx context.Context, id uint64, peerURLs []string) error
+	// Promote makes learner id a voter: ErrMemberNotLearner when it
+	// votes already, ErrLearnerNotReady while its log is behind.
+	Promote(ctx context.Context, id uint64) error
+}
+
+// What Backend's membership and leadership calls return (possibly
+// wrapped), each answered with etcd's code and text for it.
+var (
+	// ErrMemberNotFound: no member has the ID given.
+	ErrMemberNotFound = errors.New("member not found")
+	// ErrMemberNotLearner: a promotion of a member that votes already.
+	ErrMemberNotLearner = errors.New("can only promote a learner member")
+	// ErrLearnerNotReady: a promotion of a learner whose log is too far
+	// behind the leader's to vote safely.
+	ErrLearnerNotReady = errors.New("can only promote a learner member which is in sync with leader")
+	// ErrPeerURLExist: a new member's or a new peer address that a
+	// member has already.
+	ErrPeerURLExist = errors.New("peer URLs already exists")
+	// ErrBadMemberURLs: peer URLs that do not name one host:port.
+	ErrBadMemberURLs = errors.New("given member URLs are invalid")
+	// ErrBadLeaderTransferee: leadership moved to a member that does
+	// not vote, or to none.
+	ErrBadLeaderTransferee = errors.New("bad leader transferee")
+	// ErrLeaderTransferTimeout: the target of MoveLeader did not take
+	// over in time.
+	ErrLeaderTransferTimeout = errors.New("request timed out, leader transfer took too long")
+	// ErrNotEnoughStarted: a change after which the voters that have
+	// started would be fewer than a quorum (etcd's strict
+	// reconfiguration check).
+	ErrNotEnoughStarted = errors.New("re-configuration failed due to not enough started members")
+)

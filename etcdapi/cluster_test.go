@@ -2,10 +2,11 @@ package etcdapi
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 func TestMemberListShowsEachMembersEtcdAddressAsItsClientURL(t *testing.T) {
@@ -30,25 +31,21 @@ func TestMemberListShowsEachMembersEtcdAddressAsItsClientURL(t *testing.T) {
 	}
 }
 
-func TestMembershipChangesPointAtTenuresCommands(t *testing.T) {
+func TestMembershipChangesAnswerEtcdsErrors(t *testing.T) {
 	c := serve(t, threeNodes(t))
-	cc := pb.NewClusterClient(c.ActiveConnection())
-	checkUnimplemented(t, map[string]unimplementedCase{
-		"MemberAdd": {func(ctx context.Context) error {
-			_, err := cc.MemberAdd(ctx, &pb.MemberAddRequest{PeerURLs: []string{"http://127.0.0.1:9"}})
-			return err
-		}, []string{"Cluster.MemberAdd", "tenure serve --join"}},
-		"MemberRemove": {func(ctx context.Context) error {
-			_, err := cc.MemberRemove(ctx, &pb.MemberRemoveRequest{ID: 3})
-			return err
-		}, []string{"Cluster.MemberRemove", "tenure members remove"}},
-		"MemberUpdate": {func(ctx context.Context) error {
-			_, err := cc.MemberUpdate(ctx, &pb.MemberUpdateRequest{ID: 3})
-			return err
-		}, []string{"Cluster.MemberUpdate"}},
-		"MemberPromote": {func(ctx context.Context) error {
-			_, err := cc.MemberPromote(ctx, &pb.MemberPromoteRequest{ID: 4})
-			return err
-		}, []string{"Cluster.MemberPromote", "tenure serve --join"}},
-	})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"MemberAdd with bad URLs", func() error { _, err := c.MemberAdd(ctx, []string{"http://h:1", "http://h:2"}); return err }, rpctypes.ErrMemberBadURLs},
+		{"MemberRemove of no member", func() error { _, err := c.MemberRemove(ctx, 9); return err }, rpctypes.ErrMemberNotFound},
+		{"MemberUpdate of no member", func() error { _, err := c.MemberUpdate(ctx, 9, []string{"http://h:1"}); return err }, rpctypes.ErrMemberNotFound},
+		{"MemberPromote of no member", func() error { _, err := c.MemberPromote(ctx, 9); return err }, rpctypes.ErrMemberNotFound},
+	} {
+		if err := tc.call(); !errors.Is(rpctypes.Error(err), tc.want) {
+			t.Errorf("%s: got = %v, expected: %v", tc.name, err, tc.want)
+		}
+	}
 }

@@ -96,6 +96,23 @@ func toGRPC(err error) error {
 		return status.Error(codes.FailedPrecondition, "etcdserver: "+err.Error())
 	case errors.Is(err, statemachine.ErrNotSupported):
 		return rpctypes.ErrGRPCNotCapable // etcd's exact text, which clients map
+	case errors.Is(err, ErrMemberNotFound):
+		return rpctypes.ErrGRPCMemberNotFound
+	case errors.Is(err, ErrMemberNotLearner):
+		return rpctypes.ErrGRPCMemberNotLearner
+	case errors.Is(err, ErrLearnerNotReady):
+		return rpctypes.ErrGRPCLearnerNotReady
+	case errors.Is(err, ErrPeerURLExist):
+		return rpctypes.ErrGRPCPeerURLExist
+	case errors.Is(err, ErrBadMemberURLs):
+		return rpctypes.ErrGRPCMemberBadURLs
+	case errors.Is(err, ErrBadLeaderTransferee):
+		return rpctypes.ErrGRPCBadLeaderTransferee
+	case errors.Is(err, ErrLeaderTransferTimeout):
+		// etcd sends its server's error as it is: codes.Unknown.
+		return status.Error(codes.Unknown, "etcdserver: "+ErrLeaderTransferTimeout.Error())
+	case errors.Is(err, ErrNotEnoughStarted):
+		return rpctypes.ErrGRPCMemberNotEnoughStarted
 	case errors.Is(err, context.Canceled):
 		return rpctypes.ErrGRPCCanceled
 	case errors.Is(err, context.DeadlineExceeded):

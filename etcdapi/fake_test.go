@@ -235,3 +235,33 @@ func (f *fakeBackend) Audit(_ context.Context, action, target string, err error)
 }
 
 func (f *fakeBackend) MaxResponseBytes() int { return 0 }
+
+// Arm raises an alarm of member 2, the fake; no other member exists.
+func (f *fakeBackend) Arm(ctx context.Context, member uint64, alarm pb.AlarmType) error {
+	if member != 2 {
+		return fmt.Errorf("%w: %x", ErrMemberNotFound, member)
+	}
+	return f.apply(statemachine.SetAlarm{Member: "fake", Alarm: statemachine.AlarmType(alarm), Active: true}).Err
+}
+
+// MoveLeader succeeds for the fake itself, the only voter.
+func (f *fakeBackend) MoveLeader(ctx context.Context, target uint64) error {
+	if target != 2 {
+		return fmt.Errorf("%w: %x", ErrBadLeaderTransferee, target)
+	}
+	return nil
+}
+
+func (f *fakeBackend) Members() Membership { return fakeMembership{} }
+
+// fakeMembership refuses every change: the fake is a cluster of one.
+type fakeMembership struct{}
+
+var _ Membership = fakeMembership{}
+
+func (fakeMembership) Add(context.Context, []string, bool) (Member, error) {
+	return Member{}, ErrBadMemberURLs
+}
+func (fakeMembership) Remove(context.Context, uint64) error           { return ErrMemberNotFound }
+func (fakeMembership) Update(context.Context, uint64, []string) error { return ErrMemberNotFound }
+func (fakeMembership) Promote(context.Context, uint64) error          { return ErrMemberNotFound }

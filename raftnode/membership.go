@@ -52,7 +52,39 @@ var ErrAlreadyFormed = errors.New("raftnode: this node already has cluster state
 // newcomer never counts towards a quorum it cannot yet help make. It must
 // be called on the leader.
 func (n *Node) AddNonvoter(ctx context.Context, id, addr string) error {
-	return n.changeMembership(ctx, "add non-voter", raftpb.ConfChangeAddLearnerNode, id, addr)
+	return n.AddLearner(ctx, id, addr, false)
+}
+
+// AddLearner is AddNonvoter for a learner that is held (held set): one
+// an operator added to promote later, as etcd's `member add --learner`
+// does, which does not ask for its vote itself (Member.Held). Changing
+// only held changes the configuration too.
+func (n *Node) AddLearner(ctx context.Context, id, addr string, held bool) error {
+	if err := n.enter(); err != nil {
+		return err
+	}
+	defer n.inflight.Done()
+	return n.engine.changeMembership(ctx, "add non-voter", raftpb.ConfChangeAddLearnerNode, memberInfo{ID: id, Addr: addr, Held: held})
+}
+
+// Progress is how far the log of member id has been replicated (its
+// match index) and the leader's own last index, as the leader knows
+// them: whether a learner is in sync. It must be called on the leader.
+func (n *Node) Progress(id string) (match, leaderMatch uint64, err error) {
+	if err := n.enter(); err != nil {
+		return 0, 0, err
+	}
+	defer n.inflight.Done()
+	e := n.engine
+	if !e.isLeader() {
+		return 0, 0, n.notLeader()
+	}
+	st := e.raft().Status()
+	pr, ok := st.Progress[raftID(id)]
+	if !ok {
+		return 0, 0, fmt.Errorf("raftnode: progress: %w: %s", ErrUnknownMember, id)
+	}
+	return pr.Match, st.Progress[e.rid].Match, nil
 }
 
 // TransferLeadership hands leadership to voter id, or to the most
@@ -98,6 +130,8 @@ type Member struct {
 	Address string // raft peer address
 	Voter   bool
 	Leader  bool
+	// Held is set on a learner that waits to be promoted (AddLearner).
+	Held bool
 }
 
 // Members lists the servers in the latest applied configuration, with
@@ -233,7 +267,7 @@ func (e *engine) changeMembership(ctx context.Context, op string, typ raftpb.Con
 			return nil
 		}
 	case raftpb.ConfChangeAddLearnerNode:
-		if learner && known.Addr == m.Addr {
+		if learner && known == m {
 			return nil
 		}
 		if voter {
@@ -361,7 +395,7 @@ func (e *engine) membersList() []Member {
 			if id == e.rid {
 				m = memberInfo{ID: e.self.ID, Addr: cmp.Or(m.Addr, e.self.Addr)}
 			}
-			out = append(out, Member{ID: m.ID, Address: m.Addr, Voter: voter, Leader: m.ID == leader && leader != ""})
+			out = append(out, Member{ID: m.ID, Address: m.Addr, Voter: voter, Leader: m.ID == leader && leader != "", Held: !voter && e.members.byID[id].Held})
 		}
 	}
 	add(e.members.conf.Voters, true)

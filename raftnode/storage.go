@@ -62,6 +62,10 @@ func raftID(name string) uint64 {
 type memberInfo struct {
 	ID   string `json:"id"`
 	Addr string `json:"addr"`
+	// Held marks a learner that votes only once promoted (AddLearner):
+	// it does not ask for its vote itself. Builds from before it ignore
+	// it, and promote such a learner as any other.
+	Held bool `json:"held,omitempty"`
 }
 
 // confContext is the Context of every configuration change the engine
@@ -81,7 +85,13 @@ func configuration(cs raftpb.ConfState, members map[uint64]memberInfo) raft.Conf
 	add := func(ids []uint64, s raft.ServerSuffrage) {
 		for _, id := range ids {
 			m := members[id]
-			c.Servers = append(c.Servers, raft.Server{Suffrage: s, ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.Addr)})
+			suffrage := s
+			if s == raft.Nonvoter && m.Held {
+				// hashicorp's Staging "acts like a Nonvoter", which is
+				// how builds from before Held read it.
+				suffrage = raft.Staging
+			}
+			c.Servers = append(c.Servers, raft.Server{Suffrage: suffrage, ID: raft.ServerID(m.ID), Address: raft.ServerAddress(m.Addr)})
 		}
 	}
 	add(cs.Voters, raft.Voter)
@@ -95,7 +105,7 @@ func confState(c raft.Configuration) (raftpb.ConfState, map[uint64]memberInfo) {
 	members := map[uint64]memberInfo{}
 	for _, s := range c.Servers {
 		id := raftID(string(s.ID))
-		members[id] = memberInfo{ID: string(s.ID), Addr: string(s.Address)}
+		members[id] = memberInfo{ID: string(s.ID), Addr: string(s.Address), Held: s.Suffrage == raft.Staging}
 		if s.Suffrage == raft.Voter {
 			cs.Voters = append(cs.Voters, id)
 		} else {

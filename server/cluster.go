@@ -195,13 +195,15 @@ func (s *Server) join(ctx context.Context, r *tenurev1.JoinRequest) error {
 			return err
 		}
 		s.log.Info("member added as a non-voter", "id", r.GetId(), "peer", r.GetPeerAddress(), "api", r.GetApiAddress())
+	case r.GetVoter() && !self.Voter && self.Held:
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("member %s %w", self.ID, errLearnerHeld))
 	case r.GetVoter() && !self.Voter, self.Voter && self.Address != r.GetPeerAddress():
 		if err := s.node.AddVoter(ctx, r.GetId(), r.GetPeerAddress()); err != nil {
 			return err
 		}
 		s.log.Info("member is a voter", "id", r.GetId(), "peer", r.GetPeerAddress())
 	case self.Address != r.GetPeerAddress():
-		if err := s.node.AddNonvoter(ctx, r.GetId(), r.GetPeerAddress()); err != nil {
+		if err := s.node.AddLearner(ctx, r.GetId(), r.GetPeerAddress(), self.Held); err != nil {
 			return err
 		}
 	}

@@ -235,12 +235,15 @@ func (b etcdBackend) Node(ctx context.Context) (etcdapi.NodeInfo, error) {
 	if err != nil {
 		return info, nodeError(err)
 	}
-	var etcdAddrs map[string]string
+	etcdAddrs := map[string]string{}
+	started := map[string]bool{st.ID: true}
 	_ = s.node.ReadLocal(func(m *statemachine.Machine) error {
-		etcdAddrs = map[string]string{}
 		for _, mem := range members {
 			if a, ok := m.MemberEtcdAddress(mem.ID); ok {
 				etcdAddrs[mem.ID] = a
+			}
+			if _, ok := m.MemberAddress(mem.ID); ok {
+				started[mem.ID] = true
 			}
 		}
 		return nil
@@ -250,6 +253,11 @@ func (b etcdBackend) Node(ctx context.Context) (etcdapi.NodeInfo, error) {
 	}
 	for _, mem := range members {
 		em := etcdapi.Member{ID: memberID(mem.ID), Name: mem.ID, PeerURLs: []string{"http://" + mem.Address}, IsLearner: !mem.Voter}
+		if !started[mem.ID] {
+			// Added (etcd's MemberAdd) but never started: etcd names
+			// such a member with "", and etcdctl shows it "unstarted".
+			em.Name = ""
+		}
 		if s.cfg.Raft.PeerTLS != nil {
 			em.PeerURLs = []string{"https://" + mem.Address}
 		}

@@ -67,6 +67,11 @@ var etcdAdminMethods = map[string]bool{
 	"/etcdserverpb.Maintenance/Snapshot":      true,
 	"/etcdserverpb.Maintenance/MoveLeader":    true,
 	"/etcdserverpb.Maintenance/Downgrade":     true,
+	// etcd's checkMembershipOperationPermission.
+	"/etcdserverpb.Cluster/MemberAdd":     true,
+	"/etcdserverpb.Cluster/MemberRemove":  true,
+	"/etcdserverpb.Cluster/MemberUpdate":  true,
+	"/etcdserverpb.Cluster/MemberPromote": true,
 }
 
 func etcdNeedsAdmin(method string, req any) bool {

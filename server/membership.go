@@ -338,6 +338,9 @@ func (m *membership) keep() error {
 			m.caughtUpAt = res.GetCommitIndex()
 		}
 		return err
+	case !self.Voter && self.Held:
+		// An operator added it as a learner, to promote it when they
+		// choose (etcdctl member promote).
 	case !self.Voter:
 		if m.caughtUpAt == 0 {
 			res, err := m.join(false)

@@ -311,3 +311,31 @@ func slicesReverse(s []*version) {
 
 // HistorySize is the number of key versions kept.
 func (m *Machine) HistorySize() int { return len(m.history.byRev) }
+
+// KeyVersion is one kept version of a key, as History lists it: the key
+// as written at KV revision Main, place Sub in its command, or its
+// deletion (KV nil).
+type KeyVersion struct {
+	Key  string
+	Main int64
+	Sub  int64
+	KV   *KeyValue // a copy; nil for a deletion
+}
+
+// History calls fn with every kept version of every key, in revision
+// order, until fn returns false: each version since the compact
+// revision, and for each key its last one at or before it, unless that
+// was a deletion. It is what etcd's key bucket holds once a compaction
+// has run, which etcd's HashKV hashes.
+func (m *Machine) History(fn func(KeyVersion) bool) {
+	for _, v := range m.history.byRev {
+		kv := KeyVersion{Key: v.Key, Main: v.Main, Sub: v.Sub}
+		if v.KV != nil {
+			c := *v.KV
+			kv.KV = &c
+		}
+		if !fn(kv) {
+			return
+		}
+	}
+}

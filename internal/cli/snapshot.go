@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tenurehq/tenure/client"
+	"github.com/tenurehq/tenure/etcdapi"
 	"github.com/tenurehq/tenure/raftnode"
 )
 
@@ -137,7 +139,8 @@ func newSnapshotRestoreCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "restore FILE --data-dir DIR",
 		Short: "Write a saved state into an empty data dir, as the start of a new cluster",
-		Long: `Write the state saved in FILE (by tenure snapshot save) into --data-dir, as
+		Long: `Write the state saved in FILE (by tenure snapshot save, or by etcdctl snapshot
+save against Tenure's etcd API, whose sha256 is checked) into --data-dir, as
 the start of a new cluster whose only voter is this node, then print the
 tenure serve command that starts it. No server runs meanwhile: this works
 on files alone. The node starts with every session, lease, holder, waiter
@@ -182,11 +185,16 @@ func runRestore(cmd *cobra.Command, path string, o restoreOptions) error {
 			return err
 		}
 	}
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return usage("snapshot file: %v", err)
 	}
-	defer f.Close()
+	// etcdctl snapshot save against Tenure's etcd API writes the state
+	// wrapped with its sha256; OpenSnapshot checks and unwraps it.
+	state, err := etcdapi.OpenSnapshot(data)
+	if err != nil {
+		return unmet(fmt.Errorf("restore %s: %w", path, err))
+	}
 	dataDir, err := filepath.Abs(o.dataDir)
 	if err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
@@ -202,7 +210,7 @@ func runRestore(cmd *cobra.Command, path string, o restoreOptions) error {
 		Advertise: o.peerAdvertise,
 		LogStore:  o.logStore,
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, f)
+	}, bytes.NewReader(state))
 	switch {
 	case errors.Is(err, raftnode.ErrHasState):
 		return usage("--data-dir %s already holds a node's raft state: restore only into an empty directory (a new node), never over a node's history", o.dataDir)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tenurehq/tenure/etcdapi"
 	"github.com/tenurehq/tenure/internal/testserver"
 	"github.com/tenurehq/tenure/statemachine"
 )
@@ -146,5 +147,44 @@ func TestWriteFileAtomicKeepsTheOldFileOnFailure(t *testing.T) {
 	})
 	if b, _ := os.ReadFile(path); err != nil || n != 3 || string(b) != "new" {
 		t.Errorf("got = %q, %d bytes, %v, expected: %q, 3 bytes", b, n, err, "new")
+	}
+}
+
+// Restore reads what etcdctl snapshot save writes against Tenure's etcd
+// API, checks its sha256, and refuses it damaged, and refuses an etcd
+// database, naming it.
+func TestRestoreReadsWhatEtcdctlSaves(t *testing.T) {
+	m := statemachine.New()
+	m.Apply(1, statemachine.SetVersion{Version: statemachine.Version})
+	var state strings.Builder
+	if err := m.Snapshot(&state); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	saved := filepath.Join(dir, "etcdctl.db")
+	wrapped := etcdapi.WrapSnapshot([]byte(state.String()))
+	if err := os.WriteFile(saved, wrapped, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runMain("snapshot", "restore", saved, "--data-dir", filepath.Join(dir, "a"))
+	if code != ExitOK || !strings.Contains(stdout, "restored revision 0 from "+saved) {
+		t.Errorf("restore of etcdctl's file: got = exit %d, %q, %q, expected: exit 0, revision 0 restored", code, stdout, stderr)
+	}
+	wrapped[40] ^= 1
+	if err := os.WriteFile(saved, wrapped, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code = runMain("snapshot", "restore", saved, "--data-dir", filepath.Join(dir, "b"))
+	if code == ExitOK || !strings.Contains(stderr, "sha256 does not match") {
+		t.Errorf("restore of a damaged file: got = exit %d, %q, expected: refused for its sha256", code, stderr)
+	}
+	bolt := make([]byte, 8192)
+	copy(bolt[16:], []byte{0xed, 0xda, 0x0c, 0xed})
+	if err := os.WriteFile(saved, bolt, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code = runMain("snapshot", "restore", saved, "--data-dir", filepath.Join(dir, "c"))
+	if code == ExitOK || !strings.Contains(stderr, "an etcd database (bbolt)") {
+		t.Errorf("restore of an etcd database: got = exit %d, %q, expected: refused, naming it", code, stderr)
 	}
 }
