@@ -89,7 +89,7 @@ type Server struct {
 	// etcdAuthRev is the auth store revision noteEtcdAuth last put in
 	// force.
 	etcdAuthRev atomic.Int64
-	auth    *authState // nil without a policy
+	auth        *authState // nil without a policy
 	// advertise is the API address this node is known by.
 	advertise string
 	// etcd serves the etcd v3 API when it is on; etcdAdvertise is its

@@ -326,7 +326,7 @@ func comparePermRange(a, b AuthPerm) int {
 
 // AuthEnabled reports whether etcd's auth is enabled, and AuthRevision
 // is the auth store's revision: raised by every change.
-func (m *Machine) AuthEnabled() bool    { return m.auth.enabled }
+func (m *Machine) AuthEnabled() bool   { return m.auth.enabled }
 func (m *Machine) AuthRevision() int64 { return m.auth.revision }
 
 // AuthUser is the user name, a copy.

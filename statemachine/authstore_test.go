@@ -14,7 +14,9 @@ type authOp struct {
 	want error
 }
 
-func userAdd(name, hash string) AuthChange { return AuthChange{Op: AuthUserAdd, User: name, Password: hash} }
+func userAdd(name, hash string) AuthChange {
+	return AuthChange{Op: AuthUserAdd, User: name, Password: hash}
+}
 func grantRole(user, role string) AuthChange {
 	return AuthChange{Op: AuthUserGrantRole, User: user, Role: role}
 }
