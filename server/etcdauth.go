@@ -55,6 +55,8 @@ var etcdAdminMethods = map[string]bool{
 	"/etcdserverpb.Auth/UserGrantRole":        true,
 	"/etcdserverpb.Auth/UserRevokeRole":       true,
 	"/etcdserverpb.Auth/UserList":             true,
+	"/etcdserverpb.Auth/UserGet":              true, // etcd lets a user read itself
+	"/etcdserverpb.Auth/RoleGet":              true, // and its own roles
 	"/etcdserverpb.Auth/RoleAdd":              true,
 	"/etcdserverpb.Auth/RoleDelete":           true,
 	"/etcdserverpb.Auth/RoleGrantPermission":  true,

@@ -147,6 +147,9 @@ func TestEtcdUsersGovernBothAPIs(t *testing.T) {
 	if _, err := carol.UserAdd(ctx, "mallory", "pw"); !isEtcdErr(err, rpctypes.ErrGRPCPermissionDenied) {
 		t.Errorf("carol adds a user: got = %v, expected: %v (only root manages users)", err, rpctypes.ErrGRPCPermissionDenied)
 	}
+	if _, err := carol.UserGet(ctx, "root"); !isEtcdErr(err, rpctypes.ErrGRPCPermissionDenied) {
+		t.Errorf("carol reads root's roles: got = %v, expected: %v", err, rpctypes.ErrGRPCPermissionDenied)
+	}
 	token := es.token(t, ctx, "carol", "carol-pw")
 	if _, err := es.native(token).Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: "app/y", Value: "2"})); err != nil {
 		t.Errorf("carol's native put under app/ with her etcd token: got = %v, expected: allowed", err)
