@@ -41,7 +41,7 @@ type applier struct {
 
 	newState  func() state
 	observer  func(*statemachine.Machine, []statemachine.Event)
-	onRestore func(m *statemachine.Machine)
+	onRestore func(revision int64, m *statemachine.Machine)
 	log       *slog.Logger
 	metrics   *metrics
 
@@ -226,7 +226,7 @@ func (f *applier) Restore(rc io.ReadCloser) error {
 	f.st = st
 	f.noteVersion()
 	if f.onRestore != nil {
-		f.onRestore(machine(st))
+		f.onRestore(st.Revision(), machine(st))
 	}
 	f.mu.Unlock()
 	// Store, not advance: the state now is exactly the snapshot's.

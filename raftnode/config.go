@@ -134,10 +134,12 @@ type Config struct {
 	// (never change) while the lock is held.
 	Observer func(m *statemachine.Machine, events []statemachine.Event)
 	// OnRestore is called (under the write lock) after the state was
-	// replaced by a snapshot restore, with the new state to read (never
-	// change) while the lock is held, so the watch hub can reset and
-	// what the server derives from the state start again.
-	OnRestore func(m *statemachine.Machine)
+	// replaced by a snapshot restore, with its revision and the state
+	// to read (never change) while the lock is held, so the watch hub
+	// can reset and what the server derives from the state start again.
+	// m is nil when the node runs a state of another type (this
+	// package's tests do).
+	OnRestore func(revision int64, m *statemachine.Machine)
 }
 
 // Stores are what a node keeps on disk, for a node that is given them

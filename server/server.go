@@ -446,8 +446,8 @@ func (s *Server) observe(m *statemachine.Machine, events []statemachine.Event) {
 // restored is told of a state restored from a snapshot, under the
 // state write lock: the hub starts again from its revision, and etcd's
 // users and roles are the snapshot's.
-func (s *Server) restored(m *statemachine.Machine) {
-	s.hub.Reset(m.Revision())
+func (s *Server) restored(revision int64, m *statemachine.Machine) {
+	s.hub.Reset(revision)
 	s.noteEtcdAuth(m)
 }
 
