@@ -15,13 +15,19 @@ import (
 
 // APIVersion is the etcd API version Tenure speaks, as Status reports
 // it: etcd 3.5's, whose protos, semantics and error texts this package
-// follows. It names the API level, not an etcd release: clients that
-// check it (clientv3 refuses servers older than 3.2 when asked to) read
-// only its major and minor numbers.
-const APIVersion = "3.5.0"
+// follows. It names the API level, not an etcd release, but clients do
+// read its patch number: kube-apiserver (k8s.io/apiserver's
+// feature_support_checker.go) takes 3.5.0 to 3.5.12 for releases with
+// etcd's watch progress bugs (etcd#15220, #17507) and then turns off
+// RequestWatchProgress, consistent reads from its watch cache and
+// streaming lists. Tenure's watch has the fixed behaviour (events up to
+// a progress notification's revision come before it:
+// watch_progress_test.go), so it reports 3.5.13, the first release
+// with both fixes.
+const APIVersion = "3.5.13"
 
 // statusVersion is Status's version: APIVersion, with Tenure's own
-// version as semver build metadata ("3.5.0+tenure.v1.4.0"), where
+// version as semver build metadata ("3.5.13+tenure.v1.4.0"), where
 // etcdctl endpoint status shows it to the user. etcd 3.5's
 // StatusResponse has no field for a server's own version (storage
 // version is 3.6's, and means something else), and build metadata is

@@ -85,7 +85,7 @@ func TestStatusDescribesTheNodeAsEtcdDoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Version != "3.5.0+tenure.v1.4.0" {
+	if st.Version != "3.5.13+tenure.v1.4.0" {
 		t.Errorf("version: got = %q, expected: the etcd API version with Tenure's as build metadata", st.Version)
 	}
 	got := []any{st.Leader, st.RaftTerm, st.RaftIndex, st.RaftAppliedIndex, st.DbSize, st.DbSizeInUse, st.IsLearner, len(st.Errors)}
@@ -110,12 +110,12 @@ func TestStatusDescribesTheNodeAsEtcdDoes(t *testing.T) {
 }
 
 func TestStatusVersionIsSemverWithTenuresVersionAsBuildMetadata(t *testing.T) {
-	semver := regexp.MustCompile(`^3\.5\.0(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`)
+	semver := regexp.MustCompile(`^3\.5\.13(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$`)
 	for tenure, want := range map[string]string{
-		"":                          "3.5.0",
-		"v1.4.0":                    "3.5.0+tenure.v1.4.0",
-		"v0.0.0-20261125-abc+dirty": "3.5.0+tenure.v0.0.0-20261125-abc-dirty",
-		"(devel)":                   "3.5.0+tenure.-devel-",
+		"":                          "3.5.13",
+		"v1.4.0":                    "3.5.13+tenure.v1.4.0",
+		"v0.0.0-20261125-abc+dirty": "3.5.13+tenure.v0.0.0-20261125-abc-dirty",
+		"(devel)":                   "3.5.13+tenure.-devel-",
 	} {
 		got := statusVersion(tenure)
 		if got != want || !semver.MatchString(got) {

@@ -34,11 +34,13 @@ gofmt_check() {
 # imports the client does not inherit the server's dependencies; ./...
 # stops at their go.mod, so each is vetted and tested in its directory.
 # clientgo (client-go's leader election on a Tenure lease) is one too, so
-# that no other module depends on Kubernetes. e2e/etcd (Tenure's etcd API
-# compared with a real etcd through etcdctl, clientv3 and its concurrency
-# package) is one too, so that what only those tests use stays out of the
-# core module's graph.
-submodules="api client fence clientgo e2e/etcd"
+# that neither the core nor the client depends on Kubernetes. e2e/etcd
+# (Tenure's etcd API compared with a real etcd through etcdctl, clientv3
+# and its concurrency package) is one too, so that what only those tests
+# use stays out of the core module's graph, and so is e2e/kube
+# (k8s.io/apiserver's storage conformance tests on its etcd3 store,
+# against etcd and Tenure), for k8s.io/apiserver and etcd's 3.7 client.
+submodules="api client fence clientgo e2e/etcd e2e/kube"
 # The light ones run beside the core's tests; e2e/etcd (real processes,
 # a failover) beside the benchmark harness's short run and the fuzzing,
 # whose timing it does not disturb, nor they its.
@@ -54,10 +56,11 @@ vet_all() {
 test_modules() {
   local rc=0 mod race
   for mod in "$@"; do
-    # e2e/etcd's code under test is tenure processes, built without the
-    # race detector; its own code is a test harness, and etcd's client
-    # under -race doubles its time.
-    race=-race; [ "$mod" = e2e/etcd ] && race=
+    # e2e/etcd's and e2e/kube's code under test is tenure processes,
+    # built without the race detector; their own code is a test harness,
+    # and etcd's client (and k8s.io/apiserver's store) under -race
+    # doubles their time, and their compile.
+    race=-race; case $mod in e2e/etcd|e2e/kube) race= ;; esac
     (cd "$mod" && go test $race -count=1 -timeout 5m ./...) || rc=1
   done
   return $rc
@@ -104,8 +107,9 @@ stage "go vet" vet_all
 # cores busy. Their output is shown after.
 beside light test_modules $light
 # e2e/etcd is real processes, mostly waiting; its timing tests compare
-# Tenure with an etcd beside it on the same busy machine.
-beside etcd test_modules e2e/etcd
+# Tenure with an etcd beside it on the same busy machine. e2e/kube, the
+# same (about a minute, 10 s of it CPU), runs after it in the same slot.
+beside etcd test_modules e2e/etcd e2e/kube
 # Four packages at a time, not go test's one per core: most of the
 # suite's time is spent waiting (for TTLs, elections, processes to start),
 # and at one per core the two cores stood half idle.
@@ -118,7 +122,7 @@ stage "api, client, fence and clientgo modules (go test -race, beside the core's
 beside bench go test -race -count=1 -timeout 10m ./internal/bench
 stage "fuzz (${fuzztime} each)" fuzz_all
 stage "go test -race ./internal/bench (after the core's fault tests, beside the fuzzing)" done_beside bench
-stage "e2e/etcd module (go test, beside the core's)" done_beside etcd
+stage "e2e/etcd and e2e/kube modules (go test, beside the core's)" done_beside etcd
 
 echo "== the run took ${SECONDS}s"
 if [ ${#failed[@]} -gt 0 ]; then

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/tenurehq/tenure/etcdapi"
@@ -64,18 +63,21 @@ func (s *Server) startEtcd() error {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	)
 	if s.etcdTLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(s.etcdTLS)))
+		// The listener makes the handshake (etcdlisten.go).
+		opts = append(opts, grpc.Creds(handshakenCreds{}))
 	}
 	s.etcd = grpc.NewServer(opts...)
 	etcdapi.Register(s.etcd, etcdBackend{frontNode{s}})
+	// gRPC and etcd's JSON gateway share the port (etcdgateway.go).
+	s.etcdLn = newEtcdListener(ec.Listener, s.etcdTLS)
+	if err := s.startEtcdGateway(s.etcdLn); err != nil {
+		return err
+	}
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
-		if err := s.etcd.Serve(ec.Listener); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			select {
-			case s.serveErr <- fmt.Errorf("etcd API: %w", err):
-			default:
-			}
+		if err := s.etcdLn.serve(); err != nil {
+			s.reportEtcdErr(fmt.Errorf("etcd API: %w", err))
 		}
 	}()
 	go func() {
@@ -99,14 +101,22 @@ func (s *Server) stopEtcd() {
 	if s.etcd == nil {
 		return
 	}
+	if s.etcdLn != nil {
+		s.etcdLn.close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	done := make(chan struct{})
 	go func() {
 		s.etcd.GracefulStop()
 		close(done)
 	}()
+	if s.etcdGW != nil {
+		s.etcdGW.stop(ctx) // the gateway's streams are the gRPC server's too
+	}
 	select {
 	case <-done:
-	case <-time.After(2 * time.Second):
+	case <-ctx.Done():
 		s.etcd.Stop()
 		<-done
 	}

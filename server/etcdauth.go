@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/x509"
+	"strings"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -148,11 +149,25 @@ func (s *Server) etcdCaller(ctx context.Context) context.Context {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
 			chain = ti.State.PeerCertificates
 		}
-		if p.Addr != nil {
+		switch p.Addr.(type) {
+		case nil:
+		case gatewayAddr:
+			// The JSON gateway's call: its HTTP client's address.
+			ctx = frontend.WithRemote(ctx, first(etcdapi.GatewayRemoteKey))
+		default:
 			ctx = frontend.WithRemote(ctx, p.Addr.String())
 		}
 	}
-	c := s.auth.authn.AuthenticateEtcd(chain, forwardedFor, first(rpctypes.TokenFieldNameGRPC))
+	// etcd 3.5 takes the token from "authorization" when "token" is
+	// not set, without a "Bearer " before it (auth/store.go
+	// AuthInfoFromCtx): etcd's JSON gateway passes its clients'
+	// Authorization header so.
+	token := first(rpctypes.TokenFieldNameGRPC)
+	if _, ok := md[rpctypes.TokenFieldNameGRPC]; !ok {
+		token = first(rpctypes.TokenFieldNameSwagger)
+	}
+	token = strings.TrimPrefix(token, "Bearer ")
+	c := s.auth.authn.AuthenticateEtcd(chain, forwardedFor, token)
 	return withCaller(ctx, c)
 }
 

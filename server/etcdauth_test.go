@@ -235,7 +235,7 @@ func TestEtcdCallersAuthenticateAsWithEtcd(t *testing.T) {
 			t.Errorf("alice: %s: got = %v, expected: %v", name, err, rpctypes.ErrGRPCPermissionDenied)
 		}
 	}
-	if st, err := alice.Status(ctx, ep); err != nil || !strings.HasPrefix(st.Version, "3.5.0") {
+	if st, err := alice.Status(ctx, ep); err != nil || !strings.HasPrefix(st.Version, "3.5.13") {
 		t.Errorf("alice asks the status: got = %v, %v, expected: version 3.5.0...", st, err)
 	}
 	if !strings.Contains(es.logs.String(), `may not write key \"other/a\"`) {

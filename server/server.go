@@ -95,6 +95,8 @@ type Server struct {
 	// etcd serves the etcd v3 API when it is on; etcdAdvertise is its
 	// address, etcdPeers the connections to the leader's.
 	etcd          *grpc.Server
+	etcdLn        *etcdListener // gRPC and HTTP on the etcd port
+	etcdGW        *etcdGateway  // etcd's JSON gateway, /health, /version
 	etcdAdvertise string
 	etcdTLS       *tls.Config // nil: cleartext
 	etcdIdent     etcdIdentCache
