@@ -79,6 +79,10 @@ func (a *Authenticator) Authenticate(r *http.Request) Caller {
 	}
 	token, err := ParseBearer(r.Header.Get("Authorization"))
 	switch {
+	case err == nil && IsEtcdToken(token):
+		// An etcd user's token works on the native API too: with etcd's
+		// auth enabled and no policy file, it is how those users call it.
+		return a.etcdTokenCaller(token)
 	case err == nil:
 		return a.tokenCaller(token)
 	case !errors.Is(err, ErrNoCredentials):
@@ -106,17 +110,22 @@ func (a *Authenticator) AuthenticateEtcd(chain []*x509.Certificate, forwardedFor
 		return Caller{Err: fmt.Errorf("%w: %v", ErrInvalidToken, err)}
 	}
 	if IsEtcdToken(token) {
-		principal, err := a.Policy.Policy().EtcdTokenPrincipal(token, a.now())
-		if err != nil {
-			return Caller{Err: err}
-		}
-		return Caller{Principal: principal, By: ByEtcdToken, etcdToken: token}
+		return a.etcdTokenCaller(token)
 	}
 	c := a.tokenCaller(token)
 	if c.Err != nil {
 		c.Err = fmt.Errorf("%w: %v", ErrInvalidToken, c.Err)
 	}
 	return c
+}
+
+// etcdTokenCaller is the caller an etcd token (EtcdAuthenticate) names.
+func (a *Authenticator) etcdTokenCaller(token string) Caller {
+	principal, err := a.Policy.Policy().EtcdTokenPrincipal(token, a.now())
+	if err != nil {
+		return Caller{Err: err}
+	}
+	return Caller{Principal: principal, By: ByEtcdToken, etcdToken: token}
 }
 
 // peer is the caller of a request from a node, when chain is a node's.

@@ -66,7 +66,8 @@ func (g *Grants) ClusterAdmin() bool { return g.AllNamespaces(Admin) }
 // Key reports whether v is allowed on key.
 func (g *Grants) Key(v Verb, key string) bool {
 	for _, r := range g.rules {
-		if r.allows(v) && slices.ContainsFunc(r.Keys, func(p string) bool { return strings.HasPrefix(key, keyPrefix(p)) }) {
+		if r.allows(v) && (slices.ContainsFunc(r.Keys, func(p string) bool { return strings.HasPrefix(key, keyPrefix(p)) }) ||
+			slices.ContainsFunc(r.ranges, func(kr keyRange) bool { return kr.contains(key) })) {
 			return true
 		}
 	}
@@ -76,7 +77,24 @@ func (g *Grants) Key(v Verb, key string) bool {
 // KeyPrefix reports whether v is allowed on every key under prefix, as a
 // range, a prefix delete or a prefix watch needs: one rule must cover
 // the whole prefix.
-func (g *Grants) KeyPrefix(v Verb, prefix string) bool { return g.Key(v, prefix) }
+func (g *Grants) KeyPrefix(v Verb, prefix string) bool {
+	// As a range: [prefix, its successor), from "\x00" (the least key)
+	// for the whole keyspace.
+	start, end := prefix, "\x00"
+	if s, bounded := successor(prefix); bounded {
+		end = s
+	}
+	if start == "" {
+		start = "\x00"
+	}
+	for _, r := range g.rules {
+		if r.allows(v) && (slices.ContainsFunc(r.Keys, func(p string) bool { return strings.HasPrefix(prefix, keyPrefix(p)) }) ||
+			slices.ContainsFunc(r.ranges, func(kr keyRange) bool { return kr.covers(start, end) })) {
+			return true
+		}
+	}
+	return false
+}
 
 // KeyRange reports whether v is allowed on every key in [key, end), as
 // the etcd API names key ranges: end "" is key alone; "\x00" is every
@@ -96,7 +114,8 @@ func (g *Grants) KeyRange(v Verb, key, end string) bool {
 		return false
 	}
 	for _, r := range g.rules {
-		if r.allows(v) && slices.ContainsFunc(r.Keys, func(p string) bool { return coversRange(keyPrefix(p), key, end) }) {
+		if r.allows(v) && (slices.ContainsFunc(r.Keys, func(p string) bool { return coversRange(keyPrefix(p), key, end) }) ||
+			slices.ContainsFunc(r.ranges, func(kr keyRange) bool { return kr.covers(key, end) })) {
 			return true
 		}
 	}
@@ -133,7 +152,7 @@ func successor(prefix string) (string, bool) {
 // AnyKey reports whether v is allowed on at least one key.
 func (g *Grants) AnyKey(v Verb) bool {
 	for _, r := range g.rules {
-		if r.allows(v) && len(r.Keys) > 0 {
+		if r.allows(v) && (len(r.Keys) > 0 || len(r.ranges) > 0) {
 			return true
 		}
 	}

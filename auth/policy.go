@@ -117,6 +117,10 @@ type Rule struct {
 	// alone is every key.
 	Keys  []string `json:"keys,omitempty"`
 	Verbs []Verb   `json:"verbs"`
+
+	// ranges are an etcd role's permissions, [key, end) each: never in
+	// a file, whose keys are prefixes.
+	ranges []keyRange
 }
 
 // Policy is a parsed, validated policy file. It is immutable.
@@ -124,8 +128,15 @@ type Policy struct {
 	file    File
 	tokens  map[string]tokenEntry // by hash
 	metrics MetricsAccess
-	// etcdPasswords are the etcd users' bcrypt hashes, by principal.
+	// etcdPasswords are the etcd users' bcrypt hashes, by principal:
+	// the file's, and the etcd store's while it is enabled.
 	etcdPasswords map[string][]byte
+	// hasFile is set for a policy read from a file; etcdUsers are the
+	// etcd store's users the file does not name, with their rules, and
+	// etcdEnabled says the store is enabled (etcdstore.go).
+	hasFile     bool
+	etcdUsers   map[string][]Rule
+	etcdEnabled bool
 
 	mu       sync.Mutex
 	resolved map[string]*Grants
@@ -147,7 +158,7 @@ func Parse(data []byte) (*Policy, error) {
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrPolicy, err)
 	}
-	p := &Policy{file: f, tokens: map[string]tokenEntry{}, metrics: f.Metrics, etcdPasswords: map[string][]byte{}, resolved: map[string]*Grants{}}
+	p := &Policy{file: f, hasFile: true, tokens: map[string]tokenEntry{}, metrics: f.Metrics, etcdPasswords: map[string][]byte{}, resolved: map[string]*Grants{}}
 	if err := p.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrPolicy, err)
 	}
@@ -351,6 +362,11 @@ func (p *Policy) For(principal string) *Grants {
 		if e.Limits != nil {
 			g.Limits = tighter(g.Limits, *e.Limits)
 		}
+	}
+	if rules, ok := p.etcdUsers[principal]; ok && !g.known {
+		g.known = true
+		g.rules = rules
+		g.identities = append(g.identities, principal, principal+"/*")
 	}
 	if g.Limits == (Limits{}) && p.file.Defaults != nil {
 		g.Limits = *p.file.Defaults

@@ -17,9 +17,13 @@ type Source struct {
 	path     string
 	onReload func(p *Policy, err error)
 
+	// cur is file with etcd's store (Policy.WithEtcd), what callers
+	// meet; file is the file's alone (nil without one).
 	cur   atomic.Pointer[Policy]
-	mu    sync.Mutex // one reload at a time
+	mu    sync.Mutex // one reload or store change at a time; guards the below
 	stamp string
+	file  *Policy
+	etcd  EtcdStore
 }
 
 // Load reads the policy at path. onReload, if not nil, is told of every
@@ -30,16 +34,26 @@ func Load(path string, onReload func(p *Policy, err error)) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.file, s.stamp = p, stamp
 	s.cur.Store(p)
-	s.stamp = stamp
 	return s, nil
 }
 
-// Static is a Source that never changes, for tests and embedding.
+// Static is a Source whose file never changes, for tests and
+// embedding; p nil is a node without a policy file.
 func Static(p *Policy) *Source {
-	s := &Source{}
-	s.cur.Store(p)
+	s := &Source{file: p}
+	s.cur.Store(p.WithEtcd(EtcdStore{}))
 	return s
+}
+
+// SetEtcd puts etcd's users and roles, as the replicated state now
+// holds them, in force beside the file (Policy.WithEtcd).
+func (s *Source) SetEtcd(st EtcdStore) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.etcd = st
+	s.cur.Store(s.file.WithEtcd(st))
 }
 
 // Policy is the policy in force.
@@ -77,7 +91,8 @@ func (s *Source) Reload() error {
 func (s *Source) reloadLocked() error {
 	p, stamp, err := s.read()
 	if err == nil {
-		s.cur.Store(p)
+		s.file = p
+		s.cur.Store(p.WithEtcd(s.etcd))
 	}
 	// A bad file is not retried until it changes again.
 	if stamp == "" {

@@ -36,8 +36,12 @@ type Backend interface {
 	// calls; rpctypes.ErrGRPCAuthFailed when they do not match, and
 	// rpctypes.ErrGRPCAuthNotEnabled without a policy.
 	Authenticate(ctx context.Context, name, password string) (string, error)
-	// AuthEnabled reports whether a policy is in force.
+	// AuthEnabled reports whether a policy is in force: a policy file,
+	// or etcd's users and roles once enabled.
 	AuthEnabled() bool
+	// PolicyFileNames reports whether the policy file defines principal
+	// name, which etcd's store then may not add as a user.
+	PolicyFileNames(name string) bool
 	// Alarms lists the alarms raised through the log, as etcd's alarm
 	// store holds them: a member's NOSPACE once it held its storage
 	// quota. A full disk's NOSPACE is NodeInfo.NoSpace, not among them.

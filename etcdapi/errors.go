@@ -113,10 +113,43 @@ func toGRPC(err error) error {
 		return status.Error(codes.Unknown, "etcdserver: "+ErrLeaderTransferTimeout.Error())
 	case errors.Is(err, ErrNotEnoughStarted):
 		return rpctypes.ErrGRPCMemberNotEnoughStarted
+	}
+	if e, ok := authErrors[firstAuthError(err)]; ok {
+		return e
+	}
+	switch {
 	case errors.Is(err, context.Canceled):
 		return rpctypes.ErrGRPCCanceled
 	case errors.Is(err, context.DeadlineExceeded):
 		return rpctypes.ErrGRPCTimeout
 	}
 	return status.Error(codes.Unknown, err.Error())
+}
+
+// authErrors are the auth store's refusals as etcd answers them: its
+// exact texts, which etcdctl prints and clients match.
+var authErrors = map[error]error{
+	statemachine.ErrAuthUserEmpty:       rpctypes.ErrGRPCUserEmpty,
+	statemachine.ErrAuthUserExists:      rpctypes.ErrGRPCUserAlreadyExist,
+	statemachine.ErrAuthUserNotFound:    rpctypes.ErrGRPCUserNotFound,
+	statemachine.ErrAuthRoleEmpty:       rpctypes.ErrGRPCRoleEmpty,
+	statemachine.ErrAuthRoleExists:      rpctypes.ErrGRPCRoleAlreadyExist,
+	statemachine.ErrAuthRoleNotFound:    rpctypes.ErrGRPCRoleNotFound,
+	statemachine.ErrAuthRoleNotGranted:  rpctypes.ErrGRPCRoleNotGranted,
+	statemachine.ErrAuthPermNotGranted:  rpctypes.ErrGRPCPermissionNotGranted,
+	statemachine.ErrAuthPermNotGiven:    rpctypes.ErrGRPCPermissionNotGiven,
+	statemachine.ErrAuthInvalidMgmt:     rpctypes.ErrGRPCInvalidAuthMgmt,
+	statemachine.ErrAuthRootUserMissing: rpctypes.ErrGRPCRootUserNotExist,
+	statemachine.ErrAuthRootRoleMissing: rpctypes.ErrGRPCRootRoleNotExist,
+	statemachine.ErrAuthNoPassword:      status.Error(codes.InvalidArgument, "etcdserver: "+statemachine.ErrAuthNoPassword.Error()),
+}
+
+// firstAuthError is the auth store's sentinel err wraps, or nil.
+func firstAuthError(err error) error {
+	for sentinel := range authErrors {
+		if errors.Is(err, sentinel) {
+			return sentinel
+		}
+	}
+	return nil
 }

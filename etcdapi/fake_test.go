@@ -167,7 +167,8 @@ func (f *fakeBackend) Authenticate(ctx context.Context, name, password string) (
 	return "", rpctypes.ErrGRPCAuthNotEnabled
 }
 
-func (f *fakeBackend) AuthEnabled() bool { return false }
+func (f *fakeBackend) AuthEnabled() bool           { return false }
+func (f *fakeBackend) PolicyFileNames(string) bool { return false }
 
 func (f *fakeBackend) Done() <-chan struct{} { return f.done }
 

@@ -41,7 +41,7 @@ type applier struct {
 
 	newState  func() state
 	observer  func(*statemachine.Machine, []statemachine.Event)
-	onRestore func(revision int64)
+	onRestore func(revision int64, m *statemachine.Machine)
 	log       *slog.Logger
 	metrics   *metrics
 
@@ -76,7 +76,7 @@ func (f *applier) applyData(index, term uint64, data []byte) statemachine.Result
 	if _, ok := cmd.(statemachine.SetVersion); ok {
 		f.noteVersion()
 	}
-	if len(res.Events) > 0 && f.observer != nil {
+	if (len(res.Events) > 0 || res.AuthRevision > 0) && f.observer != nil {
 		f.observer(machine(f.st), res.Events)
 	}
 	return res
@@ -226,7 +226,7 @@ func (f *applier) Restore(rc io.ReadCloser) error {
 	f.st = st
 	f.noteVersion()
 	if f.onRestore != nil {
-		f.onRestore(st.Revision())
+		f.onRestore(st.Revision(), machine(st))
 	}
 	f.mu.Unlock()
 	// Store, not advance: the state now is exactly the snapshot's.

@@ -126,16 +126,20 @@ type Config struct {
 	Registerer prometheus.Registerer // may be nil: metrics are then not exported
 
 	// Observer is called after every applied command that produced events,
-	// with that command's events, in log order, on the apply goroutine,
+	// or changed etcd's auth store (Result.AuthRevision), with that
+	// command's events, in log order, on the apply goroutine,
 	// while the node's state lock is held for writing. It must not block
 	// and must not call back into the Node. It also sees entries replayed
 	// from the log at startup. m is the state after the command, to read
 	// (never change) while the lock is held.
 	Observer func(m *statemachine.Machine, events []statemachine.Event)
 	// OnRestore is called (under the write lock) after the state was
-	// replaced by a snapshot restore, with the new revision, so the watch
-	// hub can reset.
-	OnRestore func(revision int64)
+	// replaced by a snapshot restore, with its revision and the state
+	// to read (never change) while the lock is held, so the watch hub
+	// can reset and what the server derives from the state start again.
+	// m is nil when the node runs a state of another type (this
+	// package's tests do).
+	OnRestore func(revision int64, m *statemachine.Machine)
 }
 
 // Stores are what a node keeps on disk, for a node that is given them

@@ -268,7 +268,7 @@ func TestSnapshotRestore(t *testing.T) {
 
 			restored := int64(-1)
 			cfg := testConfig(dir, store)
-			cfg.OnRestore = func(rev int64) { restored = rev }
+			cfg.OnRestore = func(rev int64, _ *statemachine.Machine) { restored = rev }
 			n = openFake(t, cfg, nil)
 			if restored != 5 {
 				t.Errorf("OnRestore revision = %d, expected: 5", restored)

@@ -59,6 +59,11 @@ func withCaller(ctx context.Context, c auth.Caller) context.Context {
 	return context.WithValue(ctx, callerKey{}, c)
 }
 
+// policyOn reports whether a policy governs callers: a policy file, or
+// etcd's users and roles once auth is enabled. Without one every caller
+// may do everything, and none is audited.
+func (s *Server) policyOn() bool { return s.auth.authn.Policy.Policy().InForce() }
+
 // authState is the server's authorization machinery.
 type authState struct {
 	authn   *auth.Authenticator
@@ -73,9 +78,6 @@ type authState struct {
 // authenticate attaches the caller to every request. Health checks and
 // the page itself (not its data) need no credentials.
 func (s *Server) authenticate(next http.Handler) http.Handler {
-	if s.auth == nil {
-		return next
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := s.auth.authn.Authenticate(r)
 		// The address goes with the caller, for the audit lines of
@@ -121,7 +123,7 @@ func deny(format string, args ...any) error {
 // may fill in a default (a session's identity) and returns, for an Open,
 // a function to call when the call is over.
 func (s *Server) check(ctx context.Context, msg any) (done func(), err error) {
-	if s.auth == nil {
+	if !s.policyOn() {
 		return nil, nil
 	}
 	g, err := s.grants(ctx, true)
@@ -334,7 +336,7 @@ func (s *Server) ownHeartbeat(ctx context.Context, id int64) (known bool, err er
 		identity = sess.Identity
 		return nil
 	})
-	if !known || s.auth == nil {
+	if !known || !s.policyOn() {
 		return known, nil
 	}
 	g, err := s.grants(ctx, false)
@@ -352,7 +354,7 @@ func (s *Server) ownHeartbeat(ctx context.Context, id int64) (known bool, err er
 // node acting for itself. A caller the policy no longer knows gets an
 // actor that may act as nobody.
 func (s *Server) actorFor(ctx context.Context) *statemachine.Actor {
-	if s.auth == nil {
+	if !s.policyOn() {
 		return nil
 	}
 	c, ok := callerOf(ctx)
@@ -371,7 +373,7 @@ func (s *Server) actorFor(ctx context.Context) *statemachine.Actor {
 // the principal's Open lock, which the caller unlocks once the session
 // is opened or refused. nil, nil without a policy or limit.
 func (s *Server) openingSession(ctx context.Context) (unlock func(), err error) {
-	if s.auth == nil {
+	if !s.policyOn() {
 		return nil, nil
 	}
 	g, err := s.grants(ctx, false)
@@ -410,7 +412,7 @@ func (s *Server) sessionQuota(g *auth.Grants) (func(), error) {
 // a session the caller may not see exactly as a session that does not
 // exist, so that Get is no oracle of which IDs are open.
 func (s *Server) filter(ctx context.Context, res any) error {
-	if s.auth == nil {
+	if !s.policyOn() {
 		return nil
 	}
 	g, err := s.grants(ctx, false)
@@ -433,7 +435,7 @@ func (s *Server) filter(ctx context.Context, res any) error {
 // mayRead reports whether the caller of ctx may read key: a write-only
 // principal learns nothing of a key's value from a write's answer.
 func (s *Server) mayRead(ctx context.Context, key string) bool {
-	if s.auth == nil {
+	if !s.policyOn() {
 		return true
 	}
 	g, err := s.grants(ctx, false)
@@ -461,7 +463,7 @@ func (s *Server) showSession(g *auth.Grants, sess *tenurev1.Session) bool {
 // The credential is checked again at each event, and so is reads (nil:
 // nothing more), the watch's own scope: an error ends the stream.
 func (s *Server) readable(ctx context.Context, reads func(*auth.Grants) bool) func(*statemachine.Event) (bool, error) {
-	if s.auth == nil {
+	if !s.policyOn() {
 		return nil
 	}
 	c, _ := callerOf(ctx)
@@ -506,7 +508,7 @@ var audited = map[string]bool{
 // record writes one audit entry for the call of ctx. remote "" takes the
 // address a pipeline put on ctx.
 func (s *Server) record(ctx context.Context, action string, msg any, remote string, err error) {
-	if s.auth == nil {
+	if !s.policyOn() {
 		return
 	}
 	s.audit(ctx, action, target(msg), remote, err)
@@ -516,7 +518,7 @@ func (s *Server) record(ctx context.Context, action string, msg any, remote stri
 // target and the outcome, err (nil: allowed; a refusal of the caller:
 // denied; anything else: failed). remote "" takes the address on ctx.
 func (s *Server) audit(ctx context.Context, action, target, remote string, err error) {
-	if s.auth == nil {
+	if !s.policyOn() {
 		return
 	}
 	if remote == "" {
@@ -569,10 +571,10 @@ func target(msg any) string {
 type authInterceptor struct{ s *Server }
 
 func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	if a.s.auth == nil {
-		return next
-	}
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if !a.s.policyOn() {
+			return next(ctx, req)
+		}
 		procedure := req.Spec().Procedure
 		// A refusal at apply is audited where it comes back (frontNode's
 		// Propose), under this name.
@@ -604,10 +606,10 @@ func (a authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) c
 }
 
 func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	if a.s.auth == nil {
-		return next
-	}
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if !a.s.policyOn() {
+			return next(ctx, conn)
+		}
 		if _, err := a.s.grants(ctx, false); err != nil {
 			err = toConnect(err)
 			a.s.record(ctx, conn.Spec().Procedure, nil, conn.Peer().Addr, err)

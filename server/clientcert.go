@@ -22,11 +22,11 @@ var errClientCertRequired = errors.New("a client certificate is required: this s
 // that is given is still checked in the handshake, and with a policy the
 // authenticator checks callers instead.
 func (s *Server) requireClientCert(next http.Handler) http.Handler {
-	if s.auth != nil || s.cfg.TLS == nil || s.cfg.TLS.ClientAuth != tls.VerifyClientCertIfGiven {
+	if s.cfg.TLS == nil || s.cfg.TLS.ClientAuth != tls.VerifyClientCertIfGiven {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 || healthCheck(r) {
+		if s.policyOn() || r.TLS != nil && len(r.TLS.VerifiedChains) > 0 || healthCheck(r) {
 			next.ServeHTTP(w, r)
 			return
 		}

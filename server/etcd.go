@@ -165,7 +165,12 @@ func (b etcdBackend) Authenticate(ctx context.Context, name, password string) (s
 	return b.s.etcdAuthenticate(ctx, name, password)
 }
 
-func (b etcdBackend) AuthEnabled() bool { return b.s.auth != nil }
+func (b etcdBackend) AuthEnabled() bool { return b.s.policyOn() }
+
+// PolicyFileNames: the policy file wins for the names it defines.
+func (b etcdBackend) PolicyFileNames(name string) bool {
+	return b.s.auth.authn.Policy.Policy().FileNames(name)
+}
 
 // Ident is in every response header, so it reads nothing that costs a
 // trip through raft's loop: the cluster ID is cached (etcdIdent).

@@ -56,6 +56,8 @@ var etcdAdminMethods = map[string]bool{
 	"/etcdserverpb.Auth/UserGrantRole":        true,
 	"/etcdserverpb.Auth/UserRevokeRole":       true,
 	"/etcdserverpb.Auth/UserList":             true,
+	"/etcdserverpb.Auth/UserGet":              true, // etcd lets a user read itself
+	"/etcdserverpb.Auth/RoleGet":              true, // and its own roles
 	"/etcdserverpb.Auth/RoleAdd":              true,
 	"/etcdserverpb.Auth/RoleDelete":           true,
 	"/etcdserverpb.Auth/RoleGrantPermission":  true,
@@ -85,7 +87,7 @@ func etcdNeedsAdmin(method string, req any) bool {
 // caller may make it at all; the key ranges are checked by the service.
 func (s *Server) etcdUnaryAuth() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if s.auth == nil {
+		if !s.policyOn() {
 			return handler(ctx, req)
 		}
 		ctx, err := s.etcdAdmit(ctx, info.FullMethod, req)
@@ -100,7 +102,7 @@ func (s *Server) etcdUnaryAuth() grpc.UnaryServerInterceptor {
 // its credential again on every message it receives or sends.
 func (s *Server) etcdStreamAuth() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if s.auth == nil {
+		if !s.policyOn() {
 			return handler(srv, ss)
 		}
 		ctx, err := s.etcdAdmit(ss.Context(), info.FullMethod, nil)
@@ -220,7 +222,7 @@ func (e *etcdCheckedStream) SendMsg(m any) error {
 // "authentication failed" for a wrong name or password, audited, and
 // "authentication is not enabled" without a policy.
 func (s *Server) etcdAuthenticate(ctx context.Context, name, password string) (string, error) {
-	if s.auth == nil {
+	if !s.policyOn() {
 		return "", rpctypes.ErrGRPCAuthNotEnabled
 	}
 	token, err := s.auth.authn.EtcdAuthenticate(name, password)
@@ -236,7 +238,7 @@ func (s *Server) etcdAuthenticate(ctx context.Context, name, password string) (s
 // without one gets; "etcd" without a policy or for a node acting for
 // itself.
 func (s *Server) etcdIdentity(ctx context.Context) string {
-	if s.auth == nil {
+	if !s.policyOn() {
 		return "etcd"
 	}
 	c, ok := callerOf(ctx)

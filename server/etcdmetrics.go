@@ -97,7 +97,7 @@ func (s *Server) etcdForwardedByNode(ctx context.Context) bool {
 	if !forwardedCall(ctx) {
 		return false
 	}
-	if s.auth == nil {
+	if !s.policyOn() {
 		return true
 	}
 	var chain []*x509.Certificate

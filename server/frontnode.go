@@ -108,7 +108,7 @@ func (f frontNode) Remaining(ctx context.Context, id int64) (time.Duration, erro
 // reads every namespace (the native API's showSession, before it trims
 // what a session holds to what the caller reads).
 func (f frontNode) MaySee(ctx context.Context, sess statemachine.Session) bool {
-	if f.s.auth == nil {
+	if !f.s.policyOn() {
 		return true
 	}
 	g, err := f.s.grants(ctx, false)
@@ -126,7 +126,7 @@ func (f frontNode) Watch(start int64, filter func(*statemachine.Event) bool) (*w
 // must cover the range (auth.Grants.KeyRange).
 func (f frontNode) Authorize(ctx context.Context, verb frontend.Verb, key, end string) error {
 	s := f.s
-	if s.auth == nil {
+	if !s.policyOn() {
 		return nil
 	}
 	target := keyRangeName(key, end)

@@ -102,7 +102,7 @@ func isGone(err error) bool {
 // auditor is where server-made administrative actions are recorded: the
 // audit trail with a policy, the log's audit lines without one.
 func (s *Server) auditor() *auth.Auditor {
-	if s.auth != nil {
+	if s.policyOn() {
 		return s.auth.audit
 	}
 	return auth.NewAuditor(s.log.With("log", "audit"))

@@ -29,11 +29,8 @@ import (
 func (s *Server) metricsHandler() http.Handler {
 	opts := promhttp.HandlerOpts{}
 	all := promhttp.HandlerFor(s.cfg.Registry, opts)
-	if s.auth == nil {
-		return all
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.auth.authn.Policy.Policy().Metrics() == auth.MetricsOpen {
+		if !s.policyOn() || s.auth.authn.Policy.Policy().Metrics() == auth.MetricsOpen {
 			all.ServeHTTP(w, r)
 			return
 		}

@@ -47,7 +47,7 @@ func (n nativeNode) Readable(ctx context.Context, reads func(*auth.Grants) bool)
 // NDJSON watch: the refusal is audited with the code first
 // ("permission_denied: ..."), as every other path writes it.
 func (n nativeNode) Check(ctx context.Context, procedure string, msg any) error {
-	if n.s.auth == nil {
+	if !n.s.policyOn() {
 		return nil
 	}
 	if _, err := n.s.check(ctx, msg); err != nil {
@@ -63,7 +63,7 @@ func (n nativeNode) Check(ctx context.Context, procedure string, msg any) error 
 // a token that expired or left the policy, or a certificate past its
 // NotAfter, must stop working on it as on a unary call.
 func (n nativeNode) Admit(ctx context.Context, procedure string) error {
-	if n.s.auth == nil {
+	if !n.s.policyOn() {
 		return nil
 	}
 	if _, err := n.s.grants(ctx, false); err != nil {
@@ -99,10 +99,11 @@ func invalid(format string, args ...any) error { return nativeapi.Invalid(format
 
 // metricsAccess guards /metrics as the policy says.
 func (s *Server) metricsAccess(next http.Handler) http.Handler {
-	if s.auth == nil {
-		return next
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.policyOn() {
+			next.ServeHTTP(w, r)
+			return
+		}
 		var msg any = &tenurev1.StatusRequest{}
 		switch s.auth.authn.Policy.Policy().Metrics() {
 		case auth.MetricsOpen:

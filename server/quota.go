@@ -116,7 +116,7 @@ func (s *Server) holdWatch(ctx context.Context) (release func(), err error) {
 // limits: none without a policy, or for a node acting for itself. A
 // call forwarded by a follower counts as its principal here too.
 func (s *Server) quotaOf(ctx context.Context) (string, auth.Limits, error) {
-	if s.auth == nil {
+	if !s.policyOn() {
 		return "", auth.Limits{}, nil
 	}
 	g, err := s.grants(ctx, false)

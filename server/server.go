@@ -86,7 +86,10 @@ type Server struct {
 	metrics *metrics
 	peers   *peers
 	native  *nativeapi.API
-	auth    *authState // nil without a policy
+	// etcdAuthRev is the auth store revision noteEtcdAuth last put in
+	// force.
+	etcdAuthRev atomic.Int64
+	auth        *authState // nil without a policy
 	// advertise is the API address this node is known by.
 	advertise string
 	// etcd serves the etcd v3 API when it is on; etcdAdvertise is its
@@ -173,13 +176,17 @@ func Open(cfg Config) (*Server, error) {
 		stopC:         make(chan struct{}),
 		serveErr:      make(chan error, 1),
 	}
-	if cfg.Auth != nil {
-		audit := cfg.Audit
-		if audit == nil {
-			audit = cfg.Logger.With("log", "audit")
-		}
-		s.auth = &authState{authn: cfg.Auth, audit: auth.NewAuditor(audit)}
+	// Without a policy file the policy is etcd's users and roles alone,
+	// in force once etcdctl enables auth (policyOn).
+	authn := cfg.Auth
+	if authn == nil {
+		authn = &auth.Authenticator{Policy: auth.Static(nil)}
 	}
+	audit := cfg.Audit
+	if audit == nil {
+		audit = cfg.Logger.With("log", "audit")
+	}
+	s.auth = &authState{authn: authn, audit: auth.NewAuditor(audit)}
 	s.metrics = newMetrics(cfg.Registry, s)
 	s.quota = newQuota()
 	s.waiters = newWaiters(s.propose, s.holdWait, s.metrics.waiting.Add, cfg.Logger)
@@ -198,7 +205,7 @@ func Open(cfg Config) (*Server, error) {
 	rc.Logger = cfg.Logger
 	rc.Registerer = cfg.Registry
 	rc.Observer = s.observe
-	rc.OnRestore = s.hub.Reset
+	rc.OnRestore = s.restored
 	if len(cfg.Join) > 0 || cfg.BootstrapExpect > 1 {
 		// The cluster is formed (or this node added to one) by the
 		// membership loop, once it has met the others.
@@ -297,10 +304,8 @@ func (s *Server) Close() error {
 		s.wg.Wait()
 		s.peers.close()
 		s.etcdPeers.close()
-		if s.auth != nil {
-			// Last, when nothing audits any more: writes what was folded.
-			s.auth.audit.Close()
-		}
+		// Last, when nothing audits any more: writes what was folded.
+		s.auth.audit.Close()
 	})
 	return s.closeErr
 }
@@ -433,10 +438,19 @@ func (s *Server) routes() http.Handler {
 // observe receives every applied command's events, in log order, on the
 // FSM goroutine under the state write lock. Nothing here may block.
 func (s *Server) observe(m *statemachine.Machine, events []statemachine.Event) {
+	s.noteEtcdAuth(m)
 	s.hub.Publish(events)
 	s.lessor.Observe(events)
 	s.waiters.observe(events)
 	s.metrics.leases.observe(events)
+}
+
+// restored is told of a state restored from a snapshot, under the
+// state write lock: the hub starts again from its revision, and etcd's
+// users and roles are the snapshot's.
+func (s *Server) restored(revision int64, m *statemachine.Machine) {
+	s.hub.Reset(revision)
+	s.noteEtcdAuth(m)
 }
 
 // leadershipLoop promotes the lessor when this node becomes leader and

@@ -171,10 +171,11 @@ func (m *Machine) authChange(c AuthChange) Result {
 	if err != nil {
 		return Result{Err: fmt.Errorf("%s: %w", c.Op, err)}
 	}
-	if changed {
-		a.revision++
+	if !changed {
+		return Result{}
 	}
-	return Result{}
+	a.revision++
+	return Result{AuthRevision: a.revision}
 }
 
 // apply makes c's change, or refuses it having changed nothing, and

@@ -317,6 +317,10 @@ type Result struct {
 	Revoked []int64 // Revoke: tokens revoked
 	Epoch   int64   // NewEpoch
 	Txn     *TxnResponse
+	// AuthRevision is the auth store's revision after an AuthChange
+	// that changed it, 0 otherwise: the replication layer tells its
+	// observer of such a change though it has no events.
+	AuthRevision int64
 }
 
 // Deadlines lists everything the leader's lessor must time, read from the

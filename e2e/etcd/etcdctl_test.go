@@ -42,6 +42,7 @@ func TestEtcdctl(t *testing.T) {
 		{"elect", ctlElect},
 		{"maintenance", ctlMaintenance},
 		{"bytes", ctlBytes},
+		{"auth", ctlAuth},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			ref, sut, ok := pair(t)
@@ -513,4 +514,48 @@ func ctlMaintenance(c *ctl) {
 	c.run("compaction", "100")
 	c.run("watch", "--rev", "2", "m")
 	c.run("endpoint", "status", "-w", "json")
+}
+
+// ctlAuth is etcd's user, role and auth runbook, verbatim: each answer,
+// each refusal and what the users may then do, as etcd prints them.
+// (etcdctl's auth enable adds the root role and grants it to root when
+// it is missing, on either server.)
+func ctlAuth(c *ctl) {
+	c.run("auth", "enable")
+	c.run("role", "add", "app")
+	c.run("role", "add", "app")
+	c.run("role", "grant-permission", "app", "readwrite", "app/", "--prefix")
+	c.run("role", "grant-permission", "app", "read", "config")
+	c.run("role", "get", "app")
+	c.run("user", "add", "root", "--new-user-password", "root-pw", "--interactive=false")
+	c.run("user", "add", "carol", "--new-user-password", "carol-pw", "--interactive=false")
+	c.run("user", "grant-role", "carol", "app")
+	c.run("user", "grant-role", "carol", "none")
+	c.run("user", "list")
+	c.run("role", "list")
+	c.run("auth", "enable")
+	c.run("user", "get", "root")
+	c.run("put", "app/x", "1")
+	c.run("--user", "carol:carol-pw", "put", "app/x", "1")
+	c.run("--user", "carol:carol-pw", "get", "app/x")
+	c.run("--user", "carol:carol-pw", "put", "other", "1")
+	c.run("--user", "carol:carol-pw", "put", "config", "1")
+	c.run("--user", "carol:carol-pw", "get", "config")
+	c.run("--user", "carol:wrong", "get", "app/x")
+	c.run("--user", "carol:carol-pw", "user", "add", "mallory", "--new-user-password", "pw", "--interactive=false")
+	c.run("--user", "root:root-pw", "user", "get", "carol")
+	c.run("--user", "root:root-pw", "user", "delete", "root")
+	c.run("--user", "root:root-pw", "user", "revoke-role", "root", "root")
+	c.runIn("new-pw\n", "--user", "root:root-pw", "user", "passwd", "carol", "--interactive=false")
+	c.run("--user", "carol:carol-pw", "get", "app/x")
+	c.run("--user", "carol:new-pw", "get", "app/x")
+	c.run("--user", "root:root-pw", "user", "revoke-role", "carol", "app")
+	c.run("--user", "carol:new-pw", "get", "app/x")
+	c.run("--user", "root:root-pw", "role", "revoke-permission", "app", "config")
+	c.run("--user", "root:root-pw", "role", "revoke-permission", "app", "config")
+	c.run("--user", "root:root-pw", "role", "delete", "app")
+	c.run("--user", "root:root-pw", "auth", "disable")
+	c.run("put", "app/x", "2")
+	c.run("user", "delete", "carol")
+	c.run("user", "list")
 }

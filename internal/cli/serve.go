@@ -509,27 +509,27 @@ func loopback(addr string) bool {
 }
 
 // auth builds the authenticator from --policy and the CA flags, and the
-// audit log; nil without a policy.
+// audit log. Without --policy the policy is etcd's users and roles
+// alone, in force once etcdctl enables auth (docs/security.md).
 func (o *serveOptions) auth(logger *slog.Logger) (*auth.Authenticator, *slog.Logger, func(), error) {
 	noop := func() {}
-	if o.policyFile == "" {
-		if o.auditLog != "" {
-			return nil, nil, noop, usage("--audit-log needs --policy: without one there is nothing to audit")
-		}
-		return nil, nil, noop, nil
-	}
-	if o.clientCAFile != "" && o.certFile == "" {
+	if o.policyFile != "" && o.clientCAFile != "" && o.certFile == "" {
 		return nil, nil, noop, usage("--client-ca-file needs --cert-file: client certificates come over TLS")
 	}
-	if (len(o.join) > 0 || o.bootstrapExpect > 1) && (o.certFile == "" || o.peerCertFile == "") {
+	if o.policyFile != "" && (len(o.join) > 0 || o.bootstrapExpect > 1) && (o.certFile == "" || o.peerCertFile == "") {
 		return nil, nil, noop, usage("--policy on a node of a cluster (--join, --bootstrap-expect) needs --cert-file and the --peer-* flags: nodes prove to each other that they are nodes with their peer certificates")
 	}
+	// A client CA that is also the peer CA would let clients speak as
+	// nodes: refused with a policy file; without one (etcd's users
+	// alone) no certificate is taken as a node's.
+	sharedCA := false
 	if o.clientCAFile != "" && o.peerCAFile != "" {
 		same, err := certs.SameCA(o.clientCAFile, o.peerCAFile)
 		if err != nil {
 			return nil, nil, noop, usage("%v", err)
 		}
-		if same {
+		sharedCA = same
+		if same && o.policyFile != "" {
 			return nil, nil, noop, usage("--client-ca-file and --peer-ca-file share a CA: with a policy, a certificate from the peer CA speaks for the cluster's nodes, so clients need a CA of their own (tenure certs init writes client-ca.pem)")
 		}
 	}
@@ -542,25 +542,30 @@ func (o *serveOptions) auth(logger *slog.Logger) (*auth.Authenticator, *slog.Log
 		audit, closeAudit = slog.New(slog.NewJSONHandler(f, nil)), func() { f.Close() }
 	}
 	auditor := auth.NewAuditor(audit)
-	src, err := auth.Load(o.policyFile, func(p *auth.Policy, err error) {
-		e := auth.Entry{Principal: "(operator)", Action: "policy.reload", Target: o.policyFile, Outcome: "allowed"}
+	src := auth.Static(nil)
+	if o.policyFile != "" {
+		var err error
+		src, err = auth.Load(o.policyFile, func(p *auth.Policy, err error) {
+			e := auth.Entry{Principal: "(operator)", Action: "policy.reload", Target: o.policyFile, Outcome: "allowed"}
+			if err != nil {
+				e.Outcome, e.Reason = "failed", err.Error()+"; the policy before it stays in force"
+			}
+			auditor.Record(context.Background(), e)
+		})
 		if err != nil {
-			e.Outcome, e.Reason = "failed", err.Error()+"; the policy before it stays in force"
+			closeAudit()
+			return nil, nil, noop, usage("--policy: %v", err)
 		}
-		auditor.Record(context.Background(), e)
-	})
-	if err != nil {
-		closeAudit()
-		return nil, nil, noop, usage("--policy: %v", err)
 	}
 	a := &auth.Authenticator{Policy: src}
+	var err error
 	if o.clientCAFile != "" {
 		if a.ClientCAs, err = certs.Pool(o.clientCAFile, "--client-ca-file"); err != nil {
 			closeAudit()
 			return nil, nil, noop, usage("%v", err)
 		}
 	}
-	if o.peerCAFile != "" {
+	if o.peerCAFile != "" && !sharedCA {
 		if a.PeerCAs, err = certs.Pool(o.peerCAFile, "--peer-ca-file"); err != nil {
 			closeAudit()
 			return nil, nil, noop, usage("%v", err)
