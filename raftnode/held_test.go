@@ -51,6 +51,12 @@ func TestAHeldLearnerStaysHeldUntilPromoted(t *testing.T) {
 	if voter, held, _ := heldOf(t, joiner, "n2"); voter || !held {
 		t.Errorf("the learner's own view: got = voter %v, held %v, expected: a held learner", voter, held)
 	}
+	// The leader learns how far the learner got from its answer, which
+	// may arrive a moment after the learner applied.
+	waitFor(t, "the leader to hear the learner's progress", func() bool {
+		match, _, err := leader.Progress("n2")
+		return err == nil && match > 0
+	})
 	match, leaderMatch, err := leader.Progress("n2")
 	if err != nil || match == 0 || match > leaderMatch {
 		t.Errorf("progress: got = %d of %d, %v, expected: 0 < match <= the leader's", match, leaderMatch, err)

@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -21,7 +22,11 @@ func TestEtcdUsersReachEveryNode(t *testing.T) {
 	c := cluster.New(t, 3, cluster.WithEtcd(server.Compaction{}))
 	leader, followers := leaderAndFollowers(t, c)
 	root := etcdClient(t, leader)
-	ctx := waitCtx(t)
+	// Each password is a bcrypt at etcd's cost, hashed on add and
+	// checked at each login: seconds apiece under the race detector on
+	// a busy machine, more than waitCtx allows the whole test.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	steps := []func() error{
 		func() error { _, err := root.RoleAdd(ctx, "app"); return err },
 		func() error {
