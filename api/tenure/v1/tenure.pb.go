@@ -1765,7 +1765,11 @@ type Grant struct {
 	Value       string                 `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
 	Exclusive   bool                   `protobuf:"varint,7,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
 	// Why the holder was asked to step down; empty while it was not.
-	StepDown      string `protobuf:"bytes,8,opt,name=step_down,json=stepDown,proto3" json:"step_down,omitempty"`
+	StepDown string `protobuf:"bytes,8,opt,name=step_down,json=stepDown,proto3" json:"step_down,omitempty"`
+	// For an etcd lock (Lease.kind "etcd-lock"): the etcd lease the
+	// holder's key is attached to, whose lower-case hex is the key's last
+	// segment, as etcdctl prints lease IDs.
+	EtcdLeaseId   int64 `protobuf:"varint,9,opt,name=etcd_lease_id,json=etcdLeaseId,proto3" json:"etcd_lease_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1854,6 +1858,13 @@ func (x *Grant) GetStepDown() string {
 		return x.StepDown
 	}
 	return ""
+}
+
+func (x *Grant) GetEtcdLeaseId() int64 {
+	if x != nil {
+		return x.EtcdLeaseId
+	}
+	return 0
 }
 
 // EndedGrant is the last grant of a lease that ended: who had it, until
@@ -1968,8 +1979,10 @@ type Waiter struct {
 	HolderIdentity string                 `protobuf:"bytes,2,opt,name=holder_identity,json=holderIdentity,proto3" json:"holder_identity,omitempty"`
 	Since          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
 	Exclusive      bool                   `protobuf:"varint,4,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// For an etcd lock: the etcd lease the waiter's key is attached to.
+	EtcdLeaseId   int64 `protobuf:"varint,5,opt,name=etcd_lease_id,json=etcdLeaseId,proto3" json:"etcd_lease_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Waiter) Reset() {
@@ -2030,6 +2043,13 @@ func (x *Waiter) GetExclusive() bool {
 	return false
 }
 
+func (x *Waiter) GetEtcdLeaseId() int64 {
+	if x != nil {
+		return x.EtcdLeaseId
+	}
+	return 0
+}
+
 // Lease is shaped like a Kubernetes coordination.k8s.io/v1 Lease, plus a
 // fencing token, a capacity, a wait queue and a value.
 type Lease struct {
@@ -2072,7 +2092,24 @@ type Lease struct {
 	PreferredHolder string `protobuf:"bytes,22,opt,name=preferred_holder,json=preferredHolder,proto3" json:"preferred_holder,omitempty"`
 	// The longest a holder may keep a grant: past acquire_time + max_hold it
 	// is asked to step down, and revoked a grace later. Unset is no limit.
-	MaxHold       *durationpb.Duration `protobuf:"bytes,23,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
+	MaxHold *durationpb.Duration `protobuf:"bytes,23,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
+	// What the record is: "" a Tenure lease; "etcd-lock" the holder and
+	// waiters of an etcd concurrency recipe (a clientv3 Mutex or Election,
+	// etcd's Lock or Election service, etcdctl lock or elect), read from
+	// its keys. An etcd lock has no namespace; its name is key_prefix
+	// without the final "/", printable (bytes that are not UTF-8 as \xNN,
+	// control characters too, backslashes doubled). Its holder is the key
+	// under key_prefix created first, its waiters the others in create
+	// order, its fencing_token the holder key's create revision (etcd's
+	// KV revision, as clientv3's Mutex.Header().Revision), and its
+	// acquire_time when the holder became the holder, unset when the
+	// answering node has not seen it happen (it learns that at the next
+	// change after a restart). Listed only across all namespaces, to
+	// callers that may read the keys under key_prefix.
+	Kind string `protobuf:"bytes,24,opt,name=kind,proto3" json:"kind,omitempty"`
+	// For an etcd lock: the prefix its contenders' keys share, the name
+	// given to the recipe followed by "/", as bytes.
+	KeyPrefix     []byte `protobuf:"bytes,25,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2264,6 +2301,20 @@ func (x *Lease) GetPreferredHolder() string {
 func (x *Lease) GetMaxHold() *durationpb.Duration {
 	if x != nil {
 		return x.MaxHold
+	}
+	return nil
+}
+
+func (x *Lease) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Lease) GetKeyPrefix() []byte {
+	if x != nil {
+		return x.KeyPrefix
 	}
 	return nil
 }
@@ -5611,7 +5662,7 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\bidentity\x18\x03 \x01(\tR\bidentity\"`\n" +
 	"\x1aSetPreferredHolderResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12&\n" +
-	"\x05lease\x18\x02 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"\xb0\x02\n" +
+	"\x05lease\x18\x02 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"\xd4\x02\n" +
 	"\x05Grant\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12'\n" +
@@ -5622,7 +5673,8 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"renew_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\trenewTime\x12\x14\n" +
 	"\x05value\x18\x06 \x01(\tR\x05value\x12\x1c\n" +
 	"\texclusive\x18\a \x01(\bR\texclusive\x12\x1b\n" +
-	"\tstep_down\x18\b \x01(\tR\bstepDown\"\xc9\x02\n" +
+	"\tstep_down\x18\b \x01(\tR\bstepDown\x12\"\n" +
+	"\retcd_lease_id\x18\t \x01(\x03R\vetcdLeaseId\"\xc9\x02\n" +
 	"\n" +
 	"EndedGrant\x12\x1d\n" +
 	"\n" +
@@ -5634,13 +5686,14 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"renew_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\trenewTime\x125\n" +
 	"\bend_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x14\n" +
 	"\x05ended\x18\a \x01(\tR\x05ended\x12\x16\n" +
-	"\x06reason\x18\b \x01(\tR\x06reason\"\xa0\x01\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\"\xc4\x01\n" +
 	"\x06Waiter\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12'\n" +
 	"\x0fholder_identity\x18\x02 \x01(\tR\x0eholderIdentity\x120\n" +
 	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1c\n" +
-	"\texclusive\x18\x04 \x01(\bR\texclusive\"\xb5\b\n" +
+	"\texclusive\x18\x04 \x01(\bR\texclusive\x12\"\n" +
+	"\retcd_lease_id\x18\x05 \x01(\x03R\vetcdLeaseId\"\xe8\b\n" +
 	"\x05Lease\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -5668,7 +5721,10 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\vdelete_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"deleteTime\x12)\n" +
 	"\x10preferred_holder\x18\x16 \x01(\tR\x0fpreferredHolder\x124\n" +
-	"\bmax_hold\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\amaxHold\x1a9\n" +
+	"\bmax_hold\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\amaxHold\x12\x12\n" +
+	"\x04kind\x18\x18 \x01(\tR\x04kind\x12\x1d\n" +
+	"\n" +
+	"key_prefix\x18\x19 \x01(\fR\tkeyPrefix\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x04\n" +
