@@ -84,6 +84,7 @@ type Server struct {
 	quota   *quota
 	http    *http.Server
 	metrics *metrics
+	recipes *recipeTracker // etcd recipe locks' times (recipes.go)
 	peers   *peers
 	native  *nativeapi.API
 	auth    *authState // nil without a policy
@@ -179,6 +180,7 @@ func Open(cfg Config) (*Server, error) {
 		s.auth = &authState{authn: cfg.Auth, audit: auth.NewAuditor(audit)}
 	}
 	s.metrics = newMetrics(cfg.Registry, s)
+	s.recipes = newRecipeTracker(s.metrics.leases)
 	s.quota = newQuota()
 	s.waiters = newWaiters(s.propose, s.holdWait, s.metrics.waiting.Add, cfg.Logger)
 	s.lessor = lessor.New(lessor.Config{
@@ -196,7 +198,10 @@ func Open(cfg Config) (*Server, error) {
 	rc.Logger = cfg.Logger
 	rc.Registerer = cfg.Registry
 	rc.Observer = s.observe
-	rc.OnRestore = s.hub.Reset
+	rc.OnRestore = func(revision int64) {
+		s.hub.Reset(revision)
+		s.recipes.reset()
+	}
 	if len(cfg.Join) > 0 || cfg.BootstrapExpect > 1 {
 		// The cluster is formed (or this node added to one) by the
 		// membership loop, once it has met the others.
@@ -435,6 +440,7 @@ func (s *Server) observe(m *statemachine.Machine, events []statemachine.Event) {
 	s.lessor.Observe(events)
 	s.waiters.observe(events)
 	s.metrics.leases.observe(events)
+	s.recipes.observe(m, events)
 }
 
 // leadershipLoop promotes the lessor when this node becomes leader and
