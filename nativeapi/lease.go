@@ -273,7 +273,7 @@ func (h *leaseService) Validate(ctx context.Context, req *connect.Request[tenure
 
 func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.WatchLeasesRequest], stream *connect.ServerStream[tenurev1.LeaseEvent]) error {
 	m := req.Msg
-	spec, err := h.a.limits.leaseWatch(m.GetAllNamespaces(), m.GetNamespace(), m.GetName(), m.GetStartRevision())
+	spec, err := h.a.limits.leaseWatch(m.GetAllNamespaces(), m.GetNamespace(), m.GetName(), m.GetStartRevision(), m.GetEtcdLocks())
 	if err != nil {
 		return toConnect(err)
 	}

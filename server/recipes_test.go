@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -420,6 +422,52 @@ func TestEtcdRecipeLocksFollowThePolicy(t *testing.T) {
 		if l.GetKind() != "" {
 			t.Errorf("a list of namespace alice holds an etcd lock: %v", l)
 		}
+	}
+
+	// The page's watch, as alice, from the start: the etcd-lock events of
+	// her keys, up to her last lock, and none of admin's.
+	lock(etcdClient("alice", "alice-pw"), "alice/end")
+	watch := func(query string) *http.Response {
+		req, err := http.NewRequestWithContext(ctx, "GET", "http://"+srv.Addr()+"/v1/watch/leases?"+query, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+aliceToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	w := watch("all_namespaces=true&etcd_locks=true&start_revision=1")
+	if w.StatusCode != http.StatusOK {
+		t.Fatalf("watch with etcd_locks: got = %s, expected: 200", w.Status)
+	}
+	seen := map[string]int{}
+	lines := bufio.NewScanner(w.Body)
+	for seen["alice/end/"] == 0 && lines.Scan() {
+		var ev struct {
+			Type      string `json:"type"`
+			Kind      string `json:"kind"`
+			Name      string `json:"name"`
+			KeyPrefix []byte `json:"keyPrefix"`
+		}
+		if err := json.Unmarshal(lines.Bytes(), &ev); err != nil {
+			t.Fatalf("watch line %q: %v", lines.Text(), err)
+		}
+		if ev.Type == "LEASE_EVENT_TYPE_ETCD_LOCK" {
+			if ev.Kind != nativeapi.RecipeKind || ev.Name+"/" != string(ev.KeyPrefix) {
+				t.Errorf("etcd-lock event: got = %q, expected: kind etcd-lock, name its prefix without the /", lines.Text())
+			}
+			seen[string(ev.KeyPrefix)]++
+		}
+	}
+	if seen["alice/lock/"] == 0 || seen["alice/end/"] == 0 || seen["admin/lock/"] != 0 {
+		t.Errorf("alice's etcd-lock events by prefix: got = %v, expected: alice/lock/ and alice/end/, no admin/lock/", seen)
+	}
+	if w := watch("namespace=alice&etcd_locks=true"); w.StatusCode != http.StatusBadRequest {
+		t.Errorf("etcd_locks on a watch of one namespace: got = %s, expected: 400", w.Status)
 	}
 }
 

@@ -55,6 +55,10 @@ const (
 	LeaseEventType_LEASE_EVENT_TYPE_STEP_DOWN LeaseEventType = 10
 	// The preferred holder was set (holder_identity) or cleared (empty).
 	LeaseEventType_LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET LeaseEventType = 11
+	// A contender's key of the etcd lock named by key_prefix was put or
+	// deleted: its holder or waiters may have changed (list the leases to
+	// see them). session_id is the key's session. Only with etcd_locks.
+	LeaseEventType_LEASE_EVENT_TYPE_ETCD_LOCK LeaseEventType = 12
 )
 
 // Enum value maps for LeaseEventType.
@@ -72,6 +76,7 @@ var (
 		9:  "LEASE_EVENT_TYPE_DELETED",
 		10: "LEASE_EVENT_TYPE_STEP_DOWN",
 		11: "LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET",
+		12: "LEASE_EVENT_TYPE_ETCD_LOCK",
 	}
 	LeaseEventType_value = map[string]int32{
 		"LEASE_EVENT_TYPE_UNSPECIFIED":          0,
@@ -86,6 +91,7 @@ var (
 		"LEASE_EVENT_TYPE_DELETED":              9,
 		"LEASE_EVENT_TYPE_STEP_DOWN":            10,
 		"LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET": 11,
+		"LEASE_EVENT_TYPE_ETCD_LOCK":            12,
 	}
 )
 
@@ -3252,7 +3258,12 @@ type WatchLeasesRequest struct {
 	// Replay from this revision (inclusive) if it is still in the history.
 	StartRevision int64 `protobuf:"varint,3,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
 	// Only events of the lease with this name (in namespace).
-	Name          string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	// etcd_locks adds, to a watch of all namespaces without a name, an
+	// event of type LEASE_EVENT_TYPE_ETCD_LOCK each time a key of an etcd
+	// recipe's lock (Lease.kind "etcd-lock") is put or deleted, for
+	// callers that may read the key: the page lists again on it.
+	EtcdLocks     bool `protobuf:"varint,5,opt,name=etcd_locks,json=etcdLocks,proto3" json:"etcd_locks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3315,6 +3326,13 @@ func (x *WatchLeasesRequest) GetName() string {
 	return ""
 }
 
+func (x *WatchLeasesRequest) GetEtcdLocks() bool {
+	if x != nil {
+		return x.EtcdLocks
+	}
+	return false
+}
+
 type LeaseEvent struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Revision       int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -3326,8 +3344,12 @@ type LeaseEvent struct {
 	Token          int64                  `protobuf:"varint,7,opt,name=token,proto3" json:"token,omitempty"`
 	Value          string                 `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	// Why: the revoke reason, or "session expired"/"session closed".
-	Reason        string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
-	Time          *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=time,proto3" json:"time,omitempty"`
+	Reason string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	Time   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=time,proto3" json:"time,omitempty"`
+	// "etcd-lock" for LEASE_EVENT_TYPE_ETCD_LOCK, whose name is the
+	// lock's printable name and key_prefix its keys' prefix, as in Lease.
+	Kind          string `protobuf:"bytes,11,opt,name=kind,proto3" json:"kind,omitempty"`
+	KeyPrefix     []byte `protobuf:"bytes,12,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3428,6 +3450,20 @@ func (x *LeaseEvent) GetReason() string {
 func (x *LeaseEvent) GetTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.Time
+	}
+	return nil
+}
+
+func (x *LeaseEvent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *LeaseEvent) GetKeyPrefix() []byte {
+	if x != nil {
+		return x.KeyPrefix
 	}
 	return nil
 }
@@ -5796,12 +5832,14 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x0fholder_identity\x18\x02 \x01(\tR\x0eholderIdentity\x12#\n" +
 	"\rcurrent_token\x18\x03 \x01(\x03R\fcurrentToken\x12\x16\n" +
 	"\x06tokens\x18\x04 \x03(\x03R\x06tokens\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision\"\x94\x01\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\"\xb3\x01\n" +
 	"\x12WatchLeasesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eall_namespaces\x18\x02 \x01(\bR\rallNamespaces\x12%\n" +
 	"\x0estart_revision\x18\x03 \x01(\x03R\rstartRevision\x12\x12\n" +
-	"\x04name\x18\x04 \x01(\tR\x04name\"\xc5\x02\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"etcd_locks\x18\x05 \x01(\bR\tetcdLocks\"\xf8\x02\n" +
 	"\n" +
 	"LeaseEvent\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12-\n" +
@@ -5815,7 +5853,10 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x05value\x18\b \x01(\tR\x05value\x12\x16\n" +
 	"\x06reason\x18\t \x01(\tR\x06reason\x12.\n" +
 	"\x04time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xa2\x02\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
+	"\x04kind\x18\v \x01(\tR\x04kind\x12\x1d\n" +
+	"\n" +
+	"key_prefix\x18\f \x01(\fR\tkeyPrefix\"\xa2\x02\n" +
 	"\bKeyValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12'\n" +
@@ -5966,7 +6007,7 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision*\x9b\x03\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision*\xbb\x03\n" +
 	"\x0eLeaseEventType\x12 \n" +
 	"\x1cLEASE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19LEASE_EVENT_TYPE_ACQUIRED\x10\x01\x12\x1d\n" +
@@ -5980,7 +6021,8 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x18LEASE_EVENT_TYPE_DELETED\x10\t\x12\x1e\n" +
 	"\x1aLEASE_EVENT_TYPE_STEP_DOWN\x10\n" +
 	"\x12)\n" +
-	"%LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET\x10\v*\x86\x01\n" +
+	"%LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET\x10\v\x12\x1e\n" +
+	"\x1aLEASE_EVENT_TYPE_ETCD_LOCK\x10\f*\x86\x01\n" +
 	"\x0eWatchEventType\x12 \n" +
 	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14WATCH_EVENT_TYPE_PUT\x10\x01\x12\x1b\n" +
