@@ -60,19 +60,21 @@ func RecipePrefix(key string, lease int64) (string, bool) {
 }
 
 // RecipeLocks returns the recipe locks the keys bound to sessions show,
-// by prefix. It costs one key lookup per key bound to a session, and is
-// read under the state's read lock like every other read.
+// by prefix. It reads the name of every key bound to a session, and
+// looks up only those whose last segment is their lease's hex: cheap
+// beside the keyspace, which it never walks. Callers read it under the
+// state's read lock like every other read.
 func (m *Machine) RecipeLocks() []RecipeLock {
 	byPrefix := map[string][]RecipeContender{}
 	for _, s := range m.sessions {
+		lease := s.EtcdLeaseID() // every key bound to s is attached to it
 		for key := range s.keys {
-			kv, ok := m.keys.Get(&KeyValue{Key: key})
+			pfx, ok := RecipePrefix(key, lease)
 			if !ok {
-				continue
+				continue // most keys: no lookup
 			}
-			lease := kv.EtcdLease()
-			pfx, ok := RecipePrefix(kv.Key, lease)
-			if !ok {
+			kv, ok := m.keys.Get(&KeyValue{Key: key})
+			if !ok || kv.EtcdLease() != lease {
 				continue
 			}
 			byPrefix[pfx] = append(byPrefix[pfx], RecipeContender{
