@@ -71,7 +71,7 @@ func TestWebPageShowsEtcdLocks(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	holder := func(s *concurrency.Session) string { return fmt.Sprintf("etcd (lease %x)", int64(s.Lease())) }
+	holder := func(s *concurrency.Session) string { return fmt.Sprintf("etcd (lease %016x)", int64(s.Lease())) }
 	waitFor("the etcd lock held with one waiter", func(r map[string]string) bool {
 		return r["Holder"] == holder(s1) && r["Token"] == strconv.FormatInt(m1.Header().Revision, 10) &&
 			r["Status"] == "Held, 1 waiting" && r["Waiters"] == "1" && r["Held for"] != "" && r["Held for"] != "unknown"

@@ -53,7 +53,7 @@ func TestGetLeaseAllNamespacesShowsEtcdLocks(t *testing.T) {
 	go func() { _ = concurrency.NewMutex(s2, "jobs/nightly").Lock(ctx) }()
 
 	ep := []string{"--endpoints", c.Node(0).Addr()}
-	holder := fmt.Sprintf("etcd (lease %x)", int64(s1.Lease()))
+	holder := fmt.Sprintf("etcd (lease %016x)", int64(s1.Lease()))
 	row := regexp.MustCompile(`(?m)^\(etcd\)\s+jobs/nightly\s+` + regexp.QuoteMeta(holder) + `\s+Held, 1 waiting\s+\d+s\s*$`)
 	var stdout string
 	waitFor(t, 10*time.Second, "the etcd lock with its waiter in get lease -A", func() bool {
@@ -86,8 +86,8 @@ func TestGetLeaseAllNamespacesShowsEtcdLocks(t *testing.T) {
 		}
 		found = true
 		if d.Metadata.Name != "jobs/nightly" || d.Status.KeyPrefix != "jobs/nightly/" || d.Status.FencingToken != m1.Header().Revision ||
-			len(d.Status.Holders) != 1 || d.Status.Holders[0].EtcdLeaseID != fmt.Sprintf("%x", int64(s1.Lease())) ||
-			len(d.Status.Waiters) != 1 || d.Status.Waiters[0].EtcdLeaseID != fmt.Sprintf("%x", int64(s2.Lease())) {
+			len(d.Status.Holders) != 1 || d.Status.Holders[0].EtcdLeaseID != fmt.Sprintf("%016x", int64(s1.Lease())) ||
+			len(d.Status.Waiters) != 1 || d.Status.Waiters[0].EtcdLeaseID != fmt.Sprintf("%016x", int64(s2.Lease())) {
 			t.Errorf("the etcd lock in -o json: got = %+v, expected: jobs/nightly held by %x at %d, %x waiting", d, int64(s1.Lease()), m1.Header().Revision, int64(s2.Lease()))
 		}
 	}
@@ -112,7 +112,7 @@ func TestPrintEtcdLockOfUnknownSince(t *testing.T) {
 	if err := printLeases(&buf, []client.Lease{l}, "", true, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`(?m)^\(etcd\)\s+m\s+etcd \(lease 694d\)\s+Held\s+<unknown>\s*$`).MatchString(buf.String()) {
-		t.Errorf("got = %q, expected: (etcd) m etcd (lease 694d) Held <unknown>", buf.String())
+	if !regexp.MustCompile(`(?m)^\(etcd\)\s+m\s+etcd \(lease 000000000000694d\)\s+Held\s+<unknown>\s*$`).MatchString(buf.String()) {
+		t.Errorf("got = %q, expected: (etcd) m etcd (lease 000000000000694d) Held <unknown>", buf.String())
 	}
 }

@@ -318,12 +318,13 @@ func namespaceText(l client.Lease) string {
 	return l.Namespace
 }
 
-// etcdLeaseHex is an etcd lease ID as etcdctl prints it; "" for none.
+// etcdLeaseHex is an etcd lease ID as etcdctl prints it (lease grant,
+// lease list): 16 hex digits. "" for none.
 func etcdLeaseHex(id int64) string {
 	if id == 0 {
 		return ""
 	}
-	return strconv.FormatInt(id, 16)
+	return fmt.Sprintf("%016x", id)
 }
 
 // humanDuration is kubectl's short age (k8s.io/apimachinery's

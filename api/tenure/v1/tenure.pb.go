@@ -1774,7 +1774,7 @@ type Grant struct {
 	StepDown string `protobuf:"bytes,8,opt,name=step_down,json=stepDown,proto3" json:"step_down,omitempty"`
 	// For an etcd lock (Lease.kind "etcd-lock"): the etcd lease the
 	// holder's key is attached to, whose lower-case hex is the key's last
-	// segment, as etcdctl prints lease IDs.
+	// segment (etcdctl prints it in 16 hex digits).
 	EtcdLeaseId   int64 `protobuf:"varint,9,opt,name=etcd_lease_id,json=etcdLeaseId,proto3" json:"etcd_lease_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
