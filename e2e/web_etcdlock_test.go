@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,6 +94,24 @@ func TestWebPageShowsEtcdLocks(t *testing.T) {
 		return r["Holder"] == holder(s2) && r["Token"] == strconv.FormatInt(resp.Kvs[0].CreateRevision, 10) &&
 			r["Status"] == "Held" && r["Waiters"] == "0"
 	})
+	// Its detail: what it is, the holder with its lease, and no revoke
+	// (the lock is the etcd lease's).
+	if !pageEval[bool](tab, `(() => { const tr = document.querySelector('#leases tbody tr[data-lease="(etcd)/jobs/nightly"]'); if (tr) tr.click(); return !!tr; })()`) {
+		t.Fatal("no row of the etcd lock to click")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		kind := pageEval[string](tab, `(document.querySelector("#d-kind") || {}).textContent || ""`)
+		holders := pageEval[string](tab, `(document.querySelector("#d-holders") || {}).innerText || ""`)
+		revoke := pageEval[bool](tab, `document.querySelector("#d-revoke").hidden`)
+		if strings.Contains(kind, "etcd lock") && strings.Contains(holders, holder(s2)) && revoke {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("detail of the etcd lock: got = kind %q, holders %q, revoke hidden %v, expected: an etcd lock held by %s, no revoke", kind, holders, revoke, holder(s2))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if opts := pageEval[[]string](tab, `Array.from(document.querySelectorAll("#namespaces option"), o => o.value)`); len(opts) > 0 {
 		for _, o := range opts {
 			if o == "(etcd)" {
