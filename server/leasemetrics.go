@@ -216,7 +216,14 @@ func (lm *leaseMetrics) recipeHandover(pfx string, c recipeChange) {
 	defer lm.mu.Unlock()
 	id := statemachine.LeaseID{Namespace: recipeNamespace, Name: nativeapi.RecipeName(pfx)}
 	name := lm.nameLocked(id)
-	lm.bearLocked(recipeNamespace, name)
+	if k := [2]string{recipeNamespace, name}; !lm.born[k] {
+		// Only what an etcd lock can do: nobody revokes a grant of it,
+		// asks its holder to step down or collects a record.
+		lm.born[k] = true
+		for _, v := range []*prometheus.CounterVec{lm.grants, lm.expired, lm.lost} {
+			v.WithLabelValues(recipeNamespace, name)
+		}
+	}
 	if c.idle {
 		lm.recipeIdle[id] = c.time
 	} else {
