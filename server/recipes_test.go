@@ -624,3 +624,43 @@ func TestEtcdLockSinceIsUnknownAfterARestartUntilTheNextHandover(t *testing.T) {
 		t.Errorf("after the handover: got = %v, expected: held by session %d since the delete", l, s2)
 	}
 }
+
+// An etcd lock's series share --metrics-lease-names with the leases
+// ((other) past it), stay while it is gone for less than recipeKeep (a
+// lock taken and let go between two scrapes is still counted), and are
+// deleted after, which frees the name's slot.
+func TestEtcdLockSeriesShareTheCapAndGoAfterTheirKeep(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	lm := newLeaseMetrics(reg, 1)
+	lm.recipeKeep = time.Hour
+	now := time.Now()
+	at := func(d time.Duration) int64 { return now.Add(d).UnixNano() }
+	gauges := func(when time.Duration, recipes ...recipeGauge) {
+		ch := make(chan prometheus.Metric, 100)
+		lm.collectGauges(nil, recipes, now.Add(when), ch)
+		close(ch)
+		for range ch {
+		}
+	}
+	grants := func(name string) float64 {
+		return series(t, reg, "tenure_lease_grants_total", map[string]string{"namespace": recipeNamespace, "lease": name})
+	}
+	lm.recipeHandover("a/", recipeChange{time: at(time.Second), granted: true})
+	lm.recipeHandover("b/", recipeChange{time: at(time.Second), granted: true}) // past the cap of 1
+	if grants("a") != 1 || grants("(other)") != 1 {
+		t.Fatalf("grants: got = a %v, (other) %v, expected: 1 each", grants("a"), grants("(other)"))
+	}
+	lm.recipeHandover("a/", recipeChange{time: at(2 * time.Second), ended: true, idle: true})
+	gauges(30*time.Minute, recipeGauge{name: "b"})
+	if grants("a") != 1 {
+		t.Errorf("a gone for 30m of its 1h keep: got = %v grants, expected: its series kept", grants("a"))
+	}
+	gauges(2 * time.Hour) // b is gone too
+	if grants("a") != 0 {
+		t.Errorf("a gone for 2h: got = %v grants, expected: its series deleted", grants("a"))
+	}
+	lm.recipeHandover("c/", recipeChange{time: at(3 * time.Hour), granted: true})
+	if grants("c") != 1 {
+		t.Errorf("c after a's slot was freed: got = %v grants, expected: a series of its own", grants("c"))
+	}
+}
