@@ -42,7 +42,22 @@ type Lease struct {
 	// MaxHold is the first holder's max hold (0: none): past AcquireTime
 	// + MaxHold it is asked to step down, then revoked a grace later.
 	MaxHold time.Duration
+	// Kind is "" for a Tenure lease, KindEtcdLock for an etcd recipe's
+	// lock listed with the leases (across all namespaces only).
+	Kind string
+	// KeyPrefix is an etcd lock's keys' common prefix, its name and "/",
+	// as bytes; Name is the same without the "/", printable.
+	KeyPrefix []byte
 }
+
+// KindEtcdLock is Lease.Kind for the lock of one of etcd's concurrency
+// recipes (a clientv3 Mutex or Election, etcd's Lock and Election
+// services, etcdctl lock and elect), as the server reads it from the
+// keys: no namespace; the holder is the key created first, the waiters
+// the others in create order, Token the holder key's create revision
+// (etcd's fencing value), AcquireTime when it became the holder (zero
+// when the answering node did not see that happen).
+const KindEtcdLock = "etcd-lock"
 
 // EndedGrant is the last grant of a lease that ended.
 type EndedGrant struct {
@@ -71,6 +86,7 @@ type GrantInfo struct {
 	Value       string
 	Exclusive   bool
 	StepDown    string // why the holder was asked to step down, if it was
+	EtcdLease   int64  // an etcd lock's: the etcd lease of the holder's key
 }
 
 // Waiter is a session queued for a lease.
@@ -79,6 +95,7 @@ type Waiter struct {
 	Holder    string
 	Since     time.Time
 	Exclusive bool
+	EtcdLease int64 // an etcd lock's: the etcd lease of the waiter's key
 }
 
 // SessionInfo is a session as listed.
@@ -103,6 +120,7 @@ func leaseFrom(p *tenurev1.Lease) Lease {
 		CreateRevision: p.GetCreateRevision(), ModRevision: p.GetModRevision(),
 		Status: p.GetStatus(), GCAfter: p.GetGcAfter().AsDuration(), DeleteTime: timeOf(p.GetDeleteTime()),
 		PreferredHolder: p.GetPreferredHolder(), MaxHold: p.GetMaxHold().AsDuration(),
+		Kind: p.GetKind(), KeyPrefix: p.GetKeyPrefix(),
 	}
 	if e := p.GetLast(); e != nil {
 		l.Last = &EndedGrant{
@@ -118,7 +136,7 @@ func leaseFrom(p *tenurev1.Lease) Lease {
 		l.RenewTime = p.GetRenewTime().AsTime()
 	}
 	for _, g := range p.GetHolders() {
-		gr := GrantInfo{SessionID: g.GetSessionId(), Holder: g.GetHolderIdentity(), Token: g.GetToken(), Value: g.GetValue(), Exclusive: g.GetExclusive(), StepDown: g.GetStepDown()}
+		gr := GrantInfo{SessionID: g.GetSessionId(), Holder: g.GetHolderIdentity(), Token: g.GetToken(), Value: g.GetValue(), Exclusive: g.GetExclusive(), StepDown: g.GetStepDown(), EtcdLease: g.GetEtcdLeaseId()}
 		if g.GetAcquireTime() != nil {
 			gr.AcquireTime = g.GetAcquireTime().AsTime()
 		}
@@ -128,7 +146,7 @@ func leaseFrom(p *tenurev1.Lease) Lease {
 		l.Holders = append(l.Holders, gr)
 	}
 	for _, w := range p.GetWaiters() {
-		wt := Waiter{SessionID: w.GetSessionId(), Holder: w.GetHolderIdentity(), Exclusive: w.GetExclusive()}
+		wt := Waiter{SessionID: w.GetSessionId(), Holder: w.GetHolderIdentity(), Exclusive: w.GetExclusive(), EtcdLease: w.GetEtcdLeaseId()}
 		if w.GetSince() != nil {
 			wt.Since = w.GetSince().AsTime()
 		}

@@ -36,6 +36,11 @@ type Backend interface {
 	// LastHeartbeat is when the leader last heard from session id, for
 	// display; zero on a follower.
 	LastHeartbeat(id int64) time.Time
+	// RecipeTimes tells, of etcd recipe lock l read in the Read this
+	// is called from, when its holder became the holder and when each
+	// of its contenders' keys was created (unix ns): 0 where this node
+	// did not see it happen. See RecipeKind.
+	RecipeTimes(l statemachine.RecipeLock) (since int64, joined []int64)
 	// MayRead reports, without auditing, whether the caller may read
 	// key: a write's answer tells a write-only caller nothing of it.
 	MayRead(ctx context.Context, key string) bool

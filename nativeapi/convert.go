@@ -180,6 +180,17 @@ var leaseEventTypes = map[statemachine.EventType]tenurev1.LeaseEventType{
 }
 
 func leaseEventProto(e *statemachine.Event) *tenurev1.LeaseEvent {
+	if pfx, ok := recipeEventPrefix(e); ok {
+		return &tenurev1.LeaseEvent{
+			Revision:  e.Revision,
+			Type:      tenurev1.LeaseEventType_LEASE_EVENT_TYPE_ETCD_LOCK,
+			Kind:      RecipeKind,
+			Name:      RecipeName(pfx),
+			KeyPrefix: []byte(pfx),
+			SessionId: e.SessionID,
+			Time:      stamp(e.Time),
+		}
+	}
 	return &tenurev1.LeaseEvent{
 		Revision:       e.Revision,
 		Type:           leaseEventTypes[e.Type],

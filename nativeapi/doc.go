@@ -25,6 +25,13 @@
 //   - Watches (events.go): one check of a watch's filter and start
 //     revision for the Connect streams and the NDJSON ones (httpwatch.go);
 //     a key watch is package keyfeed's, the same as etcd's.
+//   - etcd's locks as leases (recipe.go): ListLeases across all
+//     namespaces appends each lock of etcd's concurrency recipes, read
+//     from its keys (statemachine.RecipeLocks), as a Lease of kind
+//     RecipeKind — told apart by kind, not by a namespace a user could
+//     own — with the times the server saw (Backend.RecipeTimes); the
+//     server's filter shows it to callers that may read its keys. A
+//     lease watch with etcd_locks adds an event per change of their keys.
 //   - Pipelines (pipeline.go, pipeidle.go): each operation runs its
 //     unary handler, checked by the policy and counted in the metrics as
 //     its unary twin is (Backend.Check, Backend.Observe).

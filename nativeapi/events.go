@@ -25,8 +25,13 @@ type watchSpec struct {
 }
 
 // leaseWatch checks a lease watch: every namespace, or one (default
-// "default"), and optionally one lease in it.
-func (l Limits) leaseWatch(allNamespaces bool, ns, name string, start int64) (watchSpec, error) {
+// "default"), and optionally one lease in it. etcdLocks adds the key
+// events of etcd recipe locks (RecipeKind) to a watch of every
+// namespace, as LEASE_EVENT_TYPE_ETCD_LOCK.
+func (l Limits) leaseWatch(allNamespaces bool, ns, name string, start int64, etcdLocks bool) (watchSpec, error) {
+	if etcdLocks && (!allNamespaces || name != "") {
+		return watchSpec{}, Invalid("etcd_locks needs all_namespaces and no name: etcd locks have no namespace")
+	}
 	if !allNamespaces {
 		var err error
 		if ns, err = l.namespace(ns); err != nil {
@@ -50,7 +55,32 @@ func (l Limits) leaseWatch(allNamespaces bool, ns, name string, start int64) (wa
 	if !allNamespaces {
 		reads = func(g *auth.Grants) bool { return g.Namespace(auth.Read, ns) || g.Namespace(auth.Lock, ns) }
 	}
-	return watchSpec{start: start, filter: leaseFilter(ns, name), reads: reads}, nil
+	filter := leaseFilter(ns, name)
+	if etcdLocks {
+		leases := filter
+		filter = func(e *statemachine.Event) bool {
+			_, ok := recipeEventPrefix(e)
+			return ok || leases(e)
+		}
+	}
+	// A key event reaches the caller only if it may read the key
+	// (Backend.Readable), as an etcd watch of it would.
+	return watchSpec{start: start, filter: filter, reads: reads}, nil
+}
+
+// recipeEventPrefix is the prefix of the etcd lock a key event changed:
+// the key's, when it is a recipe key (statemachine.RecipePrefix) after
+// the event or was one before it.
+func recipeEventPrefix(e *statemachine.Event) (string, bool) {
+	for _, kv := range []*statemachine.KeyValue{e.KV, e.PrevKV} {
+		if kv == nil {
+			continue
+		}
+		if pfx, ok := statemachine.RecipePrefix(kv.Key, kv.EtcdLease()); ok {
+			return pfx, true
+		}
+	}
+	return "", false
 }
 
 // keyWatch checks a key watch: one key, or every key under a prefix (which

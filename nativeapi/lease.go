@@ -218,6 +218,15 @@ func (h *leaseService) List(ctx context.Context, req *connect.Request[tenurev1.L
 				out.Leases = append(out.Leases, leaseProto(m, l, h.a.node))
 			}
 		}
+		// etcd's recipe locks have no namespace: they are listed
+		// across all namespaces only, after the leases, and have no
+		// labels for a selector to match.
+		if req.Msg.GetAllNamespaces() && sel.matches(nil) {
+			for _, l := range m.RecipeLocks() {
+				since, joined := h.a.node.RecipeTimes(l)
+				out.Leases = append(out.Leases, recipeLeaseProto(m, l, since, joined, h.a.node))
+			}
+		}
 		out.Revision = m.Revision()
 		return nil
 	})
@@ -264,7 +273,7 @@ func (h *leaseService) Validate(ctx context.Context, req *connect.Request[tenure
 
 func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.WatchLeasesRequest], stream *connect.ServerStream[tenurev1.LeaseEvent]) error {
 	m := req.Msg
-	spec, err := h.a.limits.leaseWatch(m.GetAllNamespaces(), m.GetNamespace(), m.GetName(), m.GetStartRevision())
+	spec, err := h.a.limits.leaseWatch(m.GetAllNamespaces(), m.GetNamespace(), m.GetName(), m.GetStartRevision(), m.GetEtcdLocks())
 	if err != nil {
 		return toConnect(err)
 	}

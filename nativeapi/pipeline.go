@@ -334,7 +334,7 @@ func (h *leaseService) watchGrant(ctx context.Context, req *tenurev1.WatchGrantR
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	spec, err := h.a.limits.leaseWatch(false, id.Namespace, id.Name, req.GetStartRevision())
+	spec, err := h.a.limits.leaseWatch(false, id.Namespace, id.Name, req.GetStartRevision(), false)
 	if err != nil {
 		return nil, toConnect(err)
 	}

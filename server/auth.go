@@ -421,7 +421,14 @@ func (s *Server) filter(ctx context.Context, res any) error {
 	}
 	switch m := res.(type) {
 	case *tenurev1.ListLeasesResponse:
-		m.Leases = slices.DeleteFunc(m.Leases, func(l *tenurev1.Lease) bool { return !g.Namespace(auth.Read, l.GetNamespace()) })
+		m.Leases = slices.DeleteFunc(m.Leases, func(l *tenurev1.Lease) bool {
+			if l.GetKind() == nativeapi.RecipeKind {
+				// Shown to whoever may range over its keys, as etcd's
+				// Range of the prefix would.
+				return !g.KeyPrefix(auth.Read, string(l.GetKeyPrefix()))
+			}
+			return !g.Namespace(auth.Read, l.GetNamespace())
+		})
 	case *tenurev1.ListSessionsResponse:
 		m.Sessions = slices.DeleteFunc(m.Sessions, func(sess *tenurev1.Session) bool { return !s.showSession(g, sess) })
 	case *tenurev1.GetSessionResponse:

@@ -23,6 +23,11 @@
 //     (forward.go, etcdforward.go), the policy (auth.go), quotas
 //     (quota.go, storagequota.go) and metrics.
 //   - The web page (web/), and /metrics, /healthz, /livez, /readyz.
+//   - What the keys of etcd's locks do not say (recipes.go): when each
+//     holder of a Mutex or Election became the holder, followed on every
+//     node from the applied key events rather than kept in the
+//     replicated state, and their per-lease metrics; unknown for a
+//     handover older than the snapshot the node started from.
 //
 // The caller opens a node with Open and must call Close.
 package server

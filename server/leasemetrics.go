@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tenurehq/tenure/nativeapi"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -27,6 +28,16 @@ import (
 // /metrics without bound; the label no longer does anything.)
 
 const otherLeases = "(other)"
+
+// recipeNamespace is the namespace label of etcd's recipe locks (a
+// Mutex, an Election, etcdctl lock): their lease label is the recipe's
+// name (nativeapi.RecipeName). No namespace can be called so
+// (api.ValidateNamespace), so their series never mix with a lease's.
+// They share --metrics-lease-names with the leases, and keep their
+// series for --lease-gc-after once the last contender left, as an idle
+// lease record stays that long: a lock taken and let go between two
+// scrapes is still counted.
+const recipeNamespace = "(etcd)"
 
 type leaseMetrics struct {
 	wait, hold                    *prometheus.HistogramVec
@@ -49,6 +60,10 @@ type leaseMetrics struct {
 	// each is created at 0 when first named, so that rate() sees its
 	// first event, which a series born at 1 would hide.
 	born map[[2]string]bool
+	// recipeIdle is when each named recipe lock lost its last
+	// contender; recipeKeep how long its series stay after (0: always).
+	recipeIdle map[statemachine.LeaseID]int64
+	recipeKeep time.Duration
 }
 
 func newLeaseMetrics(reg prometheus.Registerer, nameCap int) *leaseMetrics {
@@ -94,6 +109,8 @@ func newLeaseMetrics(reg prometheus.Registerer, nameCap int) *leaseMetrics {
 		since: map[waitKey]int64{},
 		holds: map[int64]int64{},
 		born:  map[[2]string]bool{},
+
+		recipeIdle: map[statemachine.LeaseID]int64{},
 	}
 	if reg != nil {
 		reg.MustRegister(lm.wait, lm.hold, lm.grants, lm.expired, lm.revoked, lm.lost, lm.stepDowns, lm.collected)
@@ -178,6 +195,58 @@ func (lm *leaseMetrics) observe(events []statemachine.Event) {
 	}
 }
 
+// recipeChange is a handover of an etcd recipe lock (recipeTracker),
+// at time: its holder's hold ended (held since heldSince, 0: unknown;
+// expired with its session), a next holder was granted (after waiting
+// since waitedSince, 0: it did not wait or nobody knows since when), or
+// nobody is left (idle).
+type recipeChange struct {
+	time           int64
+	ended, expired bool
+	heldSince      int64
+	granted        bool
+	waitedSince    int64
+	idle           bool
+}
+
+// recipeHandover counts a handover of the recipe lock of prefix pfx.
+// It runs on the FSM goroutine under the state lock, as observe does.
+func (lm *leaseMetrics) recipeHandover(pfx string, c recipeChange) {
+	lm.mu.Lock()
+	defer lm.mu.Unlock()
+	id := statemachine.LeaseID{Namespace: recipeNamespace, Name: nativeapi.RecipeName(pfx)}
+	name := lm.nameLocked(id)
+	if k := [2]string{recipeNamespace, name}; !lm.born[k] {
+		// Only what an etcd lock can do: nobody revokes a grant of it,
+		// asks its holder to step down or collects a record.
+		lm.born[k] = true
+		for _, v := range []*prometheus.CounterVec{lm.grants, lm.expired, lm.lost} {
+			v.WithLabelValues(recipeNamespace, name)
+		}
+	}
+	if c.idle {
+		lm.recipeIdle[id] = c.time
+	} else {
+		delete(lm.recipeIdle, id)
+	}
+	if c.time < lm.start {
+		return // replayed: counted by whoever ran then
+	}
+	if c.ended && c.heldSince != 0 {
+		lm.hold.WithLabelValues(recipeNamespace, name).Observe(seconds(c.time - c.heldSince))
+	}
+	if c.expired {
+		lm.expired.WithLabelValues(recipeNamespace, name).Inc()
+		lm.lost.WithLabelValues(recipeNamespace, name).Inc()
+	}
+	if c.granted {
+		lm.grants.WithLabelValues(recipeNamespace, name).Inc()
+		if c.waitedSince != 0 {
+			lm.wait.WithLabelValues(recipeNamespace, name).Observe(seconds(c.time - c.waitedSince))
+		}
+	}
+}
+
 // bearLocked creates the counter series of (ns, name) at 0, once.
 func (lm *leaseMetrics) bearLocked(ns, name string) {
 	k := [2]string{ns, name}
@@ -225,6 +294,14 @@ func causeOf(reason, other string) string {
 
 func seconds(nanos int64) float64 { return max(time.Duration(nanos), 0).Seconds() }
 
+// recipeGauge is an etcd recipe lock as the gauges need it: held by one,
+// queued waiting, held since since (0: unknown, which counts as 0s).
+type recipeGauge struct {
+	name   string
+	queued int
+	since  int64
+}
+
 // Per-lease gauges, read from the state at scrape time.
 var (
 	leaseHoldersDesc = prometheus.NewDesc("tenure_lease_holders", "Sessions holding a lease now.", []string{"namespace", "lease"}, nil)
@@ -237,7 +314,11 @@ var (
 // holds: a named lease not among them left it without a deleted event
 // reaching observe (a follower restored a snapshot taken after its
 // collection), and its series go now.
-func (lm *leaseMetrics) collectGauges(leases []statemachine.Lease, now time.Time, ch chan<- prometheus.Metric) {
+//
+// recipes are etcd's recipe locks now, named by nativeapi.RecipeName: a
+// named one not among them keeps its series until it has been gone for
+// recipeKeep.
+func (lm *leaseMetrics) collectGauges(leases []statemachine.Lease, recipes []recipeGauge, now time.Time, ch chan<- prometheus.Metric) {
 	type key struct{ ns, name string }
 	type agg struct{ holders, queued, held float64 }
 	out := map[key]*agg{}
@@ -248,8 +329,19 @@ func (lm *leaseMetrics) collectGauges(leases []statemachine.Lease, now time.Time
 			present[l.LeaseID] = true
 		}
 	}
+	for _, r := range recipes {
+		present[statemachine.LeaseID{Namespace: recipeNamespace, Name: r.name}] = true
+	}
 	for id := range lm.named {
-		if !present[id] {
+		switch {
+		case present[id]:
+			delete(lm.recipeIdle, id)
+		case id.Namespace != recipeNamespace:
+			lm.forgetLocked(id)
+		case lm.recipeIdle[id] == 0:
+			lm.recipeIdle[id] = now.UnixNano() // gone before this process saw it go
+		case lm.recipeKeep > 0 && now.Sub(time.Unix(0, lm.recipeIdle[id])) >= lm.recipeKeep:
+			delete(lm.recipeIdle, id)
 			lm.forgetLocked(id)
 		}
 	}
@@ -264,6 +356,19 @@ func (lm *leaseMetrics) collectGauges(leases []statemachine.Lease, now time.Time
 		a.queued += float64(len(l.Waiters))
 		for _, g := range l.Holders {
 			a.held = max(a.held, now.Sub(time.Unix(0, g.AcquireTime)).Seconds())
+		}
+	}
+	for _, r := range recipes {
+		k := key{recipeNamespace, lm.nameLocked(statemachine.LeaseID{Namespace: recipeNamespace, Name: r.name})}
+		a := out[k]
+		if a == nil {
+			a = &agg{}
+			out[k] = a
+		}
+		a.holders++
+		a.queued += float64(r.queued)
+		if r.since != 0 {
+			a.held = max(a.held, now.Sub(time.Unix(0, r.since)).Seconds())
 		}
 	}
 	lm.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
+	"github.com/tenurehq/tenure/nativeapi"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -52,6 +53,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		}),
 	}
 	m.leases = newLeaseMetrics(reg, s.cfg.Limits.MetricsLeaseNames)
+	m.leases.recipeKeep = s.cfg.Limits.LeaseGCAfter
 	etcd := newEtcdServerMetrics()
 	m.etcdUnary, m.etcdStream = etcd.UnaryServerInterceptor(), etcd.StreamServerInterceptor()
 	reg.MustRegister(m.requests, m.latency, m.waiting, m.forwarded, etcd, stateCollector{s})
@@ -198,7 +200,12 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(keysDesc, m.KeyCount())
 		gauge(revisionDesc, int(m.Revision()))
 		if c.s.metrics != nil {
-			c.s.metrics.leases.collectGauges(leases, time.Now(), ch)
+			var recipes []recipeGauge
+			for _, l := range m.RecipeLocks() {
+				since, _ := c.s.recipes.times(l)
+				recipes = append(recipes, recipeGauge{name: nativeapi.RecipeName(l.Prefix), queued: len(l.Contenders) - 1, since: since})
+			}
+			c.s.metrics.leases.collectGauges(leases, recipes, time.Now(), ch)
 		}
 		return nil
 	})

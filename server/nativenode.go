@@ -37,6 +37,10 @@ func (n nativeNode) GrantWatchStart(ctx context.Context, id statemachine.LeaseID
 
 func (n nativeNode) LastHeartbeat(id int64) time.Time { return n.s.lessor.LastHeartbeat(id) }
 
+func (n nativeNode) RecipeTimes(l statemachine.RecipeLock) (int64, []int64) {
+	return n.s.recipes.times(l)
+}
+
 func (n nativeNode) MayRead(ctx context.Context, key string) bool { return n.s.mayRead(ctx, key) }
 
 func (n nativeNode) Readable(ctx context.Context, reads func(*auth.Grants) bool) func(*statemachine.Event) (bool, error) {

@@ -84,12 +84,13 @@ type Server struct {
 	quota   *quota
 	http    *http.Server
 	metrics *metrics
+	recipes *recipeTracker // etcd recipe locks' times (recipes.go)
 	peers   *peers
 	native  *nativeapi.API
 	// etcdAuthRev is the auth store revision noteEtcdAuth last put in
 	// force.
 	etcdAuthRev atomic.Int64
-	auth        *authState // nil without a policy
+	auth        *authState
 	// advertise is the API address this node is known by.
 	advertise string
 	// etcd serves the etcd v3 API when it is on; etcdAdvertise is its
@@ -188,6 +189,7 @@ func Open(cfg Config) (*Server, error) {
 	}
 	s.auth = &authState{authn: authn, audit: auth.NewAuditor(audit)}
 	s.metrics = newMetrics(cfg.Registry, s)
+	s.recipes = newRecipeTracker(s.metrics.leases)
 	s.quota = newQuota()
 	s.waiters = newWaiters(s.propose, s.holdWait, s.metrics.waiting.Add, cfg.Logger)
 	s.lessor = lessor.New(lessor.Config{
@@ -443,14 +445,17 @@ func (s *Server) observe(m *statemachine.Machine, events []statemachine.Event) {
 	s.lessor.Observe(events)
 	s.waiters.observe(events)
 	s.metrics.leases.observe(events)
+	s.recipes.observe(m, events)
 }
 
 // restored is told of a state restored from a snapshot, under the
-// state write lock: the hub starts again from its revision, and etcd's
-// users and roles are the snapshot's.
+// state write lock: the hub starts again from its revision, etcd's
+// users and roles are the snapshot's, and the etcd locks' times start
+// again (unknown until their next change).
 func (s *Server) restored(revision int64, m *statemachine.Machine) {
 	s.hub.Reset(revision)
 	s.noteEtcdAuth(m)
+	s.recipes.reset()
 }
 
 // leadershipLoop promotes the lessor when this node becomes leader and

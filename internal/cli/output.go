@@ -11,6 +11,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/tenurehq/tenure/api"
 	"github.com/tenurehq/tenure/client"
 )
 
@@ -45,10 +46,14 @@ type leaseSpec struct {
 type leaseStatus struct {
 	// Phase is "held", "waiting", "released", "expired", "revoked" or
 	// "free", as the API's Lease.status.
-	Phase           string      `json:"phase"`
-	FencingToken    int64       `json:"fencingToken"`
-	Capacity        int         `json:"capacity"`
-	Value           string      `json:"value,omitempty"`
+	Phase        string `json:"phase"`
+	FencingToken int64  `json:"fencingToken"`
+	Capacity     int    `json:"capacity"`
+	Value        string `json:"value,omitempty"`
+	// Kind and KeyPrefix are an etcd lock's (client.KindEtcdLock): the
+	// prefix of its keys, bytes that are not UTF-8 as \xNN.
+	Kind            string      `json:"kind,omitempty"`
+	KeyPrefix       string      `json:"keyPrefix,omitempty"`
 	Holders         []holderDoc `json:"holders,omitempty"`
 	Waiters         []waiterDoc `json:"waiters"`
 	LockDelay       string      `json:"lockDelay,omitempty"`
@@ -75,18 +80,24 @@ type holderDoc struct {
 	HolderIdentity string `json:"holderIdentity"`
 	SessionID      int64  `json:"sessionID"`
 	FencingToken   int64  `json:"fencingToken"`
-	AcquireTime    string `json:"acquireTime"`
-	RenewTime      string `json:"renewTime,omitempty"`
-	Value          string `json:"value,omitempty"`
-	Exclusive      bool   `json:"exclusive,omitempty"`
-	StepDown       string `json:"stepDown,omitempty"`
+	// AcquireTime is empty only for an etcd lock whose holder took
+	// over before the answering node could see it.
+	AcquireTime string `json:"acquireTime,omitempty"`
+	RenewTime   string `json:"renewTime,omitempty"`
+	Value       string `json:"value,omitempty"`
+	Exclusive   bool   `json:"exclusive,omitempty"`
+	StepDown    string `json:"stepDown,omitempty"`
+	// EtcdLeaseID is an etcd lock's holder's lease, in hex as etcdctl
+	// prints it.
+	EtcdLeaseID string `json:"etcdLeaseID,omitempty"`
 }
 
 type waiterDoc struct {
 	HolderIdentity string `json:"holderIdentity"`
 	SessionID      int64  `json:"sessionID"`
-	Since          string `json:"since"`
+	Since          string `json:"since,omitempty"`
 	Exclusive      bool   `json:"exclusive,omitempty"`
+	EtcdLeaseID    string `json:"etcdLeaseID,omitempty"`
 }
 
 // microTime formats like a Kubernetes MicroTime.
@@ -123,21 +134,38 @@ func toLeaseDoc(l client.Lease) leaseDoc {
 	if l.LockDelay > 0 {
 		d.Status.LockDelay = l.LockDelay.String()
 	}
+	if l.Kind != "" {
+		d.Status.Kind, d.Status.KeyPrefix = l.Kind, api.EscapeNonUTF8(string(l.KeyPrefix))
+	}
 	if l.Holder != "" {
 		holder := l.Holder
 		secs := int64(l.LeaseDuration / time.Second)
-		acq, renew := microTime(l.AcquireTime), microTime(l.RenewTime)
-		d.Spec.HolderIdentity, d.Spec.LeaseDurationSeconds, d.Spec.AcquireTime, d.Spec.RenewTime = &holder, &secs, &acq, &renew
+		d.Spec.HolderIdentity, d.Spec.LeaseDurationSeconds = &holder, &secs
+		if !l.AcquireTime.IsZero() {
+			acq := microTime(l.AcquireTime)
+			d.Spec.AcquireTime = &acq
+		}
+		if !l.RenewTime.IsZero() {
+			renew := microTime(l.RenewTime)
+			d.Spec.RenewTime = &renew
+		}
 	}
 	for _, g := range l.Holders {
-		h := holderDoc{HolderIdentity: g.Holder, SessionID: g.SessionID, FencingToken: g.Token, AcquireTime: microTime(g.AcquireTime), Value: g.Value, Exclusive: g.Exclusive, StepDown: g.StepDown}
+		h := holderDoc{HolderIdentity: g.Holder, SessionID: g.SessionID, FencingToken: g.Token, Value: g.Value, Exclusive: g.Exclusive, StepDown: g.StepDown, EtcdLeaseID: etcdLeaseHex(g.EtcdLease)}
+		if !g.AcquireTime.IsZero() {
+			h.AcquireTime = microTime(g.AcquireTime)
+		}
 		if !g.RenewTime.IsZero() {
 			h.RenewTime = microTime(g.RenewTime)
 		}
 		d.Status.Holders = append(d.Status.Holders, h)
 	}
 	for _, w := range l.Waiters {
-		d.Status.Waiters = append(d.Status.Waiters, waiterDoc{HolderIdentity: w.Holder, SessionID: w.SessionID, Since: microTime(w.Since), Exclusive: w.Exclusive})
+		wd := waiterDoc{HolderIdentity: w.Holder, SessionID: w.SessionID, Exclusive: w.Exclusive, EtcdLeaseID: etcdLeaseHex(w.EtcdLease)}
+		if !w.Since.IsZero() {
+			wd.Since = microTime(w.Since)
+		}
+		d.Status.Waiters = append(d.Status.Waiters, wd)
 	}
 	return d
 }
@@ -201,12 +229,15 @@ func printLeases(w io.Writer, leases []client.Lease, format string, allNamespace
 	for _, l := range leases {
 		var row []string
 		if allNamespaces {
-			row = append(row, l.Namespace)
+			row = append(row, namespaceText(l))
 		}
 		holder, age := "<none>", "<none>"
 		if l.Holder != "" {
 			holder = holderList(l)
-			age = humanDuration(now.Sub(l.AcquireTime))
+			age = "<unknown>" // an etcd lock taken over before this node saw it
+			if !l.AcquireTime.IsZero() {
+				age = humanDuration(now.Sub(l.AcquireTime))
+			}
 		}
 		row = append(row, l.Name, holder, statusText(l, now), age)
 		if wide {
@@ -261,6 +292,10 @@ func maxHoldText(l client.Lease, now time.Time) string {
 
 // holderList shows a semaphore's holders as "a,b (+2)" beyond two.
 func holderList(l client.Lease) string {
+	if l.Kind == client.KindEtcdLock && len(l.Holders) == 1 {
+		// As etcdctl names a lock's owner: by its lease, in hex.
+		return fmt.Sprintf("%s (lease %s)", l.Holder, etcdLeaseHex(l.Holders[0].EtcdLease))
+	}
 	if len(l.Holders) <= 1 {
 		return l.Holder
 	}
@@ -272,6 +307,24 @@ func holderList(l client.Lease) string {
 		return fmt.Sprintf("%s (+%d)", strings.Join(names[:2], ","), len(names)-2)
 	}
 	return strings.Join(names, ",")
+}
+
+// namespaceText is the NAMESPACE column: an etcd lock has none, and
+// shows as "(etcd)", which no namespace can be called.
+func namespaceText(l client.Lease) string {
+	if l.Kind == client.KindEtcdLock {
+		return "(etcd)"
+	}
+	return l.Namespace
+}
+
+// etcdLeaseHex is an etcd lease ID as etcdctl prints it (lease grant,
+// lease list): 16 hex digits. "" for none.
+func etcdLeaseHex(id int64) string {
+	if id == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%016x", id)
 }
 
 // humanDuration is kubectl's short age (k8s.io/apimachinery's

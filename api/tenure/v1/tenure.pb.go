@@ -55,6 +55,10 @@ const (
 	LeaseEventType_LEASE_EVENT_TYPE_STEP_DOWN LeaseEventType = 10
 	// The preferred holder was set (holder_identity) or cleared (empty).
 	LeaseEventType_LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET LeaseEventType = 11
+	// A contender's key of the etcd lock named by key_prefix was put or
+	// deleted: its holder or waiters may have changed (list the leases to
+	// see them). session_id is the key's session. Only with etcd_locks.
+	LeaseEventType_LEASE_EVENT_TYPE_ETCD_LOCK LeaseEventType = 12
 )
 
 // Enum value maps for LeaseEventType.
@@ -72,6 +76,7 @@ var (
 		9:  "LEASE_EVENT_TYPE_DELETED",
 		10: "LEASE_EVENT_TYPE_STEP_DOWN",
 		11: "LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET",
+		12: "LEASE_EVENT_TYPE_ETCD_LOCK",
 	}
 	LeaseEventType_value = map[string]int32{
 		"LEASE_EVENT_TYPE_UNSPECIFIED":          0,
@@ -86,6 +91,7 @@ var (
 		"LEASE_EVENT_TYPE_DELETED":              9,
 		"LEASE_EVENT_TYPE_STEP_DOWN":            10,
 		"LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET": 11,
+		"LEASE_EVENT_TYPE_ETCD_LOCK":            12,
 	}
 )
 
@@ -1765,7 +1771,11 @@ type Grant struct {
 	Value       string                 `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
 	Exclusive   bool                   `protobuf:"varint,7,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
 	// Why the holder was asked to step down; empty while it was not.
-	StepDown      string `protobuf:"bytes,8,opt,name=step_down,json=stepDown,proto3" json:"step_down,omitempty"`
+	StepDown string `protobuf:"bytes,8,opt,name=step_down,json=stepDown,proto3" json:"step_down,omitempty"`
+	// For an etcd lock (Lease.kind "etcd-lock"): the etcd lease the
+	// holder's key is attached to, whose lower-case hex is the key's last
+	// segment (etcdctl prints it in 16 hex digits).
+	EtcdLeaseId   int64 `protobuf:"varint,9,opt,name=etcd_lease_id,json=etcdLeaseId,proto3" json:"etcd_lease_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1854,6 +1864,13 @@ func (x *Grant) GetStepDown() string {
 		return x.StepDown
 	}
 	return ""
+}
+
+func (x *Grant) GetEtcdLeaseId() int64 {
+	if x != nil {
+		return x.EtcdLeaseId
+	}
+	return 0
 }
 
 // EndedGrant is the last grant of a lease that ended: who had it, until
@@ -1968,8 +1985,10 @@ type Waiter struct {
 	HolderIdentity string                 `protobuf:"bytes,2,opt,name=holder_identity,json=holderIdentity,proto3" json:"holder_identity,omitempty"`
 	Since          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
 	Exclusive      bool                   `protobuf:"varint,4,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// For an etcd lock: the etcd lease the waiter's key is attached to.
+	EtcdLeaseId   int64 `protobuf:"varint,5,opt,name=etcd_lease_id,json=etcdLeaseId,proto3" json:"etcd_lease_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Waiter) Reset() {
@@ -2030,6 +2049,13 @@ func (x *Waiter) GetExclusive() bool {
 	return false
 }
 
+func (x *Waiter) GetEtcdLeaseId() int64 {
+	if x != nil {
+		return x.EtcdLeaseId
+	}
+	return 0
+}
+
 // Lease is shaped like a Kubernetes coordination.k8s.io/v1 Lease, plus a
 // fencing token, a capacity, a wait queue and a value.
 type Lease struct {
@@ -2072,7 +2098,24 @@ type Lease struct {
 	PreferredHolder string `protobuf:"bytes,22,opt,name=preferred_holder,json=preferredHolder,proto3" json:"preferred_holder,omitempty"`
 	// The longest a holder may keep a grant: past acquire_time + max_hold it
 	// is asked to step down, and revoked a grace later. Unset is no limit.
-	MaxHold       *durationpb.Duration `protobuf:"bytes,23,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
+	MaxHold *durationpb.Duration `protobuf:"bytes,23,opt,name=max_hold,json=maxHold,proto3" json:"max_hold,omitempty"`
+	// What the record is: "" a Tenure lease; "etcd-lock" the holder and
+	// waiters of an etcd concurrency recipe (a clientv3 Mutex or Election,
+	// etcd's Lock or Election service, etcdctl lock or elect), read from
+	// its keys. An etcd lock has no namespace; its name is key_prefix
+	// without the final "/", printable (bytes that are not UTF-8 as \xNN,
+	// control characters too, backslashes doubled). Its holder is the key
+	// under key_prefix created first, its waiters the others in create
+	// order, its fencing_token the holder key's create revision (etcd's
+	// KV revision, as clientv3's Mutex.Header().Revision), and its
+	// acquire_time when the holder became the holder, unset when the
+	// answering node has not seen it happen (it learns that at the next
+	// change after a restart). Listed only across all namespaces, to
+	// callers that may read the keys under key_prefix.
+	Kind string `protobuf:"bytes,24,opt,name=kind,proto3" json:"kind,omitempty"`
+	// For an etcd lock: the prefix its contenders' keys share, the name
+	// given to the recipe followed by "/", as bytes.
+	KeyPrefix     []byte `protobuf:"bytes,25,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2264,6 +2307,20 @@ func (x *Lease) GetPreferredHolder() string {
 func (x *Lease) GetMaxHold() *durationpb.Duration {
 	if x != nil {
 		return x.MaxHold
+	}
+	return nil
+}
+
+func (x *Lease) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Lease) GetKeyPrefix() []byte {
+	if x != nil {
+		return x.KeyPrefix
 	}
 	return nil
 }
@@ -3201,7 +3258,12 @@ type WatchLeasesRequest struct {
 	// Replay from this revision (inclusive) if it is still in the history.
 	StartRevision int64 `protobuf:"varint,3,opt,name=start_revision,json=startRevision,proto3" json:"start_revision,omitempty"`
 	// Only events of the lease with this name (in namespace).
-	Name          string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
+	// etcd_locks adds, to a watch of all namespaces without a name, an
+	// event of type LEASE_EVENT_TYPE_ETCD_LOCK each time a key of an etcd
+	// recipe's lock (Lease.kind "etcd-lock") is put or deleted, for
+	// callers that may read the key: the page lists again on it.
+	EtcdLocks     bool `protobuf:"varint,5,opt,name=etcd_locks,json=etcdLocks,proto3" json:"etcd_locks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3264,6 +3326,13 @@ func (x *WatchLeasesRequest) GetName() string {
 	return ""
 }
 
+func (x *WatchLeasesRequest) GetEtcdLocks() bool {
+	if x != nil {
+		return x.EtcdLocks
+	}
+	return false
+}
+
 type LeaseEvent struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Revision       int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -3275,8 +3344,12 @@ type LeaseEvent struct {
 	Token          int64                  `protobuf:"varint,7,opt,name=token,proto3" json:"token,omitempty"`
 	Value          string                 `protobuf:"bytes,8,opt,name=value,proto3" json:"value,omitempty"`
 	// Why: the revoke reason, or "session expired"/"session closed".
-	Reason        string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
-	Time          *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=time,proto3" json:"time,omitempty"`
+	Reason string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	Time   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=time,proto3" json:"time,omitempty"`
+	// "etcd-lock" for LEASE_EVENT_TYPE_ETCD_LOCK, whose name is the
+	// lock's printable name and key_prefix its keys' prefix, as in Lease.
+	Kind          string `protobuf:"bytes,11,opt,name=kind,proto3" json:"kind,omitempty"`
+	KeyPrefix     []byte `protobuf:"bytes,12,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3377,6 +3450,20 @@ func (x *LeaseEvent) GetReason() string {
 func (x *LeaseEvent) GetTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.Time
+	}
+	return nil
+}
+
+func (x *LeaseEvent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *LeaseEvent) GetKeyPrefix() []byte {
+	if x != nil {
+		return x.KeyPrefix
 	}
 	return nil
 }
@@ -5611,7 +5698,7 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\bidentity\x18\x03 \x01(\tR\bidentity\"`\n" +
 	"\x1aSetPreferredHolderResponse\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12&\n" +
-	"\x05lease\x18\x02 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"\xb0\x02\n" +
+	"\x05lease\x18\x02 \x01(\v2\x10.tenure.v1.LeaseR\x05lease\"\xd4\x02\n" +
 	"\x05Grant\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12'\n" +
@@ -5622,7 +5709,8 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"renew_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\trenewTime\x12\x14\n" +
 	"\x05value\x18\x06 \x01(\tR\x05value\x12\x1c\n" +
 	"\texclusive\x18\a \x01(\bR\texclusive\x12\x1b\n" +
-	"\tstep_down\x18\b \x01(\tR\bstepDown\"\xc9\x02\n" +
+	"\tstep_down\x18\b \x01(\tR\bstepDown\x12\"\n" +
+	"\retcd_lease_id\x18\t \x01(\x03R\vetcdLeaseId\"\xc9\x02\n" +
 	"\n" +
 	"EndedGrant\x12\x1d\n" +
 	"\n" +
@@ -5634,13 +5722,14 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"renew_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\trenewTime\x125\n" +
 	"\bend_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x14\n" +
 	"\x05ended\x18\a \x01(\tR\x05ended\x12\x16\n" +
-	"\x06reason\x18\b \x01(\tR\x06reason\"\xa0\x01\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\"\xc4\x01\n" +
 	"\x06Waiter\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x03R\tsessionId\x12'\n" +
 	"\x0fholder_identity\x18\x02 \x01(\tR\x0eholderIdentity\x120\n" +
 	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1c\n" +
-	"\texclusive\x18\x04 \x01(\bR\texclusive\"\xb5\b\n" +
+	"\texclusive\x18\x04 \x01(\bR\texclusive\x12\"\n" +
+	"\retcd_lease_id\x18\x05 \x01(\x03R\vetcdLeaseId\"\xe8\b\n" +
 	"\x05Lease\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -5668,7 +5757,10 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\vdelete_time\x18\x15 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"deleteTime\x12)\n" +
 	"\x10preferred_holder\x18\x16 \x01(\tR\x0fpreferredHolder\x124\n" +
-	"\bmax_hold\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\amaxHold\x1a9\n" +
+	"\bmax_hold\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\amaxHold\x12\x12\n" +
+	"\x04kind\x18\x18 \x01(\tR\x04kind\x12\x1d\n" +
+	"\n" +
+	"key_prefix\x18\x19 \x01(\fR\tkeyPrefix\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x04\n" +
@@ -5740,12 +5832,14 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x0fholder_identity\x18\x02 \x01(\tR\x0eholderIdentity\x12#\n" +
 	"\rcurrent_token\x18\x03 \x01(\x03R\fcurrentToken\x12\x16\n" +
 	"\x06tokens\x18\x04 \x03(\x03R\x06tokens\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision\"\x94\x01\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\"\xb3\x01\n" +
 	"\x12WatchLeasesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eall_namespaces\x18\x02 \x01(\bR\rallNamespaces\x12%\n" +
 	"\x0estart_revision\x18\x03 \x01(\x03R\rstartRevision\x12\x12\n" +
-	"\x04name\x18\x04 \x01(\tR\x04name\"\xc5\x02\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"etcd_locks\x18\x05 \x01(\bR\tetcdLocks\"\xf8\x02\n" +
 	"\n" +
 	"LeaseEvent\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12-\n" +
@@ -5759,7 +5853,10 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x05value\x18\b \x01(\tR\x05value\x12\x16\n" +
 	"\x06reason\x18\t \x01(\tR\x06reason\x12.\n" +
 	"\x04time\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xa2\x02\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
+	"\x04kind\x18\v \x01(\tR\x04kind\x12\x1d\n" +
+	"\n" +
+	"key_prefix\x18\f \x01(\fR\tkeyPrefix\"\xa2\x02\n" +
 	"\bKeyValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12'\n" +
@@ -5910,7 +6007,7 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision*\x9b\x03\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision*\xbb\x03\n" +
 	"\x0eLeaseEventType\x12 \n" +
 	"\x1cLEASE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19LEASE_EVENT_TYPE_ACQUIRED\x10\x01\x12\x1d\n" +
@@ -5924,7 +6021,8 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x18LEASE_EVENT_TYPE_DELETED\x10\t\x12\x1e\n" +
 	"\x1aLEASE_EVENT_TYPE_STEP_DOWN\x10\n" +
 	"\x12)\n" +
-	"%LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET\x10\v*\x86\x01\n" +
+	"%LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET\x10\v\x12\x1e\n" +
+	"\x1aLEASE_EVENT_TYPE_ETCD_LOCK\x10\f*\x86\x01\n" +
 	"\x0eWatchEventType\x12 \n" +
 	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14WATCH_EVENT_TYPE_PUT\x10\x01\x12\x1b\n" +
