@@ -133,6 +133,13 @@ etcd_modules() {
   fi
 }
 beside etcd etcd_modules
+# e2e and e2e/cluster drive tenure processes, built above without the
+# race detector: their own code is a harness (as e2e/etcd's is), which
+# the race detector would only slow, so they run without it, beside the
+# core's tests, and mostly wait. Under -race they cost the core's stage
+# their compile and half its CPU.
+procs="./e2e ./e2e/cluster"
+beside procs go test -count=1 -p 2 -timeout 15m $procs
 # go test starts the packages' test binaries in the order it is given
 # them, and with a few slow packages among many quick ones, alphabetical
 # order started server, the slowest under -race (170 s in a measured
@@ -142,11 +149,11 @@ beside etcd etcd_modules
 # (processes, browsers); the quick ones fill in after. A package
 # named here that no longer exists is left out; one not named runs with
 # the quick ones.
-slow="server e2e e2e/web internal/cluster e2e/cluster e2e/client raftnode internal/cli"
+slow="server e2e/web internal/cluster e2e/client raftnode internal/cli"
 core_packages() {
   local all p mod
   mod=$(go list -m)
-  all=$(go list ./... | grep -v '/internal/bench$')
+  all=$(go list ./... | grep -v -e '/internal/bench$' -e '/e2e$' -e '/e2e/cluster$')
   for p in $slow; do grep -qx "$mod/$p" <<<"$all" && echo "$mod/$p"; done
   for p in $slow; do all=$(grep -vx "$mod/$p" <<<"$all"); done
   echo "$all"
@@ -164,6 +171,7 @@ core_packages() {
 beside benchbuild go test -race -c -o "$bindir/bench.test" ./internal/bench
 stage "go test -race" go test -race -count=1 -p 4 -timeout 15m $(core_packages)
 stage "api, client, fence and clientgo modules (go test -race, beside the core's)" done_beside light
+stage "e2e and e2e/cluster (tenure processes; go test, beside the core's)" done_beside procs
 stage "build internal/bench's tests (go test -race -c, beside the core's)" done_beside benchbuild
 bench_tests() {
   if [ -x "$bindir/bench.test" ]; then

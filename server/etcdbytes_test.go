@@ -35,6 +35,13 @@ func etcdNode(t *testing.T, dir string, tweaks ...func(*raftnode.Config)) (*test
 	t.Helper()
 	tweaks = append([]func(*raftnode.Config){func(rc *raftnode.Config) { rc.SnapshotThreshold = 16 }}, tweaks...)
 	ts := startServer(t, dir, testLimits(), tweaks...)
+	return ts, serveEtcd(t, ts)
+}
+
+// serveEtcd starts ts's etcd API on a free loopback port and returns an
+// etcd client of it, closed at cleanup.
+func serveEtcd(t *testing.T, ts *testServer) *clientv3.Client {
+	t.Helper()
 	ln := testnet.Listen(t)
 	ts.cfg.Etcd = EtcdConfig{Listener: ln, Advertise: ln.Addr().String()}
 	if err := ts.startEtcd(); err != nil {
@@ -45,7 +52,7 @@ func etcdNode(t *testing.T, dir string, tweaks ...func(*raftnode.Config)) (*test
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	return ts, c
+	return c
 }
 
 func keysOf(resp *clientv3.GetResponse) []string {

@@ -37,17 +37,7 @@ import (
 func startEtcdNode(t *testing.T) (*testServer, *clientv3.Client) {
 	t.Helper()
 	ts := startServer(t, t.TempDir(), testLimits())
-	ln := testnet.Listen(t)
-	ts.cfg.Etcd = EtcdConfig{Listener: ln, Advertise: ln.Addr().String()}
-	if err := ts.startEtcd(); err != nil {
-		t.Fatal(err)
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{ln.Addr().String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return ts, c
+	return ts, serveEtcd(t, ts)
 }
 
 // recipeLock is the etcd lock of prefix in a native ListLeases across all
