@@ -61,7 +61,9 @@ func (es *etcdUsersServer) client(t *testing.T, user, password string) *clientv3
 	t.Helper()
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints: []string{es.etcd}, Username: user, Password: password,
-		DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		// A login is a bcrypt at etcd's cost: seconds under the race
+		// detector on a busy machine.
+		DialTimeout: 30 * time.Second, Logger: zap.NewNop(),
 	})
 	if err != nil {
 		t.Fatalf("etcd client (%q): %v", user, err)

@@ -30,11 +30,8 @@ import (
 type recipeTracker struct {
 	metrics *leaseMetrics
 
-	mu sync.Mutex // guards seeded and locks
-	// seeded is false until the first command after start or a snapshot
-	// restore, which seeds locks from the state with unknown times.
-	seeded bool
-	locks  map[string]*recipeTrack // by prefix
+	mu    sync.Mutex              // guards locks
+	locks map[string]*recipeTrack // by prefix
 }
 
 // recipeTrack is one lock's contenders as the events showed them.
@@ -54,14 +51,27 @@ func newRecipeTracker(lm *leaseMetrics) *recipeTracker {
 	return &recipeTracker{metrics: lm, locks: map[string]*recipeTrack{}}
 }
 
-// reset forgets everything, after the state was replaced by a snapshot:
-// the next command seeds the index again. Called under the state's
-// write lock.
-func (rt *recipeTracker) reset() {
+// reset starts again from m, the state a snapshot restore just put in
+// place, with every time unknown. It runs under the state's write lock,
+// before any command applies to m: the next command's events then move
+// the index from exactly the state they start from. (Seeding at the
+// next command instead, from the state that command left, lost that
+// command's handover.) A node that starts with no snapshot starts with
+// an empty state and an empty index, which agree.
+func (rt *recipeTracker) reset(m *statemachine.Machine) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	rt.seeded = false
 	clear(rt.locks)
+	if m == nil {
+		return
+	}
+	for _, l := range m.RecipeLocks() {
+		t := &recipeTrack{}
+		for _, c := range l.Contenders {
+			t.contenders = append(t.contenders, trackedContender{key: c.Key, create: c.CreateRevision, session: c.SessionID})
+		}
+		rt.locks[l.Prefix] = t
+	}
 }
 
 // observe follows one command's key events. It runs on the FSM
@@ -70,10 +80,6 @@ func (rt *recipeTracker) reset() {
 func (rt *recipeTracker) observe(m *statemachine.Machine, events []statemachine.Event) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if !rt.seeded {
-		rt.seedLocked(m)
-		return
-	}
 	var expired map[int64]bool // sessions this command expired
 	for i := range events {
 		if e := &events[i]; e.Type == statemachine.EventSessionExpired {
@@ -165,19 +171,6 @@ func (t *recipeTrack) holder() (trackedContender, bool) {
 	return t.contenders[0], true
 }
 
-// seedLocked fills the index from the state, every time unknown.
-func (rt *recipeTracker) seedLocked(m *statemachine.Machine) {
-	rt.seeded = true
-	clear(rt.locks)
-	for _, l := range m.RecipeLocks() {
-		t := &recipeTrack{}
-		for _, c := range l.Contenders {
-			t.contenders = append(t.contenders, trackedContender{key: c.Key, create: c.CreateRevision, session: c.SessionID})
-		}
-		rt.locks[l.Prefix] = t
-	}
-}
-
 // times returns when l's holder became the holder and when each of its
 // contenders' keys was created (0: not seen by this node). Called under
 // the state's read lock with l read from that state, so the index and l
@@ -188,7 +181,7 @@ func (rt *recipeTracker) times(l statemachine.RecipeLock) (since int64, joined [
 	defer rt.mu.Unlock()
 	joined = make([]int64, len(l.Contenders))
 	t := rt.locks[l.Prefix]
-	if t == nil || !rt.seeded {
+	if t == nil {
 		return 0, joined
 	}
 	for i, c := range l.Contenders {

@@ -510,9 +510,9 @@ func TestRecipeTrackerTimesAndCounts(t *testing.T) {
 		t.Errorf("times seen from the start: got = %d, %v, expected: a since, b joined at %d, c at %d", since, joined, bJoined, now)
 	}
 
-	// A restore: everything is unknown until the next command, which
-	// seeds again, and still unknown after it.
-	rt.reset()
+	// A restore: the index starts again from the state restored, every
+	// time unknown, and still unknown after an unrelated command.
+	rt.reset(m)
 	apply(statemachine.Put{Key: "other", Value: "x"})
 	if since, joined := rt.times(lock()); since != 0 || joined[0] != 0 || joined[1] != 0 {
 		t.Errorf("times after a restore: got = %d, %v, expected: all unknown", since, joined)
@@ -553,6 +553,19 @@ func TestRecipeTrackerTimesAndCounts(t *testing.T) {
 	apply(statemachine.CloseSession{SessionID: d.ID})
 	if len(m.RecipeLocks()) != 0 || len(rt.locks) != 0 {
 		t.Errorf("after the last contender left: locks %v, tracked %v, expected: none", m.RecipeLocks(), rt.locks)
+	}
+
+	// A restore, and the very first command after it hands the lock
+	// over: the handover's time is known. (Seeding the index at the first
+	// command after a restore, from the state it left, once lost it.)
+	e := apply(statemachine.OpenSession{Identity: "e", TTL: int64(time.Minute)}).Session
+	f := apply(statemachine.OpenSession{Identity: "f", TTL: int64(time.Minute)}).Session
+	put(e)
+	put(f)
+	rt.reset(m)
+	apply(statemachine.CloseSession{SessionID: e.ID})
+	if since, _ := rt.times(lock()); since != now {
+		t.Errorf("since after a handover right after a restore: got = %d, expected: %d", since, now)
 	}
 }
 

@@ -455,7 +455,7 @@ func (s *Server) observe(m *statemachine.Machine, events []statemachine.Event) {
 func (s *Server) restored(revision int64, m *statemachine.Machine) {
 	s.hub.Reset(revision)
 	s.noteEtcdAuth(m)
-	s.recipes.reset()
+	s.recipes.reset(m)
 }
 
 // leadershipLoop promotes the lessor when this node becomes leader and

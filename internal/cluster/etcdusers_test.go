@@ -67,7 +67,7 @@ func TestEtcdUsersReachEveryNode(t *testing.T) {
 	if got, err := carol.Get(ctx, "app/x", clientv3.WithSerializable()); err != nil || len(got.Kvs) != 1 {
 		t.Errorf("carol's serializable read on the follower: got = %v, %v, expected: app/x", got, err)
 	}
-	admin, err := clientv3.New(clientv3.Config{Endpoints: []string{leader.EtcdAddr()}, Username: "root", Password: "root-pw", DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	admin, err := clientv3.New(clientv3.Config{Endpoints: []string{leader.EtcdAddr()}, Username: "root", Password: "root-pw", DialTimeout: 30 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
