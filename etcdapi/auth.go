@@ -59,10 +59,6 @@ func (s *authServer) AuthStatus(ctx context.Context, r *pb.AuthStatusRequest) (*
 	return &pb.AuthStatusResponse{Header: header(s.b, rev), Enabled: s.b.AuthEnabled(), AuthRevision: uint64(authRev)}, nil
 }
 
-// BcryptCost is the cost of the password hashes the store keeps: etcd's
-// default (--bcrypt-cost 10), tens of milliseconds a login.
-const BcryptCost = bcrypt.DefaultCost
-
 // change proposes one change to the store and answers its header.
 func (s *authServer) change(ctx context.Context, c statemachine.AuthChange) (*pb.ResponseHeader, error) {
 	if _, err := s.b.Propose(ctx, c); err != nil {
@@ -91,7 +87,7 @@ func (s *authServer) read(ctx context.Context, fn func(m *statemachine.Machine) 
 // passwordHash is the hash the store keeps for a request's password: a
 // given hashedPassword (base64, as etcd 3.5 logs it) if it is bcrypt,
 // else the bcrypt of the password, which may be empty, as in etcd.
-func passwordHash(password, hashed string) (string, error) {
+func passwordHash(cost int, password, hashed string) (string, error) {
 	if hashed != "" {
 		h, err := base64.StdEncoding.DecodeString(hashed)
 		if err == nil {
@@ -102,7 +98,7 @@ func passwordHash(password, hashed string) (string, error) {
 		}
 		return string(h), nil
 	}
-	h, err := bcrypt.GenerateFromPassword([]byte(password), BcryptCost)
+	h, err := bcrypt.GenerateFromPassword([]byte(password), cost)
 	if err != nil {
 		return "", status.Errorf(codes.InvalidArgument, "etcdserver: %v", err)
 	}
@@ -139,7 +135,7 @@ func (s *authServer) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb
 	c := statemachine.AuthChange{Op: statemachine.AuthUserAdd, User: r.Name, NoPassword: r.Options != nil && r.Options.NoPassword}
 	if !c.NoPassword {
 		var err error
-		if c.Password, err = passwordHash(r.Password, r.HashedPassword); err != nil {
+		if c.Password, err = passwordHash(s.b.BcryptCost(), r.Password, r.HashedPassword); err != nil {
 			return nil, err
 		}
 	}
@@ -189,7 +185,7 @@ func (s *authServer) UserDelete(ctx context.Context, r *pb.AuthUserDeleteRequest
 // UserChangePassword ends the user's tokens: each is keyed by the hash
 // it replaces.
 func (s *authServer) UserChangePassword(ctx context.Context, r *pb.AuthUserChangePasswordRequest) (*pb.AuthUserChangePasswordResponse, error) {
-	hash, err := passwordHash(r.Password, r.HashedPassword)
+	hash, err := passwordHash(s.b.BcryptCost(), r.Password, r.HashedPassword)
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,9 @@ type Backend interface {
 	// PolicyFileNames reports whether the policy file defines principal
 	// name, which etcd's store then may not add as a user.
 	PolicyFileNames(name string) bool
+	// BcryptCost is the cost of the password hashes the store keeps, as
+	// etcd's --bcrypt-cost.
+	BcryptCost() int
 	// Alarms lists the alarms raised through the log, as etcd's alarm
 	// store holds them: a member's NOSPACE once it held its storage
 	// quota. A full disk's NOSPACE is NodeInfo.NoSpace, not among them.

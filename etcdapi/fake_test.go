@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc"
 
 	"github.com/tenurehq/tenure/frontend"
@@ -169,6 +170,7 @@ func (f *fakeBackend) Authenticate(ctx context.Context, name, password string) (
 
 func (f *fakeBackend) AuthEnabled() bool           { return false }
 func (f *fakeBackend) PolicyFileNames(string) bool { return false }
+func (f *fakeBackend) BcryptCost() int             { return bcrypt.MinCost }
 
 func (f *fakeBackend) Done() <-chan struct{} { return f.done }
 

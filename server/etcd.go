@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
@@ -32,6 +33,10 @@ type EtcdConfig struct {
 	Advertise string
 	// Compaction is the automatic compaction of the keys' history.
 	Compaction Compaction
+	// BcryptCost is the cost of the password hashes etcdctl's user add
+	// and passwd store, as etcd's --bcrypt-cost (0: bcrypt's default,
+	// 10, etcd's too).
+	BcryptCost int
 }
 
 // etcdScheme is the URL scheme of the etcd API: https when it serves TLS.
@@ -47,6 +52,9 @@ func (s *Server) startEtcd() error {
 	ec := s.cfg.Etcd
 	if ec.Listener == nil {
 		return nil
+	}
+	if c := ec.BcryptCost; c != 0 && (c < bcrypt.MinCost || c > bcrypt.MaxCost) {
+		return fmt.Errorf("etcd API: bcrypt cost %d is outside %d..%d (--bcrypt-cost)", c, bcrypt.MinCost, bcrypt.MaxCost)
 	}
 	if err := ec.Compaction.Validate(); err != nil {
 		return err
@@ -166,6 +174,14 @@ func (b etcdBackend) Authenticate(ctx context.Context, name, password string) (s
 }
 
 func (b etcdBackend) AuthEnabled() bool { return b.s.policyOn() }
+
+// BcryptCost is --bcrypt-cost: the cost of the hashes etcd's users get.
+func (b etcdBackend) BcryptCost() int {
+	if c := b.s.cfg.Etcd.BcryptCost; c != 0 {
+		return c
+	}
+	return bcrypt.DefaultCost
+}
 
 // PolicyFileNames: the policy file wins for the names it defines.
 func (b etcdBackend) PolicyFileNames(name string) bool {

@@ -119,7 +119,7 @@ func startEtcdAuthServer(t *testing.T) *etcdAuthServer {
 		Auth:     &auth.Authenticator{Policy: src, ClientCAs: clientCAs},
 		Limits:   testLimits(),
 		Logger:   logger,
-		Etcd:     EtcdConfig{Listener: etcdLn, Advertise: etcdLn.Addr().String()},
+		Etcd:     EtcdConfig{Listener: etcdLn, Advertise: etcdLn.Addr().String(), BcryptCost: bcrypt.MinCost},
 		Raft:     oneNodeRaft(t),
 	})
 	if err != nil {

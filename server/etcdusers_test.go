@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"golang.org/x/crypto/bcrypt"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -36,8 +37,10 @@ func startEtcdUsersServer(t *testing.T, authn *auth.Authenticator) *etcdUsersSer
 		Auth:     authn,
 		Limits:   testLimits(),
 		Logger:   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Etcd:     EtcdConfig{Listener: etcdLn, Advertise: etcdLn.Addr().String()},
-		Raft:     oneNodeRaft(t),
+		// bcrypt's least cost: each user add and login pays it, and
+		// cost 10 is seconds apiece under the race detector.
+		Etcd: EtcdConfig{Listener: etcdLn, Advertise: etcdLn.Addr().String(), BcryptCost: bcrypt.MinCost},
+		Raft: oneNodeRaft(t),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -40,6 +40,7 @@ type serveOptions struct {
 	policyFile, auditLog                                    string
 	insecure                                                bool
 	etcdListen, etcdAdvertise                               string
+	bcryptCost                                              int
 	autoCompactionMode, autoCompactionRetention             string
 	limits                                                  server.Limits
 	sources                                                 settingSources // where --config and TENURE_* set flags
@@ -133,6 +134,7 @@ variables (TENURE_ENDPOINTS, TENURE_TOKEN, ...) do not apply to serve.`,
 	f.StringVar(&o.policyFile, "policy", "", "authenticate every caller (bearer token or client certificate) and check each call against this YAML policy, re-read when it changes and on SIGHUP (see docs/security.md)")
 	f.StringVar(&o.auditLog, "audit-log", "", "with --policy, append the audit trail (admin actions, denied calls, policy reloads) to this file as JSON lines (default: the log)")
 	f.StringVar(&o.etcdListen, "etcd-listen", "", "also serve the etcd v3 API (gRPC) on this address, for etcdctl and every etcd client (docs/etcd.md); off when empty")
+	f.IntVar(&o.bcryptCost, "bcrypt-cost", 10, "cost of the password hashes etcd's users get (etcdctl user add, passwd), as etcd's flag: each login pays it (10 is tens of milliseconds; 4 to 31)")
 	f.StringVar(&o.etcdAdvertise, "etcd-advertise", "", "etcd API address clients and other nodes reach this node at (default --etcd-listen; required when it is 0.0.0.0)")
 	f.StringVar(&o.autoCompactionMode, "auto-compaction-mode", "revision", `how the keys' history is compacted, as etcd's flag: "revision" keeps the last --auto-compaction-retention revisions, "periodic" those of the last --auto-compaction-retention duration`)
 	f.StringVar(&o.autoCompactionRetention, "auto-compaction-retention", "10000", `revisions to keep ("revision" mode) or a duration ("periodic" mode: 1h, or a bare number of hours as etcd takes it); 0 keeps everything until a client compacts`)
@@ -302,7 +304,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	}
 	build := readBuildInfo()
 	srv, err := openServer(ctx, server.Config{
-		Etcd:            server.EtcdConfig{Listener: etcdLn, Advertise: o.etcdAdvertise, Compaction: compaction},
+		Etcd:            server.EtcdConfig{Listener: etcdLn, Advertise: o.etcdAdvertise, Compaction: compaction, BcryptCost: o.bcryptCost},
 		Quota:           server.StorageQuota{Bytes: int64(o.quotaBackendBytes)},
 		Listener:        ln,
 		Advertise:       o.advertise,
