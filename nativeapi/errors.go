@@ -110,7 +110,9 @@ var prefixed = []error{
 }
 
 // errorMessage drops the sentinel's words from the front of err's
-// message, where the node's wrapping put them.
+// message, where the node's wrapping put them. The error it returns
+// still unwraps to err: what answers a pipelined call finds the leader
+// a not-leader error names in it (pipelineError).
 func errorMessage(err error) error {
 	msg := err.Error()
 	for _, sentinel := range prefixed {
@@ -121,5 +123,14 @@ func errorMessage(err error) error {
 	if msg == err.Error() {
 		return err
 	}
-	return errors.New(msg)
+	return reworded{msg: msg, err: err}
 }
+
+// reworded is err with another message.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (r reworded) Error() string { return r.msg }
+func (r reworded) Unwrap() error { return r.err }

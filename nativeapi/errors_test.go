@@ -1,12 +1,14 @@
 package nativeapi
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
 	"connectrpc.com/connect"
 
 	"github.com/tenurehq/tenure/api"
+	"github.com/tenurehq/tenure/frontend"
 )
 
 // The server's table and api.Reasons must name the same reasons: the
@@ -28,5 +30,24 @@ func TestEveryErrorReasonIsDeclaredInTheAPIAndSent(t *testing.T) {
 		if !sent[r] {
 			t.Errorf("api.Reasons declares %q, which the server never sends", r)
 		}
+	}
+}
+
+// notLeaderAt is a server's not-leader error naming the leader's address.
+type notLeaderAt struct{ addr string }
+
+func (e notLeaderAt) Error() string {
+	return "not leader: the leader is n2, serving clients at " + e.addr
+}
+func (e notLeaderAt) LeaderAddress() string { return e.addr }
+
+// A pipelined call refused for want of the leader is answered as a unary
+// one would be, and names the leader, whom the Go client then follows:
+// the table rewords the message, and must keep the error underneath.
+func TestAPipelinedNotLeaderNamesTheLeader(t *testing.T) {
+	err := fmt.Errorf("%w: %w", frontend.ErrNotLeader, notLeaderAt{"10.0.0.2:7480"})
+	e := pipelineError(7, err).GetError()
+	if e.GetLeader() != "10.0.0.2:7480" || e.GetReason() != string(api.ReasonNotLeader) || e.GetMessage() != "not leader: the leader is n2, serving clients at 10.0.0.2:7480" {
+		t.Errorf("got = leader %q, reason %q, message %q, expected: the leader's address, %s, the server's words", e.GetLeader(), e.GetReason(), e.GetMessage(), api.ReasonNotLeader)
 	}
 }
