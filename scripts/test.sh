@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The contributor's test run, what the README gives: formatting, vet,
-# every test under the race detector, and a short fuzzing pass on each
-# fuzz target. Every stage runs even when an earlier one failed, and the
+# every test under the race detector (but those that only drive tenure
+# processes, built without it: e2e, e2e/cluster, e2e/etcd, e2e/kube),
+# and a short fuzzing pass on each fuzz target. Every stage runs even when an earlier one failed, and the
 # failures are listed together at the end. The release build and the
 # cross-compiles are scripts/release-check.sh (CI runs both).
 # FUZZTIME (default 3s: every seed and a short search) sets how long
