@@ -147,12 +147,21 @@ func startEtcdAuthServer(t *testing.T) *etcdAuthServer {
 // client is an etcd client of es, logged in as user when it is set.
 func (es *etcdAuthServer) client(t *testing.T, user, password string) *clientv3.Client {
 	t.Helper()
+	return etcdLogin(t, es.etcd, user, password)
+}
+
+// etcdLogin is an etcd client of endpoint, logged in as user when it is
+// set, closed at cleanup.
+func etcdLogin(t *testing.T, endpoint, user, password string) *clientv3.Client {
+	t.Helper()
 	c, err := clientv3.New(clientv3.Config{
-		Endpoints: []string{es.etcd}, Username: user, Password: password,
-		DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		Endpoints: []string{endpoint}, Username: user, Password: password,
+		// A login is a bcrypt: seconds at etcd's cost under the race
+		// detector on a busy machine.
+		DialTimeout: 30 * time.Second, Logger: zap.NewNop(),
 	})
 	if err != nil {
-		t.Fatalf("etcd client (%s): %v", user, err)
+		t.Fatalf("etcd client (%q): %v", user, err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c

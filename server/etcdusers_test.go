@@ -11,7 +11,6 @@ import (
 	"connectrpc.com/connect"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"golang.org/x/crypto/bcrypt"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
@@ -62,17 +61,7 @@ func startEtcdUsersServer(t *testing.T, authn *auth.Authenticator) *etcdUsersSer
 
 func (es *etcdUsersServer) client(t *testing.T, user, password string) *clientv3.Client {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints: []string{es.etcd}, Username: user, Password: password,
-		// A login is a bcrypt at etcd's cost: seconds under the race
-		// detector on a busy machine.
-		DialTimeout: 30 * time.Second, Logger: zap.NewNop(),
-	})
-	if err != nil {
-		t.Fatalf("etcd client (%q): %v", user, err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return etcdLogin(t, es.etcd, user, password)
 }
 
 // native is a native KV client sending token as its bearer token ("":
