@@ -196,13 +196,16 @@ func nodeError(err error) error {
 // isNodeError reports whether err is already the node's: one of
 // frontend's sentinels wraps it.
 func isNodeError(err error) bool {
-	for _, sentinel := range []error{frontend.ErrNotLeader, frontend.ErrLeaderChanged, frontend.ErrLeaderFailed, frontend.ErrNoSpace, frontend.ErrStopped} {
+	for _, sentinel := range nodeSentinels {
 		if errors.Is(err, sentinel) {
 			return true
 		}
 	}
 	return false
 }
+
+// nodeSentinels are the sentinels nodeError wraps errors in.
+var nodeSentinels = []error{frontend.ErrNotLeader, frontend.ErrLeaderChanged, frontend.ErrLeaderFailed, frontend.ErrNoSpace, frontend.ErrStopped}
 
 // raftNotLeader is raft's not-leader error in the words a client reads.
 type raftNotLeader struct{ *raftnode.NotLeaderError }

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
+	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/nativeapi"
 )
@@ -85,4 +86,27 @@ func namespaceOf(m *dto.Metric) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// metricsAccess guards /metrics as the policy says.
+func (s *Server) metricsAccess(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.policyOn() {
+			next.ServeHTTP(w, r)
+			return
+		}
+		var msg any = &tenurev1.StatusRequest{}
+		switch s.auth.authn.Policy.Policy().Metrics() {
+		case auth.MetricsOpen:
+			next.ServeHTTP(w, r)
+			return
+		case auth.MetricsAdmin:
+			msg = &tenurev1.SnapshotRequest{}
+		}
+		if err := (nativeNode{frontNode{s}}).Check(r.Context(), r.URL.Path, msg); err != nil {
+			nativeapi.HTTPError(w, err)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -2,10 +2,8 @@ package server
 
 import (
 	"context"
-	"net/http"
 	"time"
 
-	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/auth"
 	"github.com/tenurehq/tenure/nativeapi"
 	"github.com/tenurehq/tenure/statemachine"
@@ -100,26 +98,3 @@ func toConnect(err error) error { return nativeapi.ToConnect(nodeError(err)) }
 
 // invalid is a request validation failure, in the native API's words.
 func invalid(format string, args ...any) error { return nativeapi.Invalid(format, args...) }
-
-// metricsAccess guards /metrics as the policy says.
-func (s *Server) metricsAccess(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.policyOn() {
-			next.ServeHTTP(w, r)
-			return
-		}
-		var msg any = &tenurev1.StatusRequest{}
-		switch s.auth.authn.Policy.Policy().Metrics() {
-		case auth.MetricsOpen:
-			next.ServeHTTP(w, r)
-			return
-		case auth.MetricsAdmin:
-			msg = &tenurev1.SnapshotRequest{}
-		}
-		if err := (nativeNode{frontNode{s}}).Check(r.Context(), r.URL.Path, msg); err != nil {
-			nativeapi.HTTPError(w, err)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
