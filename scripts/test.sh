@@ -6,7 +6,7 @@
 # failures are listed together at the end. The release build and the
 # cross-compiles are scripts/release-check.sh (CI runs both).
 # FUZZTIME (default 3s: every seed and a short search) sets how long
-# each fuzz target runs; CI runs them 10s each.
+# each fuzz target runs; CI runs the default.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 fuzztime="${FUZZTIME:-3s}"
