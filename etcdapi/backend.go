@@ -86,7 +86,7 @@ type NodeInfo struct {
 	RaftTerm  uint64
 	RaftIndex uint64 // last log index
 	Applied   uint64
-	DBSize    int64 // bytes of the data directory's log and snapshots
+	DBSize    int64 // bytes the data directory's log and snapshots hold, not the log's preallocated room
 	Version   string
 	// NoSpace is set while the node refuses writes for a full disk:
 	// Alarm reports NOSPACE for it.

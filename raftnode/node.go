@@ -27,6 +27,8 @@ type Node struct {
 	engine   *engine
 	applier  *applier
 	space    *spaceCheck
+	walTail  *walTail // nil: stores given, or boltdb
+	dataDir  string   // "": stores given
 	metrics  *metrics
 	log      *slog.Logger
 	election time.Duration // the longest a failover's election takes
@@ -116,6 +118,8 @@ func open(cfg Config, newState func() state) (n *Node, err error) {
 		closeTransport: trans.Close,
 		closeStores:    st.close,
 		space:          st.space,
+		walTail:        st.tail,
+		dataDir:        cfg.DataDir,
 		metrics:        m,
 		log:            log,
 		// Raft draws each election timeout between one and two of it.

@@ -25,6 +25,7 @@ type stores struct {
 	meta      raft.StableStore
 	snapshots raft.SnapshotStore
 	space     *spaceCheck
+	tail      *walTail     // the WAL's tail segment; nil but for raft-wal
 	kind      string       // for the log: Config.LogStore, or "given"
 	dir       string       // the directory they live in; empty when given
 	close     func() error // closes what openStores opened, nothing when given
@@ -52,7 +53,8 @@ func openStores(cfg Config, m *metrics, log *slog.Logger) (stores, error) {
 	if err != nil {
 		return stores{}, fmt.Errorf("raftnode: snapshot files: %w", err)
 	}
-	logs, stable, closeLogs, err := openDiskWAL(dir, cfg, snaps, space, log)
+	tail := &walTail{}
+	logs, stable, closeLogs, err := openDiskWAL(dir, cfg, snaps, space, tail, log)
 	if err != nil {
 		return stores{}, err
 	}
@@ -61,6 +63,7 @@ func openStores(cfg Config, m *metrics, log *slog.Logger) (stores, error) {
 		meta:      stable,
 		snapshots: snaps,
 		space:     space,
+		tail:      tail,
 		kind:      cfg.LogStore,
 		dir:       dir,
 		close:     closeLogs,
@@ -69,7 +72,7 @@ func openStores(cfg Config, m *metrics, log *slog.Logger) (stores, error) {
 
 // openDiskWAL opens the WAL, which is also the meta store (term,
 // vote): both kinds implement the two interfaces in one durable file set.
-func openDiskWAL(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceCheck, log *slog.Logger) (raft.LogStore, raft.StableStore, func() error, error) {
+func openDiskWAL(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceCheck, tail *walTail, log *slog.Logger) (raft.LogStore, raft.StableStore, func() error, error) {
 	walDir := filepath.Join(dir, "wal")
 	boltPath := filepath.Join(dir, "raft.db")
 	kind := cfg.LogStore
@@ -83,7 +86,7 @@ func openDiskWAL(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceC
 		if err := os.MkdirAll(walDir, 0o750); err != nil {
 			return nil, nil, nil, fmt.Errorf("raftnode: %w", err)
 		}
-		o := walOptions{segmentSize: cfg.WALSegmentSize, repair: cfg.RepairLog, logger: log, space: space}
+		o := walOptions{segmentSize: cfg.WALSegmentSize, repair: cfg.RepairLog, logger: log, space: space, tail: tail}
 		w, damage, err := openWAL(walDir, o)
 		// Each repair cuts at the earliest damage; open again until the
 		// log verifies, in case a cut left later damage in place.

@@ -85,6 +85,7 @@ type verifyingFiler struct {
 	dir    string
 	repair bool
 	space  *spaceCheck // nil: not measured (set once the WAL is open)
+	tail   *walTail    // nil: not recorded
 	found  *CorruptLogError
 }
 
@@ -97,7 +98,8 @@ func newVerifyingFiler(dir string, f *segment.Filer, repair bool) *verifyingFile
 // preallocation would, and walStore reopens it once space is back.
 func (f *verifyingFiler) Create(info types.SegmentInfo) (types.SegmentWriter, error) {
 	if f.space == nil {
-		return f.Filer.Create(info)
+		w, err := f.Filer.Create(info)
+		return f.track(info, w, err)
 	}
 	if err := f.space.room(uint64(info.SizeLimit)); err != nil {
 		f.space.rotationFailed(err)
@@ -108,6 +110,15 @@ func (f *verifyingFiler) Create(info types.SegmentInfo) (types.SegmentWriter, er
 		f.space.rotationFailed(err)
 	}
 	f.space.measure()
+	return f.track(info, w, err)
+}
+
+// track records w, created or recovered for info, as the tail segment
+// (unless err), and hands both back.
+func (f *verifyingFiler) track(info types.SegmentInfo, w types.SegmentWriter, err error) (types.SegmentWriter, error) {
+	if err == nil {
+		f.tail.set(w, f.dir, info)
+	}
 	return w, err
 }
 
@@ -122,7 +133,8 @@ func (f *verifyingFiler) RecoverTail(info types.SegmentInfo) (types.SegmentWrite
 	if err := f.check(info, false); err != nil {
 		return nil, err
 	}
-	return f.Filer.RecoverTail(info)
+	w, err := f.Filer.RecoverTail(info)
+	return f.track(info, w, err)
 }
 
 func (f *verifyingFiler) check(info types.SegmentInfo, sealed bool) error {

@@ -52,6 +52,7 @@ type walOptions struct {
 	repair      bool
 	logger      *slog.Logger
 	space       *spaceCheck // measured around every new segment
+	tail        *walTail    // told of every tail segment the filer hands out
 }
 
 // openWAL opens raft-wal in dir with every segment's checksums verified.
@@ -60,6 +61,7 @@ type walOptions struct {
 // *CorruptLogError.
 func openWAL(dir string, o walOptions) (*raftwal.WAL, *CorruptLogError, error) {
 	filer := newVerifyingFiler(dir, segment.NewFiler(dir, fs.New()), o.repair)
+	filer.tail = o.tail
 	// raft-wal leaves its meta store open when Open fails, and its file
 	// lock would block the next open in this process forever.
 	meta := &metadb.BoltMetaDB{}

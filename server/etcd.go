@@ -7,8 +7,6 @@ import (
 	"hash/fnv"
 	"math"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -243,7 +241,7 @@ func (b etcdBackend) Node(ctx context.Context) (etcdapi.NodeInfo, error) {
 		RaftTerm:  st.Term,
 		RaftIndex: st.CommitIndex,
 		Applied:   st.AppliedIndex,
-		DBSize:    dirSize(s.cfg.Raft.DataDir),
+		DBSize:    s.node.DiskBytesInUse(),
 		Version:   s.cfg.Build.Version,
 	}
 	if st.LeaderID != "" {
@@ -291,22 +289,4 @@ func (b etcdBackend) Node(ctx context.Context) (etcdapi.NodeInfo, error) {
 		info.Members = append(info.Members, em)
 	}
 	return info, nil
-}
-
-// dirSize is the bytes of the files under dir: the log and snapshots,
-// what etcd calls the size of its database.
-func dirSize(dir string) int64 {
-	if dir == "" {
-		return 0
-	}
-	var n int64
-	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
-			}
-		}
-		return nil
-	})
-	return n
 }
