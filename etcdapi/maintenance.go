@@ -43,15 +43,27 @@ func statusVersion(tenure string) string {
 	if tenure == "" {
 		return APIVersion
 	}
-	// Build metadata is dot-separated runs of [0-9A-Za-z-].
-	meta := strings.Map(func(r rune) rune {
-		switch {
-		case r >= '0' && r <= '9', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r == '-', r == '.':
-			return r
+	// Build metadata is dot-separated identifiers of [0-9A-Za-z-]; any
+	// other byte becomes "-", and the hyphens that leaves at an
+	// identifier's ends go, so that an unstamped build's "(devel)" reads
+	// "devel", not "-devel-".
+	var ids []string
+	for id := range strings.SplitSeq(tenure, ".") {
+		id = strings.Trim(strings.Map(func(r rune) rune {
+			switch {
+			case r >= '0' && r <= '9', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r == '-':
+				return r
+			}
+			return '-'
+		}, id), "-")
+		if id != "" {
+			ids = append(ids, id)
 		}
-		return '-'
-	}, tenure)
-	return APIVersion + "+tenure." + strings.Trim(meta, ".")
+	}
+	if len(ids) == 0 {
+		return APIVersion
+	}
+	return APIVersion + "+tenure." + strings.Join(ids, ".")
 }
 
 // maintenanceServer serves Maintenance: Status and Alarm from what the

@@ -115,7 +115,9 @@ func TestStatusVersionIsSemverWithTenuresVersionAsBuildMetadata(t *testing.T) {
 		"":                          "3.5.13",
 		"v1.4.0":                    "3.5.13+tenure.v1.4.0",
 		"v0.0.0-20261125-abc+dirty": "3.5.13+tenure.v0.0.0-20261125-abc-dirty",
-		"(devel)":                   "3.5.13+tenure.-devel-",
+		"(devel)":                   "3.5.13+tenure.devel",
+		"v1..2.":                    "3.5.13+tenure.v1.2",
+		"()":                        "3.5.13",
 	} {
 		got := statusVersion(tenure)
 		if got != want || !semver.MatchString(got) {
