@@ -188,7 +188,8 @@ stage "e2e/etcd and e2e/kube modules (go test, beside the core's)" done_beside e
 
 echo "== the run took ${SECONDS}s"
 if [ ${#failed[@]} -gt 0 ]; then
-  echo "== FAILED stages: ${failed[*]}"
+  echo "== FAILED stages:"
+  printf '   - %s\n' "${failed[@]}"
   exit 1
 fi
 echo "== all tests passed"
