@@ -47,6 +47,24 @@ func TestRepairLogCutsDamageAfterTheLastEntry(t *testing.T) {
 			},
 		},
 		{
+			// What an outside check did: its node restarted without a
+			// word, the newest acknowledged puts gone.
+			name: "the last 16 bytes of the last batch overwritten",
+			damage: func(t *testing.T, segment string) {
+				end, _, _ := walTail(t, segment)
+				f, err := os.OpenFile(segment, os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				junk := []byte{0x5b, 0x13, 0xe2, 0x7f, 0x01, 0x99, 0xc4, 0x3a, 0xd0, 0x6e, 0x28, 0xf1, 0x47, 0x0c, 0xb5, 0x8d}
+				if _, err := f.WriteAt(junk, end-16); err != nil {
+					t.Fatal(err)
+				}
+			},
+			lossy: true,
+		},
+		{
 			name: "the file cut off inside its last frame",
 			damage: func(t *testing.T, segment string) {
 				_, last, n := walTail(t, segment)
@@ -90,6 +108,9 @@ func TestRepairLogCutsDamageAfterTheLastEntry(t *testing.T) {
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || !strings.Contains(string(out), "raft log is corrupt") || !strings.Contains(string(out), "--repair-log") {
 				t.Fatalf("got = %v: %s\nexpected: serve refuses the damaged log and names --repair-log", err, out)
+			}
+			if !strings.Contains(string(out), filepath.Base(segs[len(segs)-1])) || !regexp.MustCompile(`at offset \d+ \(entr`).Match(out) {
+				t.Fatalf("got = %s\nexpected: the refusal names the file, the offset and the entries", out)
 			}
 
 			p.args = append(p.args, "--repair-log")
@@ -175,4 +196,55 @@ func logInt(line, key string) int {
 	}
 	n, _ := strconv.Atoi(m[1])
 	return n
+}
+
+// A torn last write — a batch cut short by a crash before its sync
+// returned, never acknowledged — is dropped without a flag and with a
+// warning, and every acknowledged put is there.
+func TestATornLastWriteIsDroppedOnItsOwn(t *testing.T) {
+	t.Parallel()
+	bin := tenureBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := newServerProc(t, bin)
+	p.args = []string{"--snapshot-threshold", "100000"}
+	p.start(ctx)
+	const n = 20
+	value := strings.Repeat("v", 4<<10)
+	for i := range n {
+		if err := putKey(ctx, p, i, value); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	p.kill()
+	segs, err := filepath.Glob(filepath.Join(p.dataDir, "raft", "wal", "*.wal"))
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("no wal segments in %s: %v", p.dataDir, err)
+	}
+	sort.Strings(segs)
+	tail := segs[len(segs)-1]
+	end, _, _ := walTail(t, tail)
+	// What a crash mid-append leaves: an entry frame's header and the
+	// first 400 of its 1,000 bytes, then the zeros of the preallocated
+	// file.
+	torn := make([]byte, 8+400)
+	torn[0] = 1 // an entry frame
+	binary.LittleEndian.PutUint32(torn[4:8], 1000)
+	for i := 8; i < len(torn); i++ {
+		torn[i] = 'x'
+	}
+	f, err := os.OpenFile(tail, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(torn, end); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	p.start(ctx)
+	if log := proccluster.Tail(p.logPath, 200); !strings.Contains(log, "dropped a torn last write") {
+		t.Fatalf("got = no warning in the log:\n%s\nexpected: the torn write named", log)
+	}
+	verifyAcked(t, ctx, p, n, value)
 }

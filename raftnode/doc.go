@@ -27,7 +27,28 @@
 // damage is refused naming the file and offset, RepairLog cuts it off),
 // and reopening in place after a full disk (walstore.go). etcd's wal
 // would have meant writing all of that again, and pulling etcd's server
-// module into the core's graph. Entries are stored as raft-wal records
+// module into the core's graph.
+//
+// # A torn write, or damage
+//
+// A crash can leave the newest batch half written: its sync never
+// returned, so nothing in it was acknowledged, and the node drops it on
+// its own. Any other failed check is damage to bytes that were synced,
+// perhaps acknowledged, and the node refuses to start on it, naming the
+// file, the offset and the entries at stake, until RepairLog accepts the
+// loss (its log line lists the entries lost). The two are told apart by
+// shape, since nothing durable records which batch was synced last: a
+// segment is preallocated as zeros and a disk writes a 512-byte sector
+// whole or not at all, so a torn batch is the last one, followed only by
+// zeros, and either stops at a frame header of zeros or holds a whole
+// sector of zeros that its checksum fails on. A frame header that is
+// neither valid nor zero, a complete batch with a bad checksum and no
+// sector of zeros, and a zeroed header with data after it are damage.
+// The one case told wrong needs two faults at once: a batch holding a
+// sector of zeros of its own (a value of zeros) and then damaged would
+// pass for torn. walcheck.go has the rule.
+//
+// Entries are stored as raft-wal records
 // whose data is the marshalled raftpb.Entry; the hard state is kept in
 // the WAL's meta store; and an ENGINE file tells this format from the
 // hashicorp engine's, whose single-node data dirs convert themselves at

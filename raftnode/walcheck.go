@@ -84,8 +84,9 @@ type verifyingFiler struct {
 	*segment.Filer
 	dir    string
 	repair bool
-	space  *spaceCheck // nil: not measured (set once the WAL is open)
-	tail   *walTail    // nil: not recorded
+	space  *spaceCheck  // nil: not measured (set once the WAL is open)
+	log    *slog.Logger // nil: torn writes are cleared without a word
+	tail   *walTail     // nil: not recorded
 	found  *CorruptLogError
 }
 
@@ -138,7 +139,11 @@ func (f *verifyingFiler) RecoverTail(info types.SegmentInfo) (types.SegmentWrite
 }
 
 func (f *verifyingFiler) check(info types.SegmentInfo, sealed bool) error {
-	err := verifySegment(filepath.Join(f.dir, segment.FileName(info)), info, sealed)
+	path := filepath.Join(f.dir, segment.FileName(info))
+	torn, err := verifySegment(path, info, sealed)
+	if err == nil && torn >= 0 {
+		err = clearTornWrite(path, torn, f.log)
+	}
 	var ce *CorruptLogError
 	if !f.repair || !errors.As(err, &ce) {
 		return err
@@ -149,31 +154,83 @@ func (f *verifyingFiler) check(info types.SegmentInfo, sealed bool) error {
 	return nil
 }
 
+// clearTornWrite zeros the torn batch at offset in the tail segment at
+// path, as if it had never been written, and syncs it. raft-wal would
+// drop the batch anyway and write the next one over it; but a crash
+// during that write could leave part of the torn batch's frames beyond
+// the new batch's end, which would then look like damage.
+func clearTornWrite(path string, offset int64, log *slog.Logger) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("raftnode: clear torn write: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("raftnode: clear torn write: %w", err)
+	}
+	if err := f.Truncate(offset); err != nil {
+		return fmt.Errorf("raftnode: clear torn write in %s at offset %d: %w", path, offset, err)
+	}
+	if err := f.Truncate(st.Size()); err != nil {
+		return fmt.Errorf("raftnode: clear torn write in %s at offset %d: %w", path, offset, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("raftnode: clear torn write: sync %s: %w", path, err)
+	}
+	if log != nil {
+		log.Warn("raft log: dropped a torn last write, a batch whose sync never finished, so that nothing in it was acknowledged", "file", path, "offset", offset)
+	}
+	return nil
+}
+
+// A torn write is what a crash leaves of the last batch when its fsync
+// never returned, so that no entry in it was acknowledged: the node may
+// drop it on its own. Anything else that fails its checks is damage to
+// bytes that were synced, and so perhaps acknowledged: the node refuses
+// to start on it and names it (--repair-log accepts the loss). The two
+// are told apart by shape. The segment was preallocated as zeros, and
+// the disk writes a sector (512 bytes) whole or not at all, in no
+// particular order within the batch, so a torn batch is the last in the
+// file, with nothing but zeros after it, and either
+//
+//   - stops where writing stopped: a frame header of zeros, or
+//   - ends in its commit frame, but with a whole sector of zeros inside
+//     it, which the checksum then fails: a page that never reached the
+//     disk while a later one did.
+//
+// A frame header that is neither valid nor zero is never torn (headers
+// are 8-byte aligned, so inside one sector), nor is a complete batch with
+// a bad checksum and no sector of zeros (a bit flip, an overwrite), nor a
+// zeroed header with data after it. A batch that holds a whole sector of
+// zeros of its own (a value of zeros) and is then damaged would pass for
+// torn: the one case told wrong, and it needs both at once.
+//
 // verifySegment reads a segment file from start to end and checks the
 // CRC of every committed batch. A sealed segment must end in its index
-// frame and a good commit. The tail may end in a torn batch — the last
-// write, never acknowledged — whose commit frame is missing or fails its
-// CRC with nothing but zeros after it; raft-wal drops that batch itself.
-// Damage only to entries outside the segment's live range (dropped by an
-// earlier truncation) is ignored. A missing tail file is left for
-// raft-wal to handle.
+// frame and a good commit. The tail may end in a torn batch, whose
+// offset it returns as torn (else -1) for the caller to clear; raft-wal
+// drops that batch itself. Any other damage is a
+// *CorruptLogError. Damage only to entries outside the segment's live
+// range (dropped by an earlier truncation) is ignored. A missing tail
+// file is left for raft-wal to handle.
 //
 // One case looks like a torn write and passes: a damaged length in the
-// tail's last batches that jumps the scan into the zeros past the end.
-func verifySegment(path string, info types.SegmentInfo, sealed bool) error {
+// tail's last batch that jumps the scan into the zeros past the end.
+func verifySegment(path string, info types.SegmentInfo, sealed bool) (torn int64, err error) {
 	file, err := os.Open(path)
 	if err != nil {
 		if !sealed && errors.Is(err, os.ErrNotExist) {
-			return nil
+			return -1, nil
 		}
-		return fmt.Errorf("raftnode: open log segment: %w", err)
+		return -1, fmt.Errorf("raftnode: open log segment: %w", err)
 	}
 	defer file.Close()
 	st, err := file.Stat()
 	if err != nil {
-		return fmt.Errorf("raftnode: stat log segment: %w", err)
+		return -1, fmt.Errorf("raftnode: stat log segment: %w", err)
 	}
-	s := &segmentScan{r: bufio.NewReaderSize(file, 256<<10), size: st.Size()}
+	s := &segmentScan{r: bufio.NewReaderSize(file, 256<<10), size: st.Size(), zeroSector: -1}
 	crc := crc32.New(castagnoli)
 	corrupt := func(offset int64, first, last uint64, reason string, args ...any) *CorruptLogError {
 		return &CorruptLogError{File: path, Offset: offset, FirstIndex: first, LastIndex: last, Reason: fmt.Sprintf(reason, args...), cutAt: -1}
@@ -201,12 +258,12 @@ func verifySegment(path string, info types.SegmentInfo, sealed bool) error {
 	var hdr [walFileHeaderLen]byte
 	if err := s.read(hdr[:]); err != nil {
 		if !sealed && errors.Is(err, errShort) {
-			return nil // created but never committed to
+			return -1, nil // created but never committed to
 		}
 		if errors.Is(err, errShort) {
-			return corrupt(0, info.BaseIndex, 0, "the file is shorter than its header")
+			return -1, corrupt(0, info.BaseIndex, 0, "the file is shorter than its header")
 		}
-		return fmt.Errorf("raftnode: read log segment %s: %w", path, err)
+		return -1, fmt.Errorf("raftnode: read log segment %s: %w", path, err)
 	}
 	crc.Write(hdr[:])
 	headerOK := binary.LittleEndian.Uint32(hdr[0:4]) == walMagic && allZero(hdr[4:7]) && hdr[7] == walVersion &&
@@ -226,59 +283,69 @@ func verifySegment(path string, info types.SegmentInfo, sealed bool) error {
 		offset := s.offset
 		err := s.read(fh[:])
 		if err != nil && !errors.Is(err, errShort) {
-			return fmt.Errorf("raftnode: read log segment %s: %w", path, err)
+			return -1, fmt.Errorf("raftnode: read log segment %s: %w", path, err)
 		}
 		if err != nil || allZero(fh[:]) {
 			// The end of what was written. A sealed segment returns at its
 			// final commit, so it cannot get here; in the tail, frames
-			// after the last commit are a torn write.
+			// after the last commit are a torn write if nothing follows.
 			if sealed {
-				return corrupt(offset, batchFirst, 0, "the sealed segment ends before its index and commit frames")
+				return -1, corrupt(offset, batchFirst, 0, "the sealed segment ends before its index and commit frames")
 			}
 			if commits > 0 && !headerOK {
-				return corrupt(0, info.BaseIndex, 0, "the file header does not match the segment (base index %d, id %d)", info.BaseIndex, info.ID)
+				return -1, corrupt(0, info.BaseIndex, 0, "the file header does not match the segment (base index %d, id %d)", info.BaseIndex, info.ID)
 			}
-			return nil
+			if err != nil || offset == batchStart {
+				return -1, nil // the end of the file, or of the last batch
+			}
+			rest, err := s.restIsZero()
+			switch {
+			case err != nil:
+				return -1, fmt.Errorf("raftnode: read log segment %s: %w", path, err)
+			case rest:
+				return batchStart, nil // the last batch stops where writing stopped
+			case !live(batchFirst, 0):
+				return -1, nil
+			}
+			return -1, tailDamage(corrupt(offset, batchFirst, 0, "a zeroed frame header inside the last batch, with data after it"), batchStart, next-1)
 		}
 		typ, length := fh[0], binary.LittleEndian.Uint32(fh[4:8])
 		known := typ == walFrameEntry || typ == walFrameIndex || typ == walFrameCommit
 		tooLong := typ != walFrameCommit && (int64(length) > segment.MaxEntrySize || offset+walFrameHeaderLen+int64(length) > s.size)
 		if !known || !allZero(fh[1:4]) || tooLong || (sawIndex && typ != walFrameCommit) {
-			if !sealed {
-				if rest, err := s.restIsZero(); err != nil {
-					return fmt.Errorf("raftnode: read log segment %s: %w", path, err)
-				} else if rest {
-					return nil // a torn last write
-				}
-			}
+			// Never a torn write: a frame header is 8 bytes, aligned, so
+			// inside one sector, which reaches the disk whole or reads as
+			// zeros. These bytes were written, and then changed.
 			if !live(batchFirst, 0) {
-				return nil
+				return -1, nil
 			}
 			seen := next - 1
 			if typ == walFrameEntry && allZero(fh[1:4]) {
 				seen = next // an entry frame cut short or running past the end
 			}
-			return tailDamage(corrupt(offset, batchFirst, 0, "damaged frame header % x", fh), batchStart, seen)
+			return -1, tailDamage(corrupt(offset, batchFirst, 0, "damaged frame header % x", fh), batchStart, seen)
 		}
 		if typ == walFrameCommit {
 			if got := crc.Sum32(); got != length {
-				if !sealed {
-					if rest, err := s.restIsZero(); err != nil {
-						return fmt.Errorf("raftnode: read log segment %s: %w", path, err)
-					} else if rest {
-						return nil // a torn last write
+				if !sealed && s.zeroSectorSince(batchStart) {
+					rest, err := s.restIsZero()
+					if err != nil {
+						return -1, fmt.Errorf("raftnode: read log segment %s: %w", path, err)
+					}
+					if rest {
+						return batchStart, nil // a page of the last batch never reached the disk
 					}
 				}
 				if live(batchFirst, next-1) {
-					return tailDamage(corrupt(batchStart, batchFirst, next-1, "checksum mismatch: the batch's CRC-32C is %08x, its commit frame says %08x", got, length), batchStart, next-1)
+					return -1, tailDamage(corrupt(batchStart, batchFirst, next-1, "checksum mismatch: the batch's CRC-32C is %08x, its commit frame says %08x", got, length), batchStart, next-1)
 				}
 			}
 			commits++
 			if sawIndex {
 				if !headerOK {
-					return corrupt(0, info.BaseIndex, 0, "the file header does not match the segment (base index %d, id %d)", info.BaseIndex, info.ID)
+					return -1, corrupt(0, info.BaseIndex, 0, "the file header does not match the segment (base index %d, id %d)", info.BaseIndex, info.ID)
 				}
-				return nil // sealed: the index and its commit end the segment
+				return -1, nil // sealed: the index and its commit end the segment
 			}
 			crc.Reset()
 			batchStart, batchFirst = s.offset, next
@@ -287,9 +354,9 @@ func verifySegment(path string, info types.SegmentInfo, sealed bool) error {
 		crc.Write(fh[:])
 		if err := s.copy(crc, int64(length)+int64(padding(int(length)))); err != nil {
 			if !sealed && errors.Is(err, errShort) {
-				return nil
+				return -1, nil
 			}
-			return fmt.Errorf("raftnode: read log segment %s: %w", path, err)
+			return -1, fmt.Errorf("raftnode: read log segment %s: %w", path, err)
 		}
 		switch typ {
 		case walFrameEntry:
@@ -303,15 +370,55 @@ func verifySegment(path string, info types.SegmentInfo, sealed bool) error {
 // errShort is a read that reached the end of the file.
 var errShort = errors.New("end of file")
 
-// segmentScan reads a segment file front to back.
+// segmentScan reads a segment file front to back, noting the sectors
+// that were all zeros.
 type segmentScan struct {
 	r      *bufio.Reader
 	size   int64
 	offset int64
+
+	sectorWritten bool  // the sector being read has a byte that is not zero
+	zeroSector    int64 // where the last whole sector of zeros read starts; -1: none
+}
+
+// sectorSize is the unit a disk writes whole or not at all.
+const sectorSize = 512
+
+// note records b, read at s.offset, in the sectors' tally.
+func (s *segmentScan) note(b []byte) {
+	off := s.offset
+	for len(b) > 0 {
+		n := min(len(b), sectorSize-int(off%sectorSize))
+		if !allZero(b[:n]) {
+			s.sectorWritten = true
+		}
+		off += int64(n)
+		b = b[n:]
+		if off%sectorSize == 0 {
+			if !s.sectorWritten {
+				s.zeroSector = off - sectorSize
+			}
+			s.sectorWritten = false
+		}
+	}
+}
+
+// zeroSectorSince reports whether a whole sector read at or after offset
+// was all zeros.
+func (s *segmentScan) zeroSectorSince(offset int64) bool {
+	return s.zeroSector >= offset
+}
+
+// Write lets the scan sit beside a checksum in io.CopyN.
+func (s *segmentScan) Write(b []byte) (int, error) {
+	s.note(b)
+	s.offset += int64(len(b))
+	return len(b), nil
 }
 
 func (s *segmentScan) read(b []byte) error {
 	n, err := io.ReadFull(s.r, b)
+	s.note(b[:n])
 	s.offset += int64(n)
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return errShort
@@ -321,8 +428,7 @@ func (s *segmentScan) read(b []byte) error {
 
 // copy feeds the next n bytes to w.
 func (s *segmentScan) copy(w io.Writer, n int64) error {
-	m, err := io.CopyN(w, s.r, n)
-	s.offset += m
+	_, err := io.CopyN(io.MultiWriter(w, s), s.r, n)
 	if errors.Is(err, io.EOF) {
 		return errShort
 	}
@@ -423,9 +529,9 @@ func repairWAL(w *raftwal.WAL, damage *CorruptLogError, snaps raft.SnapshotStore
 // cutSegment cuts the newest segment back to the end of its last intact
 // batch, keeping the file's size: what follows reads as zeros, as in a
 // preallocated segment never written that far. Entries whose frames
-// started in the cut-off bytes are lost, unless the snapshot holds them;
-// they were acknowledged only if the damage took their batch's commit
-// frame, which cannot be told from what is left.
+// started in the cut-off bytes are lost, unless the snapshot holds them.
+// A torn batch never gets here (clearTornWrite drops it), so the cut
+// batch was synced, and may have been acknowledged.
 func cutSegment(damage *CorruptLogError, snapshot uint64, log *slog.Logger) error {
 	f, err := os.OpenFile(damage.File, os.O_RDWR, 0)
 	if err != nil {
@@ -451,7 +557,7 @@ func cutSegment(damage *CorruptLogError, snapshot uint64, log *slog.Logger) erro
 			"damage", damage.Error(), "file", damage.File, "cut_at", damage.cutAt, "last_index", damage.FirstIndex-1, "snapshot_index", snapshot)
 		return nil
 	}
-	log.Error("repaired the raft log: cut the newest segment back to its last intact batch; the entries of the damaged batch are lost on this node unless another member has them (acknowledged only if the damage hit their commit frame)",
+	log.Error("repaired the raft log: cut the newest segment back to its last intact batch; the entries of the damaged batch, which were synced and may have been acknowledged, are lost on this node unless another member has them",
 		"damage", damage.Error(), "file", damage.File, "cut_at", damage.cutAt, "lost_from", lostFrom, "lost_to", lostTo, "last_index", damage.FirstIndex-1, "snapshot_index", snapshot)
 	return nil
 }

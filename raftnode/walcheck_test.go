@@ -128,22 +128,127 @@ func TestCorruptionInTheTailsOlderBatchIsRefused(t *testing.T) {
 	}
 }
 
-// A torn last write — the final batch's bytes not all on disk, never
-// acknowledged — is dropped as raft-wal always did, not refused.
-func TestATornLastWriteIsStillRecovered(t *testing.T) {
-	dir := t.TempDir()
-	fillWAL(t, dir, 10)
-	segs := segments(t, dir)
-	flipByteOf(t, segs[len(segs)-1], 9)
-
-	n := openFake(t, walTestConfig(t, dir), nil)
-	waitLeader(t, n)
-	got, _ := readKV(t, n)
-	if _, ok := got["k009"]; ok {
-		t.Fatalf("got = k009 after its batch was torn, expected: dropped")
+// writtenEnd is where the data written to a preallocated segment ends:
+// past its last byte that is not zero, rounded up to a frame.
+func writtenEnd(t *testing.T, file string) int64 {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got["k008"] != bigValue(8) {
-		t.Fatalf("got = k008 %.20q, expected: the value written before the torn batch", got["k008"])
+	end := len(bytes.TrimRight(data, "\x00"))
+	return int64(end + padding(end))
+}
+
+// overwrite writes b at offset in file.
+func overwrite(t *testing.T, file string, offset int64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(file, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, offset); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A torn last write — the final batch's sync never finished, so nothing
+// in it was acknowledged — is dropped, and the node starts on the rest.
+// A crash leaves one of two shapes: the batch stops where writing
+// stopped, or a sector of it never reached the disk while a later one
+// (its commit frame) did. (The batches here were acknowledged, which a
+// torn one never is: the damage only takes their shape.)
+func TestATornLastWriteIsDropped(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		tear func(t *testing.T, tail string)
+	}{
+		{"the batch stops mid-entry", func(t *testing.T, tail string) {
+			end := writtenEnd(t, tail)
+			at := end - 20000 // inside value 9, the last batch's entry
+			overwrite(t, tail, at, make([]byte, end-at))
+		}},
+		{"a sector inside the batch never written", func(t *testing.T, tail string) {
+			at := (writtenEnd(t, tail) - 30000) &^ (sectorSize - 1)
+			overwrite(t, tail, at, make([]byte, sectorSize))
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			fillWAL(t, dir, 10)
+			segs := segments(t, dir)
+			tt.tear(t, segs[len(segs)-1])
+
+			n := openFake(t, walTestConfig(t, dir), nil)
+			waitLeader(t, n)
+			got, _ := readKV(t, n)
+			if _, ok := got["k009"]; ok {
+				t.Fatalf("got = k009 after its batch was torn, expected: dropped")
+			}
+			if got["k008"] != bigValue(8) {
+				t.Fatalf("got = k008 %.20q, expected: the value written before the torn batch", got["k008"])
+			}
+			// The node writes on, and what it wrote over the torn batch
+			// is there after another restart.
+			put(t, n, "after", "v")
+			if err := n.Close(); err != nil {
+				t.Fatal(err)
+			}
+			n = openFake(t, walTestConfig(t, dir), nil)
+			waitLeader(t, n)
+			if got, _ := readKV(t, n); got["after"] != "v" {
+				t.Fatalf("got = after %q after a restart, expected: v", got["after"])
+			}
+		})
+	}
+}
+
+// Damage to the last batch that no crash could leave — bytes changed
+// after they were written and synced, so perhaps acknowledged — is
+// refused, naming the file, the offset and the entries at stake, never
+// dropped in silence. The outside check that found this overwrote the
+// last 16 bytes of the newest segment's data with random bytes.
+func TestDamageToTheLastBatchIsRefused(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		damage func(t *testing.T, tail string)
+	}{
+		{"a flipped byte", func(t *testing.T, tail string) { flipByteOf(t, tail, 9) }},
+		{"its last 16 bytes overwritten", func(t *testing.T, tail string) {
+			overwrite(t, tail, writtenEnd(t, tail)-16, []byte{0x5b, 0x13, 0xe2, 0x7f, 0x01, 0x99, 0xc4, 0x3a, 0xd0, 0x6e, 0x28, 0xf1, 0x47, 0x0c, 0xb5, 0x8d})
+		}},
+		{"a frame header zeroed, data after it", func(t *testing.T, tail string) {
+			data, err := os.ReadFile(tail)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The header of value 9's entry frame: 8 bytes before its
+			// payload's start, aligned.
+			at := int64(bytes.Index(data, []byte(bigValue(9)[:100])))
+			overwrite(t, tail, (at-8)&^7, make([]byte, 8))
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			fillWAL(t, dir, 10)
+			segs := segments(t, dir)
+			tail := segs[len(segs)-1]
+			tt.damage(t, tail)
+
+			_, err := open(walTestConfig(t, dir), newFake(nil))
+			var ce *CorruptLogError
+			if !errors.As(err, &ce) || ce.File != tail || ce.FirstIndex == 0 || ce.Offset <= 0 {
+				t.Fatalf("got = %v, expected: a *CorruptLogError naming the tail %s, an offset and the entries", err, tail)
+			}
+			if !strings.Contains(err.Error(), "entries") || !strings.Contains(err.Error(), tail) {
+				t.Fatalf("got = %q, expected: the file and the entries named", err)
+			}
+			// Refusing changed nothing.
+			if _, err2 := open(walTestConfig(t, dir), newFake(nil)); err2 == nil || err2.Error() != err.Error() {
+				t.Fatalf("second open: got = %v, expected: %v", err2, err)
+			}
+		})
 	}
 }
 

@@ -61,7 +61,7 @@ type walOptions struct {
 // *CorruptLogError.
 func openWAL(dir string, o walOptions) (*raftwal.WAL, *CorruptLogError, error) {
 	filer := newVerifyingFiler(dir, segment.NewFiler(dir, fs.New()), o.repair)
-	filer.tail = o.tail
+	filer.tail, filer.log = o.tail, o.logger
 	// raft-wal leaves its meta store open when Open fails, and its file
 	// lock would block the next open in this process forever.
 	meta := &metadb.BoltMetaDB{}
