@@ -68,6 +68,10 @@ type engine struct {
 	lastIndex   atomic.Uint64
 	lastContact atomic.Int64 // unix nanoseconds a follower last heard from its leader
 
+	catchUp       atomic.Uint64 // the index the log must reach again before the node votes; 0: none (catchup.go)
+	membersStored atomic.Uint64 // the member count last written to the meta store
+	lastHandOver  atomic.Int64  // unix nanoseconds of the last hand-over a catching-up member asked for
+
 	proposals *proposals   // propose.go
 	reads     *readRounds  // readindex.go
 	members   *membership  // membership.go
@@ -109,7 +113,13 @@ func startEngine(n *Node, cfg Config, st stores, trans peerTransport) (*engine, 
 	if err != nil {
 		return nil, err
 	}
+	if v, err := e.disk.meta.GetUint64(membersKey); err == nil {
+		e.membersStored.Store(v)
+	}
 	if err := e.restoreBoot(boot); err != nil {
+		return nil, err
+	}
+	if err := e.loadCatchUp(); err != nil {
 		return nil, err
 	}
 	e.cfg = etcdraft.Config{
@@ -227,6 +237,9 @@ func (e *engine) raft() etcdraft.Node { return e.node.Load().Node }
 // Process, ReportUnreachable and ReportSnapshot are the transport's way
 // into raft (messageHandler).
 func (e *engine) Process(ctx context.Context, m raftpb.Message) error {
+	if e.handOverRequest(m) || e.catchingUp(m) {
+		return nil
+	}
 	if err := e.checkLog(m); err != nil {
 		return err
 	}

@@ -207,6 +207,7 @@ func (e *engine) applyConfChange(ent raftpb.Entry) (req uint64, mine bool) {
 	}
 	if cs != nil {
 		e.members.conf = *cs
+		defer e.recordMembers(*cs)
 	}
 	e.members.mu.Unlock()
 	return ctx.Req, ctx.From == e.rid && ctx.Req != 0
@@ -223,6 +224,7 @@ func (e *engine) setMembership(cs raftpb.ConfState, members map[uint64]memberInf
 	}
 	e.members.byID = members
 	e.members.conf = cs
+	defer e.recordMembers(cs)
 	for id, m := range members {
 		if id != e.rid {
 			e.trans.SetPeer(id, m.Addr)

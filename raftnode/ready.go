@@ -33,7 +33,12 @@ func (e *engine) run() {
 		node := e.raft()
 		select {
 		case <-ticker.C:
-			node.Tick()
+			// A node that owes entries never campaigns (catchup.go).
+			if e.catchUp.Load() == 0 {
+				node.Tick()
+			} else {
+				e.catchUpAlone()
+			}
 		case rd := <-node.Ready():
 			if !e.handleReady(node, rd) {
 				return

@@ -86,15 +86,33 @@ func openDiskWAL(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceC
 		if err := os.MkdirAll(walDir, 0o750); err != nil {
 			return nil, nil, nil, fmt.Errorf("raftnode: %w", err)
 		}
-		o := walOptions{segmentSize: cfg.WALSegmentSize, repair: cfg.RepairLog, logger: log, space: space, tail: tail}
+		// The log is opened to find damage, not to refuse it at once:
+		// whether damage is cut off depends on RepairLog and on whether
+		// other members hold the entries (catchup.go).
+		o := walOptions{segmentSize: cfg.WALSegmentSize, repair: true, logger: log, space: space, tail: tail}
 		w, damage, err := openWAL(walDir, o)
+		var members uint64
+		if err == nil {
+			members, _ = w.GetUint64(membersKey)
+		}
+		if err == nil && damage != nil && !cfg.RepairLog {
+			if members < 2 {
+				w.Close()
+				return nil, nil, nil, damage
+			}
+			log.Warn("raft: the log is damaged; cutting the damage off, to catch up on it from the other members", "damage", damage.Error(), "members", members)
+		}
 		// Each repair cuts at the earliest damage; open again until the
 		// log verifies, in case a cut left later damage in place.
+		var owed uint64
 		for tries := 0; err == nil && damage != nil; tries++ {
-			var cut func() error
-			if cut, err = repairWAL(w, damage, snaps, log); err == nil {
+			var cut func() (uint64, error)
+			var lostTo uint64
+			if cut, lostTo, err = repairWAL(w, damage, snaps, log); err == nil {
+				owed = max(owed, lostTo)
 				if err = w.Close(); err == nil && cut != nil {
-					err = cut()
+					lostTo, err = cut()
+					owed = max(owed, lostTo)
 				}
 				if err == nil {
 					w, damage, err = openWAL(walDir, o)
@@ -109,6 +127,16 @@ func openDiskWAL(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceC
 				w.Close()
 			}
 			return nil, nil, nil, walOpenError(walDir, cfg, err)
+		}
+		// Entries lost that the other members hold: the node owes them
+		// until it has them again. Alone, it has all there is.
+		if owed > 0 && members >= 2 {
+			if had, _ := w.GetUint64(catchUpKey); owed > had {
+				if err := w.SetUint64(catchUpKey, owed); err != nil {
+					w.Close()
+					return nil, nil, nil, fmt.Errorf("raftnode: record the catch-up index: %w", err)
+				}
+			}
 		}
 		o.repair = false // what is left must verify
 		s := &walStore{

@@ -478,25 +478,28 @@ func padding(n int) int { return (walFrameHeaderLen - n%walFrameHeaderLen) & (wa
 // is in no entry raft-wal holds, so deleting entries cannot remove it:
 // repairWAL then returns cut, which the caller runs once w is closed, to
 // cut the file back to its last intact batch.
-func repairWAL(w *raftwal.WAL, damage *CorruptLogError, snaps raft.SnapshotStore, log *slog.Logger) (cut func() error, err error) {
+//
+// lostTo is the last index of the entries lost (0: none), which the
+// node then owes its cluster (catchup.go).
+func repairWAL(w *raftwal.WAL, damage *CorruptLogError, snaps raft.SnapshotStore, log *slog.Logger) (cut func() (lostTo uint64, err error), lostTo uint64, err error) {
 	first, err := w.FirstIndex()
 	if err != nil {
-		return nil, fmt.Errorf("raftnode: repair log: %w", err)
+		return nil, 0, fmt.Errorf("raftnode: repair log: %w", err)
 	}
 	last, err := w.LastIndex()
 	if err != nil {
-		return nil, fmt.Errorf("raftnode: repair log: %w", err)
+		return nil, 0, fmt.Errorf("raftnode: repair log: %w", err)
 	}
 	var snapshot uint64
 	metas, err := snaps.List()
 	if err != nil {
-		return nil, fmt.Errorf("raftnode: repair log: list snapshots: %w", err)
+		return nil, 0, fmt.Errorf("raftnode: repair log: list snapshots: %w", err)
 	}
 	if len(metas) > 0 {
 		snapshot = metas[0].Index // newest first
 	}
 	if damage.cutAt >= 0 && damage.FirstIndex > last {
-		return func() error { return cutSegment(damage, snapshot, log) }, nil
+		return func() (uint64, error) { return cutSegment(damage, snapshot, log) }, 0, nil
 	}
 	end := damage.LastIndex
 	if end == 0 || end > last {
@@ -513,17 +516,17 @@ func repairWAL(w *raftwal.WAL, damage *CorruptLogError, snaps raft.SnapshotStore
 	}
 	if lo <= hi {
 		if err := w.DeleteRange(lo, hi); err != nil {
-			return nil, fmt.Errorf("raftnode: repair log: delete entries %d..%d: %w", lo, hi, err)
+			return nil, 0, fmt.Errorf("raftnode: repair log: delete entries %d..%d: %w", lo, hi, err)
 		}
 	}
 	if lostFrom == 0 || lostFrom > last {
 		log.Warn("repaired the raft log: removed damaged entries a snapshot covers; nothing was lost",
 			"damage", damage.Error(), "removed_from", lo, "removed_to", hi, "snapshot_index", snapshot)
-		return nil, nil
+		return nil, 0, nil
 	}
 	log.Error("repaired the raft log: removed damaged entries and all after them; acknowledged writes in that range are lost on this node unless another member has them",
 		"damage", damage.Error(), "lost_from", lostFrom, "lost_to", last, "snapshot_index", snapshot)
-	return nil, nil
+	return nil, last, nil
 }
 
 // cutSegment cuts the newest segment back to the end of its last intact
@@ -532,32 +535,32 @@ func repairWAL(w *raftwal.WAL, damage *CorruptLogError, snaps raft.SnapshotStore
 // started in the cut-off bytes are lost, unless the snapshot holds them.
 // A torn batch never gets here (clearTornWrite drops it), so the cut
 // batch was synced, and may have been acknowledged.
-func cutSegment(damage *CorruptLogError, snapshot uint64, log *slog.Logger) error {
+func cutSegment(damage *CorruptLogError, snapshot uint64, log *slog.Logger) (lostTo uint64, err error) {
 	f, err := os.OpenFile(damage.File, os.O_RDWR, 0)
 	if err != nil {
-		return fmt.Errorf("raftnode: repair log: %w", err)
+		return 0, fmt.Errorf("raftnode: repair log: %w", err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return fmt.Errorf("raftnode: repair log: %w", err)
+		return 0, fmt.Errorf("raftnode: repair log: %w", err)
 	}
 	if err := f.Truncate(damage.cutAt); err != nil {
-		return fmt.Errorf("raftnode: repair log: cut %s at offset %d: %w", damage.File, damage.cutAt, err)
+		return 0, fmt.Errorf("raftnode: repair log: cut %s at offset %d: %w", damage.File, damage.cutAt, err)
 	}
 	if err := f.Truncate(max(st.Size(), damage.cutAt)); err != nil {
-		return fmt.Errorf("raftnode: repair log: zero %s after offset %d: %w", damage.File, damage.cutAt, err)
+		return 0, fmt.Errorf("raftnode: repair log: zero %s after offset %d: %w", damage.File, damage.cutAt, err)
 	}
 	if err := f.Sync(); err != nil {
-		return fmt.Errorf("raftnode: repair log: sync %s: %w", damage.File, err)
+		return 0, fmt.Errorf("raftnode: repair log: sync %s: %w", damage.File, err)
 	}
 	lostFrom, lostTo := max(damage.FirstIndex, snapshot+1), damage.seen
 	if lostFrom > lostTo {
 		log.Warn("repaired the raft log: cut the damage after the newest segment's last intact batch off; no entry was lost",
 			"damage", damage.Error(), "file", damage.File, "cut_at", damage.cutAt, "last_index", damage.FirstIndex-1, "snapshot_index", snapshot)
-		return nil
+		return 0, nil
 	}
 	log.Error("repaired the raft log: cut the newest segment back to its last intact batch; the entries of the damaged batch, which were synced and may have been acknowledged, are lost on this node unless another member has them",
 		"damage", damage.Error(), "file", damage.File, "cut_at", damage.cutAt, "lost_from", lostFrom, "lost_to", lostTo, "last_index", damage.FirstIndex-1, "snapshot_index", snapshot)
-	return nil
+	return lostTo, nil
 }

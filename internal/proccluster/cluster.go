@@ -344,6 +344,12 @@ func (n *Node) Restart(ctx context.Context) {
 	n.WaitReady(ctx)
 }
 
+// DataDir is the node's --data-dir, for tests that damage what it keeps.
+func (n *Node) DataDir() string { return n.dataDir }
+
+// LogPath is the file the node's output goes to.
+func (n *Node) LogPath() string { return n.logPath }
+
 // Running reports whether the node's process is alive (maybe stopped).
 func (n *Node) Running() bool {
 	n.mu.Lock()

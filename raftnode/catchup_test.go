@@ -1,0 +1,173 @@
+package raftnode
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// damagedCluster is a three-node cluster whose configs are kept, so that
+// a node can be closed, its log damaged, and opened again.
+type damagedCluster struct {
+	*testCluster
+	cfgs []Config
+}
+
+func newDamagedCluster(t *testing.T) *damagedCluster {
+	dc := &damagedCluster{}
+	dc.testCluster = newTestCluster(t, 3, func(c *Config) {
+		c.WALSegmentSize = 8 << 20 // one segment: the damage is in the tail
+		c.MinFreeBytes = -1
+		dc.cfgs = append(dc.cfgs, *c)
+	})
+	dc.heal()
+	return dc
+}
+
+// closeAndDamage closes node i and flips a byte of big value v in its
+// log's newest segment: damage to a synced, acknowledged batch.
+func (dc *damagedCluster) closeAndDamage(t *testing.T, i, v int) {
+	t.Helper()
+	if err := dc.nodes[i].Close(); err != nil {
+		t.Fatal(err)
+	}
+	segs := segments(t, dc.cfgs[i].DataDir)
+	flipByteOf(t, segs[len(segs)-1], v)
+}
+
+// reopen opens node i again on its data dir.
+func (dc *damagedCluster) reopen(t *testing.T, i int) *Node {
+	t.Helper()
+	n := openFake(t, dc.cfgs[i], nil)
+	dc.nodes[i] = n
+	return n
+}
+
+// A member whose log is damaged starts without --repair-log: it cuts the
+// damage off, owes the entries, gets them back from the leader (which
+// would otherwise resend from past the hole forever), and then votes
+// again. Until then a vote request does not move it.
+func TestADamagedMemberCatchesUpFromTheLeader(t *testing.T) {
+	dc := newDamagedCluster(t)
+	leader := dc.leader()
+	for i := range 5 {
+		put(t, leader, fmt.Sprintf("k%d", i), bigValue(i))
+	}
+	// A follower, with every entry.
+	f := 0
+	for dc.nodes[f] == leader {
+		f++
+	}
+	waitFor(t, "the follower to apply every write", func() bool {
+		got, _ := localKV(t, dc.nodes[f])
+		return got["k4"] == bigValue(4)
+	})
+	dc.closeAndDamage(t, f, 4)
+	n := dc.reopen(t, f)
+	owed := n.engine.catchUp.Load()
+	if owed == 0 {
+		t.Fatalf("got = no catch-up index after a repair that cut acknowledged entries, expected: the last one lost")
+	}
+	// A vote request from a higher term, while it owes entries: dropped,
+	// so its term does not move.
+	term := n.engine.term.Load()
+	_ = n.engine.Process(ctxT(t), raftpb.Message{Type: raftpb.MsgVote, From: raftID(dc.ids[(f+1)%3]), To: n.engine.rid, Term: term + 5, Index: 1 << 40, LogTerm: 1 << 20})
+	time.Sleep(50 * time.Millisecond)
+	if got := n.engine.term.Load(); got != term && n.engine.catchUp.Load() != 0 {
+		t.Fatalf("got = term %d after a vote request while owing entries, expected: %d, the request dropped", got, term)
+	}
+
+	waitFor(t, "the member to catch up and vote again", func() bool {
+		return n.engine.catchUp.Load() == 0
+	})
+	waitFor(t, "the lost write back on the member", func() bool {
+		got, _ := localKV(t, n)
+		return got["k4"] == bigValue(4)
+	})
+	if v, err := n.engine.disk.meta.GetUint64(catchUpKey); err != nil || v != 0 {
+		t.Fatalf("got = catch-up index %d (%v) on disk after catching up, expected: 0", v, err)
+	}
+	// And it is a full member again: it takes writes with the others.
+	put(t, dc.leader(), "after", "v")
+	waitFor(t, "a new write on the member", func() bool {
+		got, _ := localKV(t, n)
+		return got["after"] == "v"
+	})
+}
+
+// The safety rule itself: a write acknowledged by the leader and one
+// follower, the follower's copy then damaged and cut, the leader gone.
+// The third node never had the write. If the damaged follower voted, the
+// two would elect the third, whose log is as long as its own, and the
+// acknowledged write would be lost. It does not vote: there is no leader
+// until the old one is back, and then the write is there.
+func TestADamagedMemberDoesNotElectALeaderWithoutItsLostEntries(t *testing.T) {
+	dc := newDamagedCluster(t)
+	leader := dc.leader()
+	put(t, leader, "before", "v")
+	var l, f, o int // leader, follower, other
+	for i, n := range dc.nodes {
+		if n == leader {
+			l = i
+		}
+	}
+	f, o = (l+1)%3, (l+2)%3
+	for _, i := range []int{f, o} {
+		waitFor(t, "every node to apply the first write", func() bool {
+			got, _ := localKV(t, dc.nodes[i])
+			return got["before"] == "v"
+		})
+	}
+	dc.isolate(dc.nodes[o])
+	put(t, leader, "acked", bigValue(7)) // the leader and f: a quorum
+	waitFor(t, "the follower to apply the write", func() bool {
+		got, _ := localKV(t, dc.nodes[f])
+		return got["acked"] == bigValue(7)
+	})
+	if err := leader.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dc.closeAndDamage(t, f, 7)
+	dc.heal()
+	n := dc.reopen(t, f)
+	if n.engine.catchUp.Load() == 0 {
+		t.Fatalf("got = no catch-up index, expected: the damaged member owes the write")
+	}
+	// Twenty election timeouts: time enough for o to be elected, if n voted.
+	deadline := time.Now().Add(20 * dc.cfgs[o].ElectionTimeout)
+	for time.Now().Before(deadline) {
+		if n.IsLeader() || dc.nodes[o].IsLeader() {
+			t.Fatalf("got = a leader elected without the acknowledged write (node %s), expected: none until the old leader is back", map[bool]string{true: n.ID(), false: dc.nodes[o].ID()}[n.IsLeader()])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	back := dc.reopen(t, l)
+	next := dc.leader(back, n, dc.nodes[o])
+	got, _ := readKV(t, next)
+	if got["acked"] != bigValue(7) {
+		t.Fatalf("got = acked %.20q on the new leader %s, expected: the acknowledged write", got["acked"], next.ID())
+	}
+	waitFor(t, "the damaged member to catch up", func() bool { return n.engine.catchUp.Load() == 0 })
+}
+
+// A lone node has no one to catch up from: a damaged log is refused, as
+// before, and --repair-log's cut leaves it nothing to owe.
+func TestALoneNodeOwesNothingAfterARepair(t *testing.T) {
+	dir := t.TempDir()
+	fillWAL(t, dir, 10)
+	segs := segments(t, dir)
+	flipByteOf(t, segs[len(segs)-1], 9)
+	cfg := walTestConfig(t, dir)
+	if _, err := open(cfg, newFake(nil)); !errors.Is(err, ErrCorruptLog) {
+		t.Fatalf("got = %v, expected: ErrCorruptLog, the lone node refusing", err)
+	}
+	cfg.RepairLog = true
+	n := openFake(t, cfg, nil)
+	waitLeader(t, n)
+	if got := n.engine.catchUp.Load(); got != 0 {
+		t.Fatalf("got = catch-up index %d on a lone node, expected: 0", got)
+	}
+}
