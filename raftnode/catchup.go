@@ -38,9 +38,12 @@ import (
 //     take them for a lost data dir. A cluster of two voters has no one
 //     to hand over to, and waits for an operator (docs/operations.md).
 //
-// Its acknowledgements count as ever: raft's log matching makes a
-// follower take new entries only on top of the ones before them, so it
-// acknowledges only what it holds. A heartbeat that shows the leader
+// What counts toward a commit: the old leader still credits the member
+// with what it acknowledged before the loss (that stale Match is why
+// the leader cannot catch it up), until it hands over; the new leader
+// credits only what the member acknowledges anew, and raft's log
+// matching makes a follower take new entries only on top of the ones
+// before them, so it acknowledges only what it holds. A heartbeat that shows the leader
 // owed more than the repair knew (damage that hid entries) raises the
 // index. A node alone in its configuration has no one to catch up from:
 // what it has is all there is, and it goes on without.
