@@ -140,10 +140,11 @@ func toLeaseDoc(l client.Lease) leaseDoc {
 	}
 	if l.Kind != "" {
 		d.Status.Kind, d.Status.KeyPrefix = l.Kind, api.EscapeNonUTF8(string(l.KeyPrefix))
-		d.Status.Key, d.Status.ResourceVersion = api.EscapeNonUTF8(string(l.Key)), l.ResourceVersion
+		d.Status.Key = api.EscapeNonUTF8(string(l.Key))
 	}
 	if l.Kind == client.KindKubernetes {
 		d.Status.Phase = l.Status // no holders, no last grant: the server's word
+		d.Metadata.ResourceVersion = strconv.FormatInt(l.ResourceVersion, 10)
 	}
 	if l.Holder != "" {
 		holder := l.Holder
