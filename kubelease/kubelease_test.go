@@ -119,10 +119,10 @@ func TestParseKey(t *testing.T) {
 	}
 }
 
-// FuzzDecode: any bytes an etcd client writes under the prefix. Decode
+// FuzzKubernetesLease: any bytes an etcd client writes under the prefix. Decode
 // must not panic, and a Lease it accepts must have a type it knows and
 // times that render.
-func FuzzDecode(f *testing.F) {
+func FuzzKubernetesLease(f *testing.F) {
 	for _, name := range []string{"v1.pb", "v1-released.pb", "v1.json", "v1beta1.pb"} {
 		f.Add(golden(f, name))
 	}

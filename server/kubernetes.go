@@ -47,11 +47,15 @@ type kubeTracker struct {
 	leases map[string]kubelease.Lease // by key
 }
 
-// kubernetesNamespace is the metrics' namespace label of a Kubernetes
-// Lease in Kubernetes namespace ns (printable): no Tenure namespace can
-// be called so (api.ValidateNamespace refuses parentheses), and the
-// audit trail names its target so too.
-func kubernetesNamespace(ns string) string { return "(kubernetes)/" + nativeapi.KubernetesName(ns) }
+// kubernetesNamespacePrefix starts the metrics' namespace label of a
+// Kubernetes Lease, kubernetesNamespace: no Tenure namespace can be
+// called so (api.ValidateNamespace refuses parentheses), and the audit
+// trail names its target so too. Its series share --metrics-lease-names
+// and recipeKeep with the etcd locks'.
+const kubernetesNamespacePrefix = "(kubernetes)/"
+
+// kubernetesNamespace is that label for Kubernetes namespace ns.
+func kubernetesNamespace(ns string) string { return kubernetesNamespacePrefix + nativeapi.KubernetesName(ns) }
 
 func newKubeTracker(prefix string, lm *leaseMetrics, audit func(auth.Entry), leading func() bool) *kubeTracker {
 	kt := &kubeTracker{metrics: lm, audit: audit, leading: leading, leases: map[string]kubelease.Lease{}}

@@ -219,7 +219,7 @@ func (lm *leaseMetrics) recipeHandover(pfx string, c recipeChange) {
 // read from keys — etcd's recipe locks, Kubernetes Leases — rather than
 // of Tenure's records: their series stay recipeKeep after they go.
 func derivedNamespace(ns string) bool {
-	return ns == recipeNamespace || strings.HasPrefix(ns, "(kubernetes)/")
+	return ns == recipeNamespace || strings.HasPrefix(ns, kubernetesNamespacePrefix)
 }
 
 // derivedHandover counts a handover of id, an etcd recipe lock or a
