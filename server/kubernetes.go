@@ -55,7 +55,9 @@ type kubeTracker struct {
 const kubernetesNamespacePrefix = "(kubernetes)/"
 
 // kubernetesNamespace is that label for Kubernetes namespace ns.
-func kubernetesNamespace(ns string) string { return kubernetesNamespacePrefix + nativeapi.KubernetesName(ns) }
+func kubernetesNamespace(ns string) string {
+	return kubernetesNamespacePrefix + nativeapi.KubernetesName(ns)
+}
 
 func newKubeTracker(prefix string, lm *leaseMetrics, audit func(auth.Entry), leading func() bool) *kubeTracker {
 	kt := &kubeTracker{metrics: lm, audit: audit, leading: leading, leases: map[string]kubelease.Lease{}}
