@@ -407,6 +407,38 @@ func TestKubernetesLeasesFollowThePolicy(t *testing.T) {
 			t.Errorf("%s sees: got = %s, expected: %s", c.who, got, c.expected)
 		}
 	}
+
+	// Alice's watch from the start: the events of team-a's Lease, none
+	// of the others'. The apiserver writes team-a's again to end it.
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+srv.Addr()+"/v1/watch/leases?all_namespaces=true&kubernetes_leases=true&start_revision=1", nil)
+	req.Header.Set("Authorization", "Bearer "+tokens["alice"])
+	w, err := http.DefaultClient.Do(req)
+	if err != nil || w.StatusCode != http.StatusOK {
+		t.Fatalf("alice's watch: %v, %v", w.Status, err)
+	}
+	defer w.Body.Close()
+	put("apiserver", kubeLease{ns: "team-a", name: "leader", holder: "a-2", seconds: 15, renew: now})
+	seen := map[string]int{}
+	lines := bufio.NewScanner(w.Body)
+	for seen["team-a/leader"] < 2 && lines.Scan() {
+		var ev struct{ Type, Namespace, Name string }
+		if err := json.Unmarshal(lines.Bytes(), &ev); err != nil {
+			t.Fatalf("watch line %q: %v", lines.Text(), err)
+		}
+		if ev.Type == "LEASE_EVENT_TYPE_KUBERNETES_LEASE" {
+			seen[ev.Namespace+"/"+ev.Name]++
+		}
+	}
+	if fmt.Sprint(seen) != "map[team-a/leader:2]" {
+		t.Errorf("alice's Kubernetes Lease events: got = %v, expected: team-a/leader's two, no other", seen)
+	}
+	req, _ = http.NewRequestWithContext(ctx, "GET", "http://"+srv.Addr()+"/v1/watch/leases?namespace=team-a&kubernetes_leases=true", nil)
+	req.Header.Set("Authorization", "Bearer "+tokens["apiserver"])
+	if w, err := http.DefaultClient.Do(req); err != nil || w.StatusCode != http.StatusBadRequest {
+		t.Errorf("kubernetes_leases on a watch of one namespace: got = %v, %v, expected: 400", w.Status, err)
+	} else {
+		w.Body.Close()
+	}
 }
 
 // Every node follows the same events, but only the one leading when it
