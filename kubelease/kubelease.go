@@ -75,7 +75,9 @@ const Group = "coordination.k8s.io"
 
 // Decode reads a stored Lease value, protobuf (kube-apiserver's default)
 // or JSON (--storage-media-type=application/json), and reports whether
-// it is one. Never an error: see the package note.
+// it is one. Never an error: see the package note. It neither modifies
+// value nor keeps it: the strings it returns are copies, so a caller may
+// pass a string's bytes without copying them.
 func Decode(value []byte) (Lease, bool) {
 	switch {
 	case bytes.HasPrefix(value, protobufMagic):

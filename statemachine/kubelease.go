@@ -2,6 +2,7 @@ package statemachine
 
 import (
 	"strings"
+	"unsafe"
 
 	"github.com/tenurehq/tenure/kubelease"
 )
@@ -34,7 +35,10 @@ func KubernetesLeaseOf(keysPrefix string, kv *KeyValue) (KubernetesLease, bool) 
 	if !ok {
 		return KubernetesLease{}, false
 	}
-	l, ok := kubelease.Decode([]byte(kv.Value))
+	// Decode reads the value in place: it neither modifies nor keeps its
+	// argument, and a listing would otherwise copy every value under the
+	// prefix, however large anyone who may write there made it.
+	l, ok := kubelease.Decode(unsafe.Slice(unsafe.StringData(kv.Value), len(kv.Value)))
 	if !ok || (l.Namespace != "" && l.Namespace != ns) || (l.Name != "" && l.Name != name) {
 		return KubernetesLease{}, false
 	}
