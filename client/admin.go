@@ -48,7 +48,22 @@ type Lease struct {
 	// KeyPrefix is an etcd lock's keys' common prefix, its name and "/",
 	// as bytes; Name is the same without the "/", printable.
 	KeyPrefix []byte
+	// Key is a Kubernetes Lease's etcd key (KindKubernetes), as bytes;
+	// ResourceVersion its metadata.resourceVersion, the key's mod
+	// revision.
+	Key             []byte
+	ResourceVersion int64
 }
+
+// KindKubernetes is Lease.Kind for a coordination.k8s.io Lease of the
+// Kubernetes cluster whose kube-apiserver stores its objects in Tenure
+// (serve --kubernetes-prefix), read from its key: its namespace and
+// name are Kubernetes', Holder, LeaseDuration, AcquireTime, RenewTime
+// and Transitions its spec's; Token is 0 and Holders empty, as
+// Kubernetes gives no fencing token; Status is "held", "expired" (past
+// RenewTime + LeaseDuration) or "released" (no holder). Read-only: the
+// lease calls act on Tenure's leases only.
+const KindKubernetes = "kubernetes"
 
 // KindEtcdLock is Lease.Kind for the lock of one of etcd's concurrency
 // recipes (a clientv3 Mutex or Election, etcd's Lock and Election
@@ -120,7 +135,7 @@ func leaseFrom(p *tenurev1.Lease) Lease {
 		CreateRevision: p.GetCreateRevision(), ModRevision: p.GetModRevision(),
 		Status: p.GetStatus(), GCAfter: p.GetGcAfter().AsDuration(), DeleteTime: timeOf(p.GetDeleteTime()),
 		PreferredHolder: p.GetPreferredHolder(), MaxHold: p.GetMaxHold().AsDuration(),
-		Kind: p.GetKind(), KeyPrefix: p.GetKeyPrefix(),
+		Kind: p.GetKind(), KeyPrefix: p.GetKeyPrefix(), Key: p.GetKey(), ResourceVersion: p.GetResourceVersion(),
 	}
 	if e := p.GetLast(); e != nil {
 		l.Last = &EndedGrant{

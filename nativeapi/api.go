@@ -41,6 +41,10 @@ type Backend interface {
 	// of its contenders' keys was created (unix ns): 0 where this node
 	// did not see it happen. See RecipeKind.
 	RecipeTimes(l statemachine.RecipeLock) (since int64, joined []int64)
+	// KubernetesPrefix is the --etcd-prefix of the kube-apiserver whose
+	// Leases are shown as leases of KubernetesKind, or "" when that view
+	// is off.
+	KubernetesPrefix() string
 	// MayRead reports, without auditing, whether the caller may read
 	// key: a write's answer tells a write-only caller nothing of it.
 	MayRead(ctx context.Context, key string) bool

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tenurehq/tenure/api"
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/kubelease"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -179,7 +180,21 @@ var leaseEventTypes = map[statemachine.EventType]tenurev1.LeaseEventType{
 	statemachine.EventLeasePreferred:  tenurev1.LeaseEventType_LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET,
 }
 
-func leaseEventProto(e *statemachine.Event) *tenurev1.LeaseEvent {
+// leaseEventProto renders e for a lease watch; kubeKeys is the prefix
+// of the Kubernetes Leases' keys the watch follows ("" for none).
+func leaseEventProto(e *statemachine.Event, kubeKeys string) *tenurev1.LeaseEvent {
+	if key, ok := kubernetesEventKey(e, kubeKeys); ok {
+		ns, name, _ := kubelease.ParseKey(kubeKeys, key)
+		return &tenurev1.LeaseEvent{
+			Revision:  e.Revision,
+			Type:      tenurev1.LeaseEventType_LEASE_EVENT_TYPE_KUBERNETES_LEASE,
+			Kind:      KubernetesKind,
+			Namespace: KubernetesName(ns),
+			Name:      KubernetesName(name),
+			Key:       []byte(key),
+			Time:      stamp(e.Time),
+		}
+	}
 	if pfx, ok := recipeEventPrefix(e); ok {
 		return &tenurev1.LeaseEvent{
 			Revision:  e.Revision,

@@ -32,6 +32,11 @@
 //     own — with the times the server saw (Backend.RecipeTimes); the
 //     server's filter shows it to callers that may read its keys. A
 //     lease watch with etcd_locks adds an event per change of their keys.
+//   - Kubernetes' Leases as leases (kubernetes.go): likewise, the
+//     coordination.k8s.io Leases a kube-apiserver stores under
+//     Backend.KubernetesPrefix (statemachine.KubernetesLeases), as kind
+//     KubernetesKind, read-only; kubernetes_leases on a lease watch adds
+//     an event per write of their keys.
 //   - Pipelines (pipeline.go, pipeidle.go): each operation runs its
 //     unary handler, checked by the policy and counted in the metrics as
 //     its unary twin is (Backend.Check, Backend.Observe).

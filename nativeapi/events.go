@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/tenurehq/tenure/auth"
+	"github.com/tenurehq/tenure/kubelease"
 	"github.com/tenurehq/tenure/statemachine"
 	"github.com/tenurehq/tenure/watch"
 )
@@ -27,10 +28,15 @@ type watchSpec struct {
 // leaseWatch checks a lease watch: every namespace, or one (default
 // "default"), and optionally one lease in it. etcdLocks adds the key
 // events of etcd recipe locks (RecipeKind) to a watch of every
-// namespace, as LEASE_EVENT_TYPE_ETCD_LOCK.
-func (l Limits) leaseWatch(allNamespaces bool, ns, name string, start int64, etcdLocks bool) (watchSpec, error) {
+// namespace, as LEASE_EVENT_TYPE_ETCD_LOCK; kubeKeys (the prefix of
+// Kubernetes Leases' keys, "" for none) those of Kubernetes Leases, as
+// LEASE_EVENT_TYPE_KUBERNETES_LEASE.
+func (l Limits) leaseWatch(allNamespaces bool, ns, name string, start int64, etcdLocks bool, kubeKeys string) (watchSpec, error) {
 	if etcdLocks && (!allNamespaces || name != "") {
 		return watchSpec{}, Invalid("etcd_locks needs all_namespaces and no name: etcd locks have no namespace")
+	}
+	if kubeKeys != "" && (!allNamespaces || name != "") {
+		return watchSpec{}, Invalid("kubernetes_leases needs all_namespaces and no name: Kubernetes Leases are listed across all namespaces only")
 	}
 	if !allNamespaces {
 		var err error
@@ -63,6 +69,13 @@ func (l Limits) leaseWatch(allNamespaces bool, ns, name string, start int64, etc
 			return ok || leases(e)
 		}
 	}
+	if kubeKeys != "" {
+		leases := filter
+		filter = func(e *statemachine.Event) bool {
+			_, ok := kubernetesEventKey(e, kubeKeys)
+			return ok || leases(e)
+		}
+	}
 	// A key event reaches the caller only if it may read the key
 	// (Backend.Readable), as an etcd watch of it would.
 	return watchSpec{start: start, filter: filter, reads: reads}, nil
@@ -81,6 +94,18 @@ func recipeEventPrefix(e *statemachine.Event) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// kubernetesEventKey is the key of the Kubernetes Lease a key event
+// put or deleted: a key under kubeKeys of the shape
+// <namespace>/<name> (kubelease.ParseKey). Its value is not decoded: a
+// watcher lists again to see what the key holds now.
+func kubernetesEventKey(e *statemachine.Event, kubeKeys string) (string, bool) {
+	if e.KV == nil || kubeKeys == "" {
+		return "", false
+	}
+	_, _, ok := kubelease.ParseKey(kubeKeys, e.KV.Key)
+	return e.KV.Key, ok
 }
 
 // keyWatch checks a key watch: one key, or every key under a prefix (which

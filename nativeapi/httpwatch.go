@@ -22,21 +22,23 @@ import (
 // they happen:
 //
 //	curl -N 'http://127.0.0.1:7480/v1/watch/leases?namespace=default'
-//	curl -N 'http://127.0.0.1:7480/v1/watch/leases?all_namespaces=true&etcd_locks=true'
+//	curl -N 'http://127.0.0.1:7480/v1/watch/leases?all_namespaces=true&etcd_locks=true&kubernetes_leases=true'
 //	curl -N 'http://127.0.0.1:7480/v1/watch/keys?key=jobs/&prefix=true&start_revision=1'
 
 func (a *API) watchLeasesHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	all, _ := strconv.ParseBool(q.Get("all_namespaces"))
 	etcdLocks, _ := strconv.ParseBool(q.Get("etcd_locks"))
+	kubeLeases, _ := strconv.ParseBool(q.Get("kubernetes_leases"))
+	kubeKeys := a.kubernetesKeys(kubeLeases)
 	start, err := queryRevision(q.Get("start_revision"))
 	if err == nil {
-		err = a.checkHTTP(r, &tenurev1.WatchLeasesRequest{Namespace: q.Get("namespace"), AllNamespaces: all, Name: q.Get("name"), EtcdLocks: etcdLocks})
+		err = a.checkHTTP(r, &tenurev1.WatchLeasesRequest{Namespace: q.Get("namespace"), AllNamespaces: all, Name: q.Get("name"), EtcdLocks: etcdLocks, KubernetesLeases: kubeLeases})
 	}
 	if err == nil {
 		var spec watchSpec
-		if spec, err = a.limits.leaseWatch(all, q.Get("namespace"), q.Get("name"), start, etcdLocks); err == nil {
-			a.watchHTTP(w, r, spec, func(e *statemachine.Event) proto.Message { return leaseEventProto(e) })
+		if spec, err = a.limits.leaseWatch(all, q.Get("namespace"), q.Get("name"), start, etcdLocks, kubeKeys); err == nil {
+			a.watchHTTP(w, r, spec, func(e *statemachine.Event) proto.Message { return leaseEventProto(e, kubeKeys) })
 			return
 		}
 	}

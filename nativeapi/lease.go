@@ -3,10 +3,12 @@ package nativeapi
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
+	"github.com/tenurehq/tenure/kubelease"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -226,6 +228,15 @@ func (h *leaseService) List(ctx context.Context, req *connect.Request[tenurev1.L
 				since, joined := h.a.node.RecipeTimes(l)
 				out.Leases = append(out.Leases, recipeLeaseProto(m, l, since, joined, h.a.node))
 			}
+			// Kubernetes Leases likewise, though they have namespaces:
+			// those are the cluster's, and a listing of one namespace
+			// is one of Tenure's, whose leases a client may act on.
+			if pfx := h.a.node.KubernetesPrefix(); pfx != "" {
+				now := time.Now()
+				for _, l := range m.KubernetesLeases(pfx) {
+					out.Leases = append(out.Leases, kubernetesLeaseProto(l, now))
+				}
+			}
 		}
 		out.Revision = m.Revision()
 		return nil
@@ -273,11 +284,24 @@ func (h *leaseService) Validate(ctx context.Context, req *connect.Request[tenure
 
 func (h *leaseService) Watch(ctx context.Context, req *connect.Request[tenurev1.WatchLeasesRequest], stream *connect.ServerStream[tenurev1.LeaseEvent]) error {
 	m := req.Msg
-	spec, err := h.a.limits.leaseWatch(m.GetAllNamespaces(), m.GetNamespace(), m.GetName(), m.GetStartRevision(), m.GetEtcdLocks())
+	spec, err := h.a.limits.leaseWatch(m.GetAllNamespaces(), m.GetNamespace(), m.GetName(), m.GetStartRevision(), m.GetEtcdLocks(), h.kubernetesKeys(m.GetKubernetesLeases()))
 	if err != nil {
 		return toConnect(err)
 	}
+	kubeKeys := h.kubernetesKeys(m.GetKubernetesLeases())
 	return h.a.streamEvents(ctx, spec, func(e *statemachine.Event) error {
-		return stream.Send(leaseEventProto(e))
+		return stream.Send(leaseEventProto(e, kubeKeys))
 	})
+}
+
+// kubernetesKeys is the prefix of the Kubernetes Leases' keys a lease
+// watch follows when it asks for them, or "" when it does not or the
+// view is off.
+func (h *leaseService) kubernetesKeys(asked bool) string { return h.a.kubernetesKeys(asked) }
+
+func (a *API) kubernetesKeys(asked bool) string {
+	if pfx := a.node.KubernetesPrefix(); asked && pfx != "" {
+		return kubelease.KeysPrefix(pfx)
+	}
+	return ""
 }

@@ -334,7 +334,7 @@ func (h *leaseService) watchGrant(ctx context.Context, req *tenurev1.WatchGrantR
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	spec, err := h.a.limits.leaseWatch(false, id.Namespace, id.Name, req.GetStartRevision(), false)
+	spec, err := h.a.limits.leaseWatch(false, id.Namespace, id.Name, req.GetStartRevision(), false, "")
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -343,7 +343,7 @@ func (h *leaseService) watchGrant(ctx context.Context, req *tenurev1.WatchGrantR
 	case err != nil:
 		return nil, toConnect(err)
 	case gone != nil:
-		return leaseEventProto(gone), nil
+		return leaseEventProto(gone, ""), nil
 	}
 	spec.start = from
 	release, err := h.a.node.HoldWait(ctx)
@@ -356,7 +356,7 @@ func (h *leaseService) watchGrant(ctx context.Context, req *tenurev1.WatchGrantR
 		if e.Token != req.GetToken() {
 			return nil
 		}
-		ev := leaseEventProto(e)
+		ev := leaseEventProto(e, "")
 		switch ev.GetType() {
 		case tenurev1.LeaseEventType_LEASE_EVENT_TYPE_RELEASED,
 			tenurev1.LeaseEventType_LEASE_EVENT_TYPE_EXPIRED,

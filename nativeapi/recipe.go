@@ -28,8 +28,12 @@ const RecipeKind = "etcd-lock"
 // of a UTF-8 character and each control character written as \xNN, and
 // each backslash doubled, so that it reads back to the bytes
 // unambiguously. The page, the CLI and the metrics' lease label show it.
-func RecipeName(prefix string) string {
-	name := strings.TrimSuffix(prefix, "/")
+func RecipeName(prefix string) string { return printable(strings.TrimSuffix(prefix, "/")) }
+
+// printable is name with each byte that is not part of a UTF-8
+// character and each control character written as \xNN, and each
+// backslash doubled: RecipeName's escaping, which KubernetesName shares.
+func printable(name string) string {
 	plain := utf8.ValidString(name) && !strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '\\' })
 	if plain {
 		return name

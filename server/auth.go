@@ -427,6 +427,11 @@ func (s *Server) filter(ctx context.Context, res any) error {
 				// Range of the prefix would.
 				return !g.KeyPrefix(auth.Read, string(l.GetKeyPrefix()))
 			}
+			if l.GetKind() == nativeapi.KubernetesKind {
+				// Shown to whoever may read its key, as etcd's Range
+				// of it would; its namespace is not a Tenure one.
+				return !g.Key(auth.Read, string(l.GetKey()))
+			}
 			return !g.Namespace(auth.Read, l.GetNamespace())
 		})
 	case *tenurev1.ListSessionsResponse:

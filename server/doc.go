@@ -28,6 +28,9 @@
 //     node from the applied key events rather than kept in the
 //     replicated state, and their per-lease metrics; unknown for a
 //     handover older than the snapshot the node started from.
+//   - Kubernetes' Leases (kubernetes.go): each change of holder of a
+//     Lease kube-apiserver stores, followed from the applied key events
+//     into the per-lease metrics, and audited once, by the leader.
 //
 // The caller opens a node with Open and must call Close.
 package server

@@ -212,16 +212,30 @@ type recipeChange struct {
 // recipeHandover counts a handover of the recipe lock of prefix pfx.
 // It runs on the FSM goroutine under the state lock, as observe does.
 func (lm *leaseMetrics) recipeHandover(pfx string, c recipeChange) {
+	lm.derivedHandover(statemachine.LeaseID{Namespace: recipeNamespace, Name: nativeapi.RecipeName(pfx)}, c)
+}
+
+// derivedNamespace reports whether ns is the namespace label of leases
+// read from keys — etcd's recipe locks, Kubernetes Leases — rather than
+// of Tenure's records: their series stay recipeKeep after they go.
+func derivedNamespace(ns string) bool {
+	return ns == recipeNamespace || strings.HasPrefix(ns, kubernetesNamespacePrefix)
+}
+
+// derivedHandover counts a handover of id, an etcd recipe lock or a
+// Kubernetes Lease (kubeTracker).
+func (lm *leaseMetrics) derivedHandover(id statemachine.LeaseID, c recipeChange) {
 	lm.mu.Lock()
 	defer lm.mu.Unlock()
-	id := statemachine.LeaseID{Namespace: recipeNamespace, Name: nativeapi.RecipeName(pfx)}
 	name := lm.nameLocked(id)
-	if k := [2]string{recipeNamespace, name}; !lm.born[k] {
-		// Only what an etcd lock can do: nobody revokes a grant of it,
-		// asks its holder to step down or collects a record.
+	ns := id.Namespace
+	if k := [2]string{ns, name}; !lm.born[k] {
+		// Only what an etcd lock or a Kubernetes Lease can do: nobody
+		// revokes a grant of it, asks its holder to step down or
+		// collects a record.
 		lm.born[k] = true
 		for _, v := range []*prometheus.CounterVec{lm.grants, lm.expired, lm.lost} {
-			v.WithLabelValues(recipeNamespace, name)
+			v.WithLabelValues(ns, name)
 		}
 	}
 	if c.idle {
@@ -233,16 +247,16 @@ func (lm *leaseMetrics) recipeHandover(pfx string, c recipeChange) {
 		return // replayed: counted by whoever ran then
 	}
 	if c.ended && c.heldSince != 0 {
-		lm.hold.WithLabelValues(recipeNamespace, name).Observe(seconds(c.time - c.heldSince))
+		lm.hold.WithLabelValues(ns, name).Observe(seconds(c.time - c.heldSince))
 	}
 	if c.expired {
-		lm.expired.WithLabelValues(recipeNamespace, name).Inc()
-		lm.lost.WithLabelValues(recipeNamespace, name).Inc()
+		lm.expired.WithLabelValues(ns, name).Inc()
+		lm.lost.WithLabelValues(ns, name).Inc()
 	}
 	if c.granted {
-		lm.grants.WithLabelValues(recipeNamespace, name).Inc()
+		lm.grants.WithLabelValues(ns, name).Inc()
 		if c.waitedSince != 0 {
-			lm.wait.WithLabelValues(recipeNamespace, name).Observe(seconds(c.time - c.waitedSince))
+			lm.wait.WithLabelValues(ns, name).Observe(seconds(c.time - c.waitedSince))
 		}
 	}
 }
@@ -294,12 +308,14 @@ func causeOf(reason, other string) string {
 
 func seconds(nanos int64) float64 { return max(time.Duration(nanos), 0).Seconds() }
 
-// recipeGauge is an etcd recipe lock as the gauges need it: held by one,
-// queued waiting, held since since (0: unknown, which counts as 0s).
+// recipeGauge is an etcd recipe lock or a Kubernetes Lease as the
+// gauges need it: held by holders, queued waiting, held since since (0:
+// unknown, which counts as 0s).
 type recipeGauge struct {
-	name   string
-	queued int
-	since  int64
+	id      statemachine.LeaseID // its namespace and lease labels
+	holders int                  // 1 for an etcd lock
+	queued  int
+	since   int64
 }
 
 // Per-lease gauges, read from the state at scrape time.
@@ -315,9 +331,9 @@ var (
 // reaching observe (a follower restored a snapshot taken after its
 // collection), and its series go now.
 //
-// recipes are etcd's recipe locks now, named by nativeapi.RecipeName: a
-// named one not among them keeps its series until it has been gone for
-// recipeKeep.
+// recipes are etcd's recipe locks and Kubernetes' Leases now, named by
+// nativeapi.RecipeName and kubernetesNamespace: a named one not among
+// them keeps its series until it has been gone for recipeKeep.
 func (lm *leaseMetrics) collectGauges(leases []statemachine.Lease, recipes []recipeGauge, now time.Time, ch chan<- prometheus.Metric) {
 	type key struct{ ns, name string }
 	type agg struct{ holders, queued, held float64 }
@@ -330,13 +346,13 @@ func (lm *leaseMetrics) collectGauges(leases []statemachine.Lease, recipes []rec
 		}
 	}
 	for _, r := range recipes {
-		present[statemachine.LeaseID{Namespace: recipeNamespace, Name: r.name}] = true
+		present[r.id] = true
 	}
 	for id := range lm.named {
 		switch {
 		case present[id]:
 			delete(lm.recipeIdle, id)
-		case id.Namespace != recipeNamespace:
+		case !derivedNamespace(id.Namespace):
 			lm.forgetLocked(id)
 		case lm.recipeIdle[id] == 0:
 			lm.recipeIdle[id] = now.UnixNano() // gone before this process saw it go
@@ -359,13 +375,13 @@ func (lm *leaseMetrics) collectGauges(leases []statemachine.Lease, recipes []rec
 		}
 	}
 	for _, r := range recipes {
-		k := key{recipeNamespace, lm.nameLocked(statemachine.LeaseID{Namespace: recipeNamespace, Name: r.name})}
+		k := key{r.id.Namespace, lm.nameLocked(r.id)}
 		a := out[k]
 		if a == nil {
 			a = &agg{}
 			out[k] = a
 		}
-		a.holders++
+		a.holders += float64(r.holders)
 		a.queued += float64(r.queued)
 		if r.since != 0 {
 			a.held = max(a.held, now.Sub(time.Unix(0, r.since)).Seconds())

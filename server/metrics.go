@@ -203,9 +203,11 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 			var recipes []recipeGauge
 			for _, l := range m.RecipeLocks() {
 				since, _ := c.s.recipes.times(l)
-				recipes = append(recipes, recipeGauge{name: nativeapi.RecipeName(l.Prefix), queued: len(l.Contenders) - 1, since: since})
+				recipes = append(recipes, recipeGauge{id: statemachine.LeaseID{Namespace: recipeNamespace, Name: nativeapi.RecipeName(l.Prefix)}, holders: 1, queued: len(l.Contenders) - 1, since: since})
 			}
-			c.s.metrics.leases.collectGauges(leases, recipes, time.Now(), ch)
+			now := time.Now()
+			recipes = append(recipes, c.s.kube.gauges(m, now)...)
+			c.s.metrics.leases.collectGauges(leases, recipes, now, ch)
 		}
 		return nil
 	})

@@ -39,6 +39,8 @@ func (n nativeNode) RecipeTimes(l statemachine.RecipeLock) (int64, []int64) {
 	return n.s.recipes.times(l)
 }
 
+func (n nativeNode) KubernetesPrefix() string { return n.s.cfg.KubernetesPrefix }
+
 func (n nativeNode) MayRead(ctx context.Context, key string) bool { return n.s.mayRead(ctx, key) }
 
 func (n nativeNode) Readable(ctx context.Context, reads func(*auth.Grants) bool) func(*statemachine.Event) (bool, error) {

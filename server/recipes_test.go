@@ -654,7 +654,7 @@ func TestEtcdLockSeriesShareTheCapAndGoAfterTheirKeep(t *testing.T) {
 		t.Fatalf("grants: got = a %v, (other) %v, expected: 1 each", grants("a"), grants("(other)"))
 	}
 	lm.recipeHandover("a/", recipeChange{time: at(2 * time.Second), ended: true, idle: true})
-	gauges(30*time.Minute, recipeGauge{name: "b"})
+	gauges(30*time.Minute, recipeGauge{id: statemachine.LeaseID{Namespace: recipeNamespace, Name: "b"}, holders: 1})
 	if grants("a") != 1 {
 		t.Errorf("a gone for 30m of its 1h keep: got = %v grants, expected: its series kept", grants("a"))
 	}

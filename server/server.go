@@ -70,6 +70,12 @@ type Config struct {
 	Etcd EtcdConfig
 	// Quota bounds the bytes the node holds (storagequota.go).
 	Quota StorageQuota
+	// KubernetesPrefix is the --etcd-prefix of a kube-apiserver that
+	// stores its objects here ("/registry" by default, as its flag):
+	// the Leases under <prefix>/leases/ are shown as leases of kind
+	// nativeapi.KubernetesKind, counted in the per-lease metrics and
+	// their holder changes audited (kubernetes.go). "" turns that off.
+	KubernetesPrefix string
 }
 
 // Server is one Tenure node: the replicated log, the lessor, the watch
@@ -85,6 +91,7 @@ type Server struct {
 	http    *http.Server
 	metrics *metrics
 	recipes *recipeTracker // etcd recipe locks' times (recipes.go)
+	kube    *kubeTracker   // Kubernetes Leases' holder changes (kubernetes.go)
 	peers   *peers
 	native  *nativeapi.API
 	// etcdAuthRev is the auth store revision noteEtcdAuth last put in
@@ -190,6 +197,7 @@ func Open(cfg Config) (*Server, error) {
 	s.auth = &authState{authn: authn, audit: auth.NewAuditor(audit)}
 	s.metrics = newMetrics(cfg.Registry, s)
 	s.recipes = newRecipeTracker(s.metrics.leases)
+	s.kube = newKubeTracker(cfg.KubernetesPrefix, s.metrics.leases, s.kubeAudit, s.leading.Load)
 	s.quota = newQuota()
 	s.waiters = newWaiters(s.propose, s.holdWait, s.metrics.waiting.Add, cfg.Logger)
 	s.lessor = lessor.New(lessor.Config{
@@ -446,6 +454,7 @@ func (s *Server) observe(m *statemachine.Machine, events []statemachine.Event) {
 	s.waiters.observe(events)
 	s.metrics.leases.observe(events)
 	s.recipes.observe(m, events)
+	s.kube.observe(events)
 }
 
 // restored is told of a state restored from a snapshot, under the
@@ -456,6 +465,7 @@ func (s *Server) restored(revision int64, m *statemachine.Machine) {
 	s.hub.Reset(revision)
 	s.noteEtcdAuth(m)
 	s.recipes.reset(m)
+	s.kube.reset(m)
 }
 
 // leadershipLoop promotes the lessor when this node becomes leader and

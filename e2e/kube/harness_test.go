@@ -146,14 +146,27 @@ func tenureBinary(t *testing.T) string {
 // elects itself after 100 ms.
 func startTenure(t *testing.T) string {
 	t.Helper()
+	return startTenureNode(t).etcd
+}
+
+// tenureNode is a Tenure process: its native API and etcd API
+// addresses, and the file its log goes to.
+type tenureNode struct {
+	api, etcd, log string
+}
+
+// startTenureNode is startTenure, telling all of the node.
+func startTenureNode(t *testing.T) tenureNode {
+	t.Helper()
 	bin := tenureBinary(t)
 	addrs := freeAddrs(t, 3)
 	dir := t.TempDir()
+	log := filepath.Join(dir, "tenure.log")
 	startProc(t, "tenure", bin, []string{"serve",
 		"--listen", addrs[0], "--peer-listen", addrs[1], "--etcd-listen", addrs[2],
 		"--data-dir", filepath.Join(dir, "data"), "--auto-compaction-retention", "0",
 		"--election-timeout", "100ms", "--wal-segment-size", "1MiB",
-	}, filepath.Join(dir, "tenure.log"), func() bool {
+	}, log, func() bool {
 		if !httpOK("http://" + addrs[0] + "/readyz") {
 			return false
 		}
@@ -164,7 +177,7 @@ func startTenure(t *testing.T) string {
 		c.Close()
 		return true
 	})
-	return addrs[2]
+	return tenureNode{api: addrs[0], etcd: addrs[2], log: log}
 }
 
 // --- processes ---

@@ -308,3 +308,31 @@ func TestMisspeltEnvVariablesAreWarnedOf(t *testing.T) {
 		}
 	}
 }
+
+func TestKubernetesPrefixFlag(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string // server.Config.KubernetesPrefix
+	}{
+		{"kube-apiserver's default --etcd-prefix by default", nil, nil, "/registry"},
+		{"another apiserver's prefix from the command line", nil, []string{"--kubernetes-prefix", "/k8s"}, "/k8s"},
+		{"from the environment", map[string]string{"TENURE_KUBERNETES_PREFIX": "/cluster-a"}, nil, "/cluster-a"},
+		{"off from the environment", map[string]string{"TENURE_KUBERNETES_PREFIX": "off"}, nil, ""},
+		{"an empty value on the command line is off too", nil, []string{"--kubernetes-prefix="}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd, err := parseServe(t, tt.env, tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := serveOptions{}
+			o.kubernetesPrefix, _ = cmd.Flags().GetString("kubernetes-prefix")
+			if got := o.kubernetesView(); got != tt.want {
+				t.Errorf("KubernetesPrefix: got = %q, expected: %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -52,8 +52,12 @@ type leaseStatus struct {
 	Value        string `json:"value,omitempty"`
 	// Kind and KeyPrefix are an etcd lock's (client.KindEtcdLock): the
 	// prefix of its keys, bytes that are not UTF-8 as \xNN.
-	Kind            string      `json:"kind,omitempty"`
-	KeyPrefix       string      `json:"keyPrefix,omitempty"`
+	Kind      string `json:"kind,omitempty"`
+	KeyPrefix string `json:"keyPrefix,omitempty"`
+	// Key and ResourceVersion are a Kubernetes Lease's
+	// (client.KindKubernetes): its etcd key, and its resourceVersion.
+	Key             string      `json:"key,omitempty"`
+	ResourceVersion int64       `json:"resourceVersion,omitempty"`
 	Holders         []holderDoc `json:"holders,omitempty"`
 	Waiters         []waiterDoc `json:"waiters"`
 	LockDelay       string      `json:"lockDelay,omitempty"`
@@ -136,6 +140,11 @@ func toLeaseDoc(l client.Lease) leaseDoc {
 	}
 	if l.Kind != "" {
 		d.Status.Kind, d.Status.KeyPrefix = l.Kind, api.EscapeNonUTF8(string(l.KeyPrefix))
+		d.Status.Key = api.EscapeNonUTF8(string(l.Key))
+	}
+	if l.Kind == client.KindKubernetes {
+		d.Status.Phase = l.Status // no holders, no last grant: the server's word
+		d.Metadata.ResourceVersion = strconv.FormatInt(l.ResourceVersion, 10)
 	}
 	if l.Holder != "" {
 		holder := l.Holder
@@ -243,7 +252,9 @@ func printLeases(w io.Writer, leases []client.Lease, format string, allNamespace
 		if wide {
 			token, ttl, expires := "<none>", "<none>", "<none>"
 			if l.Holder != "" {
-				token = strconv.FormatInt(l.Token, 10)
+				if l.Kind != client.KindKubernetes { // Kubernetes has no fencing token
+					token = strconv.FormatInt(l.Token, 10)
+				}
 				ttl = l.LeaseDuration.String()
 				if !l.RenewTime.IsZero() {
 					expires = humanDuration(l.RenewTime.Add(l.LeaseDuration).Sub(now))
@@ -264,6 +275,9 @@ func printLeases(w io.Writer, leases []client.Lease, format string, allNamespace
 // with the count of waiters when nobody holds it (a lock-delay), or how
 // and how long ago the last grant ended, e.g. "Expired 35s ago".
 func statusText(l client.Lease, now time.Time) string {
+	if l.Kind == client.KindKubernetes {
+		return kubernetesStatusText(l, now)
+	}
 	switch {
 	case len(l.Holders) > 0 && len(l.Waiters) > 0:
 		return fmt.Sprintf("Held, %d waiting", len(l.Waiters))
@@ -309,11 +323,32 @@ func holderList(l client.Lease) string {
 	return strings.Join(names, ",")
 }
 
+// kubernetesStatusText is the STATUS column of a Kubernetes Lease:
+// Held; Expired and since when, once its holder let RenewTime +
+// LeaseDuration pass (client-go would take it over); Released with no
+// holder.
+func kubernetesStatusText(l client.Lease, now time.Time) string {
+	switch l.Status {
+	case "held":
+		return "Held"
+	case "expired":
+		return "Expired " + humanDuration(now.Sub(l.RenewTime.Add(l.LeaseDuration))) + " ago"
+	case "released":
+		return "Released"
+	}
+	return l.Status
+}
+
 // namespaceText is the NAMESPACE column: an etcd lock has none, and
-// shows as "(etcd)", which no namespace can be called.
+// shows as "(etcd)", which no namespace can be called; a Kubernetes
+// Lease shows its Kubernetes namespace under "(kubernetes)/", as the
+// metrics label it, so that it is never read as a Tenure namespace.
 func namespaceText(l client.Lease) string {
-	if l.Kind == client.KindEtcdLock {
+	switch l.Kind {
+	case client.KindEtcdLock:
 		return "(etcd)"
+	case client.KindKubernetes:
+		return "(kubernetes)/" + l.Namespace
 	}
 	return l.Namespace
 }

@@ -41,6 +41,7 @@ type serveOptions struct {
 	insecure                                                bool
 	etcdListen, etcdAdvertise                               string
 	bcryptCost                                              int
+	kubernetesPrefix                                        string
 	autoCompactionMode, autoCompactionRetention             string
 	limits                                                  server.Limits
 	sources                                                 settingSources // where --config and TENURE_* set flags
@@ -136,6 +137,7 @@ variables (TENURE_ENDPOINTS, TENURE_TOKEN, ...) do not apply to serve.`,
 	f.StringVar(&o.etcdListen, "etcd-listen", "", "also serve the etcd v3 API (gRPC) on this address, for etcdctl and every etcd client (docs/etcd.md); off when empty")
 	f.IntVar(&o.bcryptCost, "bcrypt-cost", 10, "cost of the password hashes etcd's users get (etcdctl user add, passwd), as etcd's flag: each login pays it (10 is tens of milliseconds; 4 to 31)")
 	f.StringVar(&o.etcdAdvertise, "etcd-advertise", "", "etcd API address clients and other nodes reach this node at (default --etcd-listen; required when it is 0.0.0.0)")
+	f.StringVar(&o.kubernetesPrefix, "kubernetes-prefix", "/registry", `the --etcd-prefix of a kube-apiserver storing its objects here: its coordination.k8s.io Leases (<prefix>/leases/<namespace>/<name>) show on the page, in tenure get lease -A and the per-lease metrics, and each holder change is audited (docs/kubernetes.md); "off" (or empty) turns that off`)
 	f.StringVar(&o.autoCompactionMode, "auto-compaction-mode", "revision", `how the keys' history is compacted, as etcd's flag: "revision" keeps the last --auto-compaction-retention revisions, "periodic" those of the last --auto-compaction-retention duration`)
 	f.StringVar(&o.autoCompactionRetention, "auto-compaction-retention", "10000", `revisions to keep ("revision" mode) or a duration ("periodic" mode: 1h, or a bare number of hours as etcd takes it); 0 keeps everything until a client compacts`)
 	f.Var(&o.quotaBackendBytes, "quota-backend-bytes", "bytes this node may hold in memory, as etcd's flag (default 2GiB; 0 means the default): live keys, their retained history, sessions, leases, the watch history and the in-memory raft log; past it the NOSPACE alarm refuses writes that add data until `etcdctl alarm disarm` (docs/operations.md)")
@@ -304,19 +306,20 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 	}
 	build := readBuildInfo()
 	srv, err := openServer(ctx, server.Config{
-		Etcd:            server.EtcdConfig{Listener: etcdLn, Advertise: o.etcdAdvertise, Compaction: compaction, BcryptCost: o.bcryptCost},
-		Quota:           server.StorageQuota{Bytes: int64(o.quotaBackendBytes)},
-		Listener:        ln,
-		Advertise:       o.advertise,
-		Join:            o.join,
-		BootstrapExpect: o.bootstrapExpect,
-		TLS:             tlsConfig,
-		PeerAPITLS:      peerAPITLS(tlsConfig, peerTLS),
-		Auth:            authn,
-		Audit:           audit,
-		Limits:          o.limits,
-		Logger:          logger,
-		Build:           server.BuildInfo{Version: build.Version, Commit: build.Commit, GoVersion: build.GoVersion},
+		Etcd:             server.EtcdConfig{Listener: etcdLn, Advertise: o.etcdAdvertise, Compaction: compaction, BcryptCost: o.bcryptCost},
+		Quota:            server.StorageQuota{Bytes: int64(o.quotaBackendBytes)},
+		KubernetesPrefix: o.kubernetesView(),
+		Listener:         ln,
+		Advertise:        o.advertise,
+		Join:             o.join,
+		BootstrapExpect:  o.bootstrapExpect,
+		TLS:              tlsConfig,
+		PeerAPITLS:       peerAPITLS(tlsConfig, peerTLS),
+		Auth:             authn,
+		Audit:            audit,
+		Limits:           o.limits,
+		Logger:           logger,
+		Build:            server.BuildInfo{Version: build.Version, Commit: build.Commit, GoVersion: build.GoVersion},
 		Raft: raftnode.Config{
 			NodeID:    nodeID,
 			DataDir:   dataDir,
@@ -472,6 +475,17 @@ const minQuotaBackendBytes = byteSize(32 << 20)
 
 // compaction reads --auto-compaction-mode and -retention as etcd does: a
 // number of revisions, or a duration where a bare number is hours.
+// kubernetesView is server.Config.KubernetesPrefix: --kubernetes-prefix,
+// or "" (off) for "off" or an empty value. An empty environment
+// variable counts as unset (config.go), so "off" is the word that works
+// everywhere.
+func (o *serveOptions) kubernetesView() string {
+	if o.kubernetesPrefix == "off" {
+		return ""
+	}
+	return o.kubernetesPrefix
+}
+
 func (o *serveOptions) compaction() (server.Compaction, error) {
 	r := strings.TrimSpace(o.autoCompactionRetention)
 	if r == "0" || r == "" {

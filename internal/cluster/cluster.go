@@ -31,11 +31,16 @@ type options struct {
 	raft   []func(*raftnode.Config)
 	logger *slog.Logger
 	etcd   *server.Compaction // nil: no etcd API
+	kube   string             // server.Config.KubernetesPrefix
 }
 
 // WithEtcd serves the etcd v3 API on every node too (Node.EtcdAddr),
 // with automatic compaction c.
 func WithEtcd(c server.Compaction) Option { return func(o *options) { o.etcd = &c } }
+
+// WithKubernetesPrefix shows the Kubernetes Leases under prefix on
+// every node (server.Config.KubernetesPrefix); off by default.
+func WithKubernetesPrefix(prefix string) Option { return func(o *options) { o.kube = prefix } }
 
 // WithLimits sets every node's limits; the default is
 // server.DefaultLimits with a 100ms minimum TTL, so that expiry tests
@@ -194,6 +199,8 @@ func (c *Cluster) start(node *Node, ln net.Listener) error {
 		Limits:   c.opts.limits,
 		Logger:   c.opts.logger.With("node", node.id),
 		Registry: reg,
+
+		KubernetesPrefix: c.opts.kube,
 	}
 	if c.opts.etcd != nil {
 		eln, err := net.Listen("tcp", node.etcd)

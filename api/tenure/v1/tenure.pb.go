@@ -59,6 +59,11 @@ const (
 	// deleted: its holder or waiters may have changed (list the leases to
 	// see them). session_id is the key's session. Only with etcd_locks.
 	LeaseEventType_LEASE_EVENT_TYPE_ETCD_LOCK LeaseEventType = 12
+	// The key of the Kubernetes Lease named by namespace and name (its
+	// bytes in key) was put or deleted by kube-apiserver, or by anyone
+	// writing there: list the leases to see it. Only with
+	// kubernetes_leases.
+	LeaseEventType_LEASE_EVENT_TYPE_KUBERNETES_LEASE LeaseEventType = 13
 )
 
 // Enum value maps for LeaseEventType.
@@ -77,6 +82,7 @@ var (
 		10: "LEASE_EVENT_TYPE_STEP_DOWN",
 		11: "LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET",
 		12: "LEASE_EVENT_TYPE_ETCD_LOCK",
+		13: "LEASE_EVENT_TYPE_KUBERNETES_LEASE",
 	}
 	LeaseEventType_value = map[string]int32{
 		"LEASE_EVENT_TYPE_UNSPECIFIED":          0,
@@ -92,6 +98,7 @@ var (
 		"LEASE_EVENT_TYPE_STEP_DOWN":            10,
 		"LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET": 11,
 		"LEASE_EVENT_TYPE_ETCD_LOCK":            12,
+		"LEASE_EVENT_TYPE_KUBERNETES_LEASE":     13,
 	}
 )
 
@@ -2112,12 +2119,36 @@ type Lease struct {
 	// answering node has not seen it happen (it learns that at the next
 	// change after a restart). Listed only across all namespaces, to
 	// callers that may read the keys under key_prefix.
+	//
+	// "kubernetes" is a coordination.k8s.io Lease of the Kubernetes
+	// cluster whose kube-apiserver stores its objects here (under the
+	// server's --kubernetes-prefix, default /registry): the scheduler's,
+	// the controller manager's, each apiserver's, each node's, any
+	// client-go LeaseLock's. Read from its etcd key, shown read-only:
+	// Tenure's lease calls never touch it, and a Tenure lease of the same
+	// namespace and name is another lease, told apart by kind. Its
+	// namespace and name are the Kubernetes ones (printable as an etcd
+	// lock's name is), holder_identity, lease_duration, acquire_time,
+	// renew_time and preferred_holder its spec's, and lease_transitions
+	// its spec.leaseTransitions: the count its holders keep themselves.
+	// Kubernetes has no fencing token, so fencing_token is 0 and holders
+	// is empty; resource_version is the nearest thing, changing at each
+	// write, never a proof of holding. status is "held", "expired" once
+	// renew_time + lease_duration has passed (client-go's leader election
+	// then takes it over), or "released" with no holder. Listed only
+	// across all namespaces, to callers that may read key.
 	Kind string `protobuf:"bytes,24,opt,name=kind,proto3" json:"kind,omitempty"`
 	// For an etcd lock: the prefix its contenders' keys share, the name
 	// given to the recipe followed by "/", as bytes.
-	KeyPrefix     []byte `protobuf:"bytes,25,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	KeyPrefix []byte `protobuf:"bytes,25,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`
+	// For a Kubernetes Lease: the etcd key that holds it,
+	// <prefix>/leases/<namespace>/<name>, as bytes.
+	Key []byte `protobuf:"bytes,26,opt,name=key,proto3" json:"key,omitempty"`
+	// For a Kubernetes Lease: its metadata.resourceVersion, the key's mod
+	// revision (etcd's KV revision).
+	ResourceVersion int64 `protobuf:"varint,27,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
@@ -2323,6 +2354,20 @@ func (x *Lease) GetKeyPrefix() []byte {
 		return x.KeyPrefix
 	}
 	return nil
+}
+
+func (x *Lease) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *Lease) GetResourceVersion() int64 {
+	if x != nil {
+		return x.ResourceVersion
+	}
+	return 0
 }
 
 type AcquireRequest struct {
@@ -3263,9 +3308,15 @@ type WatchLeasesRequest struct {
 	// event of type LEASE_EVENT_TYPE_ETCD_LOCK each time a key of an etcd
 	// recipe's lock (Lease.kind "etcd-lock") is put or deleted, for
 	// callers that may read the key: the page lists again on it.
-	EtcdLocks     bool `protobuf:"varint,5,opt,name=etcd_locks,json=etcdLocks,proto3" json:"etcd_locks,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	EtcdLocks bool `protobuf:"varint,5,opt,name=etcd_locks,json=etcdLocks,proto3" json:"etcd_locks,omitempty"`
+	// kubernetes_leases adds, to a watch of all namespaces without a name,
+	// an event of type LEASE_EVENT_TYPE_KUBERNETES_LEASE each time the key
+	// of a Kubernetes Lease (Lease.kind "kubernetes") is put or deleted,
+	// for callers that may read the key; none while the server's
+	// --kubernetes-prefix is off.
+	KubernetesLeases bool `protobuf:"varint,6,opt,name=kubernetes_leases,json=kubernetesLeases,proto3" json:"kubernetes_leases,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *WatchLeasesRequest) Reset() {
@@ -3333,6 +3384,13 @@ func (x *WatchLeasesRequest) GetEtcdLocks() bool {
 	return false
 }
 
+func (x *WatchLeasesRequest) GetKubernetesLeases() bool {
+	if x != nil {
+		return x.KubernetesLeases
+	}
+	return false
+}
+
 type LeaseEvent struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Revision       int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
@@ -3348,8 +3406,11 @@ type LeaseEvent struct {
 	Time   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=time,proto3" json:"time,omitempty"`
 	// "etcd-lock" for LEASE_EVENT_TYPE_ETCD_LOCK, whose name is the
 	// lock's printable name and key_prefix its keys' prefix, as in Lease.
-	Kind          string `protobuf:"bytes,11,opt,name=kind,proto3" json:"kind,omitempty"`
-	KeyPrefix     []byte `protobuf:"bytes,12,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`
+	Kind      string `protobuf:"bytes,11,opt,name=kind,proto3" json:"kind,omitempty"`
+	KeyPrefix []byte `protobuf:"bytes,12,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`
+	// "kubernetes" for LEASE_EVENT_TYPE_KUBERNETES_LEASE: the key put or
+	// deleted, as bytes.
+	Key           []byte `protobuf:"bytes,13,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3464,6 +3525,13 @@ func (x *LeaseEvent) GetKind() string {
 func (x *LeaseEvent) GetKeyPrefix() []byte {
 	if x != nil {
 		return x.KeyPrefix
+	}
+	return nil
+}
+
+func (x *LeaseEvent) GetKey() []byte {
+	if x != nil {
+		return x.Key
 	}
 	return nil
 }
@@ -5729,7 +5797,7 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x0fholder_identity\x18\x02 \x01(\tR\x0eholderIdentity\x120\n" +
 	"\x05since\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1c\n" +
 	"\texclusive\x18\x04 \x01(\bR\texclusive\x12\"\n" +
-	"\retcd_lease_id\x18\x05 \x01(\x03R\vetcdLeaseId\"\xe8\b\n" +
+	"\retcd_lease_id\x18\x05 \x01(\x03R\vetcdLeaseId\"\xa5\t\n" +
 	"\x05Lease\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -5760,7 +5828,9 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\bmax_hold\x18\x17 \x01(\v2\x19.google.protobuf.DurationR\amaxHold\x12\x12\n" +
 	"\x04kind\x18\x18 \x01(\tR\x04kind\x12\x1d\n" +
 	"\n" +
-	"key_prefix\x18\x19 \x01(\fR\tkeyPrefix\x1a9\n" +
+	"key_prefix\x18\x19 \x01(\fR\tkeyPrefix\x12\x10\n" +
+	"\x03key\x18\x1a \x01(\fR\x03key\x12)\n" +
+	"\x10resource_version\x18\x1b \x01(\x03R\x0fresourceVersion\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa3\x04\n" +
@@ -5832,14 +5902,15 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x0fholder_identity\x18\x02 \x01(\tR\x0eholderIdentity\x12#\n" +
 	"\rcurrent_token\x18\x03 \x01(\x03R\fcurrentToken\x12\x16\n" +
 	"\x06tokens\x18\x04 \x03(\x03R\x06tokens\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision\"\xb3\x01\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\"\xe0\x01\n" +
 	"\x12WatchLeasesRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12%\n" +
 	"\x0eall_namespaces\x18\x02 \x01(\bR\rallNamespaces\x12%\n" +
 	"\x0estart_revision\x18\x03 \x01(\x03R\rstartRevision\x12\x12\n" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"etcd_locks\x18\x05 \x01(\bR\tetcdLocks\"\xf8\x02\n" +
+	"etcd_locks\x18\x05 \x01(\bR\tetcdLocks\x12+\n" +
+	"\x11kubernetes_leases\x18\x06 \x01(\bR\x10kubernetesLeases\"\x8a\x03\n" +
 	"\n" +
 	"LeaseEvent\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12-\n" +
@@ -5856,7 +5927,8 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
 	"\x04kind\x18\v \x01(\tR\x04kind\x12\x1d\n" +
 	"\n" +
-	"key_prefix\x18\f \x01(\fR\tkeyPrefix\"\xa2\x02\n" +
+	"key_prefix\x18\f \x01(\fR\tkeyPrefix\x12\x10\n" +
+	"\x03key\x18\r \x01(\fR\x03key\"\xa2\x02\n" +
 	"\bKeyValue\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12'\n" +
@@ -6007,7 +6079,7 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x1a\n" +
-	"\brevision\x18\x03 \x01(\x03R\brevision*\xbb\x03\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision*\xe2\x03\n" +
 	"\x0eLeaseEventType\x12 \n" +
 	"\x1cLEASE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19LEASE_EVENT_TYPE_ACQUIRED\x10\x01\x12\x1d\n" +
@@ -6022,7 +6094,8 @@ const file_tenure_v1_tenure_proto_rawDesc = "" +
 	"\x1aLEASE_EVENT_TYPE_STEP_DOWN\x10\n" +
 	"\x12)\n" +
 	"%LEASE_EVENT_TYPE_PREFERRED_HOLDER_SET\x10\v\x12\x1e\n" +
-	"\x1aLEASE_EVENT_TYPE_ETCD_LOCK\x10\f*\x86\x01\n" +
+	"\x1aLEASE_EVENT_TYPE_ETCD_LOCK\x10\f\x12%\n" +
+	"!LEASE_EVENT_TYPE_KUBERNETES_LEASE\x10\r*\x86\x01\n" +
 	"\x0eWatchEventType\x12 \n" +
 	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14WATCH_EVENT_TYPE_PUT\x10\x01\x12\x1b\n" +
