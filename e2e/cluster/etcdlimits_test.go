@@ -41,8 +41,20 @@ func TestEtcdRequestsOfEtcdsSizeOnAClusterOfProcesses(t *testing.T) {
 	put := func(key string, entry int) {
 		t.Helper()
 		value := valueOfEntry(r, key, entry)
-		if _, err := fc.Put(ctx, key, value); err != nil {
-			t.Fatalf("put of %s (an entry of %d bytes) through follower %d: %v", key, entry, follower.Index, err)
+		// With one of three nodes down and 1.5 MiB entries synced on a
+		// loaded machine, an election can come between two puts: the
+		// put is retried as a client would (it is the same value, so a
+		// put whose outcome was unknown is retried safely).
+		for {
+			_, err := fc.Put(ctx, key, value)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, rpctypes.ErrNoLeader) && !errors.Is(err, rpctypes.ErrLeaderChanged) || ctx.Err() != nil {
+				t.Fatalf("put of %s (an entry of %d bytes) through follower %d: %v", key, entry, follower.Index, err)
+			}
+			t.Logf("put of %s: %v; retrying", key, err)
+			time.Sleep(100 * time.Millisecond)
 		}
 		want[key] = value
 	}
