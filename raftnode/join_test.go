@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/tenurehq/tenure/statemachine"
 )
@@ -17,6 +18,11 @@ func TestVotersJoinOverTCP(t *testing.T) {
 		cfg := testConfig(t.TempDir(), "wal")
 		cfg.NodeID = fmt.Sprintf("n%d", i+1)
 		cfg.Bootstrap = i == 0
+		// Not the harness's 50 ms: a two-voter cluster loaded by the
+		// whole suite lost its leader to check-quorum between the two
+		// joins ("leadership lost while the entry was in flight"), and
+		// this test is about joining over TCP, not timing.
+		cfg.ElectionTimeout = 300 * time.Millisecond
 		nodes[i] = openFake(t, cfg, nil)
 	}
 	leader := nodes[0]
