@@ -80,24 +80,10 @@ func TestRepairLogCutsDamageAfterTheLastEntry(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			p := newServerProc(t, bin)
-			// No snapshot may hold the damaged entries: the test sees the
-			// log's own repair.
-			p.args = []string{"--snapshot-threshold", "100000"}
-			p.start(ctx)
 			const n = 20
 			value := strings.Repeat("v", 4<<10)
-			for i := range n {
-				if err := putKey(ctx, p, i, value); err != nil {
-					t.Fatalf("put %d: %v", i, err)
-				}
-			}
-			p.kill()
-			segs, err := filepath.Glob(filepath.Join(p.dataDir, "raft", "wal", "*.wal"))
-			if err != nil || len(segs) == 0 {
-				t.Fatalf("no wal segments in %s: %v", p.dataDir, err)
-			}
-			sort.Strings(segs)
-			tt.damage(t, segs[len(segs)-1])
+			tail := putThenKill(t, ctx, p, n, value)
+			tt.damage(t, tail)
 
 			// Without the flag the node refuses the log.
 			run, stop := context.WithTimeout(ctx, 30*time.Second)
@@ -109,7 +95,7 @@ func TestRepairLogCutsDamageAfterTheLastEntry(t *testing.T) {
 			if !errors.As(err, &exit) || !strings.Contains(string(out), "raft log is corrupt") || !strings.Contains(string(out), "--repair-log") {
 				t.Fatalf("got = %v: %s\nexpected: serve refuses the damaged log and names --repair-log", err, out)
 			}
-			if !strings.Contains(string(out), filepath.Base(segs[len(segs)-1])) || !regexp.MustCompile(`at offset \d+ \(entr`).Match(out) {
+			if !strings.Contains(string(out), filepath.Base(tail)) || !regexp.MustCompile(`at offset \d+ \(entr`).Match(out) {
 				t.Fatalf("got = %s\nexpected: the refusal names the file, the offset and the entries", out)
 			}
 
@@ -155,6 +141,28 @@ func TestRepairLogCutsDamageAfterTheLastEntry(t *testing.T) {
 			}
 		})
 	}
+}
+
+// putThenKill starts p with no snapshot that could hold what the test
+// damages (so the log's own handling is what is seen), puts keys
+// k0000..k(n-1), kills it with SIGKILL and returns its newest log
+// segment.
+func putThenKill(t *testing.T, ctx context.Context, p *serverProc, n int, value string) string {
+	t.Helper()
+	p.args = []string{"--snapshot-threshold", "100000"}
+	p.start(ctx)
+	for i := range n {
+		if err := putKey(ctx, p, i, value); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	p.kill()
+	segs, err := filepath.Glob(filepath.Join(p.dataDir, "raft", "wal", "*.wal"))
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("no wal segments in %s: %v", p.dataDir, err)
+	}
+	sort.Strings(segs)
+	return segs[len(segs)-1]
 }
 
 // walTail parses a raft-wal segment (a 32-byte header, then 8-byte
@@ -207,22 +215,9 @@ func TestATornLastWriteIsDroppedOnItsOwn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	p := newServerProc(t, bin)
-	p.args = []string{"--snapshot-threshold", "100000"}
-	p.start(ctx)
 	const n = 20
 	value := strings.Repeat("v", 4<<10)
-	for i := range n {
-		if err := putKey(ctx, p, i, value); err != nil {
-			t.Fatalf("put %d: %v", i, err)
-		}
-	}
-	p.kill()
-	segs, err := filepath.Glob(filepath.Join(p.dataDir, "raft", "wal", "*.wal"))
-	if err != nil || len(segs) == 0 {
-		t.Fatalf("no wal segments in %s: %v", p.dataDir, err)
-	}
-	sort.Strings(segs)
-	tail := segs[len(segs)-1]
+	tail := putThenKill(t, ctx, p, n, value)
 	end, _, _ := walTail(t, tail)
 	// What a crash mid-append leaves: an entry frame's header and the
 	// first 400 of its 1,000 bytes, then the zeros of the preallocated
