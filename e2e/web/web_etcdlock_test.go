@@ -59,22 +59,8 @@ func TestWebPageShowsEtcdLocks(t *testing.T) {
 	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+c.Node(0).Addr()+"/")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor := func(what string, ok func(row map[string]string) bool) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			row := pageLease(pageLeases(tab), "(etcd)", "jobs/nightly")
-			if ok(row) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("page never showed %s; jobs/nightly row: %q", what, row)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
 	holder := func(s *concurrency.Session) string { return fmt.Sprintf("etcd (lease %016x)", int64(s.Lease())) }
-	waitFor("the etcd lock held with one waiter", func(r map[string]string) bool {
+	waitForRow(t, tab, "(etcd)", "jobs/nightly", "the etcd lock held with one waiter", func(r map[string]string) bool {
 		return r["Holder"] == holder(s1) && r["Token"] == strconv.FormatInt(m1.Header().Revision, 10) &&
 			r["Status"] == "Held, 1 waiting" && r["Waiters"] == "1" && r["Held for"] != "" && r["Held for"] != "unknown"
 	})
@@ -91,7 +77,7 @@ func TestWebPageShowsEtcdLocks(t *testing.T) {
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("the new holder's key: %v", err)
 	}
-	waitFor("the handover to the waiter", func(r map[string]string) bool {
+	waitForRow(t, tab, "(etcd)", "jobs/nightly", "the handover to the waiter", func(r map[string]string) bool {
 		return r["Holder"] == holder(s2) && r["Token"] == strconv.FormatInt(resp.Kvs[0].CreateRevision, 10) &&
 			r["Status"] == "Held" && r["Waiters"] == "0"
 	})

@@ -35,6 +35,23 @@ func pageLeases(tab context.Context) []map[string]string {
 }
 
 // pageLease is the row of namespace/name in rows, or nil.
+// waitForRow waits up to 20 s for the page's lease row namespace/name
+// to satisfy ok, and fails naming what it waited for and the row.
+func waitForRow(t *testing.T, tab context.Context, namespace, name, what string, ok func(row map[string]string) bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		row := pageLease(pageLeases(tab), namespace, name)
+		if ok(row) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("page never showed %s; %s row: %q", what, name, row)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func pageLease(rows []map[string]string, namespace, name string) map[string]string {
 	for _, r := range rows {
 		if r["Namespace"] == namespace && r["Name"] == name {

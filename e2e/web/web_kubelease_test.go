@@ -54,21 +54,7 @@ func TestWebPageShowsKubernetesLeases(t *testing.T) {
 	if _, err := chromedp.Run(tab, chromedp.Navigate("http://"+c.Node(0).Addr()+"/")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor := func(what string, ok func(row map[string]string) bool) {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			row := pageLease(pageLeases(tab), "(kubernetes)/kube-system", "kube-scheduler")
-			if ok(row) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("page never showed %s; kube-scheduler row: %q", what, row)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	waitFor("the Kubernetes Lease held by node-1_a", func(r map[string]string) bool {
+	waitForRow(t, tab, "(kubernetes)/kube-system", "kube-scheduler", "the Kubernetes Lease held by node-1_a", func(r map[string]string) bool {
 		return r["Holder"] == "node-1_a" && r["Status"] == "Held" && r["Token"] == "—" && r["Held for"] >= "90s" && len(r["Held for"]) == 3 &&
 			r["Expires in"] != "" && r["TTL"] == "60s" && r["Transitions"] == "3"
 	})
@@ -79,7 +65,7 @@ func TestWebPageShowsKubernetesLeases(t *testing.T) {
 	if _, err := ec.Put(ctx, key, kubeLeaseJSON("kube-system", "kube-scheduler", "node-2_b", 60, 4, now, now)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the handover to node-2_b", func(r map[string]string) bool {
+	waitForRow(t, tab, "(kubernetes)/kube-system", "kube-scheduler", "the handover to node-2_b", func(r map[string]string) bool {
 		return r["Holder"] == "node-2_b" && r["Status"] == "Held" && r["Transitions"] == "4"
 	})
 	if !pageEval[bool](tab, `(() => { const tr = document.querySelector('#leases tbody tr[data-lease="(kubernetes)/kube-system/kube-scheduler"]'); if (tr) tr.click(); return !!tr; })()`) {
