@@ -99,6 +99,16 @@ func TestGetLeaseAllNamespacesShowsEtcdLocks(t *testing.T) {
 	if out, _, _ := runMain(append(ep, "get", "lease")...); strings.Contains(out, "jobs/nightly") {
 		t.Errorf("get lease (namespace default): got = %q, expected: no etcd lock", out)
 	}
+
+	// Shown alone by the namespace the list gives it; a name that is not
+	// there is not found (exit 1), not a usage error.
+	one, stderr, code := runMain(append(ep, "get", "lease", "-n", "(etcd)", "jobs/nightly", "-o", "wide")...)
+	if code != 0 || !regexp.MustCompile(`(?m)^\(etcd\)\s+jobs/nightly\s+`+regexp.QuoteMeta(holder)+`\s+Held, 1 waiting\s+\S+\s+`+token+`\s`).MatchString(one) {
+		t.Errorf("get lease -n (etcd) jobs/nightly: got = exit %d, %q, stderr %q, expected: its row", code, one, stderr)
+	}
+	if _, stderr, code := runMain(append(ep, "get", "lease", "-n", "(etcd)", "jobs/none")...); code != ExitUnmet || !strings.Contains(stderr, "no lease jobs/none in (etcd)") {
+		t.Errorf("get lease -n (etcd) jobs/none: got = exit %d, stderr %q, expected: exit %d, not found", code, stderr, ExitUnmet)
+	}
 }
 
 // An etcd lock whose holder took over before the node could see it has

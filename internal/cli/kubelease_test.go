@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,5 +87,20 @@ func TestGetLeaseAllNamespacesShowsKubernetesLeases(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("-o json has no Kubernetes Lease: %s", out)
+	}
+
+	// One Lease by the namespace the list gives it; in -o json the
+	// document is the Lease's.
+	one, stderr, code := runMain(append(ep, "get", "lease", "-n", "(kubernetes)/kube-system", "kube-scheduler")...)
+	if code != 0 || !regexp.MustCompile(`(?m)^\(kubernetes\)/kube-system\s+kube-scheduler\s+node-1_6f1f\s+Held\s`).MatchString(one) || strings.Contains(one, "node-2") {
+		t.Errorf("get lease -n (kubernetes)/kube-system kube-scheduler: got = exit %d, %q, stderr %q, expected: its row alone", code, one, stderr)
+	}
+	js, stderr, code := runMain(append(ep, "get", "lease", "-n", "(kubernetes)/kube-node-lease", "node-2", "-o", "json")...)
+	var d leaseDoc
+	if err := json.Unmarshal([]byte(js), &d); code != 0 || err != nil || d.Status.Key != "/registry/leases/kube-node-lease/node-2" {
+		t.Errorf("get lease -n (kubernetes)/kube-node-lease node-2 -o json: got = exit %d, %v, %q, stderr %q, expected: its document", code, err, js, stderr)
+	}
+	if _, stderr, code := runMain(append(ep, "get", "lease", "-n", "(kubernetes)/kube-system", "node-2")...); code != ExitUnmet || !strings.Contains(stderr, "not found") {
+		t.Errorf("a Lease in another namespace: got = exit %d, stderr %q, expected: exit %d, not found", code, stderr, ExitUnmet)
 	}
 }

@@ -321,6 +321,9 @@ func leaseNameArg(cmd *cobra.Command, args []string) error {
 		return nil
 	}
 	ns, _ := cmd.Flags().GetString("namespace")
+	if derivedNamespace(ns) {
+		return nil // any name its keys give it, looked up in the list
+	}
 	err := client.LeaseName{Namespace: ns, Name: args[0]}.Validate()
 	if errors.Is(err, api.ErrSlashInName) {
 		ns, name, _ := strings.Cut(args[0], "/")
