@@ -126,7 +126,11 @@ func (c *client) complete(cl *call, r reply) {
 	}
 	c.clear(cl)
 	if r.notLeader {
-		c.otherNode()
+		// Redirected, as a follower redirects a client to the leader.
+		c.target = r.leader
+		if c.target == 0 {
+			c.otherNode()
+		}
 	}
 	cl.done(r, false)
 }

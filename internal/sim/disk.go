@@ -206,7 +206,7 @@ func (d *disk) load(skipRepair bool) loaded {
 			cutAt = i
 			break
 		}
-		ents = appendReplay(ents, batch)
+		ents = appendReplay(ents, r.first, batch)
 	}
 	if cutAt >= 0 {
 		l.damaged = true
@@ -214,19 +214,32 @@ func (d *disk) load(skipRepair bool) loaded {
 			l.refused = fmt.Sprintf("log damaged at record %d and the node has %d member(s): refusing to start", cutAt, d.members)
 			return l
 		}
+		// What the cut records did to the log's tail stands: raft-wal
+		// keeps a truncation in its meta store, apart from the segment
+		// that holds the new entries, so cutting those entries must not
+		// bring back the ones they replaced. Record headers (index range)
+		// stand for that meta: damage hits the data only.
 		owed := uint64(0)
 		if n := len(ents); n > 0 {
 			owed = ents[n-1].Index
 		}
 		for _, r := range d.journal[cutAt:] {
-			if r.intact() {
-				owed = max(owed, r.last)
-			} else if r.first > 0 && r.first < 1<<40 {
-				owed = max(owed, r.first)
+			owed = max(owed, r.last)
+			for len(ents) > 0 && ents[len(ents)-1].Index >= r.first {
+				ents = ents[:len(ents)-1]
 			}
 		}
 		d.journal = d.journal[:cutAt]
 		d.nextSeq = d.lastSeq()
+		// The repair's own truncation is durable too (raftnode's
+		// repairWAL deletes the range through the WAL): a marker record
+		// that cuts the replayed log back to where the repair left it.
+		end := d.snap.Metadata.Index
+		if n := len(ents); n > 0 {
+			end = ents[n-1].Index
+		}
+		d.nextSeq++
+		d.journal = append(d.journal, record{seq: d.nextSeq, first: end + 1, last: end, sum: recordSum(d.nextSeq, end+1, end, nil)})
 		l.owed = owed
 		if !skipRepair && owed > d.catchUp {
 			d.catchUp = owed
@@ -249,21 +262,12 @@ func (d *disk) load(skipRepair bool) loaded {
 	return l
 }
 
-// appendReplay appends batch to ents as a WAL replay does: a batch that
-// starts inside the log replaces its tail.
-func appendReplay(ents, batch []raftpb.Entry) []raftpb.Entry {
-	if len(batch) == 0 {
-		return ents
-	}
-	first := batch[0].Index
+// appendReplay applies one record to the replayed log as a WAL replay
+// does: the log is first cut back to before the record's first index
+// (raft's log matching, or a repair's marker), then the batch appended.
+func appendReplay(ents []raftpb.Entry, first uint64, batch []raftpb.Entry) []raftpb.Entry {
 	for len(ents) > 0 && ents[len(ents)-1].Index >= first {
 		ents = ents[:len(ents)-1]
-	}
-	if len(ents) > 0 && ents[len(ents)-1].Index+1 != first {
-		// A gap: the batch does not follow on. Keep what precedes it; the
-		// gap is what a lost write looks like, caught by the sequence
-		// check before we get here.
-		return ents
 	}
 	return append(ents, batch...)
 }

@@ -120,8 +120,8 @@ func (s *Sim) partition() {
 	})
 }
 
-// damage harms a synced record of a node's journal, a bit flip or a
-// write the device lost, and crashes the node soon after, so that it
+// damage harms the data of a synced record of a node's journal, a bit
+// flip or a write the device lost, and crashes the node soon after, so that it
 // meets the damage at restart. A lost write is only done to a record
 // with a successor: the loss of the newest synced record leaves a log
 // that reads as whole, which no per-record checksum can see (see
@@ -145,9 +145,11 @@ func (s *Sim) damage() {
 		s.stats.Faults["bit flip"]++
 		s.tracef(n.id, "disk: bit flip in synced record %d (entries %d..%d)", i, r.first, r.last)
 	} else {
+		// The write never reached the medium: the preallocated zeros
+		// stay where it should be.
 		i := s.rng.IntN(len(j) - 1)
 		s.tracef(n.id, "disk: lost synced record %d (entries %d..%d)", i, j[i].first, j[i].last)
-		n.disk.journal = append(j[:i:i], j[i+1:]...)
+		j[i].data = make([]byte, len(j[i].data))
 		s.stats.Faults["lost write"]++
 	}
 	s.after(s.randDur(500*time.Millisecond), func() {

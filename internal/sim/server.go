@@ -56,7 +56,8 @@ type call struct {
 
 // reply is what a node answers.
 type reply struct {
-	notLeader bool // definite: nothing was done
+	notLeader bool   // definite: nothing was done
+	leader    uint64 // with notLeader: the leader this node knows of, 0 if none
 	unknown   bool // the outcome cannot be known
 	res       statemachine.Result
 	read      any
@@ -67,6 +68,9 @@ type reply struct {
 func (n *node) reply(c *call, r reply) {
 	if c.c == nil {
 		return
+	}
+	if r.notLeader && n.lead != n.id {
+		r.leader = n.lead
 	}
 	cl, inc := c.c, n.incarnation
 	_ = inc

@@ -191,6 +191,7 @@ func Run(opts Options) (res Result) {
 	s.check = newChecker(s)
 	s.net = newNetwork(s, opts.Nodes)
 	res.Seed = opts.Seed
+	defer seedCryptoRand(opts.Seed)()
 	defer func() {
 		if r := recover(); r != nil {
 			v, ok := r.(*Violation)

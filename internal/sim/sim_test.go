@@ -16,6 +16,7 @@ var (
 	flagFirst    = flag.Uint64("sim.first", 1, "the first seed of the CI run")
 	flagDuration = flag.Duration("sim.duration", 0, "long mode: run seeds for this long in wall time, with progress and a summary (env TENURE_SIM_DURATION too)")
 	flagSimTime  = flag.Duration("sim.time", 0, "simulated time per seed (0: the default, 30s)")
+	flagTail     = flag.Int("sim.tail", 0, "trace lines a failure prints (0: the default, 60)")
 )
 
 // ciSeeds is the CI budget: measured at about 60 seconds under -race on
@@ -45,7 +46,7 @@ func report(t *testing.T, res Result, opts Options) {
 }
 
 func baseOptions(seed uint64) Options {
-	return Options{Seed: seed, Faults: DefaultFaults, SnapshotEvery: 300, Duration: *flagSimTime}
+	return Options{Seed: seed, Faults: DefaultFaults, SnapshotEvery: 300, Duration: *flagSimTime, TraceTail: *flagTail}
 }
 
 // TestSimulation runs the CI budget of seeds, or one seed given with
