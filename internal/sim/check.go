@@ -82,6 +82,29 @@ func (c *checker) leader(id, term uint64) {
 	c.leaders[term] = id
 }
 
+// leaderComplete is raft's Leader Completeness property, checked when a
+// node becomes leader: its log holds every entry applied anywhere so
+// far, as it was applied. A leader without one would overwrite it.
+func (c *checker) leaderComplete(n *node) {
+	c.count(invCommitted)
+	if last := lastIndex(n.ms); last < c.maxCommit {
+		c.s.fail(invCommitted, "node %d leads term %d with a log that ends at %d, but index %d was committed", n.id, n.term, last, c.maxCommit)
+	}
+	first, _ := n.ms.FirstIndex()
+	if first > c.maxCommit {
+		return
+	}
+	ents, err := n.ms.Entries(first, c.maxCommit+1, 1<<62)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if want, ok := c.committed[e.Index]; ok && want.digest != digest(e) {
+			c.s.fail(invCommitted, "node %d leads with entry %d of term %d, but the entry committed there was of term %d", n.id, e.Index, e.Term, want.term)
+		}
+	}
+}
+
 // applied is called for every entry a node applies, before n.applied
 // moves: the node must apply in index order, and the entry at an index
 // (and the state after it) must be the same on every node, for the

@@ -40,6 +40,7 @@ const (
 
 const (
 	callTimeout = int64(1500 * time.Millisecond)
+	waitTimeout = int64(6 * time.Second) // a queued acquire waits this long
 	mutexTTL    = int64(3 * time.Second)
 	linTTL      = int64(24 * time.Hour)
 )
@@ -69,6 +70,12 @@ type client struct {
 	token     int64
 	since     int64
 
+	// released are tokens this client asked to release: a release whose
+	// outcome is unknown may still apply at any later time, so an
+	// acquire that answers with one of them (an acquire is idempotent
+	// per session) gives a grant the client must not trust.
+	released map[int64]bool
+
 	values  int // for unique values
 	lastVal map[string]string
 }
@@ -76,7 +83,7 @@ type client struct {
 func (s *Sim) startClients() {
 	kinds := []clientKind{kvClient, kvClient, kvClient, linClient, linClient, mutexClient, mutexClient, mutexClient}
 	for i, k := range kinds {
-		c := &client{s: s, id: i, kind: k, target: uint64(1 + i%s.opts.Nodes), lastVal: map[string]string{}}
+		c := &client{s: s, id: i, kind: k, target: uint64(1 + i%s.opts.Nodes), lastVal: map[string]string{}, released: map[int64]bool{}}
 		s.clients = append(s.clients, c)
 		s.after(s.randDur(100*time.Millisecond), c.next)
 	}
@@ -99,7 +106,11 @@ func (c *client) send(cl *call, done func(r reply, timedOut bool)) {
 	}
 	n := c.s.nodes[c.target-1]
 	c.s.net.toNode(n, func() { n.handle(cl) })
-	c.s.after(callTimeout, func() {
+	timeout := callTimeout
+	if a, ok := cl.cmd.(statemachine.Acquire); ok && a.Wait {
+		timeout = waitTimeout
+	}
+	c.s.after(timeout, func() {
 		if c.cur == cl || c.beat == cl {
 			c.clear(cl)
 			c.otherNode()
@@ -333,6 +344,10 @@ func (c *client) linStep() {
 // hold and unhold are the client's belief that it holds its grant: what
 // the one-holder invariant reads.
 func (c *client) hold(token int64) {
+	if c.released[token] {
+		c.s.tracef(0, "client %d does not trust token %d: it asked to release it", c.id, token)
+		return
+	}
 	lease := linLease
 	if c.kind == mutexClient {
 		lease = mutexLease
@@ -342,10 +357,18 @@ func (c *client) hold(token int64) {
 	c.s.tracef(0, "client %d holds %s with token %d (session %d)", c.id, lease, token, c.session)
 }
 
-func (c *client) unhold() { c.held = false }
+func (c *client) unhold() {
+	c.held = false
+	c.released[c.token] = true
+}
 
 // validUntil is when the client stops trusting its grant.
-func (c *client) validUntil() int64 { return c.lastBeat + c.ttl*3/4 }
+func (c *client) validUntil() int64 {
+	if c.s.opts.Bugs.TrustPastTTL {
+		return c.lastBeat + 2*c.ttl
+	}
+	return c.lastBeat + c.ttl*3/4
+}
 
 // mutexStep is the mutex client's loop: it runs every 50ms whatever is
 // in flight, since it must heartbeat while it waits.

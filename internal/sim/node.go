@@ -19,6 +19,7 @@ import (
 	"log"
 	"math"
 	"slices"
+	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -339,6 +340,9 @@ func (n *node) synced(inc int, rd etcdraft.Ready, later []raftpb.Message, attemp
 		n.applyEntries(rd.CommittedEntries)
 	}
 	n.s.net.send(n, later)
+	if n.votedNow(later) {
+		return
+	}
 	for _, rs := range rd.ReadStates {
 		n.readState(binary.BigEndian.Uint64(rs.RequestCtx), rs.Index)
 	}
@@ -346,6 +350,29 @@ func (n *node) synced(inc int, rd etcdraft.Ready, later []raftpb.Message, attemp
 	n.rn.Advance(rd)
 	n.maybeSnapshot()
 	n.serveReads()
+}
+
+// votedNow crashes the node, with the chance Faults.CrashAfterVote, if
+// it just granted a vote, and reports whether it did.
+func (n *node) votedNow(sent []raftpb.Message) bool {
+	p := n.s.opts.Faults.CrashAfterVote
+	if p == 0 || n.s.healing {
+		return false
+	}
+	for _, m := range sent {
+		if m.Type == raftpb.MsgVoteResp && !m.Reject && n.s.rng.Float64() < p {
+			n.s.stats.Faults["crash after vote"]++
+			n.crash()
+			inc := n.incarnation
+			n.s.after(int64(100*time.Millisecond)+n.s.randDur(300*time.Millisecond), func() {
+				if !n.up && n.incarnation == inc && n.refused == "" {
+					n.boot()
+				}
+			})
+			return true
+		}
+	}
+	return false
 }
 
 // setRole notes a role change, and starts or stops the lessor.
@@ -359,6 +386,7 @@ func (n *node) setRole(role etcdraft.StateType, lead uint64) {
 	if role == etcdraft.StateLeader {
 		n.s.stats.Leaders++
 		n.s.check.leader(n.id, n.rn.BasicStatus().Term)
+		n.s.check.leaderComplete(n)
 		n.lessorStart()
 	}
 	if was == etcdraft.StateLeader {

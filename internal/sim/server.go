@@ -58,7 +58,7 @@ type call struct {
 type reply struct {
 	notLeader bool   // definite: nothing was done
 	leader    uint64 // with notLeader: the leader this node knows of, 0 if none
-	unknown   bool // the outcome cannot be known
+	unknown   bool   // the outcome cannot be known
 	res       statemachine.Result
 	read      any
 	token     int64 // a queued acquire's grant

@@ -43,6 +43,10 @@ type Faults struct {
 	FsyncError      time.Duration // a node's next sync fails
 	Damage          time.Duration // a synced record of a node is damaged (bit flip or lost write), and the node crashes soon after
 	MaxDiskLatency  time.Duration // a sync takes uniformly up to this
+	// CrashAfterVote is the chance that a node crashes right after it
+	// sends a granted vote, to restart soon: the moment at which a vote
+	// that was not durable would be forgotten.
+	CrashAfterVote float64
 }
 
 // DefaultFaults is the mix the CI run and the long mode use.
@@ -50,7 +54,7 @@ var DefaultFaults = Faults{
 	Loss: 0.02, Duplicate: 0.01, MaxDelay: 30 * time.Millisecond,
 	Partition: 6 * time.Second, Crash: 5 * time.Second, Pause: 9 * time.Second,
 	ClockJump: 10 * time.Second, FsyncError: 7 * time.Second, Damage: 20 * time.Second,
-	MaxDiskLatency: 8 * time.Millisecond,
+	MaxDiskLatency: 8 * time.Millisecond, CrashAfterVote: 0.02,
 }
 
 // Bugs are deliberately wrong builds, each a test-only knob that breaks
@@ -66,6 +70,7 @@ type Bugs struct {
 	TokenFromSession bool // the server answers an acquire with the session ID as token
 	StaleRead        bool // any node answers reads from its own state, no ReadIndex
 	AckOnPropose     bool // the leader acknowledges a Put when it proposes it
+	TrustPastTTL     bool // a client trusts its grant until two TTLs after its heartbeat, not 0.75 TTL
 }
 
 // Defaults fills in zero fields.
