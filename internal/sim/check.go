@@ -31,14 +31,16 @@ const (
 )
 
 type committedEntry struct {
-	term     uint64
-	digest   uint64
-	revision int64
+	term      uint64
+	digest    uint64
+	revision  int64
+	underTerm uint64 // the highest term won anywhere when it was first applied
 }
 
 type checker struct {
 	s         *Sim
 	leaders   map[uint64]uint64 // term → leader
+	maxTerm   uint64            // the highest term won
 	committed map[uint64]committedEntry
 	maxCommit uint64
 
@@ -80,27 +82,42 @@ func (c *checker) leader(id, term uint64) {
 		c.s.fail(invOneLeader, "nodes %d and %d both lead term %d", other, id, term)
 	}
 	c.leaders[term] = id
+	c.maxTerm = max(c.maxTerm, term)
 }
 
 // leaderComplete is raft's Leader Completeness property, checked when a
-// node becomes leader: its log holds every entry applied anywhere so
-// far, as it was applied. A leader without one would overwrite it.
-func (c *checker) leaderComplete(n *node) {
+// node becomes leader of term T: its log holds every entry committed in
+// a term before T, as it was applied. Such an entry is one first applied
+// while the highest term anyone had won was below T (the entry was
+// committed by a leader of that term or earlier). A leader of a stale
+// term may lack later entries: it can commit nothing, since everyone
+// who made them commit is past its term.
+func (c *checker) leaderComplete(n *node, term uint64) {
 	c.count(invCommitted)
-	if last := lastIndex(n.ms); last < c.maxCommit {
-		c.s.fail(invCommitted, "node %d leads term %d with a log that ends at %d, but index %d was committed", n.id, n.term, last, c.maxCommit)
+	need := uint64(0)
+	for i := c.maxCommit; i > 0; i-- {
+		if e, ok := c.committed[i]; ok && e.underTerm < term {
+			need = i
+			break
+		}
 	}
-	first, _ := n.ms.FirstIndex()
-	if first > c.maxCommit {
+	if need == 0 {
 		return
 	}
-	ents, err := n.ms.Entries(first, c.maxCommit+1, 1<<62)
+	if last := lastIndex(n.ms); last < need {
+		c.s.fail(invCommitted, "node %d leads term %d with a log that ends at %d, but index %d was committed in an earlier term", n.id, term, last, need)
+	}
+	first, _ := n.ms.FirstIndex()
+	if first > need {
+		return
+	}
+	ents, err := n.ms.Entries(first, need+1, 1<<62)
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
 		if want, ok := c.committed[e.Index]; ok && want.digest != digest(e) {
-			c.s.fail(invCommitted, "node %d leads with entry %d of term %d, but the entry committed there was of term %d", n.id, e.Index, e.Term, want.term)
+			c.s.fail(invCommitted, "node %d leads term %d with entry %d of term %d, but the entry committed there was of term %d", n.id, term, e.Index, e.Term, want.term)
 		}
 	}
 }
@@ -119,7 +136,7 @@ func (c *checker) applied(n *node, ent raftpb.Entry, res statemachine.Result, re
 	d := digest(ent)
 	prev, ok := c.committed[ent.Index]
 	if !ok {
-		c.committed[ent.Index] = committedEntry{term: ent.Term, digest: d, revision: revision}
+		c.committed[ent.Index] = committedEntry{term: ent.Term, digest: d, revision: revision, underTerm: c.maxTerm}
 		c.maxCommit = max(c.maxCommit, ent.Index)
 		c.events(res)
 		return

@@ -385,8 +385,9 @@ func (n *node) setRole(role etcdraft.StateType, lead uint64) {
 	n.s.tracef(n.id, "becomes %s (term %d, leader %d)", role, n.rn.BasicStatus().Term, lead)
 	if role == etcdraft.StateLeader {
 		n.s.stats.Leaders++
-		n.s.check.leader(n.id, n.rn.BasicStatus().Term)
-		n.s.check.leaderComplete(n)
+		term := n.rn.BasicStatus().Term
+		n.s.check.leader(n.id, term)
+		n.s.check.leaderComplete(n, term)
 		n.lessorStart()
 	}
 	if was == etcdraft.StateLeader {
@@ -466,6 +467,7 @@ func (n *node) restore(snap raftpb.Snapshot) {
 	n.lastSnap = snap.Metadata.Index
 	n.confState = snap.Metadata.ConfState
 	n.s.check.restored(n, snap.Metadata.Index, m.Revision())
+	n.s.stats.Restores++
 	n.s.tracef(n.id, "restores snapshot at %d", snap.Metadata.Index)
 }
 
@@ -489,6 +491,7 @@ func (n *node) maybeSnapshot() {
 	if keep := every / 2; n.applied > keep {
 		_ = n.ms.Compact(n.applied - keep)
 	}
+	n.s.stats.Snaps++
 	n.s.tracef(n.id, "snapshot at %d", n.applied)
 }
 

@@ -143,6 +143,8 @@ type Stats struct {
 	Refused  int // nodes that refused to start on a damaged log
 	Failed   int // nodes that stopped on a lost log (raftnode/loglost.go)
 	CaughtUp int // members that caught up past a damaged log
+	Snaps    int // snapshots taken
+	Restores int // snapshots restored (at start, or sent by a leader)
 }
 
 func (s *Stats) add(o Stats) {
@@ -154,6 +156,8 @@ func (s *Stats) add(o Stats) {
 	s.Refused += o.Refused
 	s.Failed += o.Failed
 	s.CaughtUp += o.CaughtUp
+	s.Snaps += o.Snaps
+	s.Restores += o.Restores
 	for k, v := range o.Faults {
 		s.Faults[k] += v
 	}

@@ -121,8 +121,8 @@ func runLong(t *testing.T, d time.Duration) {
 
 func summary(s Stats) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d steps, %d client ops (%d unknown), %d elections won, %d nodes refused to start, %d caught up after damage, %d stopped on a lost log\n",
-		s.Steps, s.Ops, s.Unknown, s.Leaders, s.Refused, s.CaughtUp, s.Failed)
+	fmt.Fprintf(&b, "%d steps, %d client ops (%d unknown), %d elections won, %d snapshots taken, %d restored, %d nodes refused to start, %d caught up after damage, %d stopped on a lost log\n",
+		s.Steps, s.Ops, s.Unknown, s.Leaders, s.Snaps, s.Restores, s.Refused, s.CaughtUp, s.Failed)
 	b.WriteString("faults:")
 	for _, k := range sortedStrings(s.Faults) {
 		fmt.Fprintf(&b, " %s=%d", k, s.Faults[k])
