@@ -46,7 +46,6 @@ type checker struct {
 
 	lastToken map[statemachine.LeaseID]int64 // in log order
 	grants    map[[2]int64]int64             // (lease hash, session) → token granted in the log
-	learnt    map[statemachine.LeaseID]int64 // the highest token any client learnt
 
 	beats   map[int64]int64 // session → latest acknowledged heartbeat send time + TTL
 	expired map[int64]int64 // session → when its expiry was first applied
@@ -68,8 +67,7 @@ func newChecker(s *Sim) *checker {
 	return &checker{
 		s: s, leaders: map[uint64]uint64{}, committed: map[uint64]committedEntry{},
 		lastToken: map[statemachine.LeaseID]int64{}, grants: map[[2]int64]int64{},
-		learnt: map[statemachine.LeaseID]int64{},
-		beats:  map[int64]int64{}, expired: map[int64]int64{},
+		beats: map[int64]int64{}, expired: map[int64]int64{},
 		writes: map[string]map[string]*write{},
 	}
 }
@@ -193,10 +191,11 @@ func (c *checker) granted(cl *client, lease statemachine.LeaseID, token int64) {
 	if logged, ok := c.grants[grantKey(lease, cl.session)]; ok && logged != token {
 		c.s.fail(invTokens, "client %d was told token %d for %s; the log granted its session %d token %d", cl.id, token, lease, cl.session, logged)
 	}
-	if token < c.learnt[lease] {
-		c.s.fail(invTokens, "client %d was told token %d for %s after another client was told %d", cl.id, token, lease, c.learnt[lease])
-	}
-	c.learnt[lease] = max(c.learnt[lease], token)
+	// Clients may learn of grants out of token order: the answer to a
+	// waiter whose grant already ended (its session expired meanwhile)
+	// can arrive after the next holder's (seed 108216). That is what
+	// fencing is for; a resource that remembers the highest token it saw
+	// refuses the older one. So only the log's order is checked.
 }
 
 // beatAcked is a client's heartbeat (or open) sent at sent being

@@ -83,7 +83,7 @@ type client struct {
 func (s *Sim) startClients() {
 	kinds := []clientKind{kvClient, kvClient, kvClient, linClient, linClient, mutexClient, mutexClient, mutexClient}
 	for i, k := range kinds {
-		c := &client{s: s, id: i, kind: k, target: uint64(1 + i%s.opts.Nodes), lastVal: map[string]string{}, released: map[int64]bool{}}
+		c := &client{s: s, id: i, kind: k, target: uint64(1 + i%len(s.nodes)), lastVal: map[string]string{}, released: map[int64]bool{}}
 		s.clients = append(s.clients, c)
 		s.after(s.randDur(100*time.Millisecond), c.next)
 	}
@@ -128,7 +128,7 @@ func (c *client) clear(cl *call) {
 	}
 }
 
-func (c *client) otherNode() { c.target = uint64(1 + c.s.rng.IntN(c.s.opts.Nodes)) }
+func (c *client) otherNode() { c.target = uint64(1 + c.s.rng.IntN(len(c.s.nodes))) }
 
 // complete is a node's reply arriving.
 func (c *client) complete(cl *call, r reply) {

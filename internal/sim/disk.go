@@ -20,6 +20,7 @@ import (
 	"hash/crc32"
 	"slices"
 
+	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -98,6 +99,12 @@ type disk struct {
 
 	snap    raftpb.Snapshot // durable; written whole and synced (raftnode/snapshot.go)
 	snapSeq uint64          // the sequence number of the last record the snapshot replaced
+}
+
+// empty reports whether nothing was ever made durable: a node that was
+// never started, or whose data was wiped.
+func (d *disk) empty() bool {
+	return len(d.journal) == 0 && etcdraft.IsEmptyHardState(d.hardState) && etcdraft.IsEmptySnap(d.snap)
 }
 
 func (d *disk) appendEntries(ents []raftpb.Entry) {

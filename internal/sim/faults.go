@@ -9,6 +9,9 @@ package sim
 
 import (
 	"time"
+
+	etcdraft "go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 func (s *Sim) scheduleFaults() {
@@ -44,6 +47,7 @@ func (s *Sim) scheduleFaults() {
 		}
 	})
 	s.every(f.Damage, s.damage)
+	s.every(s.opts.Membership, s.membership)
 }
 
 // every runs fn at exponential intervals of mean d until Duration.
@@ -160,6 +164,59 @@ func (s *Sim) damage() {
 	})
 }
 
+// membership is the operator's next step with the spare node (the last
+// one): add it as a learner, promote it once it has caught up, remove
+// it, and, once its removal is applied on the leader, stop it and wipe
+// its data before adding it again under the same ID, as
+// docs/operations.md has an operator replace a node (raftnode derives a
+// node's raft ID from its name, so a replacement reuses it). Changes are
+// proposed on the leader as ConfChangeV2, as raftnode/membership.go
+// proposes them, and applied by raft's ApplyConfChange at apply; a
+// removed node keeps running until the operator stops it, as with
+// raftnode.
+func (s *Sim) membership() {
+	var lead *node
+	for _, n := range s.nodes {
+		if n.up && n.failed == "" && n.role == etcdraft.StateLeader && !n.writing {
+			lead = n
+		}
+	}
+	if lead == nil {
+		return
+	}
+	spare := s.nodes[len(s.nodes)-1]
+	st := lead.rn.Status()
+	_, voter := st.Config.Voters.IDs()[spare.id]
+	_, learner := st.Config.Learners[spare.id]
+	var cc raftpb.ConfChangeSingle
+	switch {
+	case learner:
+		if pr, ok := st.Progress[spare.id]; !ok || pr.Match < st.Commit {
+			return // not caught up yet
+		}
+		cc = raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddNode, NodeID: spare.id}
+	case voter:
+		cc = raftpb.ConfChangeSingle{Type: raftpb.ConfChangeRemoveNode, NodeID: spare.id}
+	default:
+		if spare.up || spare.failed != "" || !spare.disk.empty() {
+			s.tracef(spare.id, "operator stops the removed node and wipes its data")
+			spare.crash()
+			spare.failed, spare.refused = "", ""
+			spare.disk = &disk{}
+		}
+		if spare.refused == "" {
+			spare.incarnation++
+			spare.boot()
+		}
+		cc = raftpb.ConfChangeSingle{Type: raftpb.ConfChangeAddLearnerNode, NodeID: spare.id}
+	}
+	if err := lead.rn.ProposeConfChange(raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{cc}}); err != nil {
+		return
+	}
+	s.stats.Faults["membership: "+cc.Type.String()]++
+	s.tracef(lead.id, "operator proposes %s %d", cc.Type, spare.id)
+}
+
 // heal ends every lasting fault and restarts crashed nodes.
 func (s *Sim) heal() {
 	s.healing = true
@@ -168,7 +225,8 @@ func (s *Sim) heal() {
 	for _, n := range s.nodes {
 		n.pausedUntil = 0
 		n.failSync = false
-		if !n.up && n.refused == "" {
+		// The spare, wiped, waits for the operator to add it again.
+		if !n.up && n.refused == "" && (n.id <= uint64(s.opts.Nodes) || !n.disk.empty()) {
 			n.incarnation++
 			n.boot()
 		}

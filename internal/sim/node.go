@@ -145,7 +145,7 @@ func (n *node) boot() {
 	rn, err := etcdraft.NewRawNode(n.config(l.snap.Metadata.Index))
 	must(err)
 	n.rn = rn
-	if fresh {
+	if fresh && n.id <= uint64(n.s.opts.Nodes) {
 		var peers []etcdraft.Peer
 		for i := range n.s.opts.Nodes {
 			peers = append(peers, etcdraft.Peer{ID: uint64(i + 1)})
@@ -432,6 +432,7 @@ func (n *node) applyEntries(ents []raftpb.Entry) {
 			n.confState = *n.rn.ApplyConfChange(cc)
 			n.recordMembers()
 		}
+
 		n.s.check.applied(n, ent, res, n.m.Revision())
 		n.applied = max(n.applied, ent.Index)
 		n.observe(cmd, res)
@@ -504,8 +505,10 @@ func (n *node) crash() {
 	n.up = false
 	n.incarnation++
 	tear := n.s.rng.IntN(3) == 0
+	torn := tear && len(n.disk.pending) > 0
+	unsynced := len(n.disk.pending)
 	n.disk.crash(tear, 1+n.s.rng.IntN(64))
-	n.s.tracef(n.id, "crashes (torn=%v)", tear && len(n.disk.pending) == 0)
+	n.s.tracef(n.id, "crashes: %d unsynced records lost, torn write: %v", unsynced, torn)
 	n.dropCalls()
 }
 

@@ -16,7 +16,12 @@ import (
 // takes a default (Defaults).
 type Options struct {
 	Seed  uint64
-	Nodes int // voters; default 3
+	Nodes int // voters at bootstrap; default 3
+	// Membership, when set, adds one more node that is not in the first
+	// configuration, and an operator that cycles it through the cluster:
+	// added as a learner, promoted to voter, removed, its data wiped,
+	// added again.
+	Membership time.Duration
 	// Duration is simulated time with faults and clients running; a heal
 	// phase (HealFor) follows with faults off, then the final checks.
 	Duration time.Duration
@@ -250,10 +255,16 @@ func (s *Sim) runUntil(end int64) {
 }
 
 func (s *Sim) start() {
-	for i := range s.opts.Nodes {
+	spare := 0
+	if s.opts.Membership > 0 {
+		spare = 1
+	}
+	for i := range s.opts.Nodes + spare {
 		n := newNode(s, uint64(i+1))
 		s.nodes = append(s.nodes, n)
-		n.boot()
+		if i < s.opts.Nodes {
+			n.boot()
+		}
 	}
 	s.startClients()
 	s.scheduleFaults()
