@@ -45,7 +45,7 @@ type checker struct {
 	maxCommit uint64
 
 	lastToken map[statemachine.LeaseID]int64 // in log order
-	grants    map[[2]int64]int64             // (lease hash, session) → token granted in the log
+	grants    map[grantRef]int64             // token granted in the log
 
 	beats   map[int64]int64 // session → latest acknowledged heartbeat send time + TTL
 	expired map[int64]int64 // session → when its expiry was first applied
@@ -66,7 +66,7 @@ type write struct {
 func newChecker(s *Sim) *checker {
 	return &checker{
 		s: s, leaders: map[uint64]uint64{}, committed: map[uint64]committedEntry{},
-		lastToken: map[statemachine.LeaseID]int64{}, grants: map[[2]int64]int64{},
+		lastToken: map[statemachine.LeaseID]int64{}, grants: map[grantRef]int64{},
 		beats: map[int64]int64{}, expired: map[int64]int64{},
 		writes: map[string]map[string]*write{},
 	}
@@ -164,7 +164,7 @@ func (c *checker) events(res statemachine.Result) {
 				c.s.fail(invTokens, "lease %s granted token %d after token %d", ev.Lease, ev.Token, c.lastToken[ev.Lease])
 			}
 			c.lastToken[ev.Lease] = ev.Token
-			c.grants[grantKey(ev.Lease, ev.SessionID)] = ev.Token
+			c.grants[grantRef{ev.Lease, ev.SessionID}] = ev.Token
 		case statemachine.EventSessionExpired:
 			c.count(invSessionTTL)
 			if _, seen := c.expired[ev.SessionID]; !seen {
@@ -177,18 +177,17 @@ func (c *checker) events(res statemachine.Result) {
 	}
 }
 
-func grantKey(l statemachine.LeaseID, session int64) [2]int64 {
-	var h int64
-	for _, b := range []byte(l.String()) {
-		h = h*131 + int64(b)
-	}
-	return [2]int64{h, session}
+// grantRef is a session's grant of a lease. A session holds a mutex at
+// most once at a time, and the checker keeps only the latest token.
+type grantRef struct {
+	lease   statemachine.LeaseID
+	session int64
 }
 
 // granted is a client learning that it holds lease with token.
 func (c *checker) granted(cl *client, lease statemachine.LeaseID, token int64) {
 	c.count(invTokens)
-	if logged, ok := c.grants[grantKey(lease, cl.session)]; ok && logged != token {
+	if logged, ok := c.grants[grantRef{lease, cl.session}]; ok && logged != token {
 		c.s.fail(invTokens, "client %d was told token %d for %s; the log granted its session %d token %d", cl.id, token, lease, cl.session, logged)
 	}
 	// Clients may learn of grants out of token order: the answer to a

@@ -146,8 +146,9 @@ func (c *client) complete(cl *call, r reply) {
 	cl.done(r, false)
 }
 
-// retry sends a call again after a definite "nothing done", to another
-// node; done sees only the final answer.
+// call sends cl, and again (up to attempts times in all) after each
+// definite "nothing done", to the node the answer names; done sees only
+// the final answer.
 func (c *client) call(cl *call, attempts int, done func(r reply, timedOut bool)) {
 	c.send(cl, func(r reply, timedOut bool) {
 		if r.notLeader && attempts > 1 && !c.s.stopping() {

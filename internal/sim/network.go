@@ -19,7 +19,7 @@ type network struct {
 	cut map[[2]uint64]bool // from, to: messages on this link are dropped
 }
 
-func newNetwork(s *Sim, n int) network { return network{s: s, cut: map[[2]uint64]bool{}} }
+func newNetwork(s *Sim) network { return network{s: s, cut: map[[2]uint64]bool{}} }
 
 // baseDelay is what every message takes at least, a LAN round trip's half.
 const baseDelay = int64(200 * time.Microsecond)

@@ -72,8 +72,7 @@ func (n *node) reply(c *call, r reply) {
 	if r.notLeader && n.lead != n.id {
 		r.leader = n.lead
 	}
-	cl, inc := c.c, n.incarnation
-	_ = inc
+	cl := c.c
 	n.s.net.toClient(func() { cl.complete(c, r) })
 }
 

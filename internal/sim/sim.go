@@ -203,7 +203,7 @@ func Run(opts Options) (res Result) {
 		stats: newStats(),
 	}
 	s.check = newChecker(s)
-	s.net = newNetwork(s, opts.Nodes)
+	s.net = newNetwork(s)
 	res.Seed = opts.Seed
 	defer seedCryptoRand(opts.Seed)()
 	defer func() {
@@ -234,7 +234,8 @@ func (s *Sim) fail(invariant, format string, args ...any) {
 	panic(v)
 }
 
-// at schedules fn to run after d.
+// after schedules fn to run d nanoseconds from now; events at the same
+// instant run in the order they were scheduled.
 func (s *Sim) after(d int64, fn func()) {
 	s.seq++
 	heap.Push(&s.queue, &event{at: s.now + max(d, 0), seq: s.seq, run: fn})
