@@ -181,7 +181,9 @@ func (s *Sim) membership() {
 			lead = n
 		}
 	}
-	if lead == nil {
+	// The operator waits for the last change to be applied on the leader
+	// before the next, as raftnode's one-change-at-a-time rule has it.
+	if lead == nil || lead.applied < lastIndex(lead.ms) {
 		return
 	}
 	spare := s.nodes[len(s.nodes)-1]
@@ -198,6 +200,17 @@ func (s *Sim) membership() {
 	case voter:
 		cc = raftpb.ConfChangeSingle{Type: raftpb.ConfChangeRemoveNode, NodeID: spare.id}
 	default:
+		// Once removed, the node is stopped and wiped only a while
+		// later: a heartbeat its leader sent before the removal, still
+		// in flight, would otherwise reach the new, empty node and prove
+		// to it that its log was lost (raftnode/loglost.go), stopping it.
+		if s.spareGone == 0 {
+			s.spareGone = s.now
+		}
+		if s.now-s.spareGone < int64(2*time.Second) {
+			return
+		}
+		s.spareGone = 0
 		if spare.up || spare.failed != "" || !spare.disk.empty() {
 			s.tracef(spare.id, "operator stops the removed node and wipes its data")
 			spare.crash()

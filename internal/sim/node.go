@@ -467,6 +467,7 @@ func (n *node) restore(snap raftpb.Snapshot) {
 	n.applied = snap.Metadata.Index
 	n.lastSnap = snap.Metadata.Index
 	n.confState = snap.Metadata.ConfState
+	n.recordMembers() // raftnode/membership.go setMembership does too
 	n.s.check.restored(n, snap.Metadata.Index, m.Revision())
 	n.s.stats.Restores++
 	n.s.tracef(n.id, "restores snapshot at %d", snap.Metadata.Index)

@@ -134,6 +134,9 @@ type Sim struct {
 
 	healing bool
 	stats   Stats
+
+	spareGone int64 // when the operator first saw the spare out of the configuration; 0: not
+
 }
 
 // Stats count what a run did.

@@ -21,7 +21,7 @@ var (
 
 // ciSeeds is the CI budget: measured at about 60 seconds under -race on
 // a 2-core machine shared with other work (docs/testing.md).
-const ciSeeds = 120
+const ciSeeds = 100
 
 // regressions are seeds that once found a bug, kept so that it stays
 // fixed. Each names what it found.
