@@ -218,7 +218,7 @@ func (n *node) receive(m raftpb.Message) {
 		return
 	}
 	n.s.tracef(n.id, "recv %s", msgString(m))
-	if n.handOverRequest(m) || n.catchingUp(m) {
+	if n.handOverRequest(m) || n.catchingUp(&m) {
 		return
 	}
 	if m.Type == raftpb.MsgHeartbeat && m.Commit > lastIndex(n.ms) {
@@ -514,12 +514,20 @@ func (n *node) crash() {
 }
 
 // catchingUp is raftnode/catchup.go catchingUp, on the sim's clock.
-func (n *node) catchingUp(m raftpb.Message) bool {
+func (n *node) catchingUp(m *raftpb.Message) bool {
 	if n.catchUp == 0 || n.s.opts.Bugs.SkipCatchUp {
 		return false
 	}
+	alt := n.s.opts.CatchUpVotes
 	switch m.Type {
-	case raftpb.MsgVote, raftpb.MsgPreVote, raftpb.MsgTimeoutNow:
+	case raftpb.MsgVote, raftpb.MsgPreVote:
+		if alt && n.disk.lostTerm > 0 {
+			// The vote the node would have cast before the damage.
+			t, i := n.disk.lostTerm, n.disk.lostIndex
+			return !(m.LogTerm > t || m.LogTerm == t && m.Index >= i)
+		}
+		return true
+	case raftpb.MsgTimeoutNow:
 		return true
 	case raftpb.MsgHeartbeat:
 		last := lastIndex(n.ms)
@@ -528,6 +536,10 @@ func (n *node) catchingUp(m raftpb.Message) bool {
 				n.setCatchUp(m.Commit)
 			}
 			n.s.net.send(n, []raftpb.Message{{Type: raftpb.MsgUnreachable, From: n.id, To: m.From}})
+			if alt {
+				m.Commit = last
+				_ = n.rn.Step(*m)
+			}
 			return true
 		}
 		if last >= n.catchUp {
