@@ -12,18 +12,31 @@ import (
 
 // A node whose log lost entries it may have acknowledged — damage that
 // a repair cut off, synced batches, perhaps counted toward a commit —
-// must not help elect a leader until it holds those entries again: with
-// its shorter log it would vote for a candidate that lacks them, and a
-// committed write would be lost (Alagappan et al., FAST '18, showed
-// etcd, ZooKeeper and LogCabin doing just that from one damaged entry
-// on one node). So the repair records the index the log must reach
-// again, the catch-up index, durably in the meta store, and until the
-// log reaches it and the leader's heartbeat shows nothing more is owed,
-// the node
+// must not help elect a leader that lacks them: with its shorter log it
+// would vote for such a candidate, and a committed write would be lost
+// (Alagappan et al., FAST '18, showed etcd, ZooKeeper and LogCabin doing
+// just that from one damaged entry on one node). So the repair records
+// where the log ended before the cut, the catch-up point (the last index
+// it may have held, and a term no lower than that entry's: the hard
+// state's, since no entry is of a later term than the node's own),
+// durably in the meta store. Until the log reaches that index again and
+// the leader's heartbeat shows nothing more is owed, the node
 //
-//   - neither votes nor pre-votes (the requests are dropped, as if lost),
+//   - votes and pre-votes by raft's up-to-date rule against the catch-up
+//     point rather than its shortened log: as it would have voted had it
+//     kept every entry, so no candidate without them gets its vote, and
+//     a candidate that holds them (the cluster's most up-to-date member)
+//     can still be elected with it. (Refusing every vote instead, the
+//     first version of this rule, stopped a cluster for good when two of
+//     three members were catching up at once: internal/sim's seed 53,
+//     docs/testing.md.)
 //   - never campaigns (its election clock does not tick, and a
-//     leadership transfer to it is dropped),
+//     leadership transfer to it is dropped): its own log lacks entries,
+//     and a voter behind it would elect it.
+//   - steps the leader's heartbeats with their commit index cut to its
+//     log's end (raft would panic past it, commitTo, and checkLog would
+//     take it for a lost data dir), so that it answers them and the
+//     leader's check-quorum counts it active;
 //   - and asks the leader to hand its leadership on. raft's leader never
 //     moves a follower's progress back below what the follower once
 //     acknowledged (Progress.Match, even when probing), so it would
@@ -32,80 +45,86 @@ import (
 //     log ends. The request is a MsgUnreachable sent over the wire,
 //     which raft otherwise only ever raises locally; the leader answers
 //     it by transferring leadership to its most up-to-date other voter,
-//     at most once an election timeout. The leader's heartbeats, whose
-//     commit index is past this log meanwhile, are dropped rather than
-//     stepped: raft would panic on them (commitTo), and checkLog would
-//     take them for a lost data dir. A cluster of two voters has no one
-//     to hand over to, and waits for an operator (docs/operations.md).
+//     at most once an election timeout. A cluster of two voters has no
+//     one to hand over to, and waits for an operator (docs/operations.md).
 //
-// What counts toward a commit: the old leader still credits the member
-// with what it acknowledged before the loss (that stale Match is why
-// the leader cannot catch it up), until it hands over; the new leader
-// credits only what the member acknowledges anew, and raft's log
-// matching makes a follower take new entries only on top of the ones
-// before them, so it acknowledges only what it holds. A heartbeat that shows the leader
-// owed more than the repair knew (damage that hid entries) raises the
-// index. A node alone in its configuration has no one to catch up from:
-// what it has is all there is, and it goes on without.
-
-// catchUpKey holds the catch-up index in the meta store; absent or 0:
-// none.
-var catchUpKey = []byte("tenure_catch_up")
+// catchUpKey holds the catch-up index in the meta store, and
+// catchUpTermKey the catch-up point's term; absent or 0: none. A term of
+// 0 with an index (the hard state could not be read at the repair)
+// makes the node refuse every vote until it has caught up.
+var (
+	catchUpKey     = []byte("tenure_catch_up")
+	catchUpTermKey = []byte("tenure_catch_up_term")
+)
 
 // membersKey holds how many members (voters and learners) the applied
 // configuration has, for a start that finds its log damaged: with
 // others to catch up from, the node repairs itself; alone it refuses.
 var membersKey = []byte("tenure_members")
 
-// loadCatchUp reads the catch-up index at start.
+// loadCatchUp reads the catch-up point at start.
 func (e *engine) loadCatchUp() error {
 	v, err := e.disk.meta.GetUint64(catchUpKey)
 	if err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
 		return fmt.Errorf("raftnode: read the catch-up index: %w", err)
 	}
+	term, err := e.disk.meta.GetUint64(catchUpTermKey)
+	if err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
+		return fmt.Errorf("raftnode: read the catch-up term: %w", err)
+	}
 	e.catchUp.Store(v)
+	e.catchUpTerm.Store(term)
 	if v > 0 {
-		e.n.log.Warn("raft: this node's log lost entries it may have acknowledged; it neither votes nor campaigns until it holds them again from the leader",
-			"catch_up_to", v, "last_index", e.lastIndex.Load())
+		e.n.log.Warn("raft: this node's log lost entries it may have acknowledged; until it holds them again from the leader it votes only for a candidate whose log reaches where its own did, and does not campaign",
+			"catch_up_to", v, "catch_up_term", term, "last_index", e.lastIndex.Load())
 	}
 	return nil
 }
 
-// catchingUp handles m while the node owes entries, and reports whether
-// m was dealt with (dropped or answered) and must not be stepped.
-func (e *engine) catchingUp(m raftpb.Message) bool {
+// catchingUp applies the rules above to m while the node owes entries.
+// It reports whether m is to be dropped; a heartbeat is changed in
+// place (its commit cut to the log's end) and stepped.
+func (e *engine) catchingUp(m *raftpb.Message) (drop bool) {
 	target := e.catchUp.Load()
 	if target == 0 {
 		return false
 	}
 	switch m.Type {
-	case raftpb.MsgVote, raftpb.MsgPreVote, raftpb.MsgTimeoutNow:
+	case raftpb.MsgVote, raftpb.MsgPreVote:
+		term := e.catchUpTerm.Load()
+		return term == 0 || m.LogTerm < term || m.LogTerm == term && m.Index < target
+	case raftpb.MsgTimeoutNow:
 		return true
 	case raftpb.MsgHeartbeat:
 		last := e.lastIndex.Load()
 		if m.Commit > last {
-			e.lastContact.Store(time.Now().UnixNano())
 			if m.Commit > target {
-				e.setCatchUp(m.Commit)
+				e.setCatchUp(m.Commit, max(e.catchUpTerm.Load(), m.Term))
 			}
 			e.trans.Send([]raftpb.Message{{Type: raftpb.MsgUnreachable, From: e.rid, To: m.From}})
-			return true
+			m.Commit = last
+			return false
 		}
 		if last >= target {
-			e.setCatchUp(0)
-			e.n.log.Info("raft: this node's log holds again every entry it had lost; it votes and campaigns again", "last_index", last)
+			e.setCatchUp(0, 0)
+			e.n.log.Info("raft: this node's log holds again every entry it had lost; it votes and campaigns as before", "last_index", last)
 		}
 	}
 	return false
 }
 
-// setCatchUp records the catch-up index, durably. A failure to write it
-// is logged and the index is kept in memory: the node stays careful
+// setCatchUp records the catch-up point, durably. A failure to write it
+// is logged and the point is kept in memory: the node stays careful
 // until it restarts.
-func (e *engine) setCatchUp(index uint64) {
+func (e *engine) setCatchUp(index, term uint64) {
 	e.catchUp.Store(index)
-	if err := e.disk.meta.SetUint64(catchUpKey, index); err != nil {
-		e.n.log.Error("raft: cannot record the catch-up index", "index", index, "error", err)
+	e.catchUpTerm.Store(term)
+	err := e.disk.meta.SetUint64(catchUpTermKey, term)
+	if err == nil {
+		err = e.disk.meta.SetUint64(catchUpKey, index)
+	}
+	if err != nil {
+		e.n.log.Error("raft: cannot record the catch-up point", "index", index, "term", term, "error", err)
 	}
 }
 
@@ -169,7 +188,7 @@ func (e *engine) catchUpAlone() {
 	n := len(e.members.conf.Voters) + len(e.members.conf.Learners)
 	e.members.mu.RUnlock()
 	if n == 1 {
-		e.setCatchUp(0)
+		e.setCatchUp(0, 0)
 		e.n.log.Warn("raft: this node is its cluster's only member: no one holds the entries its log lost, and it goes on without them")
 	}
 }

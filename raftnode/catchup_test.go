@@ -71,19 +71,27 @@ func TestADamagedMemberCatchesUpFromTheLeader(t *testing.T) {
 	if owed == 0 {
 		t.Fatalf("got = no catch-up index after a repair that cut acknowledged entries, expected: the last one lost")
 	}
-	// A vote request from a far higher term, while it owes entries:
-	// dropped, so the member never reaches that term. (The hand-over
-	// moves its term on by one or two meanwhile.)
+	// A vote request from a far higher term, while it owes entries, by a
+	// candidate whose log ends short of where the member's did: dropped,
+	// so the member never reaches that term. (The hand-over moves its
+	// term on by one or two meanwhile.)
 	far := n.engine.term.Load() + 1000
-	_ = n.engine.Process(ctxT(t), raftpb.Message{Type: raftpb.MsgVote, From: raftID(dc.ids[(f+1)%3]), To: n.engine.rid, Term: far, Index: 1 << 40, LogTerm: 1 << 20})
+	point, pointTerm := n.engine.catchUp.Load(), n.engine.catchUpTerm.Load()
+	if pointTerm == 0 {
+		t.Fatalf("got = catch-up term 0, expected: the hard state's term")
+	}
+	other := raftID(dc.ids[(f+1)%3])
+	_ = n.engine.Process(ctxT(t), raftpb.Message{Type: raftpb.MsgVote, From: other, To: n.engine.rid, Term: far, Index: point - 1, LogTerm: pointTerm})
 	time.Sleep(50 * time.Millisecond)
 	if got := n.engine.term.Load(); got >= far {
-		t.Fatalf("got = term %d after a vote request for term %d while owing entries, expected: the request dropped", got, far)
+		t.Fatalf("got = term %d after a vote request for term %d from a shorter log while owing entries, expected: the request dropped", got, far)
 	}
-
 	waitFor(t, "the member to catch up and vote again", func() bool {
 		return n.engine.catchUp.Load() == 0
 	})
+	if v, err := n.engine.disk.meta.GetUint64(catchUpTermKey); err != nil || v != 0 {
+		t.Fatalf("got = catch-up term %d (%v) on disk after catching up, expected: 0", v, err)
+	}
 	waitFor(t, "the lost write back on the member", func() bool {
 		got, _ := localKV(t, n)
 		return got["k4"] == bigValue(4)
@@ -170,5 +178,46 @@ func TestALoneNodeOwesNothingAfterARepair(t *testing.T) {
 	waitLeader(t, n)
 	if got := n.engine.catchUp.Load(); got != 0 {
 		t.Fatalf("got = catch-up index %d on a lone node, expected: 0", got)
+	}
+}
+
+// While it owes entries, a member still votes for a candidate whose log
+// reaches where its own did, by raft's up-to-date rule against that
+// point: the cluster's most up-to-date member can be elected with its
+// vote. (Refusing every vote stopped a cluster for good when two of
+// three members were catching up at once: internal/sim, seed 53.)
+func TestADamagedMemberVotesForACandidateThatHasWhatItLost(t *testing.T) {
+	dc := newDamagedCluster(t)
+	leader := dc.leader()
+	for i := range 3 {
+		put(t, leader, fmt.Sprintf("k%d", i), bigValue(i))
+	}
+	f := 0
+	for dc.nodes[f] == leader {
+		f++
+	}
+	waitFor(t, "the follower to apply every write", func() bool {
+		got, _ := localKV(t, dc.nodes[f])
+		return got["k2"] == bigValue(2)
+	})
+	// The others stop: no leader will catch the member up meanwhile.
+	for i, n := range dc.nodes {
+		if i != f {
+			if err := n.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dc.closeAndDamage(t, f, 2)
+	n := dc.reopen(t, f)
+	point, pointTerm := n.engine.catchUp.Load(), n.engine.catchUpTerm.Load()
+	if point == 0 || pointTerm == 0 {
+		t.Fatalf("got = catch-up point (%d, %d), expected: set", pointTerm, point)
+	}
+	far := n.engine.term.Load() + 1000
+	_ = n.engine.Process(ctxT(t), raftpb.Message{Type: raftpb.MsgVote, From: raftID(dc.ids[(f+1)%3]), To: n.engine.rid, Term: far, Index: point, LogTerm: pointTerm})
+	waitFor(t, "the member to step the vote request", func() bool { return n.engine.term.Load() == far })
+	if n.engine.catchUp.Load() != point {
+		t.Fatalf("got = catch-up index %d after voting, expected: still %d (it has not caught up)", n.engine.catchUp.Load(), point)
 	}
 }

@@ -68,7 +68,8 @@ type engine struct {
 	lastIndex   atomic.Uint64
 	lastContact atomic.Int64 // unix nanoseconds a follower last heard from its leader
 
-	catchUp       atomic.Uint64 // the index the log must reach again before the node votes; 0: none (catchup.go)
+	catchUp       atomic.Uint64 // the index the log must reach again; 0: none (catchup.go)
+	catchUpTerm   atomic.Uint64 // the catch-up point's term
 	membersStored atomic.Uint64 // the member count last written to the meta store
 	lastHandOver  atomic.Int64  // unix nanoseconds of the last hand-over a catching-up member asked for
 
@@ -237,7 +238,7 @@ func (e *engine) raft() etcdraft.Node { return e.node.Load().Node }
 // Process, ReportUnreachable and ReportSnapshot are the transport's way
 // into raft (messageHandler).
 func (e *engine) Process(ctx context.Context, m raftpb.Message) error {
-	if e.handOverRequest(m) || e.catchingUp(m) {
+	if e.handOverRequest(m) || e.catchingUp(&m) {
 		return nil
 	}
 	if err := e.checkLog(m); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	raftwal "github.com/hashicorp/raft-wal"
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 // stores are the WAL, its meta store and the snapshot files, as the
@@ -130,11 +131,22 @@ func openDiskWAL(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceC
 		}
 		// Entries lost that the other members hold: the node owes them
 		// until it has them again. Alone, it has all there is.
+		// Its term is the hard state's: no entry is of a later term than
+		// the node's own.
 		if owed > 0 && members >= 2 {
 			if had, _ := w.GetUint64(catchUpKey); owed > had {
-				if err := w.SetUint64(catchUpKey, owed); err != nil {
+				var hs raftpb.HardState
+				if v, err := w.Get(hardStateKey); err == nil && len(v) > 0 && hs.Unmarshal(v) != nil {
+					hs.Term = 0 // unreadable: refuse every vote until caught up
+				}
+				had, _ := w.GetUint64(catchUpTermKey)
+				err := w.SetUint64(catchUpTermKey, max(had, hs.Term))
+				if err == nil {
+					err = w.SetUint64(catchUpKey, owed)
+				}
+				if err != nil {
 					w.Close()
-					return nil, nil, nil, fmt.Errorf("raftnode: record the catch-up index: %w", err)
+					return nil, nil, nil, fmt.Errorf("raftnode: record the catch-up point: %w", err)
 				}
 			}
 		}

@@ -71,10 +71,17 @@ func TestADamagedFollowerRepairsItselfFromItsPeers(t *testing.T) {
 
 	f.Restart(ctx)
 	c.WaitCaughtUp(ctx)
-	log := proccluster.Tail(f.LogPath(), 400)
+	// The member says it holds everything again at the first heartbeat
+	// after it caught up, which may come after WaitCaughtUp saw it.
 	for _, want := range []string{"cutting the damage off, to catch up on it from the other members", "lost_from=", "holds again every entry it had lost"} {
-		if !strings.Contains(log, want) {
-			t.Fatalf("got = no %q in the damaged node's log:\n%s", want, log)
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			log := proccluster.Tail(f.LogPath(), 400)
+			if strings.Contains(log, want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("got = no %q in the damaged node's log:\n%s", want, log)
+			}
 		}
 	}
 	// Its own copy, read locally (serializable): the lost write is back.

@@ -95,11 +95,11 @@ type disk struct {
 	// state and writes synchronously: the catch-up index and the member
 	// count (raftnode/catchup.go catchUpKey, membersKey).
 	catchUp uint64
-	// lostTerm and lostIndex are where the log ended before a repair cut
-	// it (lostTerm 0: unknown, the damage hid it). Only the alternative
-	// catch-up rule (Options.CatchUpVotes) reads them.
-	lostTerm, lostIndex uint64
-	members             uint64
+	// catchUpTerm is the catch-up point's term: the durable hard state's
+	// at the repair, raised by a heartbeat's term (raftnode/stores.go,
+	// catchup.go catchUpTermKey).
+	catchUpTerm uint64
+	members     uint64
 
 	snap    raftpb.Snapshot // durable; written whole and synced (raftnode/snapshot.go)
 	snapSeq uint64          // the sequence number of the last record the snapshot replaced
@@ -240,14 +240,6 @@ func (d *disk) load(skipRepair bool) loaded {
 				ents = ents[:len(ents)-1]
 			}
 		}
-		// Where the log ended before the cut: the last record's last
-		// entry, unless that record is the damaged one.
-		var lostTerm, lostIndex uint64
-		if last := d.journal[len(d.journal)-1]; last.intact() {
-			if batch, err := decodeEntries(last.data); err == nil && len(batch) > 0 {
-				lostTerm, lostIndex = batch[len(batch)-1].Term, batch[len(batch)-1].Index
-			}
-		}
 		d.journal = d.journal[:cutAt]
 		d.nextSeq = d.lastSeq()
 		// The repair's own truncation is durable too (raftnode's
@@ -262,7 +254,7 @@ func (d *disk) load(skipRepair bool) loaded {
 		l.owed = owed
 		if !skipRepair && owed > d.catchUp {
 			d.catchUp = owed
-			d.lostTerm, d.lostIndex = lostTerm, lostIndex
+			d.catchUpTerm = max(d.catchUpTerm, d.hardState.Term)
 		}
 	}
 	d.nextSeq = d.lastSeq()

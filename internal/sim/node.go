@@ -513,37 +513,31 @@ func (n *node) crash() {
 	n.dropCalls()
 }
 
-// catchingUp is raftnode/catchup.go catchingUp, on the sim's clock.
+// catchingUp is raftnode/catchup.go catchingUp, on the sim's clock: it
+// reports whether m is dropped, and cuts a heartbeat's commit to the
+// log's end in place.
 func (n *node) catchingUp(m *raftpb.Message) bool {
 	if n.catchUp == 0 || n.s.opts.Bugs.SkipCatchUp {
 		return false
 	}
-	alt := n.s.opts.CatchUpVotes
 	switch m.Type {
 	case raftpb.MsgVote, raftpb.MsgPreVote:
-		if alt && n.disk.lostTerm > 0 {
-			// The vote the node would have cast before the damage.
-			t, i := n.disk.lostTerm, n.disk.lostIndex
-			return !(m.LogTerm > t || m.LogTerm == t && m.Index >= i)
-		}
-		return true
+		t, i := n.disk.catchUpTerm, n.catchUp
+		return t == 0 || m.LogTerm < t || m.LogTerm == t && m.Index < i
 	case raftpb.MsgTimeoutNow:
 		return true
 	case raftpb.MsgHeartbeat:
 		last := lastIndex(n.ms)
 		if m.Commit > last {
 			if m.Commit > n.catchUp {
-				n.setCatchUp(m.Commit)
+				n.setCatchUp(m.Commit, max(n.disk.catchUpTerm, m.Term))
 			}
 			n.s.net.send(n, []raftpb.Message{{Type: raftpb.MsgUnreachable, From: n.id, To: m.From}})
-			if alt {
-				m.Commit = last
-				_ = n.rn.Step(*m)
-			}
-			return true
+			m.Commit = last
+			return false
 		}
 		if last >= n.catchUp {
-			n.setCatchUp(0)
+			n.setCatchUp(0, 0)
 			n.s.stats.CaughtUp++
 			n.s.tracef(n.id, "caught up past its damaged log (last index %d): votes again", last)
 		}
@@ -551,9 +545,9 @@ func (n *node) catchingUp(m *raftpb.Message) bool {
 	return false
 }
 
-func (n *node) setCatchUp(i uint64) {
+func (n *node) setCatchUp(i, term uint64) {
 	n.catchUp = i
-	n.disk.catchUp = i
+	n.disk.catchUp, n.disk.catchUpTerm = i, term
 }
 
 // handOverRequest is raftnode/catchup.go handOverRequest: a leader asked
@@ -593,7 +587,7 @@ func (n *node) catchUpAlone() {
 		return
 	}
 	if len(n.confState.Voters)+len(n.confState.Learners) == 1 {
-		n.setCatchUp(0)
+		n.setCatchUp(0, 0)
 	}
 }
 

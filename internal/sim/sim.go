@@ -31,13 +31,6 @@ type Options struct {
 	// SnapshotEvery is how many applied entries a node lets pass between
 	// snapshots; 0: never snapshot.
 	SnapshotEvery uint64
-	// CatchUpVotes runs an alternative to raftnode's catch-up rule, as a
-	// proposal (docs/testing.md): a member that cut damage votes by
-	// raft's up-to-date rule against where its log ended before the cut,
-	// instead of refusing every vote, and steps a heartbeat whose commit
-	// is past its log with the commit clamped, so that the leader counts
-	// it active.
-	CatchUpVotes bool
 	// TraceTail is how many trace lines a failure prints.
 	TraceTail int
 }
