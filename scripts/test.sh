@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The contributor's test run, what the README gives: formatting, vet,
 # every test under the race detector (but those that only drive tenure
-# processes, built without it: e2e, e2e/cluster, e2e/etcd, e2e/kube),
+# processes, built without it: e2e, e2e/cluster, e2e/etcd, e2e/kube,
+# and the one-goroutine simulator, internal/sim),
 # and a short fuzzing pass on each fuzz target. Every stage runs even when an earlier one failed, and the
 # failures are listed together at the end. The release build and the
 # cross-compiles are scripts/release-check.sh (CI runs both).
@@ -139,7 +140,10 @@ beside etcd etcd_modules
 # the race detector would only slow, so they run without it, beside the
 # core's tests, and mostly wait. Under -race they cost the core's stage
 # their compile and half its CPU.
-procs="./e2e ./e2e/cluster"
+# internal/sim (the cluster simulator) is one goroutine by design: the
+# race detector has nothing to find in it and made it six times slower
+# (49 s against 8 s), so it runs here too.
+procs="./e2e ./e2e/cluster ./internal/sim"
 beside procs go test -count=1 -p 2 -timeout 15m $procs
 # go test starts the packages' test binaries in the order it is given
 # them, and with a few slow packages among many quick ones, alphabetical
@@ -154,7 +158,7 @@ slow="server e2e/web internal/cluster e2e/client raftnode internal/cli"
 core_packages() {
   local all p mod
   mod=$(go list -m)
-  all=$(go list ./... | grep -v -e '/internal/bench$' -e '/e2e$' -e '/e2e/cluster$')
+  all=$(go list ./... | grep -v -e '/internal/bench$' -e '/e2e$' -e '/e2e/cluster$' -e '/internal/sim$')
   for p in $slow; do grep -qx "$mod/$p" <<<"$all" && echo "$mod/$p"; done
   for p in $slow; do all=$(grep -vx "$mod/$p" <<<"$all"); done
   echo "$all"
@@ -172,7 +176,7 @@ core_packages() {
 beside benchbuild go test -race -c -o "$bindir/bench.test" ./internal/bench
 stage "go test -race" go test -race -count=1 -p 4 -timeout 15m $(core_packages)
 stage "api, client, fence and clientgo modules (go test -race, beside the core's)" done_beside light
-stage "e2e and e2e/cluster (tenure processes; go test, beside the core's)" done_beside procs
+stage "e2e, e2e/cluster and internal/sim (tenure processes, the simulator; go test, beside the core's)" done_beside procs
 stage "build internal/bench's tests (go test -race -c, beside the core's)" done_beside benchbuild
 bench_tests() {
   if [ -x "$bindir/bench.test" ]; then
