@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +70,37 @@ func (p *serverProc) start(ctx context.Context) {
 	t := p.t
 	t.Helper()
 	p.starts++
+	for attempt := 1; ; attempt++ {
+		err := p.launch(ctx)
+		if err == nil {
+			break
+		}
+		// A port that was free when the test picked it can be taken by
+		// another test's process before this one binds it. A first start
+		// picks new ones (and starts over on an empty data dir, since
+		// the node's ID comes from its peer address); a restart keeps
+		// its addresses, which are its identity.
+		if p.starts == 1 && attempt < 4 && errors.Is(err, errExited) && strings.Contains(p.lastStartLog(), "address already in use") {
+			t.Logf("server start %d: a port was taken before it bound it; trying new ports", p.starts)
+			p.listen, p.peer = freePort(t), freePort(t)
+			p.url = "http://" + p.listen
+			if err := os.RemoveAll(p.dataDir); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		t.Fatalf("server start %d: %v", p.starts, err)
+	}
+	p.api = dialAPI(p.url)
+}
+
+// errExited is a server that exited before it was ready.
+var errExited = errors.New("exited before ready")
+
+// launch starts the server process and waits until it is ready.
+func (p *serverProc) launch(ctx context.Context) error {
+	t := p.t
+	t.Helper()
 	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -91,13 +124,20 @@ func (p *serverProc) start(ctx context.Context) {
 		close(exited)
 	}()
 	p.cmd, p.exited = cmd, exited
-	p.waitReady(ctx)
-	p.api = dialAPI(p.url)
+	return p.waitReady(ctx)
 }
 
-func (p *serverProc) waitReady(ctx context.Context) {
-	t := p.t
-	t.Helper()
+// lastStartLog is the server's log since its last "=== start" line.
+func (p *serverProc) lastStartLog() string {
+	b, _ := os.ReadFile(p.logPath)
+	s := string(b)
+	if i := strings.LastIndex(s, "=== start"); i >= 0 {
+		s = s[i:]
+	}
+	return s
+}
+
+func (p *serverProc) waitReady(ctx context.Context) error {
 	hc := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
@@ -107,14 +147,14 @@ func (p *serverProc) waitReady(ctx context.Context) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 		}
 		select {
 		case <-p.exited:
-			t.Fatalf("server start %d: exited before ready: %v", p.starts, p.cmd.ProcessState)
+			return fmt.Errorf("%w: %v", errExited, p.cmd.ProcessState)
 		case <-ctx.Done():
-			t.Fatalf("server start %d: not ready after %v", p.starts, time.Since(begin).Round(time.Millisecond))
+			return fmt.Errorf("not ready after %v", time.Since(begin).Round(time.Millisecond))
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -20,9 +20,10 @@ var (
 )
 
 // ciSeeds is the CI budget: the package runs without the race detector
-// (it is one goroutine), where 300 seeds took about 20 s on a 2-core
-// machine (docs/testing.md).
-const ciSeeds = 300
+// (it is one goroutine), where 150 seeds take about 10 s of one core;
+// the README's test command has six minutes for everything, and the long
+// mode is for more (docs/testing.md).
+const ciSeeds = 150
 
 // regressions are seeds that once found a bug, each naming what it
 // found. Each fix changed the model, so they replay other runs now than
