@@ -290,6 +290,11 @@ func TestABurstOfWritesCannotOutrunTheReserve(t *testing.T) {
 	// 1 MiB segments and the default reserve, two of them.
 	mnt, p := serveOnSmallDisk(t, ctx, "40m", "--wal-segment-size", "1MiB", "--snapshot-threshold", "100000")
 	pid := p.cmd.Process.Pid
+	// The node leads and has written before the disk fills: in one run on
+	// a loaded machine it was ready before its election, and the 8 MiB
+	// left were down to 1 MiB by its first write (what took them is not
+	// known yet: the test now lists the disk when that happens).
+	eventually(t, 20*time.Second, "a first write", func() bool { return putKey(ctx, p, 9998, "first") == nil })
 	filler := fillDisk(t, mnt, 8<<20) // room for a few segments, then the reserve
 
 	const writers = 8
@@ -338,7 +343,8 @@ func TestABurstOfWritesCannotOutrunTheReserve(t *testing.T) {
 	}
 	t.Logf("%d writers: %d puts acknowledged, %d refused", writers, len(acked), refused)
 	if len(acked) == 0 {
-		t.Fatalf("got = every put refused (first: %v), expected: puts taken until the reserve is reached", firstRefusal)
+		out, _ := exec.Command("du", "-a", "-k", mnt).CombinedOutput()
+		t.Fatalf("got = every put refused (first: %v), expected: puts taken until the reserve is reached; the disk (du -k):\n%s", firstRefusal, out)
 	}
 
 	got, err := call(ctx, func(ctx context.Context) (*connect.Response[tenurev1.GetResponse], error) {

@@ -2,7 +2,8 @@
 # The contributor's test run, what the README gives: formatting, vet,
 # every test under the race detector (but those that only drive tenure
 # processes, built without it: e2e, e2e/cluster, e2e/etcd, e2e/kube,
-# and the one-goroutine simulator, internal/sim),
+# the web page's browser tests, e2e/web, and the one-goroutine
+# simulator, internal/sim),
 # and a short fuzzing pass on each fuzz target. Every stage runs even when an earlier one failed, and the
 # failures are listed together at the end. The release build and the
 # cross-compiles are scripts/release-check.sh (CI runs both).
@@ -116,7 +117,11 @@ build_tenure() {
 }
 
 stage gofmt gofmt_check
-stage "go vet" vet_all
+# go vet runs beside the core's tests: on two cores the run was
+# CPU-bound end to end (418 s, 80 % of both cores), and vet had been a
+# stage of its own before them. (The fuzzing beside them too made their
+# timing tests flaky, so it stays after them.)
+beside vet vet_all
 stage "build cmd/tenure for the tests" build_tenure
 # The other modules' tests run beside the core's and the fuzzing: most
 # of those stages' time is spent waiting, and together they keep both
@@ -142,8 +147,11 @@ beside etcd etcd_modules
 # their compile and half its CPU.
 # internal/sim (the cluster simulator) is one goroutine by design: the
 # race detector has nothing to find in it and made it six times slower
-# (49 s against 8 s), so it runs here too.
-procs="./e2e ./e2e/cluster ./internal/sim"
+# (49 s against 8 s), so it runs here too. So does e2e/web: its own code
+# drives a browser, and the server it drives runs the same paths as
+# server's tests, which run under the race detector; under it, e2e/web
+# was the second heaviest package of the core's stage (151 s).
+procs="./e2e ./e2e/cluster ./e2e/web ./internal/sim"
 beside procs go test -count=1 -p 2 -timeout 15m $procs
 # go test starts the packages' test binaries in the order it is given
 # them, and with a few slow packages among many quick ones, alphabetical
@@ -154,11 +162,11 @@ beside procs go test -count=1 -p 2 -timeout 15m $procs
 # (processes, browsers); the quick ones fill in after. A package
 # named here that no longer exists is left out; one not named runs with
 # the quick ones.
-slow="server e2e/web internal/cluster e2e/client raftnode internal/cli"
+slow="server internal/cluster e2e/client raftnode internal/cli"
 core_packages() {
   local all p mod
   mod=$(go list -m)
-  all=$(go list ./... | grep -v -e '/internal/bench$' -e '/e2e$' -e '/e2e/cluster$' -e '/internal/sim$')
+  all=$(go list ./... | grep -v -e '/internal/bench$' -e '/e2e$' -e '/e2e/cluster$' -e '/e2e/web$' -e '/internal/sim$')
   for p in $slow; do grep -qx "$mod/$p" <<<"$all" && echo "$mod/$p"; done
   for p in $slow; do all=$(grep -vx "$mod/$p" <<<"$all"); done
   echo "$all"
@@ -175,8 +183,9 @@ core_packages() {
 # them: its go test took 81 s after the core's, its tests 62 s of it.
 beside benchbuild go test -race -c -o "$bindir/bench.test" ./internal/bench
 stage "go test -race" go test -race -count=1 -p 4 -timeout 15m $(core_packages)
+stage "go vet (beside the core's)" done_beside vet
 stage "api, client, fence and clientgo modules (go test -race, beside the core's)" done_beside light
-stage "e2e, e2e/cluster and internal/sim (tenure processes, the simulator; go test, beside the core's)" done_beside procs
+stage "e2e, e2e/cluster, e2e/web and internal/sim (processes, the browser, the simulator; go test, beside the core's)" done_beside procs
 stage "build internal/bench's tests (go test -race -c, beside the core's)" done_beside benchbuild
 bench_tests() {
   if [ -x "$bindir/bench.test" ]; then
