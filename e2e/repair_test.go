@@ -36,14 +36,7 @@ func TestRepairLogCutsDamageAfterTheLastEntry(t *testing.T) {
 			name: "non-zero bytes after the last frame",
 			damage: func(t *testing.T, segment string) {
 				end, _, _ := walTail(t, segment)
-				f, err := os.OpenFile(segment, os.O_RDWR, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer f.Close()
-				if _, err := f.WriteAt([]byte(strings.Repeat("garbage!", 16)), end); err != nil {
-					t.Fatal(err)
-				}
+				writeAt(t, segment, end, []byte(strings.Repeat("garbage!", 16)))
 			},
 		},
 		{
@@ -52,15 +45,7 @@ func TestRepairLogCutsDamageAfterTheLastEntry(t *testing.T) {
 			name: "the last 16 bytes of the last batch overwritten",
 			damage: func(t *testing.T, segment string) {
 				end, _, _ := walTail(t, segment)
-				f, err := os.OpenFile(segment, os.O_RDWR, 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer f.Close()
-				junk := []byte{0x5b, 0x13, 0xe2, 0x7f, 0x01, 0x99, 0xc4, 0x3a, 0xd0, 0x6e, 0x28, 0xf1, 0x47, 0x0c, 0xb5, 0x8d}
-				if _, err := f.WriteAt(junk, end-16); err != nil {
-					t.Fatal(err)
-				}
+				writeAt(t, segment, end-16, []byte{0x5b, 0x13, 0xe2, 0x7f, 0x01, 0x99, 0xc4, 0x3a, 0xd0, 0x6e, 0x28, 0xf1, 0x47, 0x0c, 0xb5, 0x8d})
 			},
 			lossy: true,
 		},
@@ -140,6 +125,19 @@ func TestRepairLogCutsDamageAfterTheLastEntry(t *testing.T) {
 				t.Fatalf("put after a restart without --repair-log: %v", err)
 			}
 		})
+	}
+}
+
+// writeAt writes b into the file at path at offset.
+func writeAt(t *testing.T, path string, offset int64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, offset); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -228,14 +226,7 @@ func TestATornLastWriteIsDroppedOnItsOwn(t *testing.T) {
 	for i := 8; i < len(torn); i++ {
 		torn[i] = 'x'
 	}
-	f, err := os.OpenFile(tail, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(torn, end); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	writeAt(t, tail, end, torn)
 
 	p.start(ctx)
 	if log := proccluster.Tail(p.logPath, 200); !strings.Contains(log, "dropped a torn last write") {
