@@ -114,6 +114,12 @@ type holder struct {
 	lost  chan struct{}   // closed when the current grant ends
 	end   func(cause error)
 	done  chan struct{} // closed when the grant's monitor has stopped
+	// inDoubt is a token whose Release did not come back: it may still
+	// apply. Acquire is idempotent per session, so an Acquire sent
+	// before it applies would be answered with that same grant, which
+	// the late release then ends under the caller. The next acquire
+	// releases it again first, so that it always gets a grant of its own.
+	inDoubt int64
 }
 
 func newHolder(s *Session, name string, capacity int, exclusive bool, opts []LeaseOption) *holder {
@@ -144,12 +150,32 @@ func (h *holder) acquire(ctx context.Context, wait bool, value string) error {
 	case <-h.s.lost:
 		return &Error{Op: "Acquire", Kind: ErrSessionExpired, Cause: h.s.Err()}
 	}
+	if err := h.settleRelease(ctx); err != nil {
+		<-h.gate
+		return err
+	}
 	token, err := h.request(ctx, wait, value)
 	if err != nil {
 		<-h.gate
 		return err
 	}
 	h.start(token, value)
+	return nil
+}
+
+// settleRelease sends again the release whose outcome was in doubt, if
+// any, until it is known: the grant it named is then gone, and an
+// acquire cannot be answered with it.
+func (h *holder) settleRelease(ctx context.Context) error {
+	h.mu.Lock()
+	token := h.inDoubt
+	h.mu.Unlock()
+	if token == 0 || h.s.Err() != nil {
+		return nil
+	}
+	if err := h.sendRelease(ctx, token); err != nil {
+		return &Error{Op: "Acquire", Kind: ErrUnavailable, Cause: fmt.Errorf("the release of token %d, whose outcome was not known, could not be repeated first: %w", token, err)}
+	}
 	return nil
 }
 
@@ -408,6 +434,12 @@ func (h *holder) release(ctx context.Context) error {
 	if h.s.Err() != nil {
 		return nil // the session is gone, and with it the grant
 	}
+	return h.sendRelease(ctx, token)
+}
+
+// sendRelease releases token on the server, and records it as in doubt
+// while the answer is not known.
+func (h *holder) sendRelease(ctx context.Context, token int64) error {
 	err := h.s.c.do(ctx, "Release", idempotent, func(ctx context.Context, ep *endpoint) error {
 		_, err := ep.leases.Release(ctx, connect.NewRequest(&tenurev1.ReleaseRequest{Namespace: h.lease.Namespace, Name: h.lease.Name, Token: token}))
 		return err
@@ -415,8 +447,16 @@ func (h *holder) release(ctx context.Context) error {
 	// Not holder means the grant is already gone — also after a retry
 	// whose first attempt released it.
 	if errors.Is(err, ErrNotHolder) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrSessionExpired) {
-		return nil
+		err = nil
 	}
+	h.mu.Lock()
+	switch {
+	case err != nil:
+		h.inDoubt = token
+	case h.inDoubt == token:
+		h.inDoubt = 0
+	}
+	h.mu.Unlock()
 	return err
 }
 
