@@ -2,7 +2,6 @@ package web
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,14 +14,6 @@ import (
 	"github.com/tenurehq/tenure/internal/e2etest"
 	"github.com/tenurehq/tenure/server"
 )
-
-// kubeLeaseJSON is a Lease as kube-apiserver stores it with
-// --storage-media-type=application/json.
-func kubeLeaseJSON(ns, name, holder string, seconds, transitions int, acquire, renew time.Time) string {
-	const micro = "2006-01-02T15:04:05.000000Z07:00"
-	return fmt.Sprintf(`{"kind":"Lease","apiVersion":"coordination.k8s.io/v1","metadata":{"name":%q,"namespace":%q},"spec":{"holderIdentity":%q,"leaseDurationSeconds":%d,"acquireTime":%q,"renewTime":%q,"leaseTransitions":%d}}`,
-		name, ns, holder, seconds, acquire.UTC().Format(micro), renew.UTC().Format(micro), transitions)
-}
 
 // TestWebPageShowsKubernetesLeases: a Kubernetes Lease kube-apiserver
 // stored shows on the page as a row of namespace
@@ -46,7 +37,7 @@ func TestWebPageShowsKubernetesLeases(t *testing.T) {
 	defer ec.Close()
 	const key = "/registry/leases/kube-system/kube-scheduler"
 	now := time.Now()
-	if _, err := ec.Put(ctx, key, kubeLeaseJSON("kube-system", "kube-scheduler", "node-1_a", 60, 3, now.Add(-90*time.Second), now)); err != nil {
+	if _, err := ec.Put(ctx, key, cluster.KubeLeaseJSON("kube-system", "kube-scheduler", "node-1_a", 60, 3, now.Add(-90*time.Second), now)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -62,7 +53,7 @@ func TestWebPageShowsKubernetesLeases(t *testing.T) {
 	// No more periodic Lists: only the watch can tell the page now.
 	pageEval[any](tab, `leases.lastList = Date.now() + 3600e3`)
 	now = time.Now()
-	if _, err := ec.Put(ctx, key, kubeLeaseJSON("kube-system", "kube-scheduler", "node-2_b", 60, 4, now, now)); err != nil {
+	if _, err := ec.Put(ctx, key, cluster.KubeLeaseJSON("kube-system", "kube-scheduler", "node-2_b", 60, 4, now, now)); err != nil {
 		t.Fatal(err)
 	}
 	waitForRow(t, tab, "(kubernetes)/kube-system", "kube-scheduler", "the handover to node-2_b", func(r map[string]string) bool {

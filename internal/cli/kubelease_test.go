@@ -17,14 +17,6 @@ import (
 	"github.com/tenurehq/tenure/server"
 )
 
-// kubeLeaseJSON is a Lease as kube-apiserver stores it with
-// --storage-media-type=application/json.
-func kubeLeaseJSON(ns, name, holder string, seconds, transitions int, acquire, renew time.Time) string {
-	const micro = "2006-01-02T15:04:05.000000Z07:00"
-	return fmt.Sprintf(`{"kind":"Lease","apiVersion":"coordination.k8s.io/v1","metadata":{"name":%q,"namespace":%q},"spec":{"holderIdentity":%q,"leaseDurationSeconds":%d,"acquireTime":%q,"renewTime":%q,"leaseTransitions":%d}}`,
-		name, ns, holder, seconds, acquire.UTC().Format(micro), renew.UTC().Format(micro), transitions)
-}
-
 // TestGetLeaseAllNamespacesShowsKubernetesLeases: `tenure get lease -A`
 // lists the Kubernetes Leases kube-apiserver stores, under the namespace
 // "(kubernetes)/<namespace>", with their holder, status and age (-o wide:
@@ -44,11 +36,11 @@ func TestGetLeaseAllNamespacesShowsKubernetesLeases(t *testing.T) {
 	}
 	defer ec.Close()
 	now := time.Now()
-	put, err := ec.Put(ctx, "/registry/leases/kube-system/kube-scheduler", kubeLeaseJSON("kube-system", "kube-scheduler", "node-1_6f1f", 15, 3, now.Add(-90*time.Second), now))
+	put, err := ec.Put(ctx, "/registry/leases/kube-system/kube-scheduler", cluster.KubeLeaseJSON("kube-system", "kube-scheduler", "node-1_6f1f", 15, 3, now.Add(-90*time.Second), now))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ec.Put(ctx, "/registry/leases/kube-node-lease/node-2", kubeLeaseJSON("kube-node-lease", "node-2", "node-2", 40, 0, now.Add(-time.Hour), now.Add(-100*time.Second))); err != nil {
+	if _, err := ec.Put(ctx, "/registry/leases/kube-node-lease/node-2", cluster.KubeLeaseJSON("kube-node-lease", "node-2", "node-2", 40, 0, now.Add(-time.Hour), now.Add(-100*time.Second))); err != nil {
 		t.Fatal(err)
 	}
 
