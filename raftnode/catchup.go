@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -119,13 +120,23 @@ func (e *engine) catchingUp(m *raftpb.Message) (drop bool) {
 func (e *engine) setCatchUp(index, term uint64) {
 	e.catchUp.Store(index)
 	e.catchUpTerm.Store(term)
-	err := e.disk.meta.SetUint64(catchUpTermKey, term)
-	if err == nil {
-		err = e.disk.meta.SetUint64(catchUpKey, index)
-	}
-	if err != nil {
+	if err := recordCatchUp(e.disk.meta, index, term); err != nil {
 		e.n.log.Error("raft: cannot record the catch-up point", "index", index, "term", term, "error", err)
 	}
+}
+
+// recordCatchUp writes the catch-up point to the meta store: the term
+// first, so that a crash between the two writes leaves an index with a
+// term no lower than its own, never a new index with an old term.
+func recordCatchUp(meta raft.StableStore, index, term uint64) error {
+	err := meta.SetUint64(catchUpTermKey, term)
+	if err == nil {
+		err = meta.SetUint64(catchUpKey, index)
+	}
+	if err != nil {
+		return fmt.Errorf("raftnode: record the catch-up point: %w", err)
+	}
+	return nil
 }
 
 // handOverRequest is a follower's request that the leader hand its

@@ -130,23 +130,19 @@ func openDiskWAL(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceC
 			return nil, nil, nil, walOpenError(walDir, cfg, err)
 		}
 		// Entries lost that the other members hold: the node owes them
-		// until it has them again. Alone, it has all there is.
-		// Its term is the hard state's: no entry is of a later term than
-		// the node's own.
+		// until it has them again. Alone, it has all there is. The
+		// point's term is the hard state's: no entry is of a later term
+		// than the node's own.
 		if owed > 0 && members >= 2 {
-			if had, _ := w.GetUint64(catchUpKey); owed > had {
+			if hadIndex, _ := w.GetUint64(catchUpKey); owed > hadIndex {
 				var hs raftpb.HardState
 				if v, err := w.Get(hardStateKey); err == nil && len(v) > 0 && hs.Unmarshal(v) != nil {
 					hs.Term = 0 // unreadable: refuse every vote until caught up
 				}
-				had, _ := w.GetUint64(catchUpTermKey)
-				err := w.SetUint64(catchUpTermKey, max(had, hs.Term))
-				if err == nil {
-					err = w.SetUint64(catchUpKey, owed)
-				}
-				if err != nil {
+				hadTerm, _ := w.GetUint64(catchUpTermKey)
+				if err := recordCatchUp(w, owed, max(hadTerm, hs.Term)); err != nil {
 					w.Close()
-					return nil, nil, nil, fmt.Errorf("raftnode: record the catch-up point: %w", err)
+					return nil, nil, nil, err
 				}
 			}
 		}
