@@ -112,7 +112,13 @@ func TestRefusedPipelinedOpsAreFoldedWithPrincipalAndRemote(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("got = %d lines in full + %d folded, expected: %d refusals accounted for", full, folded, n)
+			// Say where the rest went: audit lines of other actions, and
+			// every summary, whatever its action.
+			others := map[string]int{}
+			for _, l := range auditLines(t, as.logs.String(), func(l map[string]string) bool { return !put(l) || l["folded"] != "" }) {
+				others[l["action"]+" folded="+l["folded"]+" principal="+l["principal"]]++
+			}
+			t.Fatalf("got = %d lines in full + %d folded, expected: %d refusals accounted for; other lines and every summary: %v", full, folded, n, others)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/crypto/bcrypt"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -208,7 +209,11 @@ func (c *Cluster) start(node *Node, ln net.Listener) error {
 			ln.Close()
 			return fmt.Errorf("start %s: etcd API: %w", node.id, err)
 		}
-		cfg.Etcd = server.EtcdConfig{Listener: eln, Compaction: *c.opts.etcd}
+		// etcd users' password hashes at bcrypt's least cost: at etcd's
+		// (10), each user add and login took seconds under the race
+		// detector on a loaded machine (what is tested is who may log in,
+		// not the hash's strength).
+		cfg.Etcd = server.EtcdConfig{Listener: eln, Compaction: *c.opts.etcd, BcryptCost: bcrypt.MinCost}
 	}
 	srv, err := server.Open(cfg)
 	if err != nil {
