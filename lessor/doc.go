@@ -28,16 +28,23 @@
 //     leader was the only place a heartbeat could land (the new one refuses
 //     them until promoted), so it rested on the latest renewals, and its
 //     effect is in the state the new leader reads at promotion.
-//   - A heartbeat it acknowledges after the new leader's promotion p is
-//     unknown to the new leader. The client trusts that heartbeat only until
-//     its send time s + 0.75 TTL (safety rule 5 in DESIGN.md); the new
-//     leader allows until p + TTL + the election timeout. The old leader
-//     steps down within its leader lease timeout of losing its quorum, well
-//     before a successor is elected and promoted, so s − p stays under the
-//     election timeout and the client gives up first. That needs the node
-//     to run: one that did not (stopped, paused, starved) for longer than
-//     an election timeout refuses heartbeats for two more, until raft has
-//     ended or confirmed its leadership (stall.go).
+//   - It acknowledges a heartbeat only while it holds a leader lease
+//     (Config.Leased; raftnode/lease.go): a quorum confirmed its
+//     leadership in a round begun at most a little less than an election
+//     timeout ago, and each voter of that quorum refuses to vote for
+//     another candidate for an election timeout after it heard the round.
+//     No successor can be elected, let alone promoted, while the lease
+//     holds, so every heartbeat it acknowledges precedes the promotion p
+//     of the next leader, which allows the session until p + TTL + the
+//     election timeout, later than the send time + TTL the client counts
+//     on. Raft may not tell the old leader for seconds that it was
+//     deposed (a partition, a pause); the lease runs out by itself. (It
+//     replaced an argument from the old leader's own step-down, which
+//     assumed it ran and heard from its followers; internal/sim seed
+//     100530 broke it.) A node that did not run for longer than an
+//     election timeout postpones expiries for two more (stall.go), so
+//     that heartbeats queued while it was stopped are not outrun by
+//     expiries timed in the gap.
 //
 // TTL is thus a lower bound on the server: an expiry may come late, never
 // early.
@@ -54,14 +61,32 @@
 // forever. A proposer that cannot collect yet (the cluster runs a version
 // without it) returns ErrPostponed, and the lessor asks again later.
 //
+// # Two ways to run it
+//
+// New starts two goroutines: the expiry loop sleeps until the earliest
+// deadline, takes what is due and proposes it through the Proposer,
+// blocking until it applies; the pulse of stall.go notes the time. A
+// caller that must run everything itself (internal/sim, one goroutine on
+// a simulated clock) uses NewDriven instead, which starts neither, and
+// drives the same methods the goroutines call: Due for what is due at
+// Config.Now and how long until more is, Proposed for each outcome,
+// Pulse for the pulse. The goroutines are only a driver over those
+// methods, so the rules above hold in both forms.
+//
 // # Caller's duties
 //
 //   - Call Promote after a barrier and a NewEpoch entry, with deadlines read
 //     from the state with no apply in between.
-//   - Call Demote as soon as leadership is lost; the overlap argument above
-//     assumes the lag is well under an election timeout.
+//   - Call Demote as soon as leadership is lost; until then Config.Leased
+//     must report the lease as raft's quorum last confirmed it.
 //   - Pass every applied command's events to Observe, in log order.
-//   - Return from a Proposer method only once the command is applied (or
-//     with an error): the lessor re-proposes only after an error.
+//   - Return from Proposer.Propose (or, driving it, call Proposed) only
+//     once the command is applied, or with an error: the lessor
+//     re-proposes only after an error.
+//   - Driving it: call Due when the wait it last returned has passed and
+//     soon after the wake function is called, propose the Command of
+//     each Expiry, and report every one with Proposed (one left unreported
+//     is lost until the next promotion, unless its term has ended); call
+//     Pulse several times an election timeout while the node runs.
 //   - Call Stop when finished.
 package lessor

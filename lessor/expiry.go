@@ -8,8 +8,8 @@ import (
 	"github.com/tenurehq/tenure/statemachine"
 )
 
-// batch is what the loop proposes in one round: due items of each kind,
-// with the term they were collected in.
+// batch is what Due collects in one round: due items of each kind, with
+// the term they were collected in.
 type batch struct {
 	term     uint64
 	epoch    int64
@@ -19,8 +19,6 @@ type batch struct {
 	delays   []item
 	idle     []item
 }
-
-func (b *batch) len() int { return len(b.sessions) + len(b.keys) + len(b.delays) + len(b.idle) }
 
 // of returns the part of b that holds items of the same kind as it.
 func (b *batch) of(it item) *[]item {
@@ -36,11 +34,42 @@ func (b *batch) of(it item) *[]item {
 	}
 }
 
-// run is the expiry loop: it sleeps until the earliest deadline, collects
-// what is due and proposes it. It and the pulse (stall.go) are the
-// goroutines the Lessor starts.
-func (l *Lessor) run() {
-	defer close(l.doneC)
+// Expiry is one proposal the lessor asks for: the due items of one kind,
+// with the epoch the command must carry. Exactly one of Sessions, Keys,
+// Delays and Leases is set; it names the command (ExpireSessions,
+// ExpireKeys, EndLockDelays, CollectLeases). Its outcome goes back to the
+// lessor through Proposed.
+type Expiry struct {
+	Epoch    int64
+	Sessions []int64
+	Keys     []statemachine.KeyTTL
+	Delays   []statemachine.LockDelay
+	Leases   []statemachine.IdleLease
+
+	kind  string // for the metrics and the log
+	items []item
+	term  uint64
+	ctx   context.Context // cancelled when its term ends
+}
+
+// Due returns what is due at the lessor's now, one Expiry per kind in the
+// order sessions, keys, lock-delays, collections, for the caller to
+// propose and report with Proposed. Its items stay marked until Observe
+// sees them removed or Proposed puts them back. wait is when to call Due
+// again if nothing else happens: 0 at once (more was due than one round
+// takes), negative never (not leader, or nothing timed); a change that
+// makes it sooner calls the wake function. Due proposes nothing itself.
+func (l *Lessor) Due() (due []*Expiry, wait time.Duration) {
+	var b batch
+	wait = l.collect(&b)
+	return b.expiries(), wait
+}
+
+// run is the expiry loop of New: it sleeps until the earliest deadline
+// or a wake, takes what is due and proposes it through p, one Expiry at a
+// time. It and the pulse (stall.go) are the goroutines New starts.
+func (l *Lessor) run(p Proposer, wakeC <-chan struct{}) {
+	defer l.running.Done()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
@@ -49,16 +78,17 @@ func (l *Lessor) run() {
 			return
 		default:
 		}
-		var b batch
-		more, wait := l.collect(&b)
-		if b.len() > 0 {
-			l.propose(&b)
+		due, wait := l.Due()
+		for _, e := range due {
+			l.Proposed(e, l.send(e, p))
 		}
-		if more || b.len() > 0 {
+		// The proposals took until their apply: look again at once
+		// rather than trust a wait measured before them.
+		if wait == 0 || len(due) > 0 {
 			continue
 		}
 		var timerC <-chan time.Time
-		if wait >= 0 {
+		if wait > 0 {
 			timer.Reset(wait)
 			timerC = timer.C
 		}
@@ -66,31 +96,27 @@ func (l *Lessor) run() {
 		case <-l.stopC:
 			timer.Stop()
 			return
-		case <-l.kickC:
+		case <-wakeC:
 		case <-timerC:
 		}
 		timer.Stop()
 	}
 }
 
-// kick wakes the loop. It never blocks: one pending wake is enough, as
-// the loop looks at the whole heap when it wakes.
-func (l *Lessor) kick() {
-	select {
-	case l.kickC <- struct{}{}:
-	default:
-	}
-}
+// kick asks the driver to call Due again (New's loop, or NewDriven's
+// caller). It never blocks.
+func (l *Lessor) kick() { l.wake() }
 
 // collect pops due items into b, re-queueing those renewed since they were
 // queued (the lazy re-check that keeps Heartbeat off the heap) and marking
-// due sessions as expiring. more reports that due items remain; otherwise
-// wait is the time to the next deadline, or negative when there is none.
-func (l *Lessor) collect(b *batch) (more bool, wait time.Duration) {
+// due sessions as expiring. wait is 0 when due items remain beyond this
+// round, otherwise the time to the next deadline (never 0), or negative
+// when there is none.
+func (l *Lessor) collect(b *batch) (wait time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.leader {
-		return false, -1
+		return -1
 	}
 	if l.needsCompactLocked() {
 		l.compactLocked()
@@ -98,15 +124,15 @@ func (l *Lessor) collect(b *batch) (more bool, wait time.Duration) {
 	b.term, b.epoch, b.ctx = l.term, l.epoch, l.ctx
 	now := l.now()
 	if hold := l.holdLeft(now); hold > 0 {
-		return false, hold // see stall.go
+		return hold // see stall.go
 	}
 	for n := 0; len(l.heap) > 0; n++ {
 		it := l.heap[0]
 		if now.Before(it.at) {
-			return false, it.at.Sub(now)
+			return it.at.Sub(now)
 		}
 		if n >= maxExamine || len(*b.of(it)) >= maxBatch {
-			return true, 0
+			return 0
 		}
 		l.heap.pop()
 		if it.stale() {
@@ -120,7 +146,7 @@ func (l *Lessor) collect(b *batch) (more bool, wait time.Duration) {
 		part := b.of(it)
 		*part = append(*part, it)
 	}
-	return false, -1
+	return -1
 }
 
 // deadlineLocked returns the current deadline of the entry that it times.
@@ -146,66 +172,110 @@ func (l *Lessor) deadlineLocked(it item, now time.Time) time.Time {
 	}
 }
 
-// propose sends one command per kind. Items stay marked until Observe sees
-// the state machine remove them; a failed proposal puts them back on the
-// heap to be proposed again after the retry interval. A successful one
-// does not: the state machine has applied it, so anything it skipped was
-// already gone or renewed by a newer write, and its event forgets the item.
-func (l *Lessor) propose(b *batch) {
-	proposeKind(l, b, "session", b.sessions, l.proposer.ExpireSessions,
-		func(it item) int64 { return it.s.id })
-	proposeKind(l, b, "key", b.keys, l.proposer.ExpireKeys,
-		func(it item) statemachine.KeyTTL { return it.k.kt })
-	proposeKind(l, b, "lock_delay", b.delays, l.proposer.EndLockDelays,
-		func(it item) statemachine.LockDelay { return it.d.ld })
-	proposeKind(l, b, "lease_gc", b.idle, l.proposer.CollectLeases,
-		func(it item) statemachine.IdleLease { return it.g.il })
+// expiries turns b into one Expiry per kind that has items.
+func (b *batch) expiries() []*Expiry {
+	var due []*Expiry
+	add := func(kind string, items []item, set func(e *Expiry)) {
+		if len(items) == 0 {
+			return
+		}
+		e := &Expiry{Epoch: b.epoch, kind: kind, items: items, term: b.term, ctx: b.ctx}
+		set(e)
+		due = append(due, e)
+	}
+	add("session", b.sessions, func(e *Expiry) {
+		e.Sessions = wire(b.sessions, func(it item) int64 { return it.s.id })
+	})
+	add("key", b.keys, func(e *Expiry) {
+		e.Keys = wire(b.keys, func(it item) statemachine.KeyTTL { return it.k.kt })
+	})
+	add("lock_delay", b.delays, func(e *Expiry) {
+		e.Delays = wire(b.delays, func(it item) statemachine.LockDelay { return it.d.ld })
+	})
+	add("lease_gc", b.idle, func(e *Expiry) {
+		e.Leases = wire(b.idle, func(it item) statemachine.IdleLease { return it.g.il })
+	})
+	return due
 }
 
-// proposeKind proposes items, all of one kind, through send, each as
-// wire makes it, and counts and logs the outcome under kind.
-func proposeKind[W any](l *Lessor, b *batch, kind string, items []item,
-	send func(ctx context.Context, epoch int64, ws []W) error, wire func(item) W) {
-	n := len(items)
-	if n == 0 {
-		return
-	}
-	ws := make([]W, n)
+// wire makes each item what the command carries.
+func wire[W any](items []item, f func(item) W) []W {
+	ws := make([]W, len(items))
 	for i, it := range items {
-		ws[i] = wire(it)
+		ws[i] = f(it)
 	}
-	err := send(b.ctx, b.epoch, ws)
-	l.metrics.proposed.WithLabelValues(kind).Add(float64(n))
+	return ws
+}
+
+// send proposes e through p, in its term's context, and returns once the
+// command is applied or the proposal failed.
+func (l *Lessor) send(e *Expiry, p Proposer) error { return p.Propose(e.ctx, l.Command(e)) }
+
+// Command is the command that expires e, for the log. An ExpireSessions
+// carries each session's last heartbeat on this leader (zero when none),
+// put in the log once, here, so that the ended grants' records say when
+// their holders were last heard from.
+func (l *Lessor) Command(e *Expiry) statemachine.Command {
+	switch {
+	case e.Sessions != nil:
+		renewed := make([]int64, len(e.Sessions))
+		for i, id := range e.Sessions {
+			if t := l.LastHeartbeat(id); !t.IsZero() {
+				renewed[i] = t.UnixNano()
+			}
+		}
+		return statemachine.ExpireSessions{Epoch: e.Epoch, IDs: e.Sessions, Renewed: renewed}
+	case e.Keys != nil:
+		return statemachine.ExpireKeys{Epoch: e.Epoch, Keys: e.Keys}
+	case e.Delays != nil:
+		return statemachine.EndLockDelays{Epoch: e.Epoch, Delays: e.Delays}
+	default:
+		return statemachine.CollectLeases{Epoch: e.Epoch, Leases: e.Leases}
+	}
+}
+
+// Proposed reports the outcome of proposing e: nil once its command has
+// been applied, or the error that stopped it (ErrPostponed for one that
+// cannot be made yet). It counts and logs the outcome. Items stay marked
+// until Observe sees the state machine remove them; a failed proposal puts
+// them back on the heap, to be proposed again after the retry interval
+// (the postpone interval for ErrPostponed), unless its term has ended. A
+// successful one does not: the state machine has applied it, so anything
+// it skipped was already gone or renewed by a newer write, and its event
+// forgets the item.
+func (l *Lessor) Proposed(e *Expiry, err error) {
+	n := len(e.items)
+	l.metrics.proposed.WithLabelValues(e.kind).Add(float64(n))
 	if err == nil {
-		l.logger.Debug("lessor: expiry proposed", "kind", kind, "n", n, "epoch", b.epoch)
+		l.logger.Debug("lessor: expiry proposed", "kind", e.kind, "n", n, "epoch", e.Epoch)
 		return
 	}
 	retry := l.retry
 	if errors.Is(err, ErrPostponed) {
 		retry = l.postpone
 	} else {
-		l.metrics.failed.WithLabelValues(kind).Add(float64(n))
+		l.metrics.failed.WithLabelValues(e.kind).Add(float64(n))
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.term != b.term {
+	if l.term != e.term {
 		// Demoted or re-promoted meanwhile: the items belong to a
 		// leadership that is over, and the cancelled context is why the
 		// proposal failed.
-		l.logger.Debug("lessor: expiry abandoned with its term", "kind", kind, "n", n, "epoch", b.epoch, "err", err)
+		l.logger.Debug("lessor: expiry abandoned with its term", "kind", e.kind, "n", n, "epoch", e.Epoch, "err", err)
 		return
 	}
 	if retry == l.postpone {
-		l.logger.Debug("lessor: expiry postponed", "kind", kind, "n", n, "epoch", b.epoch, "retry_in", retry, "err", err)
+		l.logger.Debug("lessor: expiry postponed", "kind", e.kind, "n", n, "epoch", e.Epoch, "retry_in", retry, "err", err)
 	} else {
-		l.logger.Warn("lessor: proposing expiry failed; will retry", "kind", kind, "n", n,
-			"epoch", b.epoch, "retry_in", retry, "err", err)
+		l.logger.Warn("lessor: proposing expiry failed; will retry", "kind", e.kind, "n", n,
+			"epoch", e.Epoch, "retry_in", retry, "err", err)
 	}
 	at := l.now().Add(retry)
-	for _, it := range items {
+	for _, it := range e.items {
 		if !it.stale() {
 			it.at = at
-			l.heap.push(it)
+			l.pushLocked(it)
 		}
 	}
 }

@@ -29,8 +29,8 @@ func (it item) stale() bool {
 	}
 }
 
-// pushLocked adds an item and wakes the loop if the item is now the
-// earliest: the loop may be asleep until a later deadline.
+// pushLocked adds an item and wakes the loop (or the driver) if the item
+// is now the earliest: it may be asleep until a later deadline.
 func (l *Lessor) pushLocked(it item) {
 	earliest := len(l.heap) == 0 || it.at.Before(l.heap[0].at)
 	l.heap.push(it)

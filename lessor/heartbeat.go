@@ -50,8 +50,7 @@ func (l *Lessor) setShards(maps [shardCount]map[int64]*session, active bool) {
 // Heartbeat renews a session on behalf of its client, on the API's
 // goroutines, concurrently with everything else: deadline = now + TTL. It
 // returns the session's TTL, ErrNotLeader when not leader (or not yet
-// promoted, or lately stopped for longer than an election timeout: see
-// stall.go), or ErrSessionExpired when the session is unknown or its
+// promoted, or without a leader lease a quorum confirmed: doc.go), or ErrSessionExpired when the session is unknown or its
 // deadline has already passed.
 //
 // Heartbeat touches one shard's map and nothing else, so that 100,000
@@ -60,8 +59,8 @@ func (l *Lessor) setShards(maps [shardCount]map[int64]*session, active bool) {
 // timeout's grace rather than cutting it short.
 func (l *Lessor) Heartbeat(id int64) (time.Duration, error) {
 	now := l.now()
-	if l.stalled(now) {
-		return 0, ErrNotLeader // see stall.go
+	if !l.leased(now) {
+		return 0, ErrNotLeader // doc.go: only under the leader's lease
 	}
 	sh := l.shard(id)
 	sh.mu.Lock()

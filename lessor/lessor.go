@@ -26,19 +26,17 @@ var (
 	ErrSessionExpired = errors.New("session expired")
 )
 
-// Proposer is how the lessor asks the replicated log to expire things.
-// Each method proposes one command carrying epoch and returns once the
-// command has been applied, or with an error; a failed call may still have
-// been committed. The lessor calls at most one method at a time, from its
-// own goroutine, and cancels ctx when it is demoted or stopped.
+// Proposer is how the lessor started by New asks the replicated log to
+// expire things. Propose proposes one command the lessor built
+// (Lessor.Command: an ExpireSessions, ExpireKeys, EndLockDelays or
+// CollectLeases carrying the lessor's epoch) and returns once it has been
+// applied, or with an error; a failed call may still have been
+// committed. It may return ErrPostponed for a command it cannot make yet.
+// The lessor calls it at most once at a time, from its own goroutine, and
+// cancels ctx when it is demoted or stopped. A driven lessor (NewDriven)
+// has no Proposer: its caller proposes Command of what Due returns.
 type Proposer interface {
-	ExpireSessions(ctx context.Context, epoch int64, ids []int64) error
-	ExpireKeys(ctx context.Context, epoch int64, keys []statemachine.KeyTTL) error
-	EndLockDelays(ctx context.Context, epoch int64, delays []statemachine.LockDelay) error
-	// CollectLeases deletes leases that stayed idle for their gc_after.
-	// It may return ErrPostponed: the lessor then asks again later,
-	// quietly.
-	CollectLeases(ctx context.Context, epoch int64, leases []statemachine.IdleLease) error
+	Propose(ctx context.Context, cmd statemachine.Command) error
 }
 
 // ErrPostponed is what a Proposer returns for a proposal it cannot make
@@ -46,14 +44,19 @@ type Proposer interface {
 // PostponeInterval without logging a failure.
 var ErrPostponed = errors.New("postponed")
 
-// Config configures a Lessor. Only Proposer is required.
+// Config configures a Lessor. Only Proposer is required, and only by New.
 type Config struct {
-	Proposer Proposer
+	Proposer Proposer     // ignored by NewDriven
 	Logger   *slog.Logger // default: discard
 	// Now returns the current time. The times must carry a monotonic
 	// reading, as time.Now's do, so that a step of the wall clock never
 	// moves a deadline. Default time.Now.
 	Now func() time.Time
+	// Leased reports whether, at now, this node leads under a lease a
+	// quorum confirmed, so that no other leader can have been elected
+	// (raftnode.Node.LeaseHeld). Heartbeats are refused while it does
+	// not. Default: always, for a lessor with no raft beneath it.
+	Leased func(now time.Time) bool
 	// Registerer receives the tenure_lessor_ metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// RetryInterval is how long a failed expiry waits before it is
@@ -83,9 +86,9 @@ const (
 // proposes the expiry; the state machine removes it and emits the events
 // that make the lessor forget it. The caller must call Stop when finished.
 type Lessor struct {
-	proposer Proposer
 	logger   *slog.Logger
 	now      func() time.Time
+	leased   func(time.Time) bool
 	retry    time.Duration
 	postpone time.Duration
 	metrics  metrics
@@ -109,38 +112,70 @@ type Lessor struct {
 	idle     map[statemachine.LeaseID]*idleEntry
 	heap     deadlineHeap
 
-	kickC    chan struct{} // wakes the loop: a new earliest deadline, or a heap to compact
-	stopC    chan struct{}
-	doneC    chan struct{}
-	beatDone chan struct{} // closed when the pulse (stall.go) has stopped
+	// wake asks for Due to be called again: a new earliest deadline, a
+	// new term, or a heap to compact. It is called with mu held.
+	wake     func()
+	stopC    chan struct{}  // closed by Stop: the goroutines of New return
+	running  sync.WaitGroup // the goroutines of New
 	stopOnce sync.Once
 
 	// The pulse (stall.go), in nanoseconds since base by l.now.
-	base        time.Time
-	pulseAt     atomic.Int64 // when the node last ran, as far as the lessor saw
-	stallLimit  atomic.Int64 // the longest gap that is not a stop; 0: no guard
-	refuseUntil atomic.Int64 // heartbeats are refused until then
+	base       time.Time
+	pulseAt    atomic.Int64 // when the node last ran, as far as the lessor saw
+	stallLimit atomic.Int64 // the longest gap that is not a stop; 0: no guard
+	holdUntil  atomic.Int64 // expiries are held back until then
 }
 
-// New returns a Lessor that is not yet leader, with its expiry loop
-// running. The caller should call Stop when finished.
+// New returns a Lessor that is not yet leader, with its two goroutines
+// running: the expiry loop (expiry.go), which proposes through
+// cfg.Proposer, and the pulse (stall.go). The caller should call Stop when
+// finished.
 func New(cfg Config) *Lessor {
+	kickC := make(chan struct{}, 1)
+	l := newLessor(cfg, func() {
+		// One pending wake is enough: the loop looks at the whole heap
+		// when it wakes.
+		select {
+		case kickC <- struct{}{}:
+		default:
+		}
+	})
+	l.running.Add(2)
+	go l.run(cfg.Proposer, kickC)
+	go l.beat()
+	return l
+}
+
+// NewDriven returns a Lessor that is not yet leader and starts no
+// goroutine: its caller drives it (doc.go, "Caller's duties"), calling Due
+// when the wait it returned has passed or when wake is called, proposing
+// what Due returns, reporting each outcome with Proposed, and calling
+// Pulse as the pulse goroutine would. wake is called with the lessor's
+// lock held, so it must not call the lessor: it should only arrange for
+// Due to be called soon. cfg.Proposer is ignored.
+func NewDriven(cfg Config, wake func()) *Lessor {
+	return newLessor(cfg, wake)
+}
+
+// newLessor is the part of New and NewDriven that starts nothing.
+func newLessor(cfg Config, wake func()) *Lessor {
 	l := &Lessor{
-		proposer: cfg.Proposer,
 		logger:   cfg.Logger,
 		now:      cfg.Now,
+		leased:   cfg.Leased,
 		retry:    cfg.RetryInterval,
 		postpone: cfg.PostponeInterval,
-		kickC:    make(chan struct{}, 1),
+		wake:     wake,
 		stopC:    make(chan struct{}),
-		doneC:    make(chan struct{}),
-		beatDone: make(chan struct{}),
 	}
 	if l.logger == nil {
 		l.logger = slog.New(slog.DiscardHandler)
 	}
 	if l.now == nil {
 		l.now = time.Now
+	}
+	if l.leased == nil {
+		l.leased = func(time.Time) bool { return true }
 	}
 	if l.retry <= 0 {
 		l.retry = 500 * time.Millisecond
@@ -155,14 +190,12 @@ func New(cfg Config) *Lessor {
 		}
 	}
 	l.base = l.now()
-	go l.run()
-	go l.beat()
 	return l
 }
 
-// Stop forgets everything, stops the loop and waits for it, cancelling any
-// proposal in flight. Safe to call more than once; a later Promote is
-// ignored.
+// Stop forgets everything, stops the goroutines of New and waits for
+// them, cancelling any proposal in flight. Safe to call more than once; a
+// later Promote is ignored.
 func (l *Lessor) Stop() {
 	l.stopOnce.Do(func() {
 		l.mu.Lock()
@@ -171,6 +204,5 @@ func (l *Lessor) Stop() {
 		l.mu.Unlock()
 		close(l.stopC)
 	})
-	<-l.doneC
-	<-l.beatDone
+	l.running.Wait()
 }

@@ -11,16 +11,7 @@ import (
 
 type nopProposer struct{}
 
-func (nopProposer) ExpireSessions(context.Context, int64, []int64) error { return nil }
-func (nopProposer) ExpireKeys(context.Context, int64, []statemachine.KeyTTL) error {
-	return nil
-}
-func (nopProposer) EndLockDelays(context.Context, int64, []statemachine.LockDelay) error {
-	return nil
-}
-func (nopProposer) CollectLeases(context.Context, int64, []statemachine.IdleLease) error {
-	return nil
-}
+func (nopProposer) Propose(context.Context, statemachine.Command) error { return nil }
 
 func TestStaleItemsAreCompacted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

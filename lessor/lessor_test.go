@@ -32,20 +32,18 @@ type Proposer struct {
 
 var _ lessor.Proposer = (*Proposer)(nil)
 
-func (p *Proposer) ExpireSessions(ctx context.Context, epoch int64, ids []int64) error {
-	return p.ExpireSessionsFn(ctx, epoch, ids)
-}
-
-func (p *Proposer) ExpireKeys(ctx context.Context, epoch int64, keys []statemachine.KeyTTL) error {
-	return p.ExpireKeysFn(ctx, epoch, keys)
-}
-
-func (p *Proposer) EndLockDelays(ctx context.Context, epoch int64, delays []statemachine.LockDelay) error {
-	return p.EndLockDelaysFn(ctx, epoch, delays)
-}
-
-func (p *Proposer) CollectLeases(ctx context.Context, epoch int64, leases []statemachine.IdleLease) error {
-	return p.CollectLeasesFn(ctx, epoch, leases)
+func (p *Proposer) Propose(ctx context.Context, cmd statemachine.Command) error {
+	switch c := cmd.(type) {
+	case statemachine.ExpireSessions:
+		return p.ExpireSessionsFn(ctx, c.Epoch, c.IDs)
+	case statemachine.ExpireKeys:
+		return p.ExpireKeysFn(ctx, c.Epoch, c.Keys)
+	case statemachine.EndLockDelays:
+		return p.EndLockDelaysFn(ctx, c.Epoch, c.Delays)
+	case statemachine.CollectLeases:
+		return p.CollectLeasesFn(ctx, c.Epoch, c.Leases)
+	}
+	return fmt.Errorf("not an expiry: %T", cmd)
 }
 
 // call is one proposal as the recorder saw it.

@@ -4,39 +4,38 @@ import (
 	"time"
 )
 
-// # Why a stopped leader refuses heartbeats for a while
+// # Why a stopped leader postpones expiries for a while
 //
 // A leader that did not run for longer than an election timeout (stopped
-// with SIGSTOP, its VM paused, starved of CPU) may have been deposed
-// without knowing: its followers elected and promoted another, which
-// now times every session. When it runs again, the heartbeats queued for
-// it while it was stopped arrive at once, and its lessor, active until
-// raft hears of the new leader, would renew sessions on a leadership
-// that is over, and tell their clients so: a client that trusts such an
-// answer for its TTL may hold a grant the new leader expires meanwhile.
-// The argument in doc.go (a deposed leader steps down within its leader
-// lease timeout) assumes the node runs; a stop breaks it.
+// with SIGSTOP, its VM paused, starved of CPU) finds, when it runs again,
+// sessions whose deadlines passed while it was stopped, and their
+// heartbeats queued behind the stop. Timing them out at once would expire
+// sessions whose clients did nothing wrong; and the node may have been
+// deposed meanwhile, which raft learns within two election timeouts (at
+// once when the new leader can reach it; with check-quorum otherwise, the
+// first check counting the quorum's activity from before the stop).
 //
-// So the lessor keeps a pulse: a goroutine notes the time every
-// pulseInterval. When a heartbeat, the expiry loop or the pulse itself
-// finds the pulse older than the election timeout, the node did not run
-// for that long, and the lessor refuses heartbeats (ErrNotLeader) and
-// postpones expiries for twice the election timeout: long enough for
-// raft to hear of a newer leader (at once, when one exists and can reach
-// it) or, with check-quorum, to step down for want of a quorum (within
-// two election timeouts of ticks, the first check counting the quorum's
-// activity from before the stop). If it still leads after that, nobody
-// else was elected, and it answers again; a deadline it postponed is
-// only later, never sooner. A false alarm (the pulse goroutine starved
-// on a busy machine) costs the holders a refused heartbeat, not a lease.
+// So the lessor keeps a pulse: a goroutine (or a driven lessor's caller,
+// through Pulse) notes the time every pulseInterval. When Due or the
+// pulse finds the pulse older than the election timeout, the node did not
+// run for that long, and the lessor postpones expiries for twice the
+// election timeout; a deadline it postponed is only later, never sooner.
+//
+// Heartbeats are not its business. It once refused them too, after a
+// stop, since a deposed leader must not renew a session; the leader lease
+// (Config.Leased, doc.go) now refuses them whenever no quorum confirmed
+// the leadership lately, stopped or not, which covers a stop and also a
+// pause just short of one (internal/sim seed 100530). Refusing them here
+// as well only turned a starved pulse goroutine on a busy machine into
+// refused heartbeats on a node that still held its lease.
 
 // pulseInterval is how often the pulse notes the time: well under any
 // election timeout.
 const pulseInterval = 20 * time.Millisecond
 
-// beat runs the pulse until Stop. It is started by New.
+// beat is New's pulse: it calls Pulse every pulseInterval until Stop.
 func (l *Lessor) beat() {
-	defer close(l.beatDone)
+	defer l.running.Done()
 	tick := time.NewTicker(pulseInterval)
 	defer tick.Stop()
 	for {
@@ -44,10 +43,17 @@ func (l *Lessor) beat() {
 		case <-l.stopC:
 			return
 		case <-tick.C:
-			l.stalled(l.now())
+			l.Pulse()
 		}
 	}
 }
+
+// Pulse notes that the node runs at the lessor's now, and starts
+// postponing expiries if it did not run for longer than the election
+// timeout before. New's goroutine calls it every pulseInterval; a driven lessor's
+// caller calls it as often as the node runs, at least several times an
+// election timeout, or the gaps between calls read as stops.
+func (l *Lessor) Pulse() { l.stalled(l.now()) }
 
 // resetPulse starts the pulse afresh at a promotion, with limit, the
 // election timeout, as the longest gap that is not a stop (0: the guard
@@ -55,12 +61,12 @@ func (l *Lessor) beat() {
 // this node now.
 func (l *Lessor) resetPulse(now time.Time, limit time.Duration) {
 	l.pulseAt.Store(int64(now.Sub(l.base)))
-	l.refuseUntil.Store(0)
+	l.holdUntil.Store(0)
 	l.stallLimit.Store(int64(limit))
 }
 
 // stalled notes the pulse at now and reports whether the lessor must
-// refuse heartbeats: the node did not run for longer than the election
+// hold expiries back: the node did not run for longer than the election
 // timeout before now, or did less than twice the election timeout ago.
 func (l *Lessor) stalled(now time.Time) bool {
 	limit := l.stallLimit.Load()
@@ -70,21 +76,21 @@ func (l *Lessor) stalled(now time.Time) bool {
 	at := int64(now.Sub(l.base))
 	if gap := at - l.pulseAt.Swap(at); gap > limit {
 		until := at + 2*limit
-		if until > l.refuseUntil.Load() {
-			l.refuseUntil.Store(until)
-			l.logger.Warn("lessor: this node did not run for longer than an election timeout; refusing heartbeats until raft confirms or ends its leadership",
-				"stopped_for", time.Duration(gap), "refusing_for", time.Duration(2*limit))
+		if until > l.holdUntil.Load() {
+			l.holdUntil.Store(until)
+			l.logger.Warn("lessor: this node did not run for longer than an election timeout; postponing expiries, so that heartbeats queued meanwhile are heard first",
+				"stopped_for", time.Duration(gap), "postponing_for", time.Duration(2*limit))
 		}
 		return true
 	}
-	return at < l.refuseUntil.Load()
+	return at < l.holdUntil.Load()
 }
 
-// holdLeft is how long the expiry loop must still wait after a stop,
+// holdLeft is how long Due must still wait after a stop,
 // zero when it need not.
 func (l *Lessor) holdLeft(now time.Time) time.Duration {
 	if !l.stalled(now) {
 		return 0
 	}
-	return max(time.Duration(l.refuseUntil.Load()-int64(now.Sub(l.base))), time.Millisecond)
+	return max(time.Duration(l.holdUntil.Load()-int64(now.Sub(l.base))), time.Millisecond)
 }

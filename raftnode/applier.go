@@ -62,10 +62,7 @@ type applier struct {
 
 // applyData applies one encoded command; the caller holds mu for writing.
 func (f *applier) applyData(index, term uint64, data []byte) statemachine.Result {
-	now, cmd, err := statemachine.Decode(data)
-	if v := int(f.version.Load()); err == nil && statemachine.IsBinary(data) && v < statemachine.BinaryVersion {
-		err = fmt.Errorf("%w: a binary entry at cluster version %d, which a member on an older build could not read", statemachine.ErrNotSupported, v)
-	}
+	now, cmd, err := DecodeCommand(data, int(f.version.Load()))
 	if err != nil {
 		// Every replica fails the same entry the same way, so the state
 		// stays identical; the proposer learns why from Result.Err.
@@ -82,23 +79,31 @@ func (f *applier) applyData(index, term uint64, data []byte) statemachine.Result
 	return res
 }
 
-// applyBatch hands each entry of ents the state does not reflect yet
-// (a restored snapshot may cover some) to each, under one write lock
-// for the whole batch, and then raises applied to the last. each reads
-// the entry's framing and calls applyData with the command it carries,
-// under that lock. It reports false, having done nothing, when the
-// state already reflects the whole batch.
-func (f *applier) applyBatch(ents []raftpb.Entry, each func(ent raftpb.Entry)) bool {
+// DecodeCommand decodes a command from the log at the state's cluster
+// version, refusing a binary entry below statemachine.BinaryVersion,
+// which a member on an older build could not read: every replica refuses
+// it alike, so the states stay identical. It is exported so that
+// internal/sim decodes entries as apply does.
+func DecodeCommand(data []byte, clusterVersion int) (now int64, cmd statemachine.Command, err error) {
+	now, cmd, err = statemachine.Decode(data)
+	if err == nil && statemachine.IsBinary(data) && clusterVersion < statemachine.BinaryVersion {
+		err = fmt.Errorf("%w: a binary entry at cluster version %d, which a member on an older build could not read", statemachine.ErrNotSupported, clusterVersion)
+	}
+	return now, cmd, err
+}
+
+// applyBatch runs apply on ents under one write lock for the whole
+// batch, telling it the index the state reflects (a restored snapshot
+// may cover some of them), and then raises applied to the last. apply
+// reads each entry's framing and calls applyData with the command it
+// carries, under that lock (ApplyEntries). It reports false, having
+// done nothing, when the state already reflects the whole batch.
+func (f *applier) applyBatch(ents []raftpb.Entry, apply func(applied uint64)) bool {
 	if len(ents) == 0 || ents[len(ents)-1].Index <= f.applied.Load() {
 		return false
 	}
 	f.mu.Lock()
-	for _, ent := range ents {
-		if ent.Index <= f.applied.Load() {
-			continue // in a snapshot already restored
-		}
-		each(ent)
-	}
+	apply(f.applied.Load())
 	f.mu.Unlock()
 	f.advance(ents[len(ents)-1].Index)
 	return true
@@ -176,13 +181,20 @@ func (f *applier) snapshotBytes() ([]byte, error) {
 
 // snapshotWith is snapshotBytes that also runs also under the read lock,
 // so that whatever also copies (the configuration) is as of the same
-// applied index as the state; it returns that index.
-func (f *applier) snapshotWith(also func()) (state []byte, applied uint64, err error) {
+// applied index as the state; it returns that index. The state comes in
+// pieces of statePiece bytes, in order: one buffer grown by doubling
+// to a large state's length would leave up to as much again behind as
+// garbage while it is built, and keep up to twice the length alive
+// while the snapshot is written.
+func (f *applier) snapshotWith(also func()) (state [][]byte, applied uint64, err error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	also()
-	state, err = f.snapshotLocked()
-	return state, f.applied.Load(), err
+	var w chunkWriter
+	if err := f.writeSnapshotLocked(&w); err != nil {
+		return nil, 0, err
+	}
+	return w.chunks(), f.applied.Load(), nil
 }
 
 // read runs fn on the state under the read lock.
@@ -195,14 +207,57 @@ func (f *applier) read(fn func(state) error) error {
 // snapshotLocked is snapshotBytes for a caller that holds mu.
 func (f *applier) snapshotLocked() ([]byte, error) {
 	var buf bytes.Buffer
+	if err := f.writeSnapshotLocked(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// writeSnapshotLocked writes the snapshot header and the state to w; the
+// caller holds mu.
+func (f *applier) writeSnapshotLocked(w io.Writer) error {
 	var hdr [snapshotHeaderLen]byte
 	hdr[0] = snapshotVersion
 	binary.BigEndian.PutUint64(hdr[1:], f.applied.Load())
-	buf.Write(hdr[:])
-	if err := f.st.Snapshot(&buf); err != nil {
-		return nil, fmt.Errorf("raftnode: snapshot state: %w", err)
+	if _, err := w.Write(hdr[:]); err != nil {
+		return fmt.Errorf("raftnode: snapshot state: %w", err)
 	}
-	return buf.Bytes(), nil
+	if err := f.st.Snapshot(w); err != nil {
+		return fmt.Errorf("raftnode: snapshot state: %w", err)
+	}
+	return nil
+}
+
+// statePiece is the size of the pieces snapshotWith returns.
+const statePiece = 256 << 10
+
+// chunkWriter keeps what is written in pieces of statePiece bytes.
+type chunkWriter struct {
+	full [][]byte
+	cur  []byte
+}
+
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		if len(w.cur) == cap(w.cur) {
+			if w.cur != nil {
+				w.full = append(w.full, w.cur)
+			}
+			w.cur = make([]byte, 0, statePiece)
+		}
+		k := copy(w.cur[len(w.cur):cap(w.cur)], p)
+		w.cur, p = w.cur[:len(w.cur)+k], p[k:]
+	}
+	return n, nil
+}
+
+// chunks is what was written, in order.
+func (w *chunkWriter) chunks() [][]byte {
+	if len(w.cur) > 0 {
+		return append(w.full, w.cur)
+	}
+	return w.full
 }
 
 // Restore replaces the state with a snapshot, at startup or when a

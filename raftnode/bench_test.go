@@ -11,7 +11,7 @@ import (
 func BenchmarkPropose(b *testing.B) {
 	for _, store := range logStores {
 		b.Run(store, func(b *testing.B) {
-			n := openFake(b, testConfig(b.TempDir(), store), nil)
+			n := openFake(b, benchConfig(b.TempDir(), store), nil)
 			waitLeader(b, n)
 			// Cancellable, as a server request's context is.
 			ctx, cancel := context.WithCancel(context.Background())
@@ -37,7 +37,7 @@ func BenchmarkPropose(b *testing.B) {
 func BenchmarkProposeParallel(b *testing.B) {
 	for _, store := range logStores {
 		b.Run(store, func(b *testing.B) {
-			n := openFake(b, testConfig(b.TempDir(), store), nil)
+			n := openFake(b, benchConfig(b.TempDir(), store), nil)
 			waitLeader(b, n)
 			// 64 proposers on any GOMAXPROCS: enough to fill raft's batches.
 			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
@@ -56,4 +56,12 @@ func BenchmarkProposeParallel(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 		})
 	}
+}
+
+// benchConfig is testConfig with raft-wal's own segment size, the one a
+// server runs with.
+func benchConfig(dir, logStore string) Config {
+	cfg := testConfig(dir, logStore)
+	cfg.WALSegmentSize = 0
+	return cfg
 }

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 )
 
@@ -20,8 +24,12 @@ import (
 // where the log ended before the cut, the catch-up point (the last index
 // it may have held, and a term no lower than that entry's: the hard
 // state's, since no entry is of a later term than the node's own),
-// durably in the meta store. Until the log reaches that index again and
-// the leader's heartbeat shows nothing more is owed, the node
+// durably in the meta store. Until the log reaches that index again, or
+// ends in an entry of a later term than the point's (it then holds the
+// log of a leader of that term, and with it every entry committed in the
+// node's own terms: an acknowledgement counts only toward its own term's
+// commits), and the leader's heartbeat shows nothing more is owed, the
+// node
 //
 //   - votes and pre-votes by raft's up-to-date rule against the catch-up
 //     point rather than its shortened log: as it would have voted had it
@@ -46,8 +54,9 @@ import (
 //     log ends. The request is a MsgUnreachable sent over the wire,
 //     which raft otherwise only ever raises locally; the leader answers
 //     it by transferring leadership to its most up-to-date other voter,
-//     at most once an election timeout. A cluster of two voters has no
-//     one to hand over to, and waits for an operator (docs/operations.md).
+//     at most once per failover (HandOvers: twice Config.ElectionTimeout).
+//     A cluster of two voters has no one to hand over to, and waits for
+//     an operator (docs/operations.md).
 //
 // catchUpKey holds the catch-up index in the meta store, and
 // catchUpTermKey the catch-up point's term; absent or 0: none. A term of
@@ -82,56 +91,156 @@ func (e *engine) loadCatchUp() error {
 	return nil
 }
 
-// catchingUp applies the rules above to m while the node owes entries.
-// It reports whether m is to be dropped; a heartbeat is changed in
-// place (its commit cut to the log's end) and stepped.
-func (e *engine) catchingUp(m *raftpb.Message) (drop bool) {
-	target := e.catchUp.Load()
-	if target == 0 {
-		return false
+// CatchUp is a catch-up point (see above): the index the log must reach
+// again and the point's term; the zero value owes nothing. Its methods,
+// CutDamage and CatchUpAfterCut are the rule itself, with no goroutine,
+// clock or store of their own: the engine runs them on its goroutines,
+// and internal/sim runs the same code on its simulated ones.
+type CatchUp struct {
+	Index, Term uint64
+}
+
+// Owes reports whether the node still owes entries; while it does, its
+// election clock does not tick, so that it never campaigns.
+func (c CatchUp) Owes() bool { return c.Index > 0 }
+
+// CatchUpStep is what the rule makes of one message that reached a node.
+type CatchUpStep struct {
+	Drop bool           // not stepped
+	Msg  raftpb.Message // what to step: the message, a heartbeat's commit cut to the log's end
+	// HandOver: send the message's sender, the leader, a hand-over
+	// request (HandOverRequest).
+	HandOver bool
+	// Next is the point from now on, to be recorded when it differs:
+	// raised by a heartbeat whose commit is past it, zero once a
+	// heartbeat shows the log holds everything owed: it reached the
+	// point, or it ends in an entry of a later term than the point's.
+	Next CatchUp
+}
+
+// Receive applies the rule to m, at a node whose log ends at last, an
+// entry of term lastTerm (0: unknown).
+func (c CatchUp) Receive(m raftpb.Message, last, lastTerm uint64) CatchUpStep {
+	s := CatchUpStep{Msg: m, Next: c}
+	if !c.Owes() {
+		return s
 	}
 	switch m.Type {
 	case raftpb.MsgVote, raftpb.MsgPreVote:
-		term := e.catchUpTerm.Load()
-		return term == 0 || m.LogTerm < term || m.LogTerm == term && m.Index < target
+		s.Drop = c.Term == 0 || m.LogTerm < c.Term || m.LogTerm == c.Term && m.Index < c.Index
 	case raftpb.MsgTimeoutNow:
-		return true
+		s.Drop = true
 	case raftpb.MsgHeartbeat:
-		last := e.lastIndex.Load()
-		if m.Commit > last {
-			if m.Commit > target {
-				e.setCatchUp(m.Commit, max(e.catchUpTerm.Load(), m.Term))
+		switch {
+		case m.Commit > last:
+			if m.Commit > c.Index {
+				s.Next = CatchUp{Index: m.Commit, Term: max(c.Term, m.Term)}
 			}
-			e.trans.Send([]raftpb.Message{{Type: raftpb.MsgUnreachable, From: e.rid, To: m.From}})
-			m.Commit = last
-			return false
+			s.HandOver = true
+			s.Msg.Commit = last
+		case last >= c.Index:
+			s.Next = CatchUp{}
+		case c.Term > 0 && lastTerm > c.Term:
+			// The log ends in an entry of a later term than any entry
+			// the node had, so it holds the log of a leader of that term
+			// up to there (raft's log matching), and with it every entry
+			// committed in the node's earlier terms: an old
+			// acknowledgement counted only toward its own term's
+			// commits, which that leader has. The point may be past
+			// anything the cluster will write again (a repair that could
+			// not read how far the damaged segment reached owes a bound,
+			// not a count); this ends the debt all the same.
+			s.Next = CatchUp{}
 		}
-		if last >= target {
-			e.setCatchUp(0, 0)
+	}
+	return s
+}
+
+// EndsAlone reports whether a node that owes entries may stop owing them
+// because it is now the only member of its configuration (members,
+// Members of it): what it has is all there is. The configuration counts
+// only once the whole log is applied (applied reaches last), since a
+// restart applies its membership entries again one by one.
+func (c CatchUp) EndsAlone(applied, last, members uint64) bool {
+	return c.Owes() && applied >= last && members == 1
+}
+
+// Members is how many members cs has, voters and learners: the count
+// the engine records (membersKey) and the rule decides by.
+func Members(cs raftpb.ConfState) uint64 {
+	return uint64(len(cs.Voters) + len(cs.Learners))
+}
+
+// CutDamage decides a start that finds its log damaged: true, cut the
+// damage off, and owe what was cut (CatchUpAfterCut); false, refuse to
+// start. A node with others to catch up from (members, the voters and
+// learners last recorded, two or more) repairs itself; alone it refuses,
+// unless the operator accepted the loss (repairLog, Config.RepairLog).
+func CutDamage(members uint64, repairLog bool) bool {
+	return repairLog || members >= 2
+}
+
+// CatchUpAfterCut is the catch-up point after a repair cut entries up to
+// owed (0: none) from a node whose point was had: raised to owed, with a
+// term no lower than the hard state's (hsTerm; 0 when unreadable, which
+// refuses every vote until caught up), since no entry is of a later term
+// than the node's own. Only a node with others to catch up from owes
+// anything; alone it has all there is. record reports whether the point
+// moved and must be recorded.
+func CatchUpAfterCut(had CatchUp, owed, members, hsTerm uint64) (point CatchUp, record bool) {
+	if owed == 0 || members < 2 || owed <= had.Index {
+		return had, false
+	}
+	return CatchUp{Index: owed, Term: max(had.Term, hsTerm)}, true
+}
+
+// catchUpPoint is the node's catch-up point.
+func (e *engine) catchUpPoint() CatchUp {
+	return CatchUp{Index: e.catchUp.Load(), Term: e.catchUpTerm.Load()}
+}
+
+// catchingUp applies the rule to m while the node owes entries. It
+// reports whether m is to be dropped; a heartbeat is changed in place
+// (its commit cut to the log's end) and stepped.
+func (e *engine) catchingUp(m *raftpb.Message) (drop bool) {
+	c := e.catchUpPoint()
+	if !c.Owes() {
+		return false
+	}
+	last := e.lastIndex.Load()
+	lastTerm, _ := e.ms.Term(last) // 0 when not in memory: no end by term
+	s := c.Receive(*m, last, lastTerm)
+	if s.Next != c {
+		e.setCatchUp(s.Next)
+		if !s.Next.Owes() {
 			e.n.log.Info("raft: this node's log holds again every entry it had lost; it votes and campaigns as before", "last_index", last)
 		}
 	}
-	return false
+	if s.HandOver {
+		e.trans.Send([]raftpb.Message{HandOverRequest(e.rid, m.From)})
+	}
+	*m = s.Msg
+	return s.Drop
 }
 
 // setCatchUp records the catch-up point, durably. A failure to write it
 // is logged and the point is kept in memory: the node stays careful
 // until it restarts.
-func (e *engine) setCatchUp(index, term uint64) {
-	e.catchUp.Store(index)
-	e.catchUpTerm.Store(term)
-	if err := recordCatchUp(e.disk.meta, index, term); err != nil {
-		e.n.log.Error("raft: cannot record the catch-up point", "index", index, "term", term, "error", err)
+func (e *engine) setCatchUp(c CatchUp) {
+	e.catchUp.Store(c.Index)
+	e.catchUpTerm.Store(c.Term)
+	if err := recordCatchUp(e.disk.meta, c); err != nil {
+		e.n.log.Error("raft: cannot record the catch-up point", "index", c.Index, "term", c.Term, "error", err)
 	}
 }
 
 // recordCatchUp writes the catch-up point to the meta store: the term
 // first, so that a crash between the two writes leaves an index with a
 // term no lower than its own, never a new index with an old term.
-func recordCatchUp(meta raft.StableStore, index, term uint64) error {
-	err := meta.SetUint64(catchUpTermKey, term)
+func recordCatchUp(meta raft.StableStore, c CatchUp) error {
+	err := meta.SetUint64(catchUpTermKey, c.Term)
 	if err == nil {
-		err = meta.SetUint64(catchUpKey, index)
+		err = meta.SetUint64(catchUpKey, c.Index)
 	}
 	if err != nil {
 		return fmt.Errorf("raftnode: record the catch-up point: %w", err)
@@ -139,27 +248,65 @@ func recordCatchUp(meta raft.StableStore, index, term uint64) error {
 	return nil
 }
 
-// handOverRequest is a follower's request that the leader hand its
-// leadership on, so that a new leader catches the follower up (see
-// above): a MsgUnreachable from the wire. It reports whether m was one.
-func (e *engine) handOverRequest(m raftpb.Message) bool {
-	if m.Type != raftpb.MsgUnreachable {
-		return false
-	}
-	if !e.isLeader() {
-		return true
-	}
-	now := time.Now().UnixNano()
-	last := e.lastHandOver.Load()
-	if now-last < int64(e.n.election) || !e.lastHandOver.CompareAndSwap(last, now) {
-		return true
-	}
+// HandOverRequest is the request a catching-up member from sends the
+// leader to that it hand its leadership on (see above).
+func HandOverRequest(from, to uint64) raftpb.Message {
+	return raftpb.Message{Type: raftpb.MsgUnreachable, From: from, To: to}
+}
+
+// IsHandOverRequest reports whether m, from the wire, is a hand-over
+// request: raft raises MsgUnreachable only locally, so one from another
+// node can be nothing else, and is never stepped.
+func IsHandOverRequest(m raftpb.Message) bool { return m.Type == raftpb.MsgUnreachable }
+
+// HandOvers limits a leader's hand-overs to one per failover: a new
+// leader takes up to twice Config.ElectionTimeout to be elected (raft
+// draws each timeout between one and two of it), and a second hand-over
+// before then would only cut the first one short. Safe for concurrent
+// use: the transport delivers requests on several goroutines.
+type HandOvers struct {
+	every time.Duration
+	last  atomic.Int64 // unix nanoseconds of the last hand-over admitted
+}
+
+// NewHandOvers limits hand-overs for a node whose Config.ElectionTimeout
+// is electionTimeout.
+func NewHandOvers(electionTimeout time.Duration) *HandOvers {
+	return &HandOvers{every: 2 * electionTimeout}
+}
+
+// Admit reports whether a hand-over may start at now, and counts it if
+// so.
+func (h *HandOvers) Admit(now time.Time) bool {
+	t, last := now.UnixNano(), h.last.Load()
+	return t-last >= int64(h.every) && h.last.CompareAndSwap(last, t)
+}
+
+// HandOverTarget is the voter a leader, whose status st is, hands its
+// leadership to so that the member asker catches up: its most up-to-date
+// other voter (the highest match index; the lowest raft ID among equals,
+// so that the choice does not hang on a map's order). 0: there is none.
+func HandOverTarget(st etcdraft.Status, asker uint64) uint64 {
 	var target, best uint64
-	for id, pr := range e.raft().Status().Progress {
-		if id != e.rid && id != m.From && !pr.IsLearner && (target == 0 || pr.Match > best) {
+	for _, id := range slices.Sorted(maps.Keys(st.Progress)) {
+		pr := st.Progress[id]
+		if id != st.ID && id != asker && !pr.IsLearner && (target == 0 || pr.Match > best) {
 			target, best = id, pr.Match
 		}
 	}
+	return target
+}
+
+// answerHandOver is the leader's side of a hand-over request. It reports
+// whether m was one.
+func (e *engine) answerHandOver(m raftpb.Message) bool {
+	if !IsHandOverRequest(m) {
+		return false
+	}
+	if !e.isLeader() || !e.handOvers.Admit(time.Now()) {
+		return true
+	}
+	target := HandOverTarget(e.raft().Status(), m.From)
 	if target == 0 {
 		e.n.log.Warn("raft: a member lost log entries it had acknowledged, and no other voter can take over leadership so that it catches up; add a member, or remove it and join it again",
 			"member", e.memberName(m.From))
@@ -169,6 +316,7 @@ func (e *engine) handOverRequest(m raftpb.Message) bool {
 		"member", e.memberName(m.From), "to", e.memberName(target))
 	ctx, cancel := context.WithTimeout(context.Background(), e.n.election)
 	defer cancel()
+	e.lease.Void(time.Now())
 	e.raft().TransferLeadership(ctx, e.rid, target)
 	return true
 }
@@ -176,7 +324,7 @@ func (e *engine) handOverRequest(m raftpb.Message) bool {
 // recordMembers stores how many members the configuration has, when it
 // changed.
 func (e *engine) recordMembers(cs raftpb.ConfState) {
-	n := uint64(len(cs.Voters) + len(cs.Learners))
+	n := Members(cs)
 	if n == e.membersStored.Load() {
 		return
 	}
@@ -188,18 +336,13 @@ func (e *engine) recordMembers(cs raftpb.ConfState) {
 }
 
 // catchUpAlone ends the wait of a node that owes entries but is now the
-// only member of its configuration: what it has is all there is. The
-// configuration is read once the whole log is applied, since a restart
-// applies its membership entries again one by one.
+// only member of its configuration (EndsAlone).
 func (e *engine) catchUpAlone() {
-	if e.catchUp.Load() == 0 || e.n.applier.applied.Load() < e.lastIndex.Load() {
-		return
-	}
 	e.members.mu.RLock()
-	n := len(e.members.conf.Voters) + len(e.members.conf.Learners)
+	n := Members(e.members.conf)
 	e.members.mu.RUnlock()
-	if n == 1 {
-		e.setCatchUp(0, 0)
+	if e.catchUpPoint().EndsAlone(e.n.applier.applied.Load(), e.lastIndex.Load(), n) {
+		e.setCatchUp(CatchUp{})
 		e.n.log.Warn("raft: this node is its cluster's only member: no one holds the entries its log lost, and it goes on without them")
 	}
 }

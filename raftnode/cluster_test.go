@@ -104,6 +104,7 @@ func (c *testCluster) others(n *Node) []*Node {
 }
 
 func TestANewLeaderServesTheOldLeadersAcknowledgedWrites(t *testing.T) {
+	t.Parallel()
 	c := newTestCluster(t, 3)
 	old := c.leader()
 	r := put(t, old, "a", "1")
@@ -124,6 +125,7 @@ func TestANewLeaderServesTheOldLeadersAcknowledgedWrites(t *testing.T) {
 // write nor serve a linearizable read, and once healed it holds the
 // majority's state, not its own.
 func TestAPartitionedLeaderCommitsNothing(t *testing.T) {
+	t.Parallel()
 	c := newTestCluster(t, 3)
 	old := c.leader()
 	put(t, old, "a", "1")
@@ -157,6 +159,7 @@ func TestAPartitionedLeaderCommitsNothing(t *testing.T) {
 // gave open, and a node opened again on the same stores carries on from
 // their state, as a restarted process on the same files would.
 func TestGivenNetworkAndStoresOutliveTheNode(t *testing.T) {
+	t.Parallel()
 	bolt, err := raftboltdb.NewBoltStore(filepath.Join(t.TempDir(), "raft.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -189,6 +192,7 @@ func TestGivenNetworkAndStoresOutliveTheNode(t *testing.T) {
 }
 
 func TestOpenRefusesPlugsThatContradictEachOther(t *testing.T) {
+	t.Parallel()
 	store := raft.NewInmemStore()
 	voters := []Peer{{ID: "n1"}, {ID: "n2", Address: "n2"}}
 	for _, tc := range []struct {

@@ -17,6 +17,7 @@ import (
 )
 
 func TestLockDataDirTurnsASecondHolderAway(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	lock, err := LockDataDir(dir)
 	if err != nil {
@@ -59,6 +60,7 @@ func TestLockDataDirTurnsASecondHolderAway(t *testing.T) {
 // refuses) must fail the lock with the path named, not hand out a lock
 // whose file names nobody.
 func TestLockDataDirFailsWhenThePIDCannotBeWritten(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "LOCK")
 	if err := unix.Mkfifo(path, 0o644); err != nil {

@@ -2,7 +2,6 @@ package raftnode
 
 import (
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sync/atomic"
 
@@ -26,14 +25,15 @@ type walTail struct {
 }
 
 type tailSegment struct {
-	w    *segment.Writer
-	path string
-	info types.SegmentInfo
+	w         *segment.Writer
+	fs        WALFS
+	dir, name string
+	info      types.SegmentInfo
 }
 
 // set records w, a writer raft-wal will append to, for the segment info.
 // A writer that is not raft-wal's own (none today) is not measured.
-func (t *walTail) set(w types.SegmentWriter, dir string, info types.SegmentInfo) {
+func (t *walTail) set(w types.SegmentWriter, fsys WALFS, dir string, info types.SegmentInfo) {
 	if t == nil {
 		return
 	}
@@ -42,7 +42,7 @@ func (t *walTail) set(w types.SegmentWriter, dir string, info types.SegmentInfo)
 		t.cur.Store(nil)
 		return
 	}
-	t.cur.Store(&tailSegment{w: sw, path: filepath.Join(dir, segment.FileName(info)), info: info})
+	t.cur.Store(&tailSegment{w: sw, fs: fsys, dir: dir, name: segment.FileName(info), info: info})
 }
 
 // unused is how many bytes of the tail segment's file lie past its last
@@ -56,7 +56,7 @@ func (t *walTail) unused() int64 {
 	if tail == nil {
 		return 0
 	}
-	fi, err := os.Stat(tail.path)
+	size, err := tail.fs.Size(tail.dir, tail.name)
 	if err != nil {
 		return 0
 	}
@@ -77,7 +77,7 @@ func (t *walTail) unused() int64 {
 		// a sealed tail is about to be replaced, and full.)
 		used = int64(off) + walFrameHeaderLen + int64(n+padding(n)) + walFrameHeaderLen
 	}
-	return max(fi.Size()-used, 0)
+	return max(size-used, 0)
 }
 
 // DiskBytesInUse returns the bytes the node's files under DataDir hold:

@@ -10,6 +10,7 @@ import (
 // use grows by about what is written, across a restart that recovers the
 // tail and across segments.
 func TestDiskBytesInUseCountsWhatTheLogHolds(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig(dir, "wal")
 	cfg.WALSegmentSize = 8 << 20

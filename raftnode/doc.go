@@ -44,9 +44,17 @@
 // sector of zeros that its checksum fails on. A frame header that is
 // neither valid nor zero, a complete batch with a bad checksum and no
 // sector of zeros, and a zeroed header with data after it are damage.
-// The one case told wrong needs two faults at once: a batch holding a
-// sector of zeros of its own (a value of zeros) and then damaged would
-// pass for torn. walcheck.go has the rule.
+// So is a batch read back as zeros with whole batches after it (raft-wal
+// writes a batch only once the one before it is synced: that one was
+// synced, then lost) and a whole batch at another's place (each entry
+// frame's own index must be its place's; raft-wal itself finds entries
+// by place and never reads the index back). A batch whose first sectors
+// never reached the disk, with nothing whole after it, is torn. The case
+// told wrong needs two faults at once: a batch holding a sector of zeros
+// of its own (a value of zeros) and then damaged would pass for torn.
+// The case not seen at all is the newest synced batch lost with nothing
+// after it: the log reads as whole and shorter (a member is caught by
+// the leader's next heartbeat, loglost.go). walcheck.go has the rules.
 //
 // Entries are stored as raft-wal records
 // whose data is the marshalled raftpb.Entry; the hard state is kept in
@@ -55,7 +63,12 @@
 // start (convert.go). raft-wal and the snapshot files implement
 // hashicorp/raft's LogStore, StableStore and SnapshotStore interfaces,
 // so those types appear where the files are opened and read
-// (stores.go, storage.go); the words below are this package's.
+// (stores.go, storage.go); the words below are this package's. The
+// files themselves are reached through DiskFiles (walfs.go): raft-wal's
+// segments through a WALFS, raft-wal's VFS with the size and the cut
+// that the verifying reader and the repair need beyond it, the meta
+// store through raft-wal's MetaStore, the snapshots through a
+// SnapshotStore; the zero value is the real files under DataDir/raft.
 //
 // # Words
 //
@@ -80,7 +93,8 @@
 //     membership.go keeps.
 //   - peer: another member as the transport sees it; peer address where
 //     it is dialed.
-//   - Ready: one batch of raft's work; the Ready loop (ready.go) does it.
+//   - Ready: one batch of raft's work; ReadyCore (readycore.go) holds the
+//     order it is done in, and the Ready loop (ready.go) steps it.
 //   - entry: a raftpb.Entry. Proposal: an entry this node appends and
 //     waits for (propose.go); barrier: a proposal without a command.
 //   - WAL: the entries on disk, in raft-wal segments, or in one boltdb
@@ -116,6 +130,26 @@
 // to propose and when (it owns the leader-only timers), and the watch hub
 // fans events out; both talk to the log only through Node, so neither
 // needs to import raft, and this package imports neither of them.
+//
+// The engine's decisions that internal/sim must make as it does are
+// exported as pure pieces, with no goroutine, clock or file of their
+// own, which the engine calls too: RaftConfig (engine.go), FrameProposal
+// and ParseProposal (propose.go), SplitMessages (readycore.go),
+// DecodeCommand (applier.go), the catch-up rule after a damaged log
+// (CatchUp, Members, CutDamage, CatchUpAfterCut, HandOverRequest,
+// HandOvers and HandOverTarget in catchup.go) and LogLost (loglost.go).
+// So is the order of the work around them: ReadyCore (readycore.go) does
+// a Ready's work, stepped by its caller with its effects injected, and
+// ApplyEntries (apply.go) is apply's rule for a batch of entries. The
+// engine's goroutines are a thin driver over them (ready.go, apply.go);
+// internal/sim is a second driver, on its own clock, network and disk,
+// so that what it checks is this package's code and not a copy of it.
+// Its log store is this package's too: OpenDisk and Disk (rawdisk.go)
+// are the disk storage Open uses (raft-wal, the verifying reader, the
+// repair and the catch-up point it records), over the DiskFiles the
+// simulator keeps in memory (docs/testing.md, which lists what is not
+// shared yet: ticks and received messages, when to snapshot, read-index
+// rounds, and the disk under the files, which the simulator models).
 //
 // The Machine is never handed out: Read and ReadLocal lend it to a
 // callback under the state read lock, because it is not safe for

@@ -4,8 +4,9 @@ package raftnode
 // from, and the state every concept shares (the raft node, its
 // MemoryStorage and the WAL behind it, the transport, the role and
 // indexes the Ready loop publishes). Each concept's own state and
-// methods live in its file: ready.go, propose.go, readindex.go,
-// apply.go, snapshot.go, membership.go, status.go. The boundary follows
+// methods live in its file: ready.go (with readycore.go, the order of a
+// Ready's work it steps), propose.go, readindex.go, apply.go,
+// snapshot.go, membership.go, status.go. The boundary follows
 // etcd's server (raft.go, apply.go, v3_server.go, snapshot code), so
 // that each file can be read against the one goroutine or protocol it
 // serves.
@@ -32,14 +33,19 @@ import (
 // Every proposal queued while a write is under way goes into the next
 // write: one fsync per batch.
 //
-// Three goroutines share the work, each in a file of its own:
-//   - run, the Ready loop (ready.go), owns raft's Ready channel: it sends
-//     what needs no durability, writes the WAL and hard state, sends the
-//     rest (votes and append acknowledgements, which must follow the
-//     write), and hands committed entries to apply, in order;
-//   - applyLoop (apply.go) applies them to the state through the applier,
-//     which owns the state's lock, answers the proposals waiting on them
-//     (propose.go), and takes snapshots (snapshot.go);
+// Raft itself is a RawNode behind a mutex (rawraft.go), stepped on the
+// goroutine of whoever brings it something: a proposer, the transport,
+// the ticker. Three goroutines share the rest, each in a file of its own:
+//   - run, the Ready loop (ready.go), takes raft's Readys and steps the
+//     ReadyCore (readycore.go) through each: it sends what needs no
+//     durability, writes the WAL and hard state, sends the rest (votes
+//     and append acknowledgements, which must follow the write), and
+//     hands committed entries to apply, in order; a Ready that writes no
+//     entries it applies itself when apply is idle (applyInline);
+//   - applyLoop (apply.go) applies them by ApplyEntries' rule to the
+//     state through the applier, which owns the state's lock, answers the
+//     proposals waiting on them (propose.go), and takes snapshots
+//     (snapshot.go);
 //   - readLoop (readindex.go) batches ReadIndex requests, one round at a
 //     time, so that many concurrent linearizable reads cost one quorum
 //     round.
@@ -52,13 +58,15 @@ type engine struct {
 	n     *Node // the node this engine runs; shares its applier, metrics and log
 	rid   uint64
 	self  memberInfo
-	cfg   etcdraft.Config // the template for StartNode and RestartNode
+	cfg   etcdraft.Config // the template for newRawRaft
 	ms    *memoryLog      // raft's MemoryStorage, its bytes counted (memlog.go)
 	disk  *diskStorage
 	trans peerTransport
 	tick  time.Duration
 
-	node atomic.Pointer[raftHandle] // replaced once, by BootstrapCluster
+	node   atomic.Pointer[rawRaft] // replaced once, by BootstrapCluster
+	ready  *ReadyCore              // the order of a Ready's work, stepped by run (ready.go)
+	driver *readyDriver            // its effects in this engine
 
 	// Published by the Ready loop for readers on other goroutines.
 	role        atomic.Int32 // etcdraft.StateType
@@ -71,44 +79,55 @@ type engine struct {
 	catchUp       atomic.Uint64 // the index the log must reach again; 0: none (catchup.go)
 	catchUpTerm   atomic.Uint64 // the catch-up point's term
 	membersStored atomic.Uint64 // the member count last written to the meta store
-	lastHandOver  atomic.Int64  // unix nanoseconds of the last hand-over a catching-up member asked for
+	handOvers     *HandOvers    // the leader's hand-overs for catching-up members
+	lease         *LeaderLease  // lease.go: while it holds, no other leader was elected
+	soleVoter     atomic.Bool   // the applied configuration's one voter is this node (lease.go)
 
 	proposals *proposals   // propose.go
 	reads     *readRounds  // readindex.go
 	members   *membership  // membership.go
 	snapshots *snapshotter // snapshot.go
+	batch     batchApplier // apply.go: the batch apply is applying
 
-	applyCh     chan applyTask
-	bootstrapCh chan bootstrapRequest
-	stop        chan struct{}
-	wg          sync.WaitGroup
+	applyCh chan applyTask
+	// applyPending counts tasks handed to apply and not yet done, and
+	// applyMu is held by whoever applies (apply, or the Ready loop
+	// applying inline): together they keep batches in order (apply.go).
+	applyPending  atomic.Int64
+	applyMu       sync.Mutex
+	snapshotCheck chan struct{} // after an inline apply: apply checks whether a snapshot is due
+	inlineApplies atomic.Uint64 // batches the Ready loop applied itself
+	bootstrapCh   chan bootstrapRequest
+	stop          chan struct{}
+	wg            sync.WaitGroup
 
 	failOnce sync.Once
 	failed   chan struct{} // closed by fail; failErr is set before
 	failErr  error
 }
 
-// raftHandle boxes the raft node so that it can be swapped atomically.
-type raftHandle struct{ etcdraft.Node }
-
 // startEngine starts the engine on the stores open has opened.
 func startEngine(n *Node, cfg Config, st stores, trans peerTransport) (*engine, error) {
+	tick := cmp.Or(cfg.ElectionTimeout, time.Second) / electionTicks
 	e := &engine{
-		n:           n,
-		rid:         raftID(cfg.NodeID),
-		self:        memberInfo{ID: cfg.NodeID, Addr: trans.LocalAddr()},
-		ms:          newMemoryLog(),
-		disk:        &diskStorage{wal: st.wal, meta: st.meta, snapshots: st.snapshots, log: n.log},
-		trans:       trans,
-		tick:        cmp.Or(cfg.ElectionTimeout, time.Second) / electionTicks,
-		proposals:   newProposals(),
-		reads:       newReadRounds(),
-		members:     &membership{byID: map[uint64]memberInfo{}},
-		snapshots:   newSnapshotter(cfg),
-		applyCh:     make(chan applyTask, 64),
-		bootstrapCh: make(chan bootstrapRequest),
-		stop:        make(chan struct{}),
-		failed:      make(chan struct{}),
+		n:             n,
+		rid:           raftID(cfg.NodeID),
+		self:          memberInfo{ID: cfg.NodeID, Addr: trans.LocalAddr()},
+		ms:            newMemoryLog(),
+		disk:          &diskStorage{wal: st.wal, meta: st.meta, snapshots: st.snapshots, log: n.log},
+		trans:         trans,
+		tick:          tick,
+		lease:         NewLeaderLease(tick, time.Now()),
+		proposals:     newProposals(),
+		reads:         newReadRounds(),
+		members:       &membership{byID: map[uint64]memberInfo{}},
+		snapshots:     newSnapshotter(cfg),
+		handOvers:     NewHandOvers(cfg.ElectionTimeout),
+		applyCh:       make(chan applyTask, 64),
+		snapshotCheck: make(chan struct{}, 1),
+		bootstrapCh:   make(chan bootstrapRequest),
+		stop:          make(chan struct{}),
+		failed:        make(chan struct{}),
 	}
 	boot, err := e.disk.load()
 	if err != nil {
@@ -123,12 +142,54 @@ func startEngine(n *Node, cfg Config, st stores, trans peerTransport) (*engine, 
 	if err := e.loadCatchUp(); err != nil {
 		return nil, err
 	}
-	e.cfg = etcdraft.Config{
-		ID:            e.rid,
+	drv := &readyDriver{e: e}
+	e.driver = drv
+	e.ready = NewReadyCore(ReadyEffects{
+		Log:     walLog{d: e.disk},
+		Raft:    memLog{e: e},
+		Send:    trans,
+		Apply:   drv,
+		Host:    drv,
+		Advance: drv.advance,
+	}, e.term.Load())
+	e.cfg = RaftConfig(e.rid, raftStorage{MemoryStorage: e.ms.MemoryStorage, e: e}, boot.snap.Metadata.Index, cfg.MaxLogMemoryBytes)
+	e.cfg.Logger = slogRaftLogger{log: n.log.With("component", "etcd-raft")}
+	fresh := etcdraft.IsEmptySnap(boot.snap) && len(boot.ents) == 0 && etcdraft.IsEmptyHardState(boot.hs)
+	var peers []etcdraft.Peer
+	if fresh && cfg.Bootstrap {
+		if peers, err = bootstrapPeers(cfg, e.self); err != nil {
+			return nil, err
+		}
+	}
+	c := e.cfg
+	node, err := newRawRaft(&c, peers)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: start raft: %w", err)
+	}
+	e.node.Store(node)
+	e.batch.e = e
+	trans.Start(e)
+	e.wg.Add(3)
+	go e.run()
+	go e.applyLoop()
+	go e.readLoop()
+	return e, nil
+}
+
+// RaftConfig is the configuration the engine starts raft with, for the
+// node with raft ID id on storage, restarting after applied. It is
+// exported so that internal/sim runs raft as the engine does, not as a
+// copy of these values says it does. maxLogMemoryBytes is
+// Config.MaxLogMemoryBytes, 0 for its default. Logger is left to the
+// caller: the engine's goes to its slog logger.
+func RaftConfig(id uint64, storage etcdraft.Storage, applied uint64, maxLogMemoryBytes int64) etcdraft.Config {
+	maxLog := cmp.Or(maxLogMemoryBytes, defaultMaxLogMemoryBytes)
+	return etcdraft.Config{
+		ID:            id,
 		ElectionTick:  electionTicks,
 		HeartbeatTick: 1,
-		Storage:       raftStorage{MemoryStorage: e.ms.MemoryStorage, e: e},
-		Applied:       boot.snap.Metadata.Index,
+		Storage:       storage,
+		Applied:       applied,
 		// The byte limits raft has of its own, set from the log's bound
 		// (Config.MaxLogMemoryBytes): an append message carries at most
 		// maxSizePerMsg of entries; the leader's uncommitted tail is
@@ -138,8 +199,8 @@ func startEngine(n *Node, cfg Config, st stores, trans peerTransport) (*engine, 
 		// queue holds a copy of.
 		MaxSizePerMsg:             maxSizePerMsg,
 		MaxInflightMsgs:           256,
-		MaxInflightBytes:          uint64(max(cfg.MaxLogMemoryBytes/4, maxSizePerMsg)),
-		MaxUncommittedEntriesSize: uint64(cfg.MaxLogMemoryBytes),
+		MaxInflightBytes:          uint64(max(maxLog/4, maxSizePerMsg)),
+		MaxUncommittedEntriesSize: uint64(maxLog),
 		CheckQuorum:               true,
 		PreVote:                   true,
 		// Proposals are made on the leader only; a follower refuses them
@@ -147,28 +208,7 @@ func startEngine(n *Node, cfg Config, st stores, trans peerTransport) (*engine, 
 		// fate it could not report.
 		DisableProposalForwarding: true,
 		StepDownOnRemoval:         true,
-		Logger:                    slogRaftLogger{log: n.log.With("component", "etcd-raft")},
 	}
-	fresh := etcdraft.IsEmptySnap(boot.snap) && len(boot.ents) == 0 && etcdraft.IsEmptyHardState(boot.hs)
-	var node etcdraft.Node
-	if fresh && cfg.Bootstrap {
-		peers, err := bootstrapPeers(cfg, e.self)
-		if err != nil {
-			return nil, err
-		}
-		c := e.cfg
-		node = etcdraft.StartNode(&c, peers)
-	} else {
-		c := e.cfg
-		node = etcdraft.RestartNode(&c)
-	}
-	e.node.Store(&raftHandle{node})
-	trans.Start(e)
-	e.wg.Add(3)
-	go e.run()
-	go e.applyLoop()
-	go e.readLoop()
-	return e, nil
 }
 
 // electionTicks is raft's election timeout in ticks: a tick is a tenth of
@@ -233,12 +273,12 @@ func (e *engine) restoreBoot(b bootState) error {
 	return nil
 }
 
-func (e *engine) raft() etcdraft.Node { return e.node.Load().Node }
+func (e *engine) raft() *rawRaft { return e.node.Load() }
 
 // Process, ReportUnreachable and ReportSnapshot are the transport's way
 // into raft (messageHandler).
 func (e *engine) Process(ctx context.Context, m raftpb.Message) error {
-	if e.handOverRequest(m) || e.catchingUp(&m) {
+	if e.answerHandOver(m) || e.catchingUp(&m) {
 		return nil
 	}
 	if err := e.checkLog(m); err != nil {

@@ -40,6 +40,15 @@ var (
 	// panics: "tocommit(…) is out of range"); it takes no more raft
 	// traffic, and Node.Failed is closed. The error is a *LogLostError.
 	ErrLogLost = errors.New("raft log lost")
+
+	// ErrLogDamaged is what Node.Err returns once the log, opened again
+	// in place after a failed write, was found damaged on disk (a write
+	// the disk acknowledged and then lost, or put somewhere else). The
+	// node writes nothing more and Node.Failed is closed. Started again,
+	// a member of a cluster cuts the damage off and catches up from the
+	// others before it votes (catchup.go); a node alone needs
+	// Config.RepairLog, as any start that finds damage does.
+	ErrLogDamaged = errors.New("raft log damaged")
 )
 
 // NotLeaderError is returned when a call needs the leader and this node is

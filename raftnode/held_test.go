@@ -26,6 +26,7 @@ func heldOf(t *testing.T, n *Node, id string) (voter, held, found bool) {
 // configuration in a snapshot; adding it again changes nothing, and its
 // promotion ends it. Progress says how far its log is.
 func TestAHeldLearnerStaysHeldUntilPromoted(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig(dir, "wal")
 	cfg.NodeID = "n1"

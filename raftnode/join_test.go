@@ -13,6 +13,7 @@ import (
 // transport, as tenure serve runs one; partitions and failover in detail
 // are tested on testCluster.
 func TestVotersJoinOverTCP(t *testing.T) {
+	t.Parallel()
 	nodes := make([]*Node, 3)
 	for i := range nodes {
 		cfg := testConfig(t.TempDir(), "wal")

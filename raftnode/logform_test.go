@@ -30,6 +30,7 @@ func lastCommand(t *testing.T, n *Node) []byte {
 // nothing. From the raise on, entries are binary and keep every byte,
 // and a restart replays both forms.
 func TestTheLogIsJSONUntilTheClusterVersionReadsBinary(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t.TempDir(), "wal")
 	n := openLeader(t, cfg)
 	propose := func(cmd statemachine.Command) statemachine.Result {

@@ -23,23 +23,27 @@ func (e *LogLostError) Error() string {
 // Unwrap makes errors.Is(err, ErrLogLost) hold.
 func (e *LogLostError) Unwrap() error { return ErrLogLost }
 
+// LogLost reports whether m proves that the log of a node whose log ends
+// at last is lost: a leader's heartbeat carries the commit index up to
+// what it knows this follower holds (the least of its match index and
+// its own commit index), and a follower acknowledges entries only once
+// they are durable. Committed entries are never cut from a log, so a
+// commit index past the end of this node's log means the log it
+// acknowledged is gone. Raft would panic on it (commitTo). It is
+// exported so that internal/sim stops a node on the same proof.
+func LogLost(m raftpb.Message, last uint64) bool {
+	return m.Type == raftpb.MsgHeartbeat && m.Commit > last
+}
+
 // checkLog refuses every message once the node has failed, and fails it
-// on the proof of a lost log: a leader's heartbeat carries the commit
-// index up to what it knows this follower holds (the least of its match
-// index and its own commit index), and a follower acknowledges entries
-// only once they are durable. Committed entries are never cut from a
-// log, so a commit index past the end of this node's log means the log
-// it acknowledged is gone. Raft would panic on it (commitTo).
+// on the proof of a lost log (LogLost).
 func (e *engine) checkLog(m raftpb.Message) error {
 	select {
 	case <-e.failed:
 		return e.failErr
 	default:
 	}
-	if m.Type != raftpb.MsgHeartbeat {
-		return nil
-	}
-	if last := e.lastIndex.Load(); m.Commit > last {
+	if last := e.lastIndex.Load(); LogLost(m, last) {
 		leader := fmt.Sprintf("%x", m.From)
 		e.members.mu.RLock()
 		if mi, ok := e.members.byID[m.From]; ok && mi.ID != "" {

@@ -15,6 +15,7 @@ import (
 // refuses the traffic and reports ErrLogLost through Failed and Err,
 // while the others go on.
 func TestAMemberBackWithAnEmptyLogFailsInsteadOfPanicking(t *testing.T) {
+	t.Parallel()
 	c := newTestCluster(t, 3)
 	lead := c.leader()
 	for i := range 10 {

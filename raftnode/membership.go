@@ -207,6 +207,7 @@ func (e *engine) applyConfChange(ent raftpb.Entry) (req uint64, mine bool) {
 	}
 	if cs != nil {
 		e.members.conf = *cs
+		e.soleVoter.Store(soleVoter(*cs, e.rid))
 		defer e.recordMembers(*cs)
 	}
 	e.members.mu.Unlock()
@@ -224,6 +225,7 @@ func (e *engine) setMembership(cs raftpb.ConfState, members map[uint64]memberInf
 	}
 	e.members.byID = members
 	e.members.conf = cs
+	e.soleVoter.Store(soleVoter(cs, e.rid))
 	defer e.recordMembers(cs)
 	for id, m := range members {
 		if id != e.rid {
@@ -237,9 +239,17 @@ func (e *engine) setMembership(cs raftpb.ConfState, members map[uint64]memberInf
 func (e *engine) namesEveryMember(cs raftpb.ConfState) bool {
 	e.members.mu.RLock()
 	defer e.members.mu.RUnlock()
-	for _, ids := range [][]uint64{e.members.conf.Voters, e.members.conf.Learners} {
+	return NamesEveryMember(cs, e.members.conf)
+}
+
+// NamesEveryMember reports whether a snapshot's configuration snap names
+// every voter and learner of the configuration now: one that does not is
+// refused by a member added since, so raftStorage withholds it and a
+// fresh one is taken. Pure, for internal/sim.
+func NamesEveryMember(snap, now raftpb.ConfState) bool {
+	for _, ids := range [][]uint64{now.Voters, now.Learners} {
 		for _, id := range ids {
-			if !slices.Contains(cs.Voters, id) && !slices.Contains(cs.Learners, id) {
+			if !slices.Contains(snap.Voters, id) && !slices.Contains(snap.Learners, id) {
 				return false
 			}
 		}
@@ -340,6 +350,7 @@ func (e *engine) transferLeadership(ctx context.Context, id string) error {
 	if target == e.rid {
 		return nil
 	}
+	e.lease.Void(time.Now())
 	e.raft().TransferLeadership(ctx, e.rid, target)
 	deadline := time.NewTimer(2 * e.n.election)
 	defer deadline.Stop()

@@ -45,6 +45,7 @@ func entries(term uint64, from, to uint64, size int) []raftpb.Entry {
 // TestMemoryLogCountsWhatItHolds: after every change the storage's
 // entries can go through, the count is their size, exactly.
 func TestMemoryLogCountsWhatItHolds(t *testing.T) {
+	t.Parallel()
 	m := newMemoryLog()
 	steps := []struct {
 		name string
@@ -83,6 +84,7 @@ func TestMemoryLogCountsWhatItHolds(t *testing.T) {
 // first; past what memory holds, the count decides, as it did before
 // the bytes.
 func TestCompactionIndexKeepsATailBoundedByCountAndBytes(t *testing.T) {
+	t.Parallel()
 	m := newMemoryLog()
 	if err := m.Append(entries(1, 1, 100, 1000)); err != nil {
 		t.Fatal(err)
@@ -110,6 +112,7 @@ func TestCompactionIndexKeepsATailBoundedByCountAndBytes(t *testing.T) {
 // TestMaxLogMemoryBytesBelowAnAppendMessageIsRefused: a bound raft's own
 // message size makes meaningless is refused before anything is written.
 func TestMaxLogMemoryBytesBelowAnAppendMessageIsRefused(t *testing.T) {
+	t.Parallel()
 	for _, bound := range []int64{-1, 1000, maxSizePerMsg - 1} {
 		dir := t.TempDir()
 		cfg := testConfig(dir, "wal")
@@ -181,6 +184,7 @@ func watchLogBytes(n *Node) (stop func() int64) {
 // kept), the log raft holds in memory never passes the bound plus one
 // entry, and every acknowledged write is there after a restart.
 func TestTheLogInMemoryIsBoundedInBytes(t *testing.T) {
+	t.Parallel()
 	const bound = 4 << 20
 	cfg := testConfig(t.TempDir(), "wal")
 	cfg.WALSegmentSize = 8 << 20
@@ -233,6 +237,7 @@ func TestTheLogInMemoryIsBoundedInBytes(t *testing.T) {
 // off while the leader's bounded log moves past it is sent a snapshot
 // once it is back, and ends with every acknowledged write.
 func TestALaggingFollowerCatchesUpPastALogBoundedInBytes(t *testing.T) {
+	t.Parallel()
 	const bound = 4 << 20
 	c := newTestCluster(t, 3, func(cfg *Config) {
 		cfg.MaxLogMemoryBytes = bound

@@ -277,6 +277,11 @@ func (n *Node) readLocked(fn func(state) error) error {
 	return n.applier.read(fn)
 }
 
+// WaitApplied returns once this node has applied the log up to idx, or
+// when ctx ends: a follower that forwarded a write waits so for the
+// index the leader applied it at, so that its own reads see it next.
+func (n *Node) WaitApplied(ctx context.Context, idx uint64) error { return n.waitApplied(ctx, idx) }
+
 func (n *Node) waitApplied(ctx context.Context, idx uint64) error {
 	for {
 		changed := n.applier.appliedChanged()
@@ -320,6 +325,15 @@ func (n *Node) notLeader() error {
 // belief can be stale by up to an election timeout; Read and Propose
 // confirm it with a quorum.
 func (n *Node) IsLeader() bool { return n.engine.isLeader() }
+
+// LeaseHeld reports whether this node leads under a lease a quorum
+// confirmed, or leads as its configuration's one voter (lease.go): no
+// other leader can have been elected by now. The lessor answers
+// heartbeats only while it holds.
+func (n *Node) LeaseHeld(now time.Time) bool {
+	e := n.engine
+	return e.lease.Held(now) || e.soleVoter.Load() && e.isLeader()
+}
 
 // Leader returns the leader's raft transport address and ID, empty when no
 // leader is known.

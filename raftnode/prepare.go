@@ -51,8 +51,8 @@ func prepareStart(cfg Config, st stores, self memberInfo, newState func() state,
 		}
 		last := logPosition{index: boot.snap.Metadata.Index, term: boot.snap.Metadata.Term}
 		for _, e := range boot.ents {
-			if e.Type == raftpb.EntryNormal && len(e.Data) > proposalHeader {
-				scratch.applyData(e.Index, e.Term, e.Data[proposalHeader:])
+			if _, _, cmd, ok := ParseProposal(e.Data); e.Type == raftpb.EntryNormal && ok && len(cmd) > 0 {
+				scratch.applyData(e.Index, e.Term, cmd)
 			}
 			last = logPosition{index: e.Index, term: e.Term}
 		}

@@ -25,6 +25,27 @@ import (
 // header is a barrier; one with none is raft's own empty entry.
 const proposalHeader = 16
 
+// FrameProposal is the entry data the engine proposes for cmd: the
+// proposer's raft ID from and its request number req, then cmd. It and
+// ParseProposal are exported so that internal/sim frames and reads
+// entries as the engine does.
+func FrameProposal(from, req uint64, cmd []byte) []byte {
+	data := make([]byte, proposalHeader+len(cmd))
+	binary.BigEndian.PutUint64(data, from)
+	binary.BigEndian.PutUint64(data[8:], req)
+	copy(data[proposalHeader:], cmd)
+	return data
+}
+
+// ParseProposal reads a normal entry's data back: ok is false for raft's
+// own empty entry (no header), and cmd is empty for a barrier.
+func ParseProposal(data []byte) (from, req uint64, cmd []byte, ok bool) {
+	if len(data) < proposalHeader {
+		return 0, 0, nil, false
+	}
+	return binary.BigEndian.Uint64(data), binary.BigEndian.Uint64(data[8:]), data[proposalHeader:], true
+}
+
 // proposals are this node's proposals waiting for their entries to be
 // applied. Each is tagged with a request number, which apply reads back
 // from the entry to answer the proposer and nobody else; a term change
@@ -102,11 +123,7 @@ func (e *engine) propose(ctx context.Context, op string, cmd []byte) (statemachi
 		return statemachine.Result{}, e.n.notLeader()
 	}
 	req, w := e.proposals.register(e.term.Load())
-	data := make([]byte, proposalHeader+len(cmd))
-	binary.BigEndian.PutUint64(data, e.rid)
-	binary.BigEndian.PutUint64(data[8:], req)
-	copy(data[proposalHeader:], cmd)
-	if err := e.raft().Propose(ctx, data); err != nil {
+	if err := e.raft().Propose(ctx, FrameProposal(e.rid, req, cmd)); err != nil {
 		e.proposals.forget(req)
 		return statemachine.Result{}, e.proposeError(op, err)
 	}

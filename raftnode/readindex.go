@@ -179,6 +179,9 @@ func (e *engine) readRound() (uint64, error) {
 	defer cancel()
 	rctx := make([]byte, 8)
 	binary.BigEndian.PutUint64(rctx, id)
+	if term := e.leaderTerm(); term != 0 {
+		e.lease.Begin(id, term, time.Now())
+	}
 	if err := e.raft().ReadIndex(ctx, rctx); err != nil {
 		return 0, e.proposeError("read", err)
 	}

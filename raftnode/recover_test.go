@@ -34,6 +34,7 @@ func seedDataDir(t *testing.T, store string) (dir, addr string) {
 // configuration names the old node ID, raft never campaigns as an ID it
 // cannot find, and Open used to succeed into an endless follower.
 func TestOpenRefusesADataDirThatDoesNotListThisNode(t *testing.T) {
+	t.Parallel()
 	for _, store := range logStores {
 		t.Run(store, func(t *testing.T) {
 			dir, oldAddr := seedDataDir(t, store)
@@ -72,6 +73,7 @@ func TestOpenRefusesADataDirThatDoesNotListThisNode(t *testing.T) {
 }
 
 func TestForceNewClusterRestoresTheDataOntoThisNode(t *testing.T) {
+	t.Parallel()
 	for _, store := range logStores {
 		t.Run(store, func(t *testing.T) {
 			dir, _ := seedDataDir(t, store)
@@ -117,6 +119,7 @@ func TestForceNewClusterRestoresTheDataOntoThisNode(t *testing.T) {
 }
 
 func TestForceNewClusterRefusesADataDirWithoutState(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig(dir, "wal")
 	cfg.ForceNewCluster = true
@@ -134,6 +137,7 @@ func TestForceNewClusterRefusesADataDirWithoutState(t *testing.T) {
 // until the leader's configuration entry reaches it, its log may name a
 // cluster without it: the check must leave such a node alone.
 func TestANodeWaitingToBeAddedIsNotChecked(t *testing.T) {
+	t.Parallel()
 	dir, _ := seedDataDir(t, "wal")
 	cfg := testConfig(dir, "wal")
 	cfg.NodeID = "new"

@@ -12,6 +12,7 @@ import (
 )
 
 func TestASeededNodeCarriesOnFromTheSnapshot(t *testing.T) {
+	t.Parallel()
 	src, err := Open(testConfig(t.TempDir(), "wal"))
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +90,7 @@ func TestASeededNodeCarriesOnFromTheSnapshot(t *testing.T) {
 }
 
 func TestSeedRefusesADamagedSnapshotAndChangesNothing(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t.TempDir(), "wal")
 	cfg.PeerAddr = testnet.Free(t)
 	_, err := Seed(cfg, strings.NewReader(`{"version":1,"revision":3,"sessions":[`))

@@ -35,10 +35,14 @@ type snapshotter struct {
 	// a catch-up tail of at most catchUpBytes, half of it.
 	maxLogBytes, catchUpBytes int64
 
-	index   atomic.Uint64   // the index of the last snapshot taken or restored
-	writing sync.WaitGroup  // the snapshot being written, one at a time
-	now     chan chan error // snapshotNow's requests to apply
-	wanted  chan struct{}   // raftStorage's: a snapshot to send names a configuration that is out of date
+	index atomic.Uint64 // the index of the last snapshot taken or restored
+	// appliedBytes counts the bytes of the entries applied; atSnapshot is
+	// its value, and stateBytes the state's size, at the last snapshot
+	// taken (snapshotDue).
+	appliedBytes, atSnapshot, stateBytes atomic.Uint64
+	writing                              sync.WaitGroup  // the snapshot being written, one at a time
+	now                                  chan chan error // snapshotNow's requests to apply
+	wanted                               chan struct{}   // raftStorage's: a snapshot to send names a configuration that is out of date
 
 	// toSend is the newest snapshot's data, read back from its file for
 	// a follower that needs it: raft's MemoryStorage holds a snapshot's
@@ -80,10 +84,33 @@ func newSnapshotter(cfg Config) *snapshotter {
 // after every applied batch and brings it back to at most catchUpBytes
 // plus what is not applied yet.
 func (e *engine) maybeSnapshot() {
-	since := e.n.applier.applied.Load() - e.snapshots.index.Load()
-	if since >= e.snapshots.threshold || (since > 0 && e.ms.Bytes() >= e.snapshots.maxLogBytes) {
+	if e.snapshotDue() {
 		e.snapshotInBackground("raft: snapshot", slog.LevelError)
 	}
+}
+
+// snapshotDue reports whether enough was applied since the last
+// snapshot to take one: the threshold's count of entries, and entries
+// weighing at least a quarter of the state the last snapshot wrote; or,
+// whatever the count, the log in memory at its bound in bytes.
+//
+// The weight keeps a snapshot's cost, which grows with the state (it is
+// copied under the state's lock, pausing apply), a constant share of the
+// writes': with a count alone, a state of 6×10^5 keys was copied every
+// 8,192 puts, writes stalled a growing part of the time, and 256 puts in
+// flight all passed their 5 s timeout (docs/benchmarks.md, workload 13).
+// etcd, whose snapshot is its database file, takes one every 100,000
+// entries. The log's bound in bytes still caps what is held meanwhile.
+func (e *engine) snapshotDue() bool {
+	since := e.n.applier.applied.Load() - e.snapshots.index.Load()
+	if since == 0 {
+		return false
+	}
+	if e.ms.Bytes() >= e.snapshots.maxLogBytes {
+		return true
+	}
+	weight := e.snapshots.appliedBytes.Load() - e.snapshots.atSnapshot.Load()
+	return since >= e.snapshots.threshold && weight >= e.snapshots.stateBytes.Load()/4
 }
 
 // snapshotInBackground copies the state now and writes it on a goroutine
@@ -216,6 +243,12 @@ func (e *engine) copyState() (write func() error, err error) {
 		return nil, fmt.Errorf("raftnode: snapshot at %d: %w", applied, err)
 	}
 	e.snapshots.index.Store(applied)
+	e.snapshots.atSnapshot.Store(e.snapshots.appliedBytes.Load())
+	var size uint64
+	for _, piece := range state {
+		size += uint64(len(piece))
+	}
+	e.snapshots.stateBytes.Store(size)
 	// The metadata only: the data is the file write writes
 	// (snapshotToSend reads it back for a follower that needs it).
 	if _, err := e.ms.CreateSnapshot(applied, &cs, nil); err != nil {
@@ -234,7 +267,7 @@ func (e *engine) copyState() (write func() error, err error) {
 	}
 	meta := raftpb.SnapshotMetadata{Index: applied, Term: term, ConfState: cs}
 	return func() error {
-		if err := e.disk.writeSnapshot(meta, members, state); err != nil {
+		if err := e.disk.writeSnapshot(meta, members, state...); err != nil {
 			return err
 		}
 		if upTo == 0 {

@@ -14,7 +14,6 @@ package raftnode
 // included); its hashicorp Type is always LogCommand.
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -324,7 +323,12 @@ func (d *diskStorage) saveSnapshot(snap raftpb.Snapshot) error {
 	if err != nil {
 		return err
 	}
-	if err := d.writeSnapshot(snap.Metadata, members, state); err != nil {
+	return d.replaceLog(snap.Metadata, members, state)
+}
+
+// replaceLog writes a snapshot and drops the whole log.
+func (d *diskStorage) replaceLog(meta raftpb.SnapshotMetadata, members map[uint64]memberInfo, state []byte) error {
+	if err := d.writeSnapshot(meta, members, state); err != nil {
 		return err
 	}
 	first, err := d.wal.FirstIndex()
@@ -343,14 +347,16 @@ func (d *diskStorage) saveSnapshot(snap raftpb.Snapshot) error {
 	return nil
 }
 
-func (d *diskStorage) writeSnapshot(meta raftpb.SnapshotMetadata, members map[uint64]memberInfo, state []byte) error {
+func (d *diskStorage) writeSnapshot(meta raftpb.SnapshotMetadata, members map[uint64]memberInfo, state ...[]byte) error {
 	sink, err := d.snapshots.Create(raft.SnapshotVersionMax, meta.Index, meta.Term, configuration(meta.ConfState, members), meta.Index, peerEncoder{})
 	if err != nil {
 		return fmt.Errorf("raftnode: create snapshot: %w", err)
 	}
-	if _, err := io.Copy(sink, bytes.NewReader(state)); err != nil {
-		sink.Cancel()
-		return fmt.Errorf("raftnode: write snapshot: %w", err)
+	for _, b := range state {
+		if _, err := sink.Write(b); err != nil {
+			sink.Cancel()
+			return fmt.Errorf("raftnode: write snapshot: %w", err)
+		}
 	}
 	if err := sink.Close(); err != nil {
 		return fmt.Errorf("raftnode: write snapshot: %w", err)

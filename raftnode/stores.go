@@ -55,7 +55,7 @@ func openStores(cfg Config, m *metrics, log *slog.Logger) (stores, error) {
 		return stores{}, fmt.Errorf("raftnode: snapshot files: %w", err)
 	}
 	tail := &walTail{}
-	logs, stable, closeLogs, err := openDiskWAL(dir, cfg, snaps, space, tail, log)
+	logs, stable, closeLogs, err := openDiskWAL(dir, cfg, DiskFiles{}, snaps, space, tail, log)
 	if err != nil {
 		return stores{}, err
 	}
@@ -73,7 +73,9 @@ func openStores(cfg Config, m *metrics, log *slog.Logger) (stores, error) {
 
 // openDiskWAL opens the WAL, which is also the meta store (term,
 // vote): both kinds implement the two interfaces in one durable file set.
-func openDiskWAL(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceCheck, tail *walTail, log *slog.Logger) (raft.LogStore, raft.StableStore, func() error, error) {
+// files puts raft-wal's segments and meta store elsewhere than under dir,
+// whose path then only names them.
+func openDiskWAL(dir string, cfg Config, files DiskFiles, snaps raft.SnapshotStore, space *spaceCheck, tail *walTail, log *slog.Logger) (raft.LogStore, raft.StableStore, func() error, error) {
 	walDir := filepath.Join(dir, "wal")
 	boltPath := filepath.Join(dir, "raft.db")
 	kind := cfg.LogStore
@@ -81,27 +83,31 @@ func openDiskWAL(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceC
 	// empty log and, with Bootstrap, silently start a new cluster.
 	switch kind {
 	case "wal":
-		if _, err := os.Stat(boltPath); err == nil {
-			return nil, nil, nil, fmt.Errorf("raftnode: %s holds a boltdb WAL, but LogStore is %q", dir, kind)
-		}
-		if err := os.MkdirAll(walDir, 0o750); err != nil {
-			return nil, nil, nil, fmt.Errorf("raftnode: %w", err)
+		if files.WAL == nil {
+			if _, err := os.Stat(boltPath); err == nil {
+				return nil, nil, nil, fmt.Errorf("raftnode: %s holds a boltdb WAL, but LogStore is %q", dir, kind)
+			}
+			if err := os.MkdirAll(walDir, 0o750); err != nil {
+				return nil, nil, nil, fmt.Errorf("raftnode: %w", err)
+			}
 		}
 		// The log is opened to find damage, not to refuse it at once:
 		// whether damage is cut off depends on RepairLog and on whether
 		// other members hold the entries (catchup.go).
-		o := walOptions{segmentSize: cfg.WALSegmentSize, repair: true, logger: log, space: space, tail: tail}
+		o := walOptions{segmentSize: cfg.WALSegmentSize, repair: true, logger: log, space: space, tail: tail, files: files}
 		w, damage, err := openWAL(walDir, o)
 		var members uint64
 		if err == nil {
 			members, _ = w.GetUint64(membersKey)
 		}
-		if err == nil && damage != nil && !cfg.RepairLog {
-			if members < 2 {
+		if err == nil && damage != nil {
+			if !CutDamage(members, cfg.RepairLog) {
 				w.Close()
 				return nil, nil, nil, damage
 			}
-			log.Warn("raft: the log is damaged; cutting the damage off, to catch up on it from the other members", "damage", damage.Error(), "members", members)
+			if !cfg.RepairLog {
+				log.Warn("raft: the log is damaged; cutting the damage off, to catch up on it from the other members", "damage", damage.Error(), "members", members)
+			}
 		}
 		// Each repair cuts at the earliest damage; open again until the
 		// log verifies, in case a cut left later damage in place.
@@ -109,7 +115,7 @@ func openDiskWAL(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceC
 		for tries := 0; err == nil && damage != nil; tries++ {
 			var cut func() (uint64, error)
 			var lostTo uint64
-			if cut, lostTo, err = repairWAL(w, damage, snaps, log); err == nil {
+			if cut, lostTo, err = repairWAL(w, files.wal(), damage, snaps, log); err == nil {
 				owed = max(owed, lostTo)
 				if err = w.Close(); err == nil && cut != nil {
 					lostTo, err = cut()
@@ -130,17 +136,17 @@ func openDiskWAL(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceC
 			return nil, nil, nil, walOpenError(walDir, cfg, err)
 		}
 		// Entries lost that the other members hold: the node owes them
-		// until it has them again. Alone, it has all there is. The
-		// point's term is the hard state's: no entry is of a later term
-		// than the node's own.
-		if owed > 0 && members >= 2 {
-			if hadIndex, _ := w.GetUint64(catchUpKey); owed > hadIndex {
-				var hs raftpb.HardState
-				if v, err := w.Get(hardStateKey); err == nil && len(v) > 0 && hs.Unmarshal(v) != nil {
-					hs.Term = 0 // unreadable: refuse every vote until caught up
-				}
-				hadTerm, _ := w.GetUint64(catchUpTermKey)
-				if err := recordCatchUp(w, owed, max(hadTerm, hs.Term)); err != nil {
+		// until it has them again (CatchUpAfterCut).
+		if owed > 0 {
+			var had CatchUp
+			had.Index, _ = w.GetUint64(catchUpKey)
+			had.Term, _ = w.GetUint64(catchUpTermKey)
+			var hs raftpb.HardState
+			if v, err := w.Get(hardStateKey); err == nil && len(v) > 0 && hs.Unmarshal(v) != nil {
+				hs.Term = 0 // unreadable: refuse every vote until caught up
+			}
+			if point, record := CatchUpAfterCut(had, owed, members, hs.Term); record {
+				if err := recordCatchUp(w, point); err != nil {
 					w.Close()
 					return nil, nil, nil, err
 				}
@@ -158,6 +164,9 @@ func openDiskWAL(dir string, cfg Config, snaps raft.SnapshotStore, space *spaceC
 		}
 		return s, s, s.Close, nil
 	case "boltdb":
+		if files.injected() {
+			return nil, nil, nil, errors.New("raftnode: LogStore \"boltdb\" keeps its own files; only raft-wal's can be given")
+		}
 		if _, err := os.Stat(walDir); err == nil {
 			return nil, nil, nil, fmt.Errorf("raftnode: %s holds a raft-wal WAL, but LogStore is %q", dir, kind)
 		}

@@ -14,6 +14,7 @@ import (
 // tells it the entry committed, which can come after the leader's
 // answer); and a node that knows no leader says so at once.
 func TestSyncBringsAFollowerUpToTheLeadersAcknowledgedWrites(t *testing.T) {
+	t.Parallel()
 	c := newTestCluster(t, 3)
 	lead := c.leader()
 	f := c.others(lead)[0]

@@ -45,6 +45,7 @@ func certsDir(t *testing.T) string {
 // handshake), and its own requests never reach the others: the leader
 // stays, and writes keep committing without it.
 func TestPeerTLSKeepsOutANodeFromAnotherCA(t *testing.T) {
+	t.Parallel()
 	good, foreign := certsDir(t), certsDir(t)
 	nodes := make([]*Node, 3)
 	for i := range nodes {

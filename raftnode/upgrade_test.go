@@ -119,6 +119,7 @@ func writeHashicorpDataDir(t *testing.T, cfg Config, voters []raft.Server, puts 
 // log tail after it, opens with every write in it, says so once in the
 // log, and is the raft engine's from then on.
 func TestASingleNodesHashicorpDataDirConvertsItselfOnce(t *testing.T) {
+	t.Parallel()
 	for _, store := range logStores {
 		t.Run(store, func(t *testing.T) {
 			cfg := testConfig(t.TempDir(), store)
@@ -168,6 +169,7 @@ func TestASingleNodesHashicorpDataDirConvertsItselfOnce(t *testing.T) {
 // larger cluster cannot change engines alone; Open refuses, naming the
 // way across, and leaves the data dir as it was.
 func TestAClusterMembersHashicorpDataDirIsNotConverted(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t.TempDir(), "wal")
 	cfg.NodeID = "n1"
 	voters := []raft.Server{
@@ -205,6 +207,7 @@ func (h *recordHandler) count(substr string) int {
 // that names it (etcd raft refuses one that does not). A converted
 // node's first peer is in the same place: its one snapshot names it alone.
 func TestANodeJoiningACompactedLeaderCatchesUp(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig(t.TempDir(), "wal")
 	cfg.NodeID = "n1"
 	cfg.SnapshotThreshold, cfg.CatchUpEntries = 8, 2
@@ -254,6 +257,7 @@ func flipNewestSnapshot(t *testing.T, dir string) {
 // fails its CRC; the node starts from the one before and replays the log
 // after it, losing nothing, and says which snapshot it passed over.
 func TestADamagedSnapshotIsPassedOverForTheOneBefore(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig(dir, "wal")
 	n := openFake(t, cfg, nil)
@@ -283,6 +287,7 @@ func TestADamagedSnapshotIsPassedOverForTheOneBefore(t *testing.T) {
 // TestADamagedOnlySnapshotIsRefusedNamingIt: with no snapshot before it
 // to fall back on, Open refuses, naming the snapshot and the damage.
 func TestADamagedOnlySnapshotIsRefusedNamingIt(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := testConfig(dir, "wal")
 	n := openFake(t, cfg, nil)

@@ -2,17 +2,16 @@ package raftnode
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 
-	"github.com/hashicorp/raft"
-	raftwal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/segment"
 	"github.com/hashicorp/raft-wal/types"
 )
@@ -56,10 +55,23 @@ type CorruptLogError struct {
 	// cutAt, for damage in the newest segment, is where the last intact
 	// batch before the damage ends: a repair can cut the file back to it
 	// (-1 elsewhere). seen is the index of the last entry whose frame
-	// starts between cutAt and the damage, FirstIndex-1 when none does.
+	// starts between cutAt and the damage, or in a whole batch after the
+	// damage, FirstIndex-1 when none does. owe is no lower than seen and
+	// bounds every entry whose frame may have started after cutAt, read
+	// or not: one for each walFrameMin bytes written after cutAt.
 	cutAt int64
 	seen  uint64
+	owe   uint64
+
+	// header: the segment's file header is damaged too, which raft-wal
+	// checks before it reads the segment at all (walheader.go).
+	header bool
 }
+
+// walFrameMin is the fewest bytes an entry takes in a segment: an 8-byte
+// frame header and a payload padded to 8 (raft-wal's encoding of a log
+// entry is never under 8 bytes).
+const walFrameMin = 16
 
 func (e *CorruptLogError) Error() string {
 	entries := fmt.Sprintf("entries from %d", e.FirstIndex)
@@ -83,6 +95,7 @@ func (e *CorruptLogError) Is(target error) bool { return target == ErrCorruptLog
 type verifyingFiler struct {
 	*segment.Filer
 	dir    string
+	fs     WALFS
 	repair bool
 	space  *spaceCheck  // nil: not measured (set once the WAL is open)
 	log    *slog.Logger // nil: torn writes are cleared without a word
@@ -90,8 +103,8 @@ type verifyingFiler struct {
 	found  *CorruptLogError
 }
 
-func newVerifyingFiler(dir string, f *segment.Filer, repair bool) *verifyingFiler {
-	return &verifyingFiler{Filer: f, dir: dir, repair: repair}
+func newVerifyingFiler(dir string, fsys WALFS, repair bool) *verifyingFiler {
+	return &verifyingFiler{Filer: segment.NewFiler(dir, fsys), dir: dir, fs: fsys, repair: repair}
 }
 
 // Create is called when raft-wal rotates to a new segment, after the
@@ -118,68 +131,75 @@ func (f *verifyingFiler) Create(info types.SegmentInfo) (types.SegmentWriter, er
 // (unless err), and hands both back.
 func (f *verifyingFiler) track(info types.SegmentInfo, w types.SegmentWriter, err error) (types.SegmentWriter, error) {
 	if err == nil {
-		f.tail.set(w, f.dir, info)
+		f.tail.set(w, f.fs, f.dir, info)
 	}
 	return w, err
 }
 
 func (f *verifyingFiler) Open(info types.SegmentInfo) (types.SegmentReader, error) {
-	if err := f.check(info, true); err != nil {
+	header, err := f.check(info, true)
+	if err != nil {
 		return nil, err
+	}
+	if header {
+		return f.damagedHeaderFiler(info, true).Open(info)
 	}
 	return f.Filer.Open(info)
 }
 
 func (f *verifyingFiler) RecoverTail(info types.SegmentInfo) (types.SegmentWriter, error) {
-	if err := f.check(info, false); err != nil {
+	header, err := f.check(info, false)
+	if err != nil {
 		return nil, err
+	}
+	if header {
+		w, err := f.damagedHeaderFiler(info, false).RecoverTail(info)
+		return f.track(info, w, err)
 	}
 	w, err := f.Filer.RecoverTail(info)
 	return f.track(info, w, err)
 }
 
-func (f *verifyingFiler) check(info types.SegmentInfo, sealed bool) error {
-	path := filepath.Join(f.dir, segment.FileName(info))
-	torn, err := verifySegment(path, info, sealed)
+// check verifies info's segment; with repair it records damage rather
+// than refuse it, and reports whether the damage includes the segment's
+// file header, which raft-wal would refuse.
+func (f *verifyingFiler) check(info types.SegmentInfo, sealed bool) (header bool, err error) {
+	name := segment.FileName(info)
+	torn, err := verifySegment(f.fs, f.dir, name, info, sealed)
 	if err == nil && torn >= 0 {
-		err = clearTornWrite(path, torn, f.log)
+		err = clearTornWrite(f.fs, f.dir, name, torn, f.log)
 	}
 	var ce *CorruptLogError
 	if !f.repair || !errors.As(err, &ce) {
-		return err
+		return false, err
 	}
-	if f.found == nil || ce.FirstIndex < f.found.FirstIndex {
+	// The repair cuts at the earliest damage, and everything after it
+	// goes: what later damage shows was synced is owed too, though
+	// raft-wal may not read that far (a damaged tail is read as empty).
+	debt := func(ce *CorruptLogError) uint64 { return max(ce.seen, ce.owe, ce.LastIndex) }
+	switch {
+	case f.found == nil:
 		f.found = ce
+	case ce.FirstIndex < f.found.FirstIndex:
+		ce.owe = max(ce.owe, debt(f.found))
+		f.found = ce
+	default:
+		f.found.owe = max(f.found.owe, debt(ce))
 	}
-	return nil
+	return ce.header, nil
 }
 
-// clearTornWrite zeros the torn batch at offset in the tail segment at
-// path, as if it had never been written, and syncs it. raft-wal would
+// clearTornWrite zeros the torn batch at offset in the tail segment
+// name, as if it had never been written, and syncs it. raft-wal would
 // drop the batch anyway and write the next one over it; but a crash
 // during that write could leave part of the torn batch's frames beyond
 // the new batch's end, which would then look like damage.
-func clearTornWrite(path string, offset int64, log *slog.Logger) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("raftnode: clear torn write: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("raftnode: clear torn write: %w", err)
-	}
-	if err := f.Truncate(offset); err != nil {
-		return fmt.Errorf("raftnode: clear torn write in %s at offset %d: %w", path, offset, err)
-	}
-	if err := f.Truncate(st.Size()); err != nil {
-		return fmt.Errorf("raftnode: clear torn write in %s at offset %d: %w", path, offset, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("raftnode: clear torn write: sync %s: %w", path, err)
+func clearTornWrite(fsys WALFS, dir, name string, offset int64, log *slog.Logger) error {
+	if err := fsys.ZeroFrom(dir, name, offset); err != nil {
+		return fmt.Errorf("raftnode: clear torn write in %s at offset %d: %w", name, offset, err)
 	}
 	if log != nil {
-		log.Warn("raft log: dropped a torn last write, a batch whose sync never finished, so that nothing in it was acknowledged", "file", path, "offset", offset)
+		log.Warn("raft log: dropped a torn last write, a batch whose sync never finished, so that nothing in it was acknowledged", "file", filepath.Join(dir, name), "offset", offset)
 	}
 	return nil
 }
@@ -217,21 +237,23 @@ func clearTornWrite(path string, offset int64, log *slog.Logger) error {
 //
 // One case looks like a torn write and passes: a damaged length in the
 // tail's last batch that jumps the scan into the zeros past the end.
-func verifySegment(path string, info types.SegmentInfo, sealed bool) (torn int64, err error) {
-	file, err := os.Open(path)
+func verifySegment(fsys WALFS, dir, name string, info types.SegmentInfo, sealed bool) (torn int64, err error) {
+	path := filepath.Join(dir, name)
+	file, err := fsys.OpenReader(dir, name)
 	if err != nil {
-		if !sealed && errors.Is(err, os.ErrNotExist) {
+		if !sealed && errors.Is(err, fs.ErrNotExist) {
 			return -1, nil
 		}
 		return -1, fmt.Errorf("raftnode: open log segment: %w", err)
 	}
 	defer file.Close()
-	st, err := file.Stat()
+	size, err := fsys.Size(dir, name)
 	if err != nil {
 		return -1, fmt.Errorf("raftnode: stat log segment: %w", err)
 	}
-	s := &segmentScan{r: bufio.NewReaderSize(file, 256<<10), size: st.Size(), zeroSector: -1}
+	s := &segmentScan{r: bufio.NewReaderSize(io.NewSectionReader(file, 0, size), 256<<10), size: size, zeroSector: -1}
 	crc := crc32.New(castagnoli)
+	var headerOK bool // the file header is the one the segment's record gives
 	corrupt := func(offset int64, first, last uint64, reason string, args ...any) *CorruptLogError {
 		return &CorruptLogError{File: path, Offset: offset, FirstIndex: first, LastIndex: last, Reason: fmt.Sprintf(reason, args...), cutAt: -1}
 	}
@@ -239,10 +261,46 @@ func verifySegment(path string, info types.SegmentInfo, sealed bool) (torn int64
 	// the end of its last intact batch.
 	tailDamage := func(ce *CorruptLogError, batchStart int64, seen uint64) error {
 		if !sealed {
-			ce.cutAt, ce.seen = batchStart, seen
+			// Whole batches after the damage carry their own indexes: a
+			// batch further on in the file than the last one counted,
+			// with later entries, is one the log went on to (what lay
+			// between is lost with it). Past the last such batch, every
+			// byte written may be frames the damage made unreadable (a
+			// misdirected write covers what it lands on with a copy of
+			// older entries, or a segment's header and first batch), and
+			// every entry took at least walFrameMin of them: the debt is
+			// a bound there, not a count.
+			written, forwardEnd := s.offset, batchStart
+			if at, rest, err := s.restAfterZeros(); err == nil {
+				for _, w := range wholeBatchesIn(rest) {
+					if !w.headerCopy && w.first > seen {
+						seen, forwardEnd = w.last, at+int64(w.end)
+					}
+				}
+				if trimmed := len(bytes.TrimRight(rest, "\x00")); trimmed > 0 {
+					written = at + int64(trimmed)
+				}
+			}
+			ce.LastIndex = max(ce.LastIndex, seen)
+			owe := seen
+			if written > forwardEnd {
+				owe += uint64((written - forwardEnd + walFrameMin - 1) / walFrameMin)
+			}
+			ce.cutAt, ce.seen, ce.owe = batchStart, seen, owe
+			if !headerOK {
+				// raft-wal reads no entry of a segment whose header does
+				// not match: the damage reaches back to its first entry,
+				// and the cut to its start. What was seen is still owed.
+				ce.FirstIndex, ce.cutAt, ce.header = info.BaseIndex, 0, true
+				if ce.Offset > 0 {
+					ce.Reason += "; and the file header does not match the segment"
+				}
+			}
 		}
 		return ce
 	}
+	// segmentFirst is the segment's first entry still in the log.
+	segmentFirst := max(info.BaseIndex, info.MinIndex)
 	// live reports whether any entry from first to last (0: unknown) is
 	// still part of the log.
 	live := func(first, last uint64) bool {
@@ -255,7 +313,18 @@ func verifySegment(path string, info types.SegmentInfo, sealed bool) (torn int64
 		return info.MaxIndex == 0 || first <= info.MaxIndex
 	}
 
-	var hdr [walFileHeaderLen]byte
+	var (
+		hdr     [walFileHeaderLen]byte
+		next    = info.BaseIndex // index of the next entry frame
+		commits int
+	)
+	// headerDamage is the tail's file header not matching the segment
+	// once a batch was committed to it: damage to every entry in it, up
+	// to the last one read (a header of a segment never committed to is
+	// rewritten with its first batch).
+	headerDamage := func(batchStart int64) error {
+		return tailDamage(corrupt(0, info.BaseIndex, next-1, "the file header does not match the segment (base index %d, id %d): no entry of it can be read", info.BaseIndex, info.ID), batchStart, next-1)
+	}
 	if err := s.read(hdr[:]); err != nil {
 		if !sealed && errors.Is(err, errShort) {
 			return -1, nil // created but never committed to
@@ -266,43 +335,93 @@ func verifySegment(path string, info types.SegmentInfo, sealed bool) (torn int64
 		return -1, fmt.Errorf("raftnode: read log segment %s: %w", path, err)
 	}
 	crc.Write(hdr[:])
-	headerOK := binary.LittleEndian.Uint32(hdr[0:4]) == walMagic && allZero(hdr[4:7]) && hdr[7] == walVersion &&
-		binary.LittleEndian.Uint64(hdr[8:16]) == info.BaseIndex &&
-		binary.LittleEndian.Uint64(hdr[16:24]) == info.ID &&
-		binary.LittleEndian.Uint64(hdr[24:32]) == info.Codec
+	headerOK = bytes.Equal(hdr[:], walHeader(info))
+	if sealed && !headerOK {
+		// raft-wal refuses to open it, and so to read any entry of it.
+		ce := corrupt(0, segmentFirst, info.MaxIndex, "the file header does not match the segment (base index %d, id %d): no entry of it can be read", info.BaseIndex, info.ID)
+		ce.header = true
+		return -1, ce
+	}
 
 	var (
 		batchStart int64 // the first batch includes the file header
 		batchFirst = info.BaseIndex
-		next       = info.BaseIndex // index of the next entry frame
 		sawIndex   bool
-		commits    int
+		misplaced  *misplacedEntry // in the batch being read
+		unchecked  bool            // the scan skipped to the index: its checksum covers bytes it did not read
+		// IndexStart is where a sealed segment's index's data starts,
+		// after its frame header.
+		indexFrame = int64(info.IndexStart) - walFrameHeaderLen
+		// offsets are where the entry frames of a sealed segment start,
+		// from its base index, as far as the scan read them before it
+		// skipped to the index: what the index must say.
+		offsets []uint32
 	)
 	var fh [walFrameHeaderLen]byte
 	for {
 		offset := s.offset
+		if sealed && offset == batchStart && !unchecked && offset < indexFrame && !live(batchFirst, 0) {
+			// The batches from here hold only entries a truncation
+			// dropped (a repair's cut leaves what it cut in place, and
+			// raft-wal seals the segment with its index after them):
+			// what raft-wal still reads of the segment is its index,
+			// which must be there, whatever these bytes hold. Damage in
+			// them once stopped the scan before the index, which then
+			// went unchecked: a bit flip in it later pointed raft-wal at
+			// no entry, and the member refused to start with "log entry
+			// 3: EOF" (internal/sim seed 100254). The index's checksum
+			// cannot be checked: when the seal rode in the last batch's
+			// commit, it covers that batch too.
+			if err := s.copy(io.Discard, indexFrame-offset); err != nil {
+				if !errors.Is(err, errShort) {
+					return -1, fmt.Errorf("raftnode: read log segment %s: %w", path, err)
+				}
+				if live(segmentFirst, 0) {
+					return -1, corrupt(offset, segmentFirst, 0, "the sealed segment ends before its index frame at offset %d", indexFrame)
+				}
+				return -1, nil
+			}
+			crc.Reset()
+			batchStart, unchecked = s.offset, true
+			continue
+		}
 		err := s.read(fh[:])
 		if err != nil && !errors.Is(err, errShort) {
 			return -1, fmt.Errorf("raftnode: read log segment %s: %w", path, err)
 		}
 		if err != nil || allZero(fh[:]) {
 			// The end of what was written. A sealed segment returns at its
-			// final commit, so it cannot get here; in the tail, frames
-			// after the last commit are a torn write if nothing follows.
+			// final commit, so it gets here only damaged; in the tail,
+			// frames after the last commit are a torn write if nothing
+			// follows.
 			if sealed {
-				return -1, corrupt(offset, batchFirst, 0, "the sealed segment ends before its index and commit frames")
+				switch {
+				case offset < indexFrame:
+					// In a batch with live entries: batches of dropped
+					// ones are skipped to the index where they start.
+					return -1, corrupt(offset, batchFirst, 0, "the sealed segment ends before its index and commit frames")
+				case live(segmentFirst, 0):
+					return -1, corrupt(offset, segmentFirst, 0, "the sealed segment's index frame, which every entry in it is read through, is missing")
+				}
+				return -1, nil // no entry in the log is read through it
 			}
 			if commits > 0 && !headerOK {
-				return -1, corrupt(0, info.BaseIndex, 0, "the file header does not match the segment (base index %d, id %d)", info.BaseIndex, info.ID)
+				return -1, headerDamage(batchStart)
 			}
-			if err != nil || offset == batchStart {
-				return -1, nil // the end of the file, or of the last batch
+			if err != nil {
+				return -1, nil // the end of the file
+			}
+			if offset == batchStart {
+				return afterLastBatch(path, s, offset, batchFirst, live, corrupt, tailDamage)
 			}
 			rest, err := s.restIsZero()
 			switch {
 			case err != nil:
 				return -1, fmt.Errorf("raftnode: read log segment %s: %w", path, err)
 			case rest:
+				if err := overrun(file, batchStart, offset, batchFirst, tailDamage, corrupt); err != nil {
+					return -1, err
+				}
 				return batchStart, nil // the last batch stops where writing stopped
 			case !live(batchFirst, 0):
 				return -1, nil
@@ -310,6 +429,35 @@ func verifySegment(path string, info types.SegmentInfo, sealed bool) (torn int64
 			return -1, tailDamage(corrupt(offset, batchFirst, 0, "a zeroed frame header inside the last batch, with data after it"), batchStart, next-1)
 		}
 		typ, length := fh[0], binary.LittleEndian.Uint32(fh[4:8])
+		if sealed && info.IndexStart > 0 && !sawIndex && offset >= indexFrame && live(segmentFirst, 0) {
+			// raft-wal finds every entry of a sealed segment through the
+			// index frame at the place its record gives. Damage before
+			// it that a cut made dead is skipped to it, and then anything
+			// but an index frame there would pass for frames after the
+			// cut (internal/sim seed 104: a batch that landed over the
+			// index, and raft-wal served entry offsets from its bytes).
+			entries := uint64(0)
+			if info.MaxIndex >= info.BaseIndex {
+				entries = info.MaxIndex - info.BaseIndex + 1
+			}
+			if offset != indexFrame || typ != walFrameIndex || !allZero(fh[1:4]) || length%4 != 0 || uint64(length) < 4*entries ||
+				offset+walFrameHeaderLen+int64(length) > s.size {
+				return -1, corrupt(offset, segmentFirst, info.MaxIndex, "the sealed segment's index frame at offset %d, which every entry in it is read through, is damaged: % x at offset %d", indexFrame, fh, offset)
+			}
+		}
+		if sealed && info.IndexStart > 0 && typ == walFrameIndex && offset < indexFrame {
+			// raft-wal reads a sealed segment's index only at the place
+			// its record gives; an index frame before it is a copy of a
+			// seal's batch that landed at another batch's place, over
+			// frames whose extent it does not show, and its own place,
+			// the real index, may read as zeros, which raft-wal takes as
+			// offset 0 for every entry. Taken for the index, it ended the
+			// scan before the real one (internal/sim seed 1200777: the
+			// repair cut only the one entry the copy counted, a snapshot
+			// held it, and raft-wal then read entry 301 at the file's
+			// header: "corrupt frame header with unknown type 13").
+			return -1, corrupt(batchStart, batchFirst, 0, "an index frame at offset %d, where the segment's index is at offset %d: a seal's batch written at another's place", offset, indexFrame)
+		}
 		known := typ == walFrameEntry || typ == walFrameIndex || typ == walFrameCommit
 		tooLong := typ != walFrameCommit && (int64(length) > segment.MaxEntrySize || offset+walFrameHeaderLen+int64(length) > s.size)
 		if !known || !allZero(fh[1:4]) || tooLong || (sawIndex && typ != walFrameCommit) {
@@ -326,24 +474,51 @@ func verifySegment(path string, info types.SegmentInfo, sealed bool) (torn int64
 			return -1, tailDamage(corrupt(offset, batchFirst, 0, "damaged frame header % x", fh), batchStart, seen)
 		}
 		if typ == walFrameCommit {
-			if got := crc.Sum32(); got != length {
-				if !sealed && s.zeroSectorSince(batchStart) {
+			if got := crc.Sum32(); got != length && !unchecked {
+				if !sealed && s.zeroSectorSince(batchStart) && (commits == 0 || headerOK) {
 					rest, err := s.restIsZero()
 					if err != nil {
 						return -1, fmt.Errorf("raftnode: read log segment %s: %w", path, err)
 					}
 					if rest {
+						if err := overrun(file, batchStart, offset, batchFirst, tailDamage, corrupt); err != nil {
+							return -1, err
+						}
 						return batchStart, nil // a page of the last batch never reached the disk
 					}
+				}
+				if sealed && sawIndex && live(segmentFirst, 0) {
+					// The batch holds the segment's index, which raft-wal
+					// reads every entry of the segment through: cutting the
+					// batch's own entries would leave the index damaged.
+					return -1, corrupt(batchStart, segmentFirst, 0, "checksum mismatch in the batch that holds the segment's index: its CRC-32C is %08x, its commit frame says %08x", got, length)
 				}
 				if live(batchFirst, next-1) {
 					return -1, tailDamage(corrupt(batchStart, batchFirst, next-1, "checksum mismatch: the batch's CRC-32C is %08x, its commit frame says %08x", got, length), batchStart, next-1)
 				}
 			}
+			if misplaced != nil && sealed && live(batchFirst, 0) {
+				// In a sealed segment the copy hides how many entries
+				// lay under it, so the count of the frames after it is
+				// not to be trusted, nor whether those it covered were
+				// live: the damage reaches to the segment's end. Counted
+				// as the copy's own entries, it was cut one batch at a
+				// time, each cut showing the next batch off by one, until
+				// the repair gave up after ten and the member refused to
+				// start (internal/sim seeds 1201564 and 1501818).
+				return -1, corrupt(batchStart, batchFirst, info.MaxIndex, "the entry frame at offset %d holds entry %d where entry %d belongs: a batch written at another's place, over entries it hides, up to the segment's last", misplaced.offset, misplaced.got, misplaced.want)
+			}
+			if misplaced != nil && live(batchFirst, next-1) {
+				// A whole batch, checksum and all, but not this place's:
+				// a write that landed where another belonged (a torn one
+				// fails its checksum instead, and was handled above).
+				return -1, tailDamage(corrupt(batchStart, batchFirst, next-1, "the entry frame at offset %d holds entry %d where entry %d belongs: a batch written at another's place", misplaced.offset, misplaced.got, misplaced.want), batchStart, next-1)
+			}
+			misplaced = nil
 			commits++
 			if sawIndex {
 				if !headerOK {
-					return -1, corrupt(0, info.BaseIndex, 0, "the file header does not match the segment (base index %d, id %d)", info.BaseIndex, info.ID)
+					return -1, headerDamage(batchStart) // a tail sealed, its record not yet
 				}
 				return -1, nil // sealed: the index and its commit end the segment
 			}
@@ -352,7 +527,48 @@ func verifySegment(path string, info types.SegmentInfo, sealed bool) (torn int64
 			continue
 		}
 		crc.Write(fh[:])
-		if err := s.copy(crc, int64(length)+int64(padding(int(length)))); err != nil {
+		rest := int64(length) + int64(padding(int(length)))
+		if typ == walFrameEntry && sealed && !unchecked {
+			offsets = append(offsets, uint32(offset))
+		}
+		if typ == walFrameIndex && unchecked {
+			// The index's checksum covers entries the scan skipped, so
+			// it cannot be checked: what it says of the entries still in
+			// the log is checked against where the scan found them.
+			if err := checkIndex(s, crc, length, info, segmentFirst, offsets); err != nil {
+				if !errors.Is(err, errBadIndex) && !errors.Is(err, errShort) {
+					return -1, fmt.Errorf("raftnode: read log segment %s: %w", path, err)
+				}
+				if live(segmentFirst, 0) {
+					return -1, corrupt(offset, segmentFirst, info.MaxIndex, "the sealed segment's index frame at offset %d, which every entry in it is read through, is damaged: %v", offset, err)
+				}
+			}
+			sawIndex = true
+			continue
+		}
+		if typ == walFrameEntry {
+			// The entry's own index leads its payload (raft-wal's
+			// BinaryCodec: a uvarint). raft-wal finds an entry by its
+			// place in the file and never reads the index back, so a
+			// batch written whole, checksum and all, at another batch's
+			// place would be served as the entries that belong there.
+			var lead [binary.MaxVarintLen64]byte
+			b := lead[:min(int64(len(lead)), int64(length))]
+			if err := s.read(b); err != nil {
+				if !sealed && errors.Is(err, errShort) {
+					return -1, nil
+				}
+				return -1, fmt.Errorf("raftnode: read log segment %s: %w", path, err)
+			}
+			crc.Write(b)
+			rest -= int64(len(b))
+			if got, n := binary.Uvarint(b); n <= 0 || got != next {
+				if misplaced == nil {
+					misplaced = &misplacedEntry{offset: offset, got: got, want: next}
+				}
+			}
+		}
+		if err := s.copy(crc, rest); err != nil {
 			if !sealed && errors.Is(err, errShort) {
 				return -1, nil
 			}
@@ -379,6 +595,11 @@ type segmentScan struct {
 
 	sectorWritten bool  // the sector being read has a byte that is not zero
 	zeroSector    int64 // where the last whole sector of zeros read starts; -1: none
+
+	// What restAfterZeros found, once it has run.
+	restDone bool
+	restAt   int64
+	rest     []byte
 }
 
 // sectorSize is the unit a disk writes whole or not at all.
@@ -439,20 +660,55 @@ func (s *segmentScan) copy(w io.Writer, n int64) error {
 // what a torn last write leaves behind in a preallocated segment. It
 // consumes the rest, so the scan ends after it.
 func (s *segmentScan) restIsZero() (bool, error) {
+	_, rest, err := s.restAfterZeros()
+	return rest == nil, err
+}
+
+// restAfterZeros skips the zeros from here (a preallocated segment is
+// mostly zeros past its last batch: they are read, not kept) and returns
+// where the first 8-byte word that is not zero starts and every byte
+// from it to the end; nil when there is none. It consumes the rest, and
+// a second call returns the same.
+func (s *segmentScan) restAfterZeros() (at int64, rest []byte, err error) {
+	if s.restDone {
+		return s.restAt, s.rest, nil
+	}
 	buf := make([]byte, 64<<10)
 	for {
-		n, err := s.r.Read(buf)
+		start := s.offset
+		n, rerr := io.ReadFull(s.r, buf)
 		s.offset += int64(n)
-		if !allZero(buf[:n]) {
-			return false, nil
+		if i := firstNonZero(buf[:n]); i >= 0 {
+			i -= int((start + int64(i)) % walFrameHeaderLen) // back to its word
+			if i < 0 {
+				i = 0 // the word began before this read: its zeros are gone
+			}
+			more, err := io.ReadAll(s.r)
+			if err != nil {
+				return 0, nil, err
+			}
+			s.offset += int64(len(more))
+			s.restAt, s.rest = start+int64(i), append(buf[i:n:n], more...)
+			s.restDone = true
+			return s.restAt, s.rest, nil
 		}
-		if errors.Is(err, io.EOF) {
-			return true, nil
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			s.restDone = true
+			return s.offset, nil, nil
 		}
-		if err != nil {
-			return false, err
+		if rerr != nil {
+			return 0, nil, rerr
 		}
 	}
+}
+
+func firstNonZero(b []byte) int {
+	for i, c := range b {
+		if c != 0 {
+			return i
+		}
+	}
+	return -1
 }
 
 func allZero(b []byte) bool {
@@ -467,100 +723,27 @@ func allZero(b []byte) bool {
 // padding is how many zero bytes align an n-byte payload to 8 bytes.
 func padding(n int) int { return (walFrameHeaderLen - n%walFrameHeaderLen) & (walFrameHeaderLen - 1) }
 
-// repairWAL cuts damage out of a WAL opened with repair. When a snapshot
-// covers every damaged entry, only the log's head up to the damage goes
-// and nothing is lost; otherwise the damaged entries and everything after
-// them go, and the node has lost them unless another member still has
-// them (a follower then gets them again from the leader).
-//
-// Damage past the last entry raft-wal reads (bytes after the newest
-// segment's last intact batch, or that segment cut off inside a frame)
-// is in no entry raft-wal holds, so deleting entries cannot remove it:
-// repairWAL then returns cut, which the caller runs once w is closed, to
-// cut the file back to its last intact batch.
-//
-// lostTo is the last index of the entries lost (0: none), which the
-// node then owes its cluster (catchup.go).
-func repairWAL(w *raftwal.WAL, damage *CorruptLogError, snaps raft.SnapshotStore, log *slog.Logger) (cut func() (lostTo uint64, err error), lostTo uint64, err error) {
-	first, err := w.FirstIndex()
-	if err != nil {
-		return nil, 0, fmt.Errorf("raftnode: repair log: %w", err)
+// errBadIndex is an index frame that does not say where the entries are.
+var errBadIndex = errors.New("bad index")
+
+// checkIndex reads the payload of a sealed segment's index frame, of
+// length bytes, and checks that it points every entry from first to the
+// segment's last at the frame the scan found it in (offsets, from the
+// segment's base index).
+func checkIndex(s *segmentScan, crc io.Writer, length uint32, info types.SegmentInfo, first uint64, offsets []uint32) error {
+	index := make([]byte, int(length)+padding(int(length)))
+	if err := s.read(index); err != nil {
+		return err
 	}
-	last, err := w.LastIndex()
-	if err != nil {
-		return nil, 0, fmt.Errorf("raftnode: repair log: %w", err)
-	}
-	var snapshot uint64
-	metas, err := snaps.List()
-	if err != nil {
-		return nil, 0, fmt.Errorf("raftnode: repair log: list snapshots: %w", err)
-	}
-	if len(metas) > 0 {
-		snapshot = metas[0].Index // newest first
-	}
-	if damage.cutAt >= 0 && damage.FirstIndex > last {
-		return func() (uint64, error) { return cutSegment(damage, snapshot, log) }, 0, nil
-	}
-	end := damage.LastIndex
-	if end == 0 || end > last {
-		end = last // where the damage ends is unknown: assume the end
-	}
-	var lo, hi, lostFrom uint64
-	switch {
-	case end <= snapshot:
-		lo, hi = first, end
-	case damage.FirstIndex <= snapshot+1:
-		lo, hi, lostFrom = first, last, snapshot+1
-	default:
-		lo, hi, lostFrom = damage.FirstIndex, last, damage.FirstIndex
-	}
-	if lo <= hi {
-		if err := w.DeleteRange(lo, hi); err != nil {
-			return nil, 0, fmt.Errorf("raftnode: repair log: delete entries %d..%d: %w", lo, hi, err)
+	crc.Write(index)
+	for i := first; i <= info.MaxIndex; i++ {
+		slot := i - info.BaseIndex
+		if slot >= uint64(len(offsets)) || 4*slot+4 > uint64(length) {
+			return fmt.Errorf("%w: entry %d, which the log holds, is not in it", errBadIndex, i)
+		}
+		if got := binary.LittleEndian.Uint32(index[4*slot:]); got != offsets[slot] {
+			return fmt.Errorf("%w: it puts entry %d at offset %d, whose frame is at offset %d", errBadIndex, i, got, offsets[slot])
 		}
 	}
-	if lostFrom == 0 || lostFrom > last {
-		log.Warn("repaired the raft log: removed damaged entries a snapshot covers; nothing was lost",
-			"damage", damage.Error(), "removed_from", lo, "removed_to", hi, "snapshot_index", snapshot)
-		return nil, 0, nil
-	}
-	log.Error("repaired the raft log: removed damaged entries and all after them; acknowledged writes in that range are lost on this node unless another member has them",
-		"damage", damage.Error(), "lost_from", lostFrom, "lost_to", last, "snapshot_index", snapshot)
-	return nil, last, nil
-}
-
-// cutSegment cuts the newest segment back to the end of its last intact
-// batch, keeping the file's size: what follows reads as zeros, as in a
-// preallocated segment never written that far. Entries whose frames
-// started in the cut-off bytes are lost, unless the snapshot holds them.
-// A torn batch never gets here (clearTornWrite drops it), so the cut
-// batch was synced, and may have been acknowledged.
-func cutSegment(damage *CorruptLogError, snapshot uint64, log *slog.Logger) (lostTo uint64, err error) {
-	f, err := os.OpenFile(damage.File, os.O_RDWR, 0)
-	if err != nil {
-		return 0, fmt.Errorf("raftnode: repair log: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return 0, fmt.Errorf("raftnode: repair log: %w", err)
-	}
-	if err := f.Truncate(damage.cutAt); err != nil {
-		return 0, fmt.Errorf("raftnode: repair log: cut %s at offset %d: %w", damage.File, damage.cutAt, err)
-	}
-	if err := f.Truncate(max(st.Size(), damage.cutAt)); err != nil {
-		return 0, fmt.Errorf("raftnode: repair log: zero %s after offset %d: %w", damage.File, damage.cutAt, err)
-	}
-	if err := f.Sync(); err != nil {
-		return 0, fmt.Errorf("raftnode: repair log: sync %s: %w", damage.File, err)
-	}
-	lostFrom, lostTo := max(damage.FirstIndex, snapshot+1), damage.seen
-	if lostFrom > lostTo {
-		log.Warn("repaired the raft log: cut the damage after the newest segment's last intact batch off; no entry was lost",
-			"damage", damage.Error(), "file", damage.File, "cut_at", damage.cutAt, "last_index", damage.FirstIndex-1, "snapshot_index", snapshot)
-		return 0, nil
-	}
-	log.Error("repaired the raft log: cut the newest segment back to its last intact batch; the entries of the damaged batch, which were synced and may have been acknowledged, are lost on this node unless another member has them",
-		"damage", damage.Error(), "file", damage.File, "cut_at", damage.cutAt, "lost_from", lostFrom, "lost_to", lostTo, "last_index", damage.FirstIndex-1, "snapshot_index", snapshot)
-	return lostTo, nil
+	return nil
 }

@@ -26,17 +26,20 @@ func walTestConfig(t testing.TB, dir string) Config {
 // bigValue is a 60 KB value whose bytes say which key it belongs to.
 func bigValue(i int) string { return strings.Repeat(fmt.Sprintf("value-%03d|", i), 6000) }
 
-// fillWAL writes n big values into a fresh wal node on dir and closes it.
-func fillWAL(t *testing.T, dir string, n int) {
+// fillWAL writes n big values into a fresh wal node on dir, closes it,
+// and returns the index of the last entry it wrote.
+func fillWAL(t *testing.T, dir string, n int) uint64 {
 	t.Helper()
 	node := openFake(t, walTestConfig(t, dir), nil)
 	waitLeader(t, node)
 	for i := range n {
 		put(t, node, fmt.Sprintf("k%03d", i), bigValue(i))
 	}
+	last := node.AppliedIndex()
 	if err := node.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
+	return last
 }
 
 // segments lists the wal's segment files, oldest first.
@@ -75,6 +78,7 @@ func flipByteOf(t *testing.T, file string, i int) int64 {
 }
 
 func TestCorruptionInASealedSegmentIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fillWAL(t, dir, 40)
 	segs := segments(t, dir)
@@ -101,6 +105,7 @@ func TestCorruptionInASealedSegmentIsRefused(t *testing.T) {
 }
 
 func TestCorruptionInTheTailsOlderBatchIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fillWAL(t, dir, 40)
 	segs := segments(t, dir)
@@ -160,6 +165,7 @@ func overwrite(t *testing.T, file string, offset int64, b []byte) {
 // (its commit frame) did. (The batches here were acknowledged, which a
 // torn one never is: the damage only takes their shape.)
 func TestATornLastWriteIsDropped(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name string
 		tear func(t *testing.T, tail string)
@@ -172,6 +178,18 @@ func TestATornLastWriteIsDropped(t *testing.T) {
 		{"a sector inside the batch never written", func(t *testing.T, tail string) {
 			at := (writtenEnd(t, tail) - 30000) &^ (sectorSize - 1)
 			overwrite(t, tail, at, make([]byte, sectorSize))
+		}},
+		{"the batch's first sectors never written, later ones were", func(t *testing.T, tail string) {
+			// Its first frame header and the start of its entry: nothing
+			// whole follows, so it was never synced (a zeroed batch with
+			// whole batches after it is a lost write: walmisplaced_test.go).
+			data, err := os.ReadFile(tail)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _ := batchSpan(t, data, 9)
+			end := (s/sectorSize + 2) * sectorSize
+			overwrite(t, tail, s, make([]byte, end-s))
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -210,6 +228,7 @@ func TestATornLastWriteIsDropped(t *testing.T) {
 // dropped in silence. The outside check that found this overwrote the
 // last 16 bytes of the newest segment's data with random bytes.
 func TestDamageToTheLastBatchIsRefused(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name   string
 		damage func(t *testing.T, tail string)
@@ -253,6 +272,7 @@ func TestDamageToTheLastBatchIsRefused(t *testing.T) {
 }
 
 func TestRepairLogCutsTheDamageOff(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fillWAL(t, dir, 40)
 	segs := segments(t, dir)
@@ -286,6 +306,7 @@ func TestRepairLogCutsTheDamageOff(t *testing.T) {
 // Damage in entries a snapshot already holds loses nothing: the repair
 // drops only the head of the log up to the damage.
 func TestRepairLogKeepsEverythingWhenASnapshotCoversTheDamage(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	n := openFake(t, walTestConfig(t, dir), nil)
 	waitLeader(t, n)
@@ -344,6 +365,7 @@ func tailEnd(t *testing.T, file string) (end, lastEntry int64, lastLen int) {
 // reads, so deleting entries cannot remove it: the repair must cut the
 // file back to its last intact batch, name what it lost, and start.
 func TestRepairLogCutsDamageAfterTheLastEntry(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name   string
 		damage func(t *testing.T, tail string)
@@ -385,14 +407,7 @@ func TestRepairLogCutsDamageAfterTheLastEntry(t *testing.T) {
 			if _, err := open(walTestConfig(t, dir), newFake(nil)); !errors.Is(err, ErrCorruptLog) {
 				t.Fatalf("got = %v without RepairLog, expected: ErrCorruptLog", err)
 			}
-			var logs syncBuffer
-			cfg := walTestConfig(t, dir)
-			cfg.RepairLog = true
-			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-			n, err := open(cfg, newFake(nil))
-			if err != nil {
-				t.Fatalf("got = %v with RepairLog, expected: it starts", err)
-			}
+			n, logs := openRepairing(t, dir)
 			waitLeader(t, n)
 			if !strings.Contains(logs.String(), "repaired the raft log") || !strings.Contains(logs.String(), tt.logged) {
 				t.Fatalf("got = log %q, expected: the repair reported with %q", logs.String(), tt.logged)
@@ -414,6 +429,21 @@ func TestRepairLogCutsDamageAfterTheLastEntry(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openRepairing opens the wal node on dir with RepairLog, which must
+// start it, and returns it with what it logged.
+func openRepairing(t *testing.T, dir string) (*Node, *syncBuffer) {
+	t.Helper()
+	logs := &syncBuffer{}
+	cfg := walTestConfig(t, dir)
+	cfg.RepairLog = true
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	n, err := open(cfg, newFake(nil))
+	if err != nil {
+		t.Fatalf("got = %v with RepairLog, expected: it starts", err)
+	}
+	return n, logs
 }
 
 // syncBuffer is a log destination raft's goroutines may write to while

@@ -8,9 +8,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftwal "github.com/hashicorp/raft-wal"
-	"github.com/hashicorp/raft-wal/fs"
-	"github.com/hashicorp/raft-wal/metadb"
-	"github.com/hashicorp/raft-wal/segment"
 	"github.com/hashicorp/raft-wal/types"
 )
 
@@ -53,6 +50,7 @@ type walOptions struct {
 	logger      *slog.Logger
 	space       *spaceCheck // measured around every new segment
 	tail        *walTail    // told of every tail segment the filer hands out
+	files       DiskFiles   // the segments' file system and the meta store
 }
 
 // openWAL opens raft-wal in dir with every segment's checksums verified.
@@ -60,11 +58,11 @@ type walOptions struct {
 // returned, for the caller to cut off; without it a damaged log is a
 // *CorruptLogError.
 func openWAL(dir string, o walOptions) (*raftwal.WAL, *CorruptLogError, error) {
-	filer := newVerifyingFiler(dir, segment.NewFiler(dir, fs.New()), o.repair)
+	filer := newVerifyingFiler(dir, o.files.wal(), o.repair)
 	filer.tail, filer.log = o.tail, o.logger
 	// raft-wal leaves its meta store open when Open fails, and its file
 	// lock would block the next open in this process forever.
-	meta := &metadb.BoltMetaDB{}
+	meta := o.files.meta()
 	w, err := raftwal.Open(dir,
 		raftwal.WithLogger(newHCLogger(o.logger, "wal")),
 		raftwal.WithSegmentFiler(filer),
@@ -131,14 +129,15 @@ func (s *walStore) reopen() error {
 	w, err := s.open()
 	if err != nil {
 		// Without a WAL raft can neither read nor write: keep trying for a
-		// while (space was just seen free), then fail loudly.
+		// while (space was just seen free), then stop the node: what the
+		// open found is for the repair a start makes.
 		for range 10 {
 			if w, err = s.open(); err == nil {
 				break
 			}
 		}
 		if err != nil {
-			panic(fmt.Sprintf("raftnode: reopen the log in %s after a full disk: %v", s.dir, err))
+			return fmt.Errorf("raftnode: reopen the log in %s after a failed write: %w: %w", s.dir, ErrLogDamaged, err)
 		}
 	}
 	s.w, s.broken = w, nil
