@@ -60,4 +60,12 @@
 // The same stream then pays 0.24 ms an event, the predicates run on the
 // publishing goroutine instead of a wake-up each; the open-watch limits
 // (frontend.Node.HoldWatch) bound how many there are.
+//
+// A predicate still costs every publish a call for every waiting feed:
+// with 10^4 idle watches, each of its own key, a Lock+Unlock went from
+// 1.4 ms to 11 ms. A watch of one key, the common case, is opened with
+// OpenKey: its hub watcher is indexed by that key (watch.Watcher.WantKey)
+// and a publish of other keys does no work for it. A Level asked for
+// wakes a waiting feed of either kind through watch.Watcher.WakeAt, so
+// that no predicate has to watch for it.
 package keyfeed

@@ -58,6 +58,8 @@ type Batch struct {
 type Feed struct {
 	src    Source
 	filter func(*statemachine.Event) bool
+	// key is the one key the feed is for (OpenKey), nil for any.
+	key *string
 	// from is the start: live events of a KV revision below it are
 	// older. 0 until the first read pins "now".
 	from int64
@@ -96,14 +98,42 @@ func Open(ctx context.Context, src Source, start int64, filter func(*statemachin
 		filter = func(*statemachine.Event) bool { return true }
 	}
 	f := &Feed{src: src, filter: filter, from: start, next: start, rev: -1, marked: make(chan struct{}, 1)}
-	if start > 0 {
-		src.Sync(ctx)
-	}
-	if err := f.read(ctx); err != nil {
-		f.Close()
+	if err := f.begin(ctx); err != nil {
 		return nil, err
 	}
 	return f, nil
+}
+
+// OpenKey is Open for the events of one key, those of key that filter
+// (nil: all) accepts. The hub then wakes the feed only for that key's
+// events (watch.Watcher.WantKey), and a publish of other keys does no
+// work for it at all, where a feed of Open costs every publish a look
+// at its filter: open a watch of one key with OpenKey.
+func OpenKey(ctx context.Context, src Source, start int64, key string, filter func(*statemachine.Event) bool) (*Feed, error) {
+	if start < 0 {
+		return nil, fmt.Errorf("keyfeed: start revision %d is negative", start)
+	}
+	mine := func(e *statemachine.Event) bool {
+		return e.KV != nil && e.KV.Key == key && (filter == nil || filter(e))
+	}
+	f := &Feed{src: src, filter: mine, key: &key, from: start, next: start, rev: -1, marked: make(chan struct{}, 1)}
+	if err := f.begin(ctx); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// begin makes the first read of a feed Open or OpenKey built, and
+// closes it on an error.
+func (f *Feed) begin(ctx context.Context) error {
+	if f.from > 0 {
+		f.src.Sync(ctx)
+	}
+	if err := f.read(ctx); err != nil {
+		f.Close()
+		return err
+	}
+	return nil
 }
 
 // Revision is the KV revision of the state Open read (0 while keys take
@@ -257,7 +287,11 @@ func (f *Feed) read(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		hw.Want(f.wants)
+		if f.key != nil {
+			hw.WantKey(watch.KVKey(*f.key))
+		} else {
+			hw.Want(f.wants)
+		}
 		f.hub, f.scanned = hw, follow-1
 		if kvRev != 0 {
 			f.next = max(f.next, kvRev+1)
@@ -277,16 +311,14 @@ func (f *Feed) see(e *statemachine.Event) bool {
 	return e.Type.IsKey() && e.KV != nil && e.KV.ModRevision >= f.from && f.filter(e)
 }
 
-// wants is the hub watcher's wake predicate (watch.Watcher.Want): the
-// events see takes, and any at or past a Level asked for and not yet
-// handed over. It runs on the goroutine that publishes, so it reads
-// only what does not change once the watcher is open (from, filter) and
-// atomics: an etcd stream's watches are then woken only by their own
-// keys' events, not each by every publish.
+// wants is the wake predicate (watch.Watcher.Want) of the hub watcher
+// of a feed of more than one key: the events see takes. It runs on the
+// goroutine that publishes, so it reads only what does not change once
+// the watcher is open (from, filter): an etcd stream's watches are then
+// woken only by their own keys' events, not each by every publish. A
+// feed of one key has the hub index it by that key instead (OpenKey).
+// A Level asked for wakes either kind through watch.Watcher.WakeAt.
 func (f *Feed) wants(e *statemachine.Event) bool {
-	if m := f.mark.Load(); m > f.reported.Load() && e.Revision >= m {
-		return true
-	}
 	return e.Type.IsKey() && e.KV != nil && e.KV.ModRevision >= f.from && f.filter(e)
 }
 
@@ -330,8 +362,12 @@ func (f *Feed) live(ctx context.Context) (Batch, error) {
 			f.next = b.Revision + 1
 			return b, nil
 		}
-		if m := f.mark.Load(); m > f.reported.Load() && f.level() >= m {
-			return Batch{Level: f.level()}, nil
+		if m := f.mark.Load(); m > f.reported.Load() {
+			if f.level() >= m {
+				return Batch{Level: f.level()}, nil
+			}
+			// A Mark after this is a wake-up (marked), and calls again.
+			f.hub.WakeAt(m)
 		}
 		select {
 		case <-wait:

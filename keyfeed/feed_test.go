@@ -302,3 +302,46 @@ func TestFeedAcrossTheKeysClockChange(t *testing.T) {
 	}
 	expect(t, f, fmt.Sprintf("@%d: PUT k@%d", r3, r3))
 }
+
+// A feed of one key is woken by its key's events only, and does not lag
+// for the others, more than the hub keeps; a Mark still has its Level
+// once the revision is published, though no event of the key comes: the
+// hub wakes the waiting feed at that revision.
+func TestFeedOfOneKeyAnswersAMarkWithoutEventsOfItsKey(t *testing.T) {
+	n := newNode(4)
+	f, err := OpenKey(testCtx(t), n, 0, "k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	for range 10 {
+		n.put(t, "other")
+	}
+	n.put(t, "k/under") // a key under it is not it
+	r := n.put(t, "k")
+	expect(t, f, fmt.Sprintf("@%d: PUT k@%d", r, r))
+
+	g := n.hub.Revision()
+	f.Mark(g + 1) // not published yet
+	got := make(chan Batch, 1)
+	go func() {
+		b, err := f.Next(testCtx(t))
+		if err != nil {
+			b.Level = -1
+		}
+		got <- b
+	}()
+	select {
+	case b := <-got:
+		t.Fatalf("Next handed over %s level %d before the mark was published", show(b), b.Level)
+	case <-time.After(50 * time.Millisecond):
+	}
+	n.put(t, "other")
+	b := <-got
+	if len(b.Events) != 0 || b.Level < g+1 {
+		t.Fatalf("got = %s level %d, expected: no events, level %d or more", show(b), b.Level, g+1)
+	}
+	if !blocks(f) {
+		t.Error("a mark answered twice")
+	}
+}

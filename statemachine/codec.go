@@ -3,6 +3,7 @@ package statemachine
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"unicode/utf8"
@@ -58,6 +59,26 @@ type encoder struct {
 	// checkUTF8 makes str record in notUTF8 a string that is not UTF-8:
 	// for the JSON form, which cannot carry one.
 	checkUTF8, notUTF8 bool
+	// w, when set, takes b whenever it has grown past flushAt, between
+	// the items of a list (encodeSlice), so that a snapshot is written
+	// in pieces rather than built whole beside the state it copies; err
+	// is w's first error, after which nothing more is written.
+	w   io.Writer
+	err error
+}
+
+// flushAt is how much an encoder with a writer holds before it writes.
+const flushAt = 64 << 10
+
+// flush writes what b holds to w, if the encoder has one.
+func (e *encoder) flush() {
+	if e.w == nil || len(e.b) == 0 {
+		return
+	}
+	if e.err == nil {
+		_, e.err = e.w.Write(e.b)
+	}
+	e.b = e.b[:0]
 }
 
 func (e *encoder) uint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
@@ -127,6 +148,9 @@ func encodeSlice[T any](e *encoder, s []T, enc func(*encoder, *T)) {
 	e.uint(uint64(len(s)))
 	for i := range s {
 		enc(e, &s[i])
+		if len(e.b) >= flushAt {
+			e.flush()
+		}
 	}
 }
 

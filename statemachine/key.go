@@ -42,7 +42,7 @@ func (m *Machine) putKey(key, value string, ttl, sessionID int64) (kv, prev *Key
 		}
 	}
 	if sessionID != 0 {
-		m.sessions[sessionID].keys[key] = struct{}{}
+		m.sessions[sessionID].bind(key)
 	}
 	m.keys.ReplaceOrInsert(next)
 	m.usage.Keys += keyCost(next)

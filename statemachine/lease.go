@@ -18,7 +18,7 @@ func (m *Machine) acquire(c Acquire) Result {
 		return Result{Err: err}
 	}
 	capacity := max(c.Capacity, 1)
-	l, exists := m.leases[c.Lease]
+	l, exists := m.leases.get(c.Lease)
 	if exists {
 		if i := slices.IndexFunc(l.Holders, func(g Grant) bool { return g.SessionID == s.ID }); i >= 0 {
 			g := l.Holders[i]
@@ -46,7 +46,7 @@ func (m *Machine) acquire(c Acquire) Result {
 	// From here on the command succeeds.
 	if !exists {
 		l = &Lease{LeaseID: c.Lease, Capacity: capacity, CreateRevision: m.revision + 1}
-		m.leases[c.Lease] = l
+		m.leases.put(l)
 	}
 	if !free {
 		if len(l.Holders) == 0 && len(l.Waiters) == 0 {
@@ -55,10 +55,10 @@ func (m *Machine) acquire(c Acquire) Result {
 			// the same capacity do not fail with ErrCapacityMismatch.
 			l.Capacity = capacity
 		}
-		s.waiting[c.Lease] = struct{}{}
+		s.wait(l.LeaseID)
 		l.GCAfter = c.GCAfter
 		l.Waiters = append(l.Waiters, Waiter{SessionID: s.ID, Holder: s.Identity, Since: m.now, Value: c.Value, Exclusive: c.Exclusive, MaxHold: c.MaxHold})
-		l.ModRevision = m.emit(Event{Type: EventLeaseWaiting, Lease: c.Lease, SessionID: s.ID, Holder: s.Identity})
+		l.ModRevision = m.emit(Event{Type: EventLeaseWaiting, Lease: l.LeaseID, SessionID: s.ID, Holder: s.Identity})
 		m.askStepDown(l)
 		return Result{Lease: cloneLease(l), Queued: true}
 	}
@@ -92,7 +92,7 @@ func (m *Machine) grant(l *Lease, s *sessionState, value string, exclusive bool,
 	if transition {
 		l.Transitions++
 	}
-	s.held[l.LeaseID] = struct{}{}
+	s.hold(l)
 	return g
 }
 
@@ -168,7 +168,7 @@ func (m *Machine) setPreferred(c SetPreferred) Result {
 	if !m.atLeast(2) {
 		return Result{Err: fmt.Errorf("%w: preferred holders need cluster version 2, the cluster runs %d: upgrade every member", ErrNotSupported, m.ClusterVersion())}
 	}
-	l, ok := m.leases[c.Lease]
+	l, ok := m.leases.get(c.Lease)
 	if !ok {
 		return Result{Err: fmt.Errorf("%w: %s", ErrLeaseNotFound, c.Lease)}
 	}
@@ -192,11 +192,12 @@ func (m *Machine) collectLeases(c CollectLeases) Result {
 		return Result{} // proposed by an earlier leader, or too early to run
 	}
 	for _, il := range c.Leases {
-		l, ok := m.leases[il.Lease]
+		l, ok := m.leases.get(il.Lease)
 		if !ok || !l.Idle() || l.GCAfter <= 0 || l.ModRevision != il.Revision {
 			continue // gone, busy again, or changed since it was timed
 		}
-		delete(m.leases, il.Lease)
+		m.leases.delete(il.Lease)
+		m.usage.Leases -= l.cost
 		ev := Event{Type: EventLeaseDeleted, Lease: il.Lease, Reason: "idle for " + time.Duration(l.GCAfter).String()}
 		if l.Last != nil {
 			ev.Holder, ev.Token = l.Last.Holder, l.Last.Token
@@ -207,7 +208,7 @@ func (m *Machine) collectLeases(c CollectLeases) Result {
 }
 
 func (m *Machine) findHolder(id LeaseID, token int64) (*Lease, int, error) {
-	l, ok := m.leases[id]
+	l, ok := m.leases.get(id)
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: %s", ErrLeaseNotFound, id)
 	}
@@ -234,7 +235,7 @@ func (m *Machine) release(c Release) Result {
 func (m *Machine) removeHolder(l *Lease, i int, typ EventType, reason string) Grant {
 	g := l.Holders[i]
 	l.Holders = slices.Delete(l.Holders, i, i+1)
-	delete(m.sessions[g.SessionID].held, l.LeaseID)
+	delete(m.sessions[g.SessionID].held, l)
 	how := EndReleased
 	if typ == EventLeaseRevoked {
 		how = EndRevoked
@@ -260,7 +261,7 @@ func (m *Machine) setValue(c SetValue) Result {
 }
 
 func (m *Machine) revoke(c Revoke) Result {
-	l, ok := m.leases[c.Lease]
+	l, ok := m.leases.get(c.Lease)
 	if !ok {
 		return Result{Err: fmt.Errorf("%w: %s", ErrLeaseNotFound, c.Lease)}
 	}
@@ -296,7 +297,7 @@ func (m *Machine) revoke(c Revoke) Result {
 }
 
 func (m *Machine) cancelWait(c CancelWait) Result {
-	l, ok := m.leases[c.Lease]
+	l, ok := m.leases.get(c.Lease)
 	if !ok {
 		return Result{Err: fmt.Errorf("%w: %s", ErrLeaseNotFound, c.Lease)}
 	}
@@ -334,7 +335,7 @@ func (m *Machine) endLockDelays(c EndLockDelays) Result {
 		return Result{}
 	}
 	for _, d := range c.Delays {
-		l, ok := m.leases[d.Lease]
+		l, ok := m.leases.get(d.Lease)
 		if !ok || l.DelayRevision == 0 || l.DelayRevision != d.Revision {
 			continue
 		}
@@ -347,7 +348,7 @@ func (m *Machine) endLockDelays(c EndLockDelays) Result {
 
 // Lease returns a copy of a lease.
 func (m *Machine) Lease(id LeaseID) (Lease, bool) {
-	l, ok := m.leases[id]
+	l, ok := m.leases.get(id)
 	if !ok {
 		return Lease{}, false
 	}
@@ -358,10 +359,8 @@ func (m *Machine) Lease(id LeaseID) (Lease, bool) {
 // by namespace and name.
 func (m *Machine) Leases(namespace string) []Lease {
 	var out []Lease
-	for id, l := range m.leases {
-		if namespace == "" || id.Namespace == namespace {
-			out = append(out, *cloneLease(l))
-		}
+	for l := range m.leases.in(namespace) {
+		out = append(out, *cloneLease(l))
 	}
 	slices.SortFunc(out, func(a, b Lease) int { return compareLeaseID(a.LeaseID, b.LeaseID) })
 	return out
@@ -369,6 +368,7 @@ func (m *Machine) Leases(namespace string) []Lease {
 
 func cloneLease(l *Lease) *Lease {
 	out := *l
+	out.cost = 0
 	out.Holders = slices.Clone(l.Holders)
 	out.Waiters = slices.Clone(l.Waiters)
 	out.Labels = cloneLabels(l.Labels)
@@ -434,7 +434,7 @@ type MaxHoldGrant struct {
 // reads without copying the leases, so the leader can look every second.
 func (m *Machine) MaxHoldGrants() []MaxHoldGrant {
 	var out []MaxHoldGrant
-	for _, l := range m.leases {
+	for l := range m.leases.all() {
 		for _, g := range l.Holders {
 			if g.MaxHold > 0 {
 				out = append(out, MaxHoldGrant{Lease: l.LeaseID, Token: g.Token, Holder: g.Holder, AcquireTime: g.AcquireTime, MaxHold: g.MaxHold, AskedToStep: g.StepDown != ""})
@@ -446,7 +446,7 @@ func (m *Machine) MaxHoldGrants() []MaxHoldGrant {
 
 // LeaseLabel is one label of a lease, read without copying the lease.
 func (m *Machine) LeaseLabel(id LeaseID, key string) (string, bool) {
-	l, ok := m.leases[id]
+	l, ok := m.leases.get(id)
 	if !ok {
 		return "", false
 	}

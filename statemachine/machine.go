@@ -38,7 +38,7 @@ type Machine struct {
 	epoch      int64
 	sessions   map[int64]*sessionState
 	identities map[string]int // open sessions per identity
-	leases     map[LeaseID]*Lease
+	leases     leaseIndex
 	keys       *btree.BTreeG[*KeyValue]
 	members    map[string]string // node ID → advertised API address
 	versions   map[string]int    // node ID → the version its build runs
@@ -53,11 +53,10 @@ type Machine struct {
 	leaseIDs        map[int64]int64
 	etcdAddrs       map[string]string // node ID → advertised etcd API address
 
-	// usage is the bytes held (usage.go), leaseCosts each lease's share
-	// of usage.Leases; alarms are the alarms raised (alarm.go).
-	usage      Usage
-	leaseCosts map[LeaseID]int64
-	alarms     map[AlarmMember]struct{}
+	// usage is the bytes held (usage.go; each lease keeps its share of
+	// usage.Leases in Lease.cost); alarms are the alarms raised (alarm.go).
+	usage  Usage
+	alarms map[AlarmMember]struct{}
 	// auth is etcd's users and roles (authstore.go).
 	auth authStore
 
@@ -75,14 +74,13 @@ func New() *Machine {
 	return &Machine{
 		sessions:   map[int64]*sessionState{},
 		identities: map[string]int{},
-		leases:     map[LeaseID]*Lease{},
+		leases:     newLeaseIndex(),
 		keys:       btree.NewG(32, keyLess),
 		members:    map[string]string{},
 		versions:   map[string]int{},
 		history:    newHistory(),
 		leaseIDs:   map[int64]int64{},
 		etcdAddrs:  map[string]string{},
-		leaseCosts: map[LeaseID]int64{},
 		alarms:     map[AlarmMember]struct{}{},
 		auth:       newAuthStore(),
 	}
@@ -195,7 +193,7 @@ func (m *Machine) settleIdle() {
 	m.touched = slices.Compact(m.touched)
 	m.countLeases(m.touched)
 	for _, id := range m.touched {
-		l, ok := m.leases[id]
+		l, ok := m.leases.get(id)
 		if !ok {
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // A snapshot is JSON before cluster version 6 (BinaryVersion), whose
@@ -47,6 +48,11 @@ type snapshot struct {
 	// binary form they follow the alarms (an empty list then, when none
 	// is raised), so that a snapshot without them reads as before.
 	Auth *authSnapshot `json:"auth,omitempty"`
+
+	// live, when set, stands for Leases in the binary form: the
+	// machine's own records in order, written as they are rather than
+	// copied first (Snapshot).
+	live []*Lease
 }
 
 type keyVersion struct {
@@ -60,13 +66,52 @@ type keyVersion struct {
 
 // Snapshot writes the whole state. Two machines that applied the same
 // commands write the same bytes.
+//
+// The binary form is written from the machine's own lease records,
+// without copying them, in pieces of about flushAt bytes as they are
+// encoded: a copy of every lease, and the whole encoding beside it, would
+// each weigh about as much as the state itself, for as long as the
+// snapshot takes. The machine must not change until Snapshot returns.
 func (m *Machine) Snapshot(w io.Writer) error {
+	snap := m.snapshotState()
+	if !m.atLeast(BinaryVersion) {
+		snap.Leases = m.Leases("")
+		// No command that is not UTF-8 is applied below BinaryVersion
+		// (EncodeJSON refuses it, and raftnode refuses a binary entry):
+		// should one be anyway, fail rather than let JSON rewrite it.
+		check := encoder{checkUTF8: true}
+		snap.encode(&check)
+		if check.notUTF8 {
+			return fmt.Errorf("write snapshot: %w: the state holds bytes that are not UTF-8 at cluster version %d, and JSON would rewrite them", ErrNotUTF8, m.ClusterVersion())
+		}
+		if err := json.NewEncoder(w).Encode(&snap); err != nil {
+			return fmt.Errorf("write snapshot: %w", err)
+		}
+		return nil
+	}
+	snap.live = make([]*Lease, 0, m.leases.len())
+	for l := range m.leases.all() {
+		snap.live = append(snap.live, l)
+	}
+	slices.SortFunc(snap.live, func(a, b *Lease) int { return compareLeaseID(a.LeaseID, b.LeaseID) })
+	e := encoder{b: make([]byte, 0, flushAt+flushAt/4), w: w}
+	e.b = append(e.b, binarySnapshotMagic...)
+	e.uint(binarySnapshotFormat)
+	snap.encode(&e)
+	e.flush()
+	if e.err != nil {
+		return fmt.Errorf("write snapshot: %w", e.err)
+	}
+	return nil
+}
+
+// snapshotState is the state to snapshot, but for its leases.
+func (m *Machine) snapshotState() snapshot {
 	snap := snapshot{
 		Version:  snapshotVersion,
 		Revision: m.revision,
 		Epoch:    m.epoch,
 		Sessions: m.Sessions(),
-		Leases:   m.Leases(""),
 		Members:  m.members,
 
 		Versions:       m.versions,
@@ -85,27 +130,7 @@ func (m *Machine) Snapshot(w io.Writer) error {
 		snap.History = append(snap.History, keyVersion{Key: v.Key, Main: v.Main, Sub: v.Sub, KV: v.KV, Expired: v.Expired})
 	}
 	snap.Keys, _ = m.Range("", 0)
-	if !m.atLeast(BinaryVersion) {
-		// No command that is not UTF-8 is applied below BinaryVersion
-		// (EncodeJSON refuses it, and raftnode refuses a binary entry):
-		// should one be anyway, fail rather than let JSON rewrite it.
-		check := encoder{checkUTF8: true}
-		snap.encode(&check)
-		if check.notUTF8 {
-			return fmt.Errorf("write snapshot: %w: the state holds bytes that are not UTF-8 at cluster version %d, and JSON would rewrite them", ErrNotUTF8, m.ClusterVersion())
-		}
-		if err := json.NewEncoder(w).Encode(&snap); err != nil {
-			return fmt.Errorf("write snapshot: %w", err)
-		}
-		return nil
-	}
-	e := encoder{b: append([]byte(nil), binarySnapshotMagic...)}
-	e.uint(binarySnapshotFormat)
-	snap.encode(&e)
-	if _, err := w.Write(e.b); err != nil {
-		return fmt.Errorf("write snapshot: %w", err)
-	}
-	return nil
+	return snap
 }
 
 // readSnapshot reads a snapshot in either form.
@@ -146,7 +171,17 @@ func (s *snapshot) encode(e *encoder) {
 		e.int(s.OpenTime)
 		e.int(s.LeaseID)
 	})
-	encodeSlice(e, s.Leases, encodeLease)
+	if s.live != nil {
+		e.uint(uint64(len(s.live)))
+		for _, l := range s.live {
+			encodeLease(e, l)
+			if len(e.b) >= flushAt {
+				e.flush()
+			}
+		}
+	} else {
+		encodeSlice(e, s.Leases, encodeLease)
+	}
 	encodeSlice(e, s.Keys, encodeKeyValue)
 	e.labels(s.Members)
 	e.intMap(s.Versions)
@@ -330,20 +365,20 @@ func (m *Machine) Restore(r io.Reader) error {
 	}
 	for i := range snap.Leases {
 		l := &snap.Leases[i]
-		next.leases[l.LeaseID] = l
+		next.leases.put(l)
 		for _, g := range l.Holders {
 			s, err := session(g.SessionID, "a grant of "+l.LeaseID.String())
 			if err != nil {
 				return err
 			}
-			s.held[l.LeaseID] = struct{}{}
+			s.hold(l)
 		}
 		for _, w := range l.Waiters {
 			s, err := session(w.SessionID, "a waiter of "+l.LeaseID.String())
 			if err != nil {
 				return err
 			}
-			s.waiting[l.LeaseID] = struct{}{}
+			s.wait(l.LeaseID)
 		}
 	}
 	for i := range snap.Keys {
@@ -353,7 +388,7 @@ func (m *Machine) Restore(r io.Reader) error {
 			if err != nil {
 				return err
 			}
-			s.keys[kv.Key] = struct{}{}
+			s.bind(kv.Key)
 		}
 		next.keys.ReplaceOrInsert(kv)
 	}

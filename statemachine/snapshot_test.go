@@ -280,3 +280,52 @@ func TestRestoreRefusesDamagedBinarySnapshots(t *testing.T) {
 		})
 	}
 }
+
+// TestBinarySnapshotIsWrittenInPiecesAndAsACopyWouldBe checks that a
+// binary snapshot written straight from the machine's leases, in pieces,
+// is byte for byte the encoding of a copy of the state, and that a
+// writer's error is returned.
+func TestBinarySnapshotIsWrittenInPiecesAndAsACopyWouldBe(t *testing.T) {
+	m := New()
+	applyOK(t, m, 1, SetVersion{Version: BinaryVersion})
+	id := applyOK(t, m, 1, open("a")).Session.ID
+	value := strings.Repeat("v", 100)
+	for i := range 3000 { // far past flushAt
+		applyOK(t, m, 1, Acquire{SessionID: id, Lease: LeaseID{Namespace: "ns", Name: fmt.Sprintf("l%d", 2999-i)}, Capacity: 1, Value: value})
+	}
+	whole := m.snapshotState()
+	whole.Leases = m.Leases("")
+	e := encoder{b: append([]byte(nil), binarySnapshotMagic...)}
+	e.uint(binarySnapshotFormat)
+	whole.encode(&e)
+
+	var w countingWriter
+	if err := m.Snapshot(&w); err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	if !bytes.Equal(w.Bytes(), e.b) {
+		t.Fatalf("snapshot written in pieces: got = %d bytes, expected: the %d bytes of a copy's encoding", w.Len(), len(e.b))
+	}
+	if w.writes < 2 {
+		t.Fatalf("writes: got = %d, expected: several pieces of about %d bytes", w.writes, flushAt)
+	}
+
+	broken := errors.New("disk full")
+	if err := m.Snapshot(failingWriter{broken}); !errors.Is(err, broken) {
+		t.Fatalf("Snapshot to a failing writer: got = %v, expected: %v", err, broken)
+	}
+}
+
+type countingWriter struct {
+	bytes.Buffer
+	writes int
+}
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.writes++
+	return w.Buffer.Write(p)
+}
+
+type failingWriter struct{ err error }
+
+func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }

@@ -107,15 +107,12 @@ func leaseCost(l *Lease) int64 {
 // date: every change of a lease emits an event about it.
 func (m *Machine) countLeases(touched []LeaseID) {
 	for _, id := range touched {
-		was := m.leaseCosts[id]
-		var now int64
-		if l, ok := m.leases[id]; ok {
-			now = leaseCost(l)
-			m.leaseCosts[id] = now
-		} else {
-			delete(m.leaseCosts, id)
+		// A lease deleted (collectLeases) was uncounted there.
+		if l, ok := m.leases.get(id); ok {
+			now := leaseCost(l)
+			m.usage.Leases += now - l.cost
+			l.cost = now
 		}
-		m.usage.Leases += now - was
 	}
 }
 
@@ -138,16 +135,22 @@ func (m *Machine) recount() (Usage, map[LeaseID]int64) {
 	for _, s := range m.sessions {
 		u.Sessions += sessionCost(&s.Session)
 	}
-	costs := make(map[LeaseID]int64, len(m.leases))
-	for id, l := range m.leases {
-		costs[id] = leaseCost(l)
-		u.Leases += costs[id]
+	costs := make(map[LeaseID]int64, m.leases.len())
+	for l := range m.leases.all() {
+		costs[l.LeaseID] = leaseCost(l)
+		u.Leases += costs[l.LeaseID]
 	}
 	return u, costs
 }
 
 // resetUsage replaces the count with a recount.
-func (m *Machine) resetUsage() { m.usage, m.leaseCosts = m.recount() }
+func (m *Machine) resetUsage() {
+	var costs map[LeaseID]int64
+	m.usage, costs = m.recount()
+	for l := range m.leases.all() {
+		l.cost = costs[l.LeaseID]
+	}
+}
 
 // CompactionTarget is the oldest KV revision whose compaction brings the
 // history's bytes down to at most limit, as near as dropping the oldest

@@ -17,8 +17,12 @@ func checkUsage(t tb, m *Machine) {
 	if m.Usage() != u {
 		t.Fatalf("bytes held: got = %+v as applied, expected: %+v counted afresh", m.Usage(), u)
 	}
-	if !maps.Equal(m.leaseCosts, costs) {
-		t.Fatalf("bytes per lease: got = %v as applied, expected: %v counted afresh", m.leaseCosts, costs)
+	kept := make(map[LeaseID]int64, m.leases.len())
+	for l := range m.leases.all() {
+		kept[l.LeaseID] = l.cost
+	}
+	if !maps.Equal(kept, costs) {
+		t.Fatalf("bytes per lease: got = %v as applied, expected: %v counted afresh", kept, costs)
 	}
 }
 

@@ -17,6 +17,17 @@
 // from (DESIGN.md, safety rule 8: watches never silently drop); the others
 // are not affected.
 //
+// Waiting costs a watcher nothing per publish only if the hub can tell,
+// without asking it, that an event is not for it. A watcher on the hub's
+// broadcast is woken by every publish, to scan the new events itself; one
+// with a wake predicate (Want) is asked about each, on the publishing
+// goroutine. Either is O(waiting watchers) a publish. A watcher of one
+// key or lease (WantKey), the common case, waits in an index by that key,
+// and a publish looks up its events' keys only: the cost is the watchers
+// woken, and a waiting keyed watcher is moved past the events it did not
+// want lazily, when it is next looked at (keyed.go argues why that is
+// exact). Prefix and range watchers still pay O(watchers) a publish.
+//
 // The history is bounded twice: by a count of events (the ring) and by
 // the bytes of their keys, values and names (NewHubBytes), because a
 // count alone does not bound memory when each event may carry two values

@@ -80,6 +80,7 @@ type Hub struct {
 	// chunk per reader, never for a reader that is blocked.
 	mu       sync.RWMutex
 	ring     []slot // revision r lives in ring[r mod len(ring)] while oldest <= r <= last
+	history  int    // the events kept at most: len(ring) grows to it (grow)
 	oldest   int64  // oldest revision kept; last+1 when the history is empty
 	last     int64  // last revision published
 	bytes    int64  // payload of the events kept
@@ -91,10 +92,19 @@ type Hub struct {
 	watchers map[*Watcher]struct{} // open watchers, for Reset to judge
 	// waiting are the watchers with a wake predicate (Watcher.Want) that
 	// wait for events: Publish wakes each only for events it wants, on
-	// its own channel. waitMu guards it and their wake channels, since
+	// its own channel. keyed are the waiting watchers of one key
+	// (Watcher.WantKey), by that key, and timed those of them that also
+	// wait for a revision (Watcher.WakeAt): Publish looks up its events'
+	// keys and never visits the others (keyed.go). waitMu guards these,
+	// the watchers' wake channels, indexed, keyPos and wakeAt, since
 	// readers register under the shared lock.
 	waitMu  sync.Mutex
 	waiting map[*Watcher]struct{}
+	keyed   map[Key][]*Watcher
+	timed   map[*Watcher]struct{}
+	// visits counts the waiting watchers Publish and Reset looked at,
+	// for tests to tell that a publish does no work per idle watcher.
+	visits int64
 }
 
 type slot struct {
@@ -104,9 +114,11 @@ type slot struct {
 
 // NewHub returns a Hub that keeps the last history events (DefaultHistory
 // if history <= 0), and at most history × 1 KiB of their keys, values and
-// names, whichever limit is reached first. The ring of history events is
-// allocated up front (about 160 bytes an event). Its first expected
-// revision is 1; call Reset to start elsewhere.
+// names, whichever limit is reached first. The ring of history events
+// (about 170 bytes an event) starts at firstRing events and doubles as
+// events arrive until it holds history: a node that publishes little
+// does not hold, nor have the garbage collector budget for, the full
+// ring. Its first expected revision is 1; call Reset to start elsewhere.
 func NewHub(history int) *Hub { return NewHubBytes(history, 0) }
 
 // NewHubBytes is NewHub with a budget of maxBytes for the keys, values
@@ -123,26 +135,34 @@ func NewHubBytes(history int, maxBytes int64) *Hub {
 		budget = min(budget, maxBytes)
 	}
 	return &Hub{
-		ring:     make([]slot, history),
+		ring:     make([]slot, min(history, firstRing)),
+		history:  history,
 		oldest:   1,
 		maxBytes: budget,
 		notify:   make(chan struct{}),
 		watchers: make(map[*Watcher]struct{}),
 		waiting:  make(map[*Watcher]struct{}),
+		keyed:    make(map[Key][]*Watcher),
+		timed:    make(map[*Watcher]struct{}),
 	}
 }
+
+// firstRing is the ring's length before it first grows.
+const firstRing = 1024
 
 // MaxBytes is the budget for the payload of the events kept.
 func (h *Hub) MaxBytes() int64 { return h.maxBytes }
 
-// Bytes is what the history holds: its ring, allocated up front, and the
-// payload of the events kept (keys, values and names, estimated as the
-// budget counts them). Values an event shares with the state are counted
-// here too: the history may keep them after the state let them go.
+// Bytes is what the history holds: its ring, counted at the full length
+// it grows to (for the storage quota, what the ring may take whenever
+// events come, not what it has taken so far), and the payload of the
+// events kept (keys, values and names, estimated as the budget counts
+// them). Values an event shares with the state are counted here too: the
+// history may keep them after the state let them go.
 func (h *Hub) Bytes() int64 {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	return int64(len(h.ring))*int64(unsafe.Sizeof(slot{})) + h.bytes
+	return int64(h.history)*int64(unsafe.Sizeof(slot{})) + h.bytes
 }
 
 // Revision returns the revision of the last event published, or the
@@ -167,19 +187,24 @@ func (h *Hub) Revision() int64 {
 //     revision): it resyncs from rev+1.
 //
 // A watcher at exactly rev+1, or waiting for a revision past both the old
-// and the new last revision, has missed nothing and carries on.
+// and the new last revision, has missed nothing and carries on. A keyed
+// watcher waiting for its key (WantKey) is judged as at the old last
+// revision + 1: it wanted none of the events before.
 func (h *Hub) Reset(rev int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.waitMu.Lock()
+	defer h.waitMu.Unlock()
 	h.reset(rev)
-	h.wake()
-	h.wakeWaiting(nil)
 }
 
 // Publish appends the events of applied commands, oldest first, and wakes
 // the watchers waiting for them. Only the FSM goroutine calls it. It never
-// waits for a watcher, and costs O(len(events)) whatever the number of
-// watchers. The hub keeps the events as given (a shallow copy): neither the
+// waits for a watcher. It costs O(len(events)) for the watchers that wait
+// on the hub's broadcast and those of one key (WantKey) that the events
+// are not for, however many; plus a look at each waiting watcher with a
+// wake predicate (Want) or a revision to wake at (WakeAt), and a wake-up
+// for each watcher woken. The hub keeps the events as given (a shallow copy): neither the
 // caller nor any watcher may modify them afterwards.
 //
 // Each event's revision must be the one after the last. If it is not, the
@@ -196,15 +221,19 @@ func (h *Hub) Publish(events []statemachine.Event) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	wanted := func(w *Watcher) bool { return w.wantsAny() }
+	h.waitMu.Lock()
+	defer h.waitMu.Unlock()
 	for i := range events {
 		ev := &events[i]
 		if ev.Revision != h.last+1 {
-			h.reset(ev.Revision - 1)
-			wanted = nil // every waiting watcher must see the reset
+			h.reset(ev.Revision - 1) // wakes every waiting watcher
 		}
 		if h.last-h.oldest+1 == int64(len(h.ring)) {
-			h.dropOldest()
+			if len(h.ring) < h.history {
+				h.grow()
+			} else {
+				h.dropOldest()
+			}
 		}
 		s := &h.ring[h.slot(ev.Revision)]
 		s.ev = *ev
@@ -216,20 +245,25 @@ func (h *Hub) Publish(events []statemachine.Event) {
 		for h.bytes > h.maxBytes && h.oldest < h.last {
 			h.dropOldest()
 		}
+		// Before the next event, so that a gap's reset judges the keyed
+		// watchers left as wanting nothing published so far.
+		h.wakeKeyed(ev)
 	}
 	h.wake()
-	h.wakeWaiting(wanted)
+	h.wakeWaiting(func(w *Watcher) bool { return w.wantsAny() })
+	h.wakeTimed()
 }
 
 // wakeWaiting wakes the waiting watchers with a wake predicate that
-// should (every one when should is nil); the caller holds mu exclusively.
+// should (every one when should is nil); the caller holds mu exclusively,
+// and waitMu.
 func (h *Hub) wakeWaiting(should func(*Watcher) bool) {
-	h.waitMu.Lock()
-	defer h.waitMu.Unlock()
 	for w := range h.waiting {
+		h.visits++
 		if should != nil && !should(w) {
 			continue
 		}
+		w.wakeAt = 0
 		close(w.wake)
 		w.wake = nil
 		delete(h.waiting, w)
@@ -266,12 +300,13 @@ func (h *Hub) Watch(start int64, filter func(*statemachine.Event) bool) (*Watche
 }
 
 // wantsAny reports whether w, waiting, wants one of the events published
-// since it looked, or must be told it lagged; else it moves w past them,
-// as its scan would have, so that events it does not want neither wake
-// nor lag it. The caller holds mu exclusively.
+// since it looked, or the revision it is to wake at (WakeAt), or must be
+// told it lagged; else it moves w past them, as its scan would have, so
+// that events it does not want neither wake nor lag it. The caller holds
+// mu exclusively, and waitMu.
 func (w *Watcher) wantsAny() bool {
 	h := w.hub
-	if w.err != nil || w.cursor < h.oldest {
+	if w.err != nil || w.cursor < h.oldest || w.wakeAt != 0 && w.wakeAt <= h.last {
 		return true
 	}
 	for rev := w.cursor; rev <= h.last; rev++ {
@@ -283,8 +318,18 @@ func (w *Watcher) wantsAny() bool {
 	return false
 }
 
-// reset empties the history; the caller holds mu exclusively.
+// reset empties the history and wakes every waiting watcher, for it to
+// learn whether it lagged; the caller holds mu exclusively, and waitMu.
 func (h *Hub) reset(rev int64) {
+	// A keyed watcher still waiting wanted none of the events published
+	// since it began to: releasing it moves its cursor past them, to
+	// be judged like any other.
+	h.wake()
+	h.wakeWaiting(nil)
+	for _, ws := range h.keyed {
+		h.releaseAll(ws, h.last+1)
+	}
+	clear(h.keyed)
 	for w := range h.watchers {
 		if w.err != nil {
 			continue
@@ -302,6 +347,16 @@ func (h *Hub) reset(rev int64) {
 		h.dropOldest()
 	}
 	h.oldest, h.last, h.bytes = rev+1, rev, 0
+}
+
+// grow doubles the ring, up to history, keeping every event; the
+// caller holds mu exclusively.
+func (h *Hub) grow() {
+	ring := make([]slot, min(2*len(h.ring), h.history))
+	for rev := h.oldest; rev <= h.last; rev++ {
+		ring[uint64(rev)%uint64(len(ring))] = h.ring[h.slot(rev)]
+	}
+	h.ring = ring
 }
 
 // dropOldest discards the oldest event kept; the caller holds mu
@@ -355,10 +410,19 @@ type Watcher struct {
 	// goroutine writes them then) and by Reset under the write lock.
 	cursor int64 // next revision to read
 	err    error // set once the watcher lagged; returned from then on
-	// wants is the wake predicate (Want); wake, guarded by hub.waitMu,
-	// the channel Publish closes for it while it waits.
+	// wants is the wake predicate (Want), key the one key (WantKey);
+	// fixed before the first Next.
 	wants func(*statemachine.Event) bool
-	wake  chan struct{}
+	key   *Key
+	// Guarded by hub.waitMu. wake is the channel Publish closes for w
+	// while it waits, when it has wants or key. indexed says w waits in
+	// hub.keyed, at keyPos in its key's list: its cursor is then stale,
+	// and hub.last+1 in effect (keyed.go). wakeAt is the revision that
+	// is to wake it too (WakeAt), 0 for none.
+	wake    chan struct{}
+	indexed bool
+	keyPos  int
+	wakeAt  int64
 
 	onWait func() // tests: called when Next is about to block
 }
@@ -431,6 +495,12 @@ func (w *Watcher) scan() (ev statemachine.Event, found bool, wait <-chan struct{
 	if w.err != nil {
 		return ev, false, nil, w.err
 	}
+	// Still waiting for its key, w wanted none of the events since it
+	// began to; indexed changes only under the exclusive lock or on this
+	// goroutine.
+	if w.indexed {
+		w.cursor = h.last + 1
+	}
 	// The slot of every revision in [oldest, last] holds that revision;
 	// below oldest it has been cleared or reused by a newer one.
 	if w.cursor < h.oldest {
@@ -451,25 +521,34 @@ func (w *Watcher) scan() (ev statemachine.Event, found bool, wait <-chan struct{
 }
 
 // waitChannel is what w, having looked at every event published, waits
-// on: the hub's broadcast, or with a wake predicate a channel of its own
-// that Publish closes only for events it wants. The caller holds mu,
-// shared.
+// on: the hub's broadcast, or with a wake predicate or a key a channel of
+// its own that Publish closes only for events it wants. The caller holds
+// mu, shared, on Next's goroutine.
 func (w *Watcher) waitChannel() <-chan struct{} {
-	if w.wants == nil {
+	if w.wants == nil && w.key == nil {
 		return w.hub.notify
 	}
 	h := w.hub
 	h.waitMu.Lock()
 	defer h.waitMu.Unlock()
-	if w.wake == nil {
-		w.wake = make(chan struct{})
+	if w.wake != nil {
+		return w.wake
+	}
+	wake := make(chan struct{})
+	w.wake = wake
+	if w.key != nil {
+		h.index(w)
+	} else {
 		h.waiting[w] = struct{}{}
 	}
-	return w.wake
+	if w.wakeAt != 0 && w.wakeAt <= h.last {
+		h.release(w, h.last+1)
+	}
+	return wake
 }
 
 // Want makes Publish wake w only for events wants accepts, and move w
-// past the events it rejects, while w waits. One watcher among many, of
+// past the events it rejects, while w waits. It replaces a WantKey. One watcher among many, of
 // a few keys each (an etcd stream's watches, each a key feed), is then
 // neither woken nor lagged by the events of the others: without it every
 // publish wakes every waiting watcher to look, one goroutine each.
@@ -482,15 +561,21 @@ func (w *Watcher) waitChannel() <-chan struct{} {
 func (w *Watcher) Want(wants func(*statemachine.Event) bool) {
 	w.hub.mu.Lock()
 	defer w.hub.mu.Unlock()
-	w.wants = wants
+	w.wants, w.key = wants, nil
 }
 
 // Looked is the revision of the last event w has looked at, or that
 // Publish moved it past: every event up to it that the filter accepts has
 // been returned.
 func (w *Watcher) Looked() int64 {
-	w.hub.mu.RLock()
-	defer w.hub.mu.RUnlock()
+	h := w.hub
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	h.waitMu.Lock()
+	defer h.waitMu.Unlock()
+	if w.indexed {
+		return h.last
+	}
 	return w.cursor - 1
 }
 
@@ -504,6 +589,10 @@ func (w *Watcher) Close() {
 		delete(h.watchers, w)
 		h.waitMu.Lock()
 		delete(h.waiting, w)
+		delete(h.timed, w)
+		if w.indexed {
+			h.unindex(w)
+		}
 		h.waitMu.Unlock()
 		h.mu.Unlock()
 	})

@@ -66,17 +66,28 @@ func TestLeaseFilter(t *testing.T) {
 // checks every read against a model that keeps only the spec: a watcher
 // gets the next event its filter accepts after the last one it got, or
 // ErrLagged naming exactly the first revision it missed, or waits.
+//
+// A keyed watcher (WantKey) that waits is, to the model, at the revision
+// after the last one published until an event of its key is: then it is
+// at that event. A keyed watcher never lags for events it did not want
+// while it waited.
 func TestWatchersSeeExactlyTheirFilteredSubsequence(t *testing.T) {
+	ab, xl := KVKey("ab"), LeaseKey(statemachine.LeaseID{Namespace: "x", Name: "l"})
 	filters := []struct {
 		name string
 		f    func(*statemachine.Event) bool
+		key  *Key
 	}{
-		{"everything", nil},
-		{"nothing", func(*statemachine.Event) bool { return false }},
-		{"prefix a", KeyFilter("a", true)},
-		{"key ab", KeyFilter("ab", false)},
-		{"namespace x", LeaseFilter("x")},
-		{"every lease", LeaseFilter("")},
+		{"everything", nil, nil},
+		{"nothing", func(*statemachine.Event) bool { return false }, nil},
+		{"prefix a", KeyFilter("a", true), nil},
+		{"key ab", KeyFilter("ab", false), nil},
+		{"namespace x", LeaseFilter("x"), nil},
+		{"every lease", LeaseFilter(""), nil},
+		{"keyed ab", KeyFilter("ab", false), &ab},
+		{"keyed lease x/l", func(e *statemachine.Event) bool {
+			return e.Type.IsLease() && e.Lease == statemachine.LeaseID{Namespace: "x", Name: "l"}
+		}, &xl},
 	}
 	type watcher struct {
 		w      *Watcher
@@ -87,6 +98,9 @@ func TestWatchersSeeExactlyTheirFilteredSubsequence(t *testing.T) {
 		cursor int64
 		err    error // the LaggedError it got, returned from then on
 		closed bool
+		// waiting is set for a keyed watcher whose last read found
+		// nothing, until an event of its key or a reset.
+		waiting bool
 	}
 
 	rapid.Check(t, func(rt *rapid.T) {
@@ -107,6 +121,9 @@ func TestWatchersSeeExactlyTheirFilteredSubsequence(t *testing.T) {
 		}
 		reset := func(rev int64) {
 			for _, w := range watchers {
+				if w.waiting {
+					w.cursor, w.waiting = last+1, false
+				}
 				switch {
 				case w.err != nil || w.closed:
 				case w.cursor <= rev:
@@ -153,6 +170,11 @@ func TestWatchersSeeExactlyTheirFilteredSubsequence(t *testing.T) {
 						delete(kept, oldest)
 						oldest++
 					}
+					for _, w := range watchers {
+						if w.waiting && accepts(w.filter, ev) {
+							w.cursor, w.waiting = ev.Revision, false
+						}
+					}
 				}
 			},
 			"reset": func(rt *rapid.T) {
@@ -174,6 +196,9 @@ func TestWatchersSeeExactlyTheirFilteredSubsequence(t *testing.T) {
 				if err != nil {
 					rt.Fatalf("Watch(%d): got %v, expected a watcher", start, err)
 				}
+				if k := filters[f].key; k != nil {
+					w.WantKey(*k)
+				}
 				cursor := start
 				if start == 0 {
 					cursor = last + 1
@@ -185,6 +210,9 @@ func TestWatchersSeeExactlyTheirFilteredSubsequence(t *testing.T) {
 					rt.Skip("no watchers")
 				}
 				w := watchers[rapid.IntRange(0, len(watchers)-1).Draw(rt, "watcher")]
+				if w.waiting {
+					w.cursor = last + 1
+				}
 				ev, err := nextErr(w.w)
 				switch {
 				case w.closed:
@@ -218,6 +246,7 @@ func TestWatchersSeeExactlyTheirFilteredSubsequence(t *testing.T) {
 						filters[w.filter].name, w.cursor, last, ev.Revision, err)
 				}
 				w.cursor = max(w.cursor, last+1)
+				w.waiting = filters[w.filter].key != nil
 			},
 			"close": func(rt *rapid.T) {
 				if len(watchers) == 0 {

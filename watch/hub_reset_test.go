@@ -98,17 +98,7 @@ func TestReset(t *testing.T) {
 				t.Errorf("got Revision() = %d, expected: %d", got, tt.reset)
 			}
 			puts(h, tt.reset+1, max(tt.reset+1, tt.nextRev), "k")
-			ev, err := nextErr(w)
-			if tt.resync != 0 {
-				var le *LaggedError
-				if !errors.As(err, &le) || le.Resync != tt.resync {
-					t.Errorf("got %v, expected a LaggedError resyncing from %d", err, tt.resync)
-				}
-				return
-			}
-			if err != nil || ev.Revision != tt.nextRev {
-				t.Errorf("got revision = %d, err = %v, expected: revision %d", ev.Revision, err, tt.nextRev)
-			}
+			requireResyncOrNext(t, w, tt.resync, tt.nextRev)
 		})
 	}
 }
@@ -222,4 +212,21 @@ func TestAByteBudgetBelowTheCountsShortensTheHistory(t *testing.T) {
 	// A budget above the count's changes nothing: the count's wins.
 	expect("budget above history × 1 KiB", NewHubBytes(10, 1<<30).MaxBytes(), 10<<10)
 	expect("no budget", NewHubBytes(10, 0).MaxBytes(), 10<<10)
+}
+
+// requireResyncOrNext checks w's next read after a reset: a LaggedError
+// resyncing from resync when that is not 0, else the event at nextRev.
+func requireResyncOrNext(t *testing.T, w *Watcher, resync, nextRev int64) {
+	t.Helper()
+	ev, err := nextErr(w)
+	if resync != 0 {
+		var le *LaggedError
+		if !errors.As(err, &le) || le.Resync != resync {
+			t.Errorf("got %v, expected a LaggedError resyncing from %d", err, resync)
+		}
+		return
+	}
+	if err != nil || ev.Revision != nextRev {
+		t.Errorf("got revision = %d, err = %v, expected: revision %d", ev.Revision, err, nextRev)
+	}
 }

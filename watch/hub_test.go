@@ -213,3 +213,52 @@ func BenchmarkPublish(b *testing.B) {
 		})
 	}
 }
+
+// TestTheRingGrowsAsEventsArriveAndKeepsEveryOne checks that a hub
+// whose ring starts short keeps every event across its growth, for a
+// watcher that began before it and for one that starts in the past,
+// and once full holds history events and drops the oldest.
+func TestTheRingGrowsAsEventsArriveAndKeepsEveryOne(t *testing.T) {
+	const history = 3*firstRing + 100 // the last growth stops short of a doubling
+	h := NewHub(history)
+	if got := len(h.ring); got != firstRing {
+		t.Fatalf("ring of a new hub: got = %d slots, expected: %d", got, firstRing)
+	}
+	early, err := h.Watch(1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer early.Close()
+	puts(h, 1, history, "k")
+	if got := len(h.ring); got != history {
+		t.Fatalf("ring after %d events: got = %d slots, expected: %d", history, got, history)
+	}
+	late, err := h.Watch(1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close()
+	for rev := int64(1); rev <= history; rev++ {
+		for _, w := range []*Watcher{early, late} {
+			if got := mustNext(t, w).Revision; got != rev {
+				t.Fatalf("event read: got = revision %d, expected: %d", got, rev)
+			}
+		}
+	}
+	puts(h, history+1, history+10, "k")
+	if got := len(h.ring); got != history {
+		t.Fatalf("ring past history: got = %d slots, expected: %d", got, history)
+	}
+	if _, err := h.Watch(10, nil); !errors.Is(err, ErrCompacted) {
+		t.Fatalf("Watch(10) once 10 events were dropped: got = %v, expected: %v", err, ErrCompacted)
+	}
+	w, err := h.Watch(11, nil)
+	if err != nil {
+		t.Fatalf("Watch(11), the oldest kept: %v", err)
+	}
+	defer w.Close()
+	expect := int64(11)
+	if got := mustNext(t, w).Revision; got != expect {
+		t.Fatalf("oldest event kept: got = revision %d, expected: %d", got, expect)
+	}
+}

@@ -1,0 +1,91 @@
+package statemachine
+
+import "iter"
+
+// leaseIndex holds the machine's lease records by namespace, then by
+// name. One map keyed by LeaseID spent a 32-byte key per lease, beside
+// the same two string headers in the record; keyed by name within its
+// namespace, a lease's slot is 24 bytes, and the record's namespace
+// shares the one string the index keeps per namespace, where each
+// Acquire decoded a copy of its own. A namespace's entry goes when its
+// last lease does. Iteration is in no order, as a map's.
+type leaseIndex struct {
+	byNS map[string]*namespaceLeases
+	n    int
+}
+
+type namespaceLeases struct {
+	name   string
+	byName map[string]*Lease
+}
+
+func newLeaseIndex() leaseIndex { return leaseIndex{byNS: map[string]*namespaceLeases{}} }
+
+func (x *leaseIndex) get(id LeaseID) (*Lease, bool) {
+	ns, ok := x.byNS[id.Namespace]
+	if !ok {
+		return nil, false
+	}
+	l, ok := ns.byName[id.Name]
+	return l, ok
+}
+
+// put adds l, whose ID the index does not hold yet, and points its
+// namespace at the index's own string for it.
+func (x *leaseIndex) put(l *Lease) {
+	ns, ok := x.byNS[l.Namespace]
+	if !ok {
+		ns = &namespaceLeases{name: l.Namespace, byName: map[string]*Lease{}}
+		x.byNS[l.Namespace] = ns
+	}
+	l.Namespace = ns.name
+	if _, held := ns.byName[l.Name]; !held {
+		x.n++
+	}
+	ns.byName[l.Name] = l
+}
+
+func (x *leaseIndex) delete(id LeaseID) {
+	ns, ok := x.byNS[id.Namespace]
+	if !ok {
+		return
+	}
+	if _, held := ns.byName[id.Name]; held {
+		delete(ns.byName, id.Name)
+		x.n--
+	}
+	if len(ns.byName) == 0 {
+		delete(x.byNS, id.Namespace)
+	}
+}
+
+func (x *leaseIndex) len() int { return x.n }
+
+// in yields the lease records of namespace ("" for all), in no order.
+func (x *leaseIndex) in(namespace string) iter.Seq[*Lease] {
+	if namespace == "" {
+		return x.all()
+	}
+	return func(yield func(*Lease) bool) {
+		if ns, ok := x.byNS[namespace]; ok {
+			for _, l := range ns.byName {
+				if !yield(l) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// all yields every lease record, in no order.
+func (x *leaseIndex) all() iter.Seq[*Lease] {
+	return func(yield func(*Lease) bool) {
+		for _, ns := range x.byNS {
+			for _, l := range ns.byName {
+				if !yield(l) {
+					return
+				}
+			}
+		}
+	}
+}
