@@ -3,7 +3,6 @@ package api
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -71,18 +70,32 @@ func (n LeaseName) Validate() error {
 	return nil
 }
 
-// namespaceRE is a Kubernetes DNS label.
-var namespaceRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-
 // ValidateNamespace reports what is wrong with a namespace, or nil.
 func ValidateNamespace(ns string) error {
 	if ns == "" {
 		return errors.New("namespace is empty")
 	}
-	if len(ns) > 63 || !namespaceRE.MatchString(ns) {
+	if len(ns) > 63 || !isDNSLabel(ns) {
 		return fmt.Errorf("namespace %q must be a DNS label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit", ns)
 	}
 	return nil
+}
+
+// isDNSLabel reports whether s matches a Kubernetes DNS label's
+// ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ (length aside). It is written out
+// because every call that names a lease checks it: the regexp cost 4% of
+// the server's CPU on one client's Lock+Unlock pairs.
+func isDNSLabel(s string) bool {
+	if s == "" || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidateName reports what is wrong with a name of the kind what (a

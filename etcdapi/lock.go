@@ -192,7 +192,7 @@ func (r recipes) waitDeletes(ctx context.Context, pfx string, maxCreate int64) (
 			return rev, nil
 		}
 		key := kv.Key
-		if err := r.waitEvent(ctx, global, func(e *statemachine.Event) bool {
+		if err := r.waitKeyEvent(ctx, global, key, func(e *statemachine.Event) bool {
 			return e.Type == statemachine.EventKeyDeleted && e.KV != nil && e.KV.Key == key
 		}); err != nil {
 			return 0, err
@@ -200,11 +200,13 @@ func (r recipes) waitDeletes(ctx context.Context, pfx string, maxCreate int64) (
 	}
 }
 
-// waitEvent waits for an event filter accepts after global revision
-// global. It also returns, with no error, when the hub can no longer
-// tell (the watcher lagged, or the history was reset): the caller reads
-// the state again either way.
-func (r recipes) waitEvent(ctx context.Context, global int64, filter func(*statemachine.Event) bool) error {
+// waitKeyEvent waits for an event of key that filter accepts after
+// global revision global. It also returns, with no error, when the hub
+// can no longer tell (the watcher lagged, or the history was reset): the
+// caller reads the state again either way. The hub watcher is keyed
+// (watch.Watcher.WantKey): a lock's waiters, one a key, cost the writes
+// of other keys nothing while they wait.
+func (r recipes) waitKeyEvent(ctx context.Context, global int64, key string, filter func(*statemachine.Event) bool) error {
 	w, err := r.b.Watch(global+1, filter)
 	if errors.Is(err, watch.ErrCompacted) {
 		return nil
@@ -213,6 +215,7 @@ func (r recipes) waitEvent(ctx context.Context, global int64, filter func(*state
 		return r.fail(err)
 	}
 	defer w.Close()
+	w.WantKey(watch.KVKey(key))
 	_, err = w.Next(ctx)
 	if err != nil && !errors.Is(err, watch.ErrLagged) {
 		return r.fail(err)

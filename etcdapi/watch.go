@@ -354,9 +354,17 @@ func (st *watchStream) create(cr *pb.WatchCreateRequest) error {
 	// before it, wherever it was made (keyfeed.Open): above all a
 	// compaction, after which etcd cancels a watch from before it (its
 	// compacted response) on any member.
-	w.feed, err = keyfeed.Open(st.ctx, st.b, cr.StartRevision, func(e *statemachine.Event) bool {
-		return w.keys.contains(e.KV.Key)
-	})
+	//
+	// A watch of one key, the common case (a lock's, a lease record's),
+	// is a feed of that key: the hub indexes it by the key, so idle
+	// watches of other keys cost a write nothing (keyfeed.OpenKey).
+	if w.keys.end == "" && !w.keys.all {
+		w.feed, err = keyfeed.OpenKey(st.ctx, st.b, cr.StartRevision, w.keys.key, nil)
+	} else {
+		w.feed, err = keyfeed.Open(st.ctx, st.b, cr.StartRevision, func(e *statemachine.Event) bool {
+			return w.keys.contains(e.KV.Key)
+		})
+	}
 	var compacted *watch.CompactedError
 	if errors.As(err, &compacted) {
 		w.release()

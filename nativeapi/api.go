@@ -104,7 +104,7 @@ func (a *API) Register(mux *http.ServeMux, opts ...connect.HandlerOption) {
 func Codecs() []connect.HandlerOption { return strictJSONCodecs() }
 
 // ClosePipelines refuses new upgraded pipelines and stops those open:
-// each answers what it read, says GoAway, and closes, waiting up to
-// timeout for them. http.Server.Shutdown does not see a hijacked
+// each answers what it read, says GoAway, and closes. One that writes
+// nothing for timeout is cut (see closeAll). http.Server.Shutdown does not see a hijacked
 // connection, so the server calls this as it stops.
 func (a *API) ClosePipelines(timeout time.Duration) { a.pipes.closeAll(timeout) }

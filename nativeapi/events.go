@@ -18,6 +18,12 @@ type watchSpec struct {
 	// keys is set for a key watch: start and the events' revisions are
 	// the keys' KV revisions (package keyfeed).
 	keys bool
+	// one is set when the watch follows one key (a key watch without a
+	// prefix, of key) or one lease: its hub watcher is then keyed
+	// (watch.Watcher.WantKey), so that while it waits the writes of
+	// other keys and leases cost it nothing.
+	one *watch.Key
+	key string
 	// reads reports whether a principal may still read all the watch
 	// follows, as the check that let it open demanded: a watch whose
 	// caller loses that read ends with permission_denied, as an etcd
@@ -78,7 +84,12 @@ func (l Limits) leaseWatch(allNamespaces bool, ns, name string, start int64, etc
 	}
 	// A key event reaches the caller only if it may read the key
 	// (Backend.Readable), as an etcd watch of it would.
-	return watchSpec{start: start, filter: filter, reads: reads}, nil
+	spec := watchSpec{start: start, filter: filter, reads: reads}
+	if name != "" && !allNamespaces { // then neither etcdLocks nor kubeKeys
+		one := watch.LeaseKey(statemachine.LeaseID{Namespace: ns, Name: name})
+		spec.one = &one
+	}
+	return spec, nil
 }
 
 // recipeEventPrefix is the prefix of the etcd lock a key event changed:
@@ -123,7 +134,12 @@ func (l Limits) keyWatch(key string, prefix bool, start int64) (watchSpec, error
 	if prefix {
 		reads = func(g *auth.Grants) bool { return g.KeyPrefix(auth.Read, key) }
 	}
-	return watchSpec{start: start, filter: watch.KeyFilter(key, prefix), keys: true, reads: reads}, nil
+	spec := watchSpec{start: start, filter: watch.KeyFilter(key, prefix), keys: true, reads: reads}
+	if !prefix {
+		one := watch.KVKey(key)
+		spec.one, spec.key = &one, key
+	}
+	return spec, nil
 }
 
 func startRevision(start int64) error {

@@ -16,12 +16,28 @@ type eventSource interface {
 
 // openWatch starts the events spec asks for. A key watch is a
 // keyfeed.Feed over the node as every API sees it, the etcd API's
-// watches' join, lag resync and compaction refusal (keyfeed's doc).
+// watches' join, lag resync and compaction refusal (keyfeed's doc). A
+// watch of one key or lease (spec.one) is keyed in the hub.
 func (a *API) openWatch(ctx context.Context, spec watchSpec) (eventSource, error) {
 	if !spec.keys {
-		return a.node.Watch(spec.start, spec.filter)
+		w, err := a.node.Watch(spec.start, spec.filter)
+		if err != nil {
+			return nil, err
+		}
+		if spec.one != nil {
+			w.WantKey(*spec.one)
+		}
+		return w, nil
 	}
-	f, err := keyfeed.Open(ctx, a.node, spec.start, spec.filter)
+	var (
+		f   *keyfeed.Feed
+		err error
+	)
+	if spec.one != nil {
+		f, err = keyfeed.OpenKey(ctx, a.node, spec.start, spec.key, spec.filter)
+	} else {
+		f, err = keyfeed.Open(ctx, a.node, spec.start, spec.filter)
+	}
 	if err != nil {
 		return nil, err
 	}

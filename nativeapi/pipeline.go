@@ -67,7 +67,22 @@ type pipeline struct {
 
 	mu  sync.Mutex
 	ops map[uint64]*pipelinedOp // in flight, by request ID
+
+	// Operations run on goroutines kept for the pipeline's life: one
+	// that finished an operation waits for the next on work, up to
+	// maxIdleWorkers of them, until done closes. A fresh goroutine per
+	// operation grew its stack from 8 KiB on every call: stack growth
+	// and goroutine starts were a tenth of the server's CPU at 64
+	// goroutines' Lock+Unlock pairs.
+	work    chan func()
+	idle    atomic.Int32
+	done    chan struct{}
+	workers sync.WaitGroup
 }
+
+// maxIdleWorkers bounds the goroutines a pipeline keeps waiting for work:
+// after a burst, the rest end.
+const maxIdleWorkers = 64
 
 type pipelinedOp struct {
 	cancel context.CancelFunc
@@ -77,7 +92,35 @@ type pipelinedOp struct {
 }
 
 func (a *API) newPipeline(send func(*tenurev1.PipelineResponse)) *pipeline {
-	return &pipeline{a: a, send: send, slots: make(chan struct{}, MaxPipelined), ops: map[uint64]*pipelinedOp{}}
+	return &pipeline{a: a, send: send, slots: make(chan struct{}, MaxPipelined), ops: map[uint64]*pipelinedOp{},
+		work: make(chan func()), done: make(chan struct{})}
+}
+
+// run runs f on a waiting worker, or on a new one.
+func (p *pipeline) run(f func()) {
+	select {
+	case p.work <- f:
+	default:
+		p.workers.Add(1)
+		go p.worker(f)
+	}
+}
+
+func (p *pipeline) worker(f func()) {
+	defer p.workers.Done()
+	for {
+		f()
+		if p.idle.Add(1) > maxIdleWorkers {
+			p.idle.Add(-1)
+			return
+		}
+		select {
+		case f = <-p.work:
+			p.idle.Add(-1)
+		case <-p.done:
+			return
+		}
+	}
 }
 
 // admit checks the pipeline's credential again before each request, pings
@@ -149,7 +192,7 @@ func (p *pipeline) handle(ctx context.Context, req *tenurev1.PipelineRequest) {
 	p.ops[id] = o
 	p.mu.Unlock()
 	p.wg.Add(1)
-	go func() {
+	p.run(func() {
 		defer p.wg.Done()
 		resp := p.a.runPipelined(opCtx, req)
 		p.mu.Lock()
@@ -161,7 +204,7 @@ func (p *pipeline) handle(ctx context.Context, req *tenurev1.PipelineRequest) {
 		if answer {
 			p.send(resp)
 		}
-	}()
+	})
 }
 
 // waits reports whether req may stay in flight until another request
@@ -180,7 +223,11 @@ func (p *pipeline) cancelAll() {
 	}
 }
 
-func (p *pipeline) wait() { p.wg.Wait() }
+func (p *pipeline) wait() {
+	p.wg.Wait()
+	close(p.done)
+	p.workers.Wait()
+}
 
 // runPipelined runs one operation through its unary handler and wraps
 // the answer, timing and counting it under the unary method's name.
@@ -624,63 +671,4 @@ func (pc *pipeConn) stop() {
 		_ = pc.conn.SetReadDeadline(time.Now())
 		pc.cancel(ErrStopping)
 	})
-}
-
-// pipeConns tracks upgraded connections, which http.Server.Shutdown
-// does not see once hijacked.
-type pipeConns struct {
-	mu     sync.Mutex
-	conns  map[*pipeConn]struct{}
-	closed bool
-	wg     sync.WaitGroup
-}
-
-func (p *pipeConns) add(pc *pipeConn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return false
-	}
-	if p.conns == nil {
-		p.conns = map[*pipeConn]struct{}{}
-	}
-	pc.stopping = make(chan struct{})
-	p.conns[pc] = struct{}{}
-	p.wg.Add(1)
-	return true
-}
-
-func (p *pipeConns) remove(pc *pipeConn) {
-	p.mu.Lock()
-	delete(p.conns, pc)
-	p.mu.Unlock()
-	p.wg.Done()
-}
-
-// closeAll stops every pipeline and waits, up to timeout, for each to
-// answer what it read and say GoAway.
-func (p *pipeConns) closeAll(timeout time.Duration) {
-	p.mu.Lock()
-	p.closed = true
-	conns := make([]*pipeConn, 0, len(p.conns))
-	for pc := range p.conns {
-		conns = append(conns, pc)
-	}
-	p.mu.Unlock()
-	for _, pc := range conns {
-		pc.stop()
-	}
-	done := make(chan struct{})
-	go func() {
-		p.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(timeout):
-		for _, pc := range conns {
-			pc.conn.Close()
-		}
-		<-done
-	}
 }

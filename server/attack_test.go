@@ -37,6 +37,7 @@ func (as *authServer) party(t *testing.T, credentials string) attack.Party {
 }
 
 func TestNoPrincipalWinsARaceForAnotherPrincipalsNextSession(t *testing.T) {
+	t.Parallel()
 	as := startAuthServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -80,6 +81,7 @@ func TestNoPrincipalWinsARaceForAnotherPrincipalsNextSession(t *testing.T) {
 // team-a, expires after its TTL all the same, and team-b's streams are
 // refused once the session exists.
 func TestAHeartbeatForAnIDNotYetOpenedNeverKeepsItsSessionAlive(t *testing.T) {
+	t.Parallel()
 	as := startAuthServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

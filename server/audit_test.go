@@ -54,6 +54,7 @@ func auditLines(t *testing.T, logs string, keep func(map[string]string) bool) []
 // summaries account for every refusal, and the last line is one, written
 // without any further request.
 func TestRefusedPipelinedOpsAreFoldedWithPrincipalAndRemote(t *testing.T) {
+	t.Parallel()
 	as := startAuthServer(t)
 	resp, pipe := upgradeTLS(t, as, "token:team-b")
 	if pipe == nil {

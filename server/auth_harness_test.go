@@ -124,7 +124,7 @@ func writePolicy(t testing.TB, path string, tokens map[string]string, body strin
 	}
 }
 
-func startAuthServer(t testing.TB) *authServer {
+func startAuthServer(t testing.TB, options ...func(*Config)) *authServer {
 	t.Helper()
 	dir := t.TempDir()
 	if err := certs.Init(dir, certs.Options{ClientName: "admin"}); err != nil {
@@ -166,14 +166,18 @@ func startAuthServer(t testing.TB) *authServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := Open(Config{
+	cfg := Config{
 		Listener: testnet.Listen(t),
 		TLS:      tlsConfig,
 		Auth:     &auth.Authenticator{Policy: src, ClientCAs: clientCAs},
 		Limits:   testLimits(),
 		Logger:   logger,
 		Raft:     oneNodeRaft(t),
-	})
+	}
+	for _, o := range options {
+		o(&cfg)
+	}
+	srv, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -289,6 +289,7 @@ func expected(caller, call string) string {
 // certificate). Each answers exactly the expected code, and a refused
 // mutation leaves the store's revision where it was.
 func TestEveryEndpointAnswersEachCallerExactlyAsThePolicySays(t *testing.T) {
+	t.Parallel()
 	as := startAuthServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -210,22 +210,26 @@ func (s *Server) join(ctx context.Context, r *tenurev1.JoinRequest) error {
 	return s.register(ctx, r.GetId(), r.GetApiAddress(), r.GetEtcdAddress(), int(r.GetVersion()))
 }
 
-// exitOnLostLog ends serving, with the way out, once raft has found that
-// the cluster counts this node as a member with a log it no longer has
-// (raftnode.ErrLogLost): a voter started again on an empty data dir
-// under its old ID, say. Nothing it could do would make it that member
-// again, and as a new one it must first be removed. It returns when the
+// exitOnFailedLog ends serving, with the way out, once raft has stopped
+// the node for its log. Either the cluster counts this node as a member
+// with a log it no longer has (raftnode.ErrLogLost: a voter started again
+// on an empty data dir under its old ID, say), and nothing it could do
+// would make it that member again, and as a new one it must first be
+// removed; or the log was found damaged while the node ran
+// (raftnode.ErrLogDamaged), which a start repairs. It returns when the
 // server stops or after it has reported the failure (Server.Err).
-func (s *Server) exitOnLostLog() {
+func (s *Server) exitOnFailedLog() {
 	select {
 	case <-s.stopC:
 		return
 	case <-s.node.Failed():
 	}
 	err := s.node.Err()
-	if errors.Is(err, raftnode.ErrLogLost) {
-		id := s.node.ID()
+	switch id := s.node.ID(); {
+	case errors.Is(err, raftnode.ErrLogLost):
 		err = fmt.Errorf("node %s cannot take part in the cluster: %w; the cluster still counts it as a member with the log it had: remove it (tenure members remove %s), then start it again on an empty data dir to join as a new member", id, err, id)
+	case errors.Is(err, raftnode.ErrLogDamaged):
+		err = fmt.Errorf("node %s stopped: %w; start it again: a member of a cluster cuts the damage off as it starts and catches up from the other members; a node alone refuses to start until --repair-log accepts the loss", id, err)
 	}
 	select {
 	case s.serveErr <- err:

@@ -45,6 +45,10 @@ func (s *Server) etcdScheme() string {
 	return "http"
 }
 
+// etcdStreamWorkers is how many goroutines gRPC keeps for the etcd API's
+// calls.
+const etcdStreamWorkers = 64
+
 // startEtcd serves the etcd API when it is configured.
 func (s *Server) startEtcd() error {
 	ec := s.cfg.Etcd
@@ -67,6 +71,11 @@ func (s *Server) startEtcd() error {
 		grpc.ChainStreamInterceptor(s.etcdStreamInterceptors()...),
 		// As etcd: clients' keep-alive pings every 5s or more are fine.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// Calls run on kept goroutines, as the native pipeline's do
+		// (nativeapi/pipeline.go): a goroutine per call grows its stack
+		// from 8 KiB every time. gRPC starts one anyway when all are
+		// busy, as they are while calls wait for their commit.
+		grpc.NumStreamWorkers(etcdStreamWorkers),
 	)
 	if s.etcdTLS != nil {
 		// The listener makes the handshake (etcdlisten.go).

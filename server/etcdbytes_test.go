@@ -67,6 +67,7 @@ func keysOf(resp *clientv3.GetResponse) []string {
 // UTF-8 come back as they were given, through the log, a snapshot and a
 // restart, in reads, compares, prefix deletes and watch events.
 func TestEtcdKeysAndValuesKeepEveryByte(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ts, c := etcdNode(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -278,6 +279,7 @@ roles:
 // registers this build, the version rises and the same put keeps its
 // bytes.
 func TestEtcdBytesWaitForEveryMemberToReadTheBinaryLog(t *testing.T) {
+	t.Parallel()
 	dir, peer := t.TempDir(), testnet.Free(t)
 	oldPeer, oldAPI := seedOldMember(t, dir, peer, statemachine.BinaryVersion-1)
 	ts, c := etcdNode(t, dir, func(rc *raftnode.Config) { rc.PeerAddr = peer })

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -92,6 +93,18 @@ func (s *Server) etcdStreamInterceptors() []grpc.StreamServerInterceptor {
 // read it: a client's own calls never get it.
 const etcdNoLeaderKey = "tenure-no-leader"
 
+// etcdAppliedKey is the trailer in which the leader answers a forwarded
+// call with its applied index, which covers what the call wrote. The
+// follower waits until it has applied that far before it answers, as
+// etcd's member waits for its own apply of a write it proposed, so that
+// a client's serializable read on the member it wrote through sees the
+// write (read your writes on one member). Only nodes read it.
+const etcdAppliedKey = "tenure-applied-index"
+
+// forwardedApplyWait bounds that wait: a follower cut off after the
+// leader answered still answers, as before this wait.
+const forwardedApplyWait = leaderWait
+
 // isNoLeader reports whether err, a handler's answer here, is that of a
 // node that needed the leader and is not it: etcdapi's answers keep the
 // condition (etcdapi.ErrNotLeader) for the server that sends them.
@@ -110,6 +123,9 @@ func (s *Server) etcdForwardUnary(ctx context.Context, req any, info *grpc.Unary
 	for {
 		res, err := handler(ctx, req)
 		if !isNoLeader(err) {
+			if forwarded && err == nil {
+				_ = grpc.SetTrailer(ctx, metadata.Pairs(etcdAppliedKey, strconv.FormatUint(s.node.AppliedIndex(), 10)))
+			}
 			return res, err
 		}
 		if forwardable {
@@ -118,6 +134,7 @@ func (s *Server) etcdForwardUnary(ctx context.Context, req any, info *grpc.Unary
 				var trailer metadata.MD
 				ferr := conn.Invoke(s.etcdForwardContext(ctx), info.FullMethod, req, reply, grpc.Trailer(&trailer))
 				if ferr == nil {
+					s.waitForwardedApplied(ctx, trailer)
 					return reply, nil
 				}
 				if len(trailer.Get(etcdNoLeaderKey)) == 0 {
@@ -135,6 +152,25 @@ func (s *Server) etcdForwardUnary(ctx context.Context, req any, info *grpc.Unary
 			return etcdNoLeader(ctx, forwarded, res, err)
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// waitForwardedApplied waits, for at most forwardedApplyWait, until this
+// node has applied what the leader said a forwarded call's answer
+// covers (etcdAppliedKey); a leader of an older build says nothing.
+func (s *Server) waitForwardedApplied(ctx context.Context, trailer metadata.MD) {
+	v := trailer.Get(etcdAppliedKey)
+	if len(v) == 0 {
+		return
+	}
+	idx, err := strconv.ParseUint(v[0], 10, 64)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, forwardedApplyWait)
+	defer cancel()
+	if err := s.node.WaitApplied(ctx, idx); err != nil {
+		s.log.Debug("answering a forwarded etcd call before this node applied it", "index", idx, "err", err)
 	}
 }
 

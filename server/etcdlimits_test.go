@@ -49,6 +49,7 @@ func valueOfEntry(r *rand.ChaCha8, key string, size int) string {
 // values of a megabyte at once; and the native API reads what the etcd
 // API wrote.
 func TestEtcdKeysAndValuesAsLargeAsARequest(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ts, c := etcdNode(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -196,6 +196,7 @@ func TestEtcdUsersGovernBothAPIs(t *testing.T) {
 // file defines cannot become an etcd user; the file's admin manages the
 // store, and the store's users join the file's principals once enabled.
 func TestThePolicyFileWinsOverEtcdUsers(t *testing.T) {
+	t.Parallel()
 	es := startEtcdAuthServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

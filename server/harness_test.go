@@ -52,6 +52,7 @@ func openServer(t testing.TB, dir string, limits Limits, tweaks ...func(*raftnod
 		PeerAddr:        "127.0.0.1:0",
 		Bootstrap:       true,
 		ElectionTimeout: 100 * time.Millisecond,
+		WALSegmentSize:  testWALSegmentSize,
 	}
 	for _, tweak := range tweaks {
 		tweak(&rc)
@@ -104,6 +105,12 @@ func waitReady(t testing.TB, url string) {
 func oneNodeRaft(t testing.TB) raftnode.Config {
 	return raftnode.Config{
 		NodeID: "node1", DataDir: t.TempDir(), PeerAddr: "127.0.0.1:0", Bootstrap: true,
-		ElectionTimeout: 100 * time.Millisecond,
+		ElectionTimeout: 100 * time.Millisecond, WALSegmentSize: testWALSegmentSize,
 	}
 }
+
+// testWALSegmentSize is the WAL segment size of the tests' nodes, the
+// smallest --wal-segment-size takes. raft-wal's default, 64 MiB, is read
+// whole each time a node opens its log again, which under the race
+// detector cost a second or more a restart.
+const testWALSegmentSize = 1 << 20

@@ -147,6 +147,7 @@ func seedOldMember(t *testing.T, dir, peer string, version int) (oldPeer, oldAPI
 	n, err := raftnode.Open(raftnode.Config{
 		NodeID: "node1", DataDir: dir, PeerAddr: peer, Bootstrap: true,
 		ElectionTimeout: 100 * time.Millisecond,
+		WALSegmentSize:  testWALSegmentSize,
 		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err != nil {
@@ -174,6 +175,7 @@ func seedOldMember(t *testing.T, dir, peer string, version int) (oldPeer, oldAPI
 }
 
 func TestAMemberOnAnOlderBuildHoldsTheClusterVersionBack(t *testing.T) {
+	t.Parallel()
 	dir, peer := t.TempDir(), testnet.Free(t)
 	oldPeer, oldAPI := seedOldMember(t, dir, peer, 0)
 	samePeer := func(rc *raftnode.Config) { rc.PeerAddr = peer }

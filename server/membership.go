@@ -123,7 +123,7 @@ func (s *Server) membershipLoop() {
 	lost := make(chan struct{})
 	go func() {
 		defer close(lost)
-		s.exitOnLostLog()
+		s.exitOnFailedLog()
 	}()
 	defer func() { <-lost }()
 	s.discovery.add(s.selfInfo())

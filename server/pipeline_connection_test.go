@@ -129,6 +129,7 @@ func TestPipelineUpgradeIsRefusedWithoutTheProtocol(t *testing.T) {
 // read, then says GoAway naming the last one, then closes: a client
 // knows that nothing it sent after that ID was taken.
 func TestPipelineGoAwayOnClose(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, t.TempDir(), testLimits())
 	holder := openSession(t, ts, "holder", 30*time.Second)
 	waiter := openSession(t, ts, "waiter", 30*time.Second)

@@ -576,6 +576,7 @@ func TestRecipeTrackerTimesAndCounts(t *testing.T) {
 // the native API, bound to their sessions: the same recipe keys a
 // Mutex writes, as a session is an etcd lease.)
 func TestEtcdLockSinceIsUnknownAfterARestartUntilTheNextHandover(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	limits := testLimits()
 	snapshots := func(rc *raftnode.Config) { rc.SnapshotThreshold = 16 }

@@ -21,6 +21,7 @@ import (
 // was woken by its own old, released grant and told "acquired" with that
 // stale token.
 func TestWaitingAcquireAfterRestartIsNeverAnsweredFromHistory(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	limits := testLimits()
 	ts := startServer(t, dir, limits)

@@ -109,9 +109,16 @@ func (a *nativeRuleAPI) Wait(ctx context.Context, who, name string, id int64) er
 // Watch opens the stream on its own goroutine: the server answers its
 // headers with the first event, and a refusal ends the stream.
 func (a *nativeRuleAPI) Watch(ctx context.Context, who, prefix string) (<-chan string, <-chan error, error) {
+	// From the next KV revision, named: a watch from "now" would begin
+	// wherever the server happened to open it, and on a loaded machine
+	// that was after the put the rule then waited for.
+	var next int64
+	if err := a.n.read(ctx, false, func(m *statemachine.Machine) error { next = m.KVRevision() + 1; return nil }); err != nil {
+		return nil, nil, err
+	}
 	values, ended := make(chan string, 16), make(chan error, 1)
 	go func() {
-		stream, err := a.kv(who).Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Key: prefix, Prefix: true}))
+		stream, err := a.kv(who).Watch(ctx, connect.NewRequest(&tenurev1.WatchRequest{Key: prefix, Prefix: true, StartRevision: next}))
 		if err != nil {
 			ended <- err
 			return

@@ -208,6 +208,7 @@ type watchCanceled struct{ reason string }
 func (w *watchCanceled) Error() string { return "watch cancelled: " + w.reason }
 
 func TestEveryRuleHoldsOnBothAPIs(t *testing.T) {
+	t.Parallel()
 	rules := []struct {
 		name string
 		run  func(t *testing.T, ctx context.Context, n *rulesNode, a ruleAPI)

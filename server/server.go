@@ -76,6 +76,10 @@ type Config struct {
 	// nativeapi.KubernetesKind, counted in the per-lease metrics and
 	// their holder changes audited (kubernetes.go). "" turns that off.
 	KubernetesPrefix string
+	// Pprof serves Go's profiles at /debug/pprof/ (pprof.go): off by
+	// default, since a profile shows the process's internals and costs
+	// CPU while it is taken.
+	Pprof bool
 }
 
 // Server is one Tenure node: the replicated log, the lessor, the watch
@@ -207,6 +211,9 @@ func Open(cfg Config) (*Server, error) {
 		PostponeInterval: 10 * time.Second,
 		Logger:           cfg.Logger.With("component", "lessor"),
 		Registerer:       cfg.Registry,
+		// The raft node starts below; the lessor takes no heartbeat
+		// before it is promoted, which is after the node leads.
+		Leased: func(now time.Time) bool { return s.node.LeaseHeld(now) },
 	})
 	rc := cfg.Raft
 	if rc.MaxLogMemoryBytes == 0 {
@@ -442,6 +449,9 @@ func (s *Server) routes() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /metrics", s.metricsAccess(s.metricsHandler()))
+	if s.cfg.Pprof {
+		s.handlePprof(mux)
+	}
 	return s.leaderHeader(limitBodies(s.authenticate(s.requireClientCert(mux)), s.cfg.Limits.MaxRequestBytes, s.cfg.Limits.RequestReadTimeout))
 }
 
@@ -573,41 +583,21 @@ func (s *Server) tryPromote(ctx context.Context) error {
 // proposer lets the lessor propose expiries through the node.
 type proposer struct{ s *Server }
 
-func (p proposer) ExpireSessions(ctx context.Context, epoch int64, ids []int64) error {
-	// The last heartbeat goes into the log once, here, so that the ended
-	// grants' records say when their holders were last heard from.
-	renewed := make([]int64, len(ids))
-	for i, id := range ids {
-		if t := p.s.lessor.LastHeartbeat(id); !t.IsZero() {
-			renewed[i] = t.UnixNano()
+// Propose proposes an expiry the lessor built (lessor.Command). A
+// collection is postponed while some member runs a build that would not
+// apply it: the deletions would move its revisions off the others'.
+func (p proposer) Propose(ctx context.Context, cmd statemachine.Command) error {
+	if _, ok := cmd.(statemachine.CollectLeases); ok {
+		var version int
+		_ = p.s.node.ReadLocal(func(m *statemachine.Machine) error {
+			version = m.ClusterVersion()
+			return nil
+		})
+		if version < 2 {
+			return fmt.Errorf("%w: the cluster runs version %d, lease collection needs 2", lessor.ErrPostponed, version)
 		}
 	}
-	_, err := p.s.node.Propose(ctx, statemachine.ExpireSessions{Epoch: epoch, IDs: ids, Renewed: renewed})
-	return err
-}
-
-func (p proposer) ExpireKeys(ctx context.Context, epoch int64, keys []statemachine.KeyTTL) error {
-	_, err := p.s.node.Propose(ctx, statemachine.ExpireKeys{Epoch: epoch, Keys: keys})
-	return err
-}
-
-func (p proposer) EndLockDelays(ctx context.Context, epoch int64, delays []statemachine.LockDelay) error {
-	_, err := p.s.node.Propose(ctx, statemachine.EndLockDelays{Epoch: epoch, Delays: delays})
-	return err
-}
-
-// CollectLeases is postponed while some member runs a build that would
-// not apply it: the deletions would move its revisions off the others'.
-func (p proposer) CollectLeases(ctx context.Context, epoch int64, leases []statemachine.IdleLease) error {
-	var version int
-	_ = p.s.node.ReadLocal(func(m *statemachine.Machine) error {
-		version = m.ClusterVersion()
-		return nil
-	})
-	if version < 2 {
-		return fmt.Errorf("%w: the cluster runs version %d, lease collection needs 2", lessor.ErrPostponed, version)
-	}
-	_, err := p.s.node.Propose(ctx, statemachine.CollectLeases{Epoch: epoch, Leases: leases})
+	_, err := p.s.node.Propose(ctx, cmd)
 	return err
 }
 

@@ -434,6 +434,7 @@ func TestCompareAndSwapFailureLeavesStateUnchanged(t *testing.T) {
 }
 
 func TestWatchSeesEveryEventInOrder(t *testing.T) {
+	t.Parallel()
 	ts := startServer(t, t.TempDir(), testLimits())
 	ctx := ctxT(t)
 	first, err := ts.KV.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: "jobs/0", Value: "0"}))
@@ -541,6 +542,7 @@ func TestBadInputIsRejectedAndChangesNothing(t *testing.T) {
 }
 
 func TestStateSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ts := startServer(t, dir, testLimits())
 	s := openSession(t, ts, "a", 30*time.Second)
