@@ -138,3 +138,28 @@ func TestEtcdLeaseKeptAliveAcrossALeaderStop(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A write through a follower is answered once the follower itself has
+// applied it, as etcd's member answers a write it proposed: a
+// serializable read on that member right after sees it, every time.
+func TestAWriteThroughAFollowerIsReadThereNext(t *testing.T) {
+	c := cluster.New(t, 3, cluster.WithEtcd(server.Compaction{}))
+	_, followers := leaderAndFollowers(t, c)
+	cli := etcdClient(t, followers[0])
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range 50 {
+		key, value := fmt.Sprintf("ryw/%d", i), fmt.Sprint(i)
+		put, err := cli.Put(ctx, key, value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := cli.Get(ctx, key, clientv3.WithSerializable())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Kvs) != 1 || string(got.Kvs[0].Value) != value {
+			t.Fatalf("write %d (revision %d): got = %v at revision %d from a serializable read on the follower it went through, expected: %q", i, put.Header.Revision, got.Kvs, got.Header.Revision, value)
+		}
+	}
+}

@@ -42,21 +42,41 @@ type proxy struct {
 type link struct {
 	// from is the node index of the dialer, external, or unknown until
 	// a partition makes it matter.
-	from      int
-	down, up  net.Conn
-	closeOnce sync.Once
-	oneWay    atomic.Int64 // each direction's delay, in nanoseconds
+	from   int
+	down   net.Conn
+	oneWay atomic.Int64 // each direction's delay, in nanoseconds
+
+	mu     sync.Mutex // guards up and closed: a cut may close the link while serve dials
+	up     net.Conn
+	closed bool
 }
 
 func (l *link) delay() time.Duration { return time.Duration(l.oneWay.Load()) }
 
 func (l *link) close() {
-	l.closeOnce.Do(func() {
-		l.down.Close()
-		if l.up != nil {
-			l.up.Close()
-		}
-	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.closed = true
+	l.down.Close()
+	if l.up != nil {
+		l.up.Close()
+	}
+}
+
+// connect gives the link its connection to the node, and reports false
+// (closing up) when the link was closed meanwhile.
+func (l *link) connect(up net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		up.Close()
+		return false
+	}
+	l.up = up
+	return true
 }
 
 func newProxy(c *Cluster, to int, ln net.Listener, target string, peer bool) *proxy {
@@ -121,12 +141,13 @@ func (p *proxy) serve(conn net.Conn) {
 		l.close() // the node is down: the dialer sees a refused call
 		return
 	}
+	if !l.connect(up) {
+		return // cut while dialing
+	}
 	p.mu.Lock()
-	l.up = up
 	closed := p.closed || !p.c.allowed(l.from, p.to)
 	p.mu.Unlock()
 	if closed {
-		// Cut while dialing: the cut closed only down.
 		l.close()
 		return
 	}

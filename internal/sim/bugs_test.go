@@ -38,11 +38,14 @@ func TestSimulatorCatchesBugs(t *testing.T) {
 		{"applying a batch out of order is seen", Bugs{ApplyOutOfOrder: true}, DefaultFaults, []string{invSameSequence}},
 		{"a lessor that expires sessions early is seen", Bugs{EarlyExpiry: true}, DefaultFaults, []string{invSessionTTL}},
 		{"a client that trusts its grant for 2 TTL meets another holder", Bugs{TrustPastTTL: true}, heavy, []string{invOneHolder}},
+		{"a leader that answers heartbeats without its lease renews sessions its successor expires", Bugs{NoLeaderLease: true}, DefaultFaults, []string{invSessionTTL, invOneHolder}},
 		{"answering an acquire with the session ID as token is seen", Bugs{TokenFromSession: true}, DefaultFaults, []string{invTokens}},
 		{"reads served from a node's own state are not linearizable", Bugs{StaleRead: true}, DefaultFaults, []string{invLinearizable}},
 		{"acknowledging a put when it is proposed loses acknowledged writes", Bugs{AckOnPropose: true}, heavy, []string{invAckedWrites, invLinearizable}},
+		{"a watch that resumes from its last revision, not the one after, delivers it twice", Bugs{WatchResumeAtLast: true}, DefaultFaults, []string{invWatch}},
+		{"a watch that resumes a revision too far misses one", Bugs{WatchResumePastNext: true}, DefaultFaults, []string{invWatch}},
 	}
-	const maxSeeds = 150
+	const maxSeeds = 300
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= maxSeeds; seed++ {

@@ -28,6 +28,8 @@ const (
 	invSessionTTL   = "no session ends before its TTL after its last acknowledged heartbeat"
 	invAckedWrites  = "acknowledged writes survive"
 	invLinearizable = "client histories are linearizable"
+	invWatch        = "watches deliver each event once, in order"
+	invRepairs      = "a member whose log is damaged starts and repairs it without an operator"
 )
 
 type committedEntry struct {
@@ -55,6 +57,10 @@ type checker struct {
 	// For acknowledged writes: per key, every value written, and when
 	// each write was acknowledged (0: not, or unknown).
 	writes map[string]map[string]*write
+
+	// keyEvents are the committed key events by KV revision, in the
+	// order their command made them: what a watch must deliver.
+	keyEvents map[int64][]statemachine.Event
 }
 
 type write struct {
@@ -68,7 +74,7 @@ func newChecker(s *Sim) *checker {
 		s: s, leaders: map[uint64]uint64{}, committed: map[uint64]committedEntry{},
 		lastToken: map[statemachine.LeaseID]int64{}, grants: map[grantRef]int64{},
 		beats: map[int64]int64{}, expired: map[int64]int64{},
-		writes: map[string]map[string]*write{},
+		writes: map[string]map[string]*write{}, keyEvents: map[int64][]statemachine.Event{},
 	}
 }
 
@@ -154,9 +160,13 @@ func (c *checker) restored(n *node, index uint64, revision int64) {
 }
 
 // events checks an entry's effects in log order: grants' tokens, and
-// expiries against the heartbeats clients had acknowledged.
+// expiries against the heartbeats clients had acknowledged; and records
+// its key events for the watches.
 func (c *checker) events(res statemachine.Result) {
 	for _, ev := range res.Events {
+		if ev.Type.IsKey() && ev.KV != nil {
+			c.keyEvents[ev.KV.ModRevision] = append(c.keyEvents[ev.KV.ModRevision], ev)
+		}
 		switch ev.Type {
 		case statemachine.EventLeaseAcquired:
 			c.count(invTokens)
@@ -230,6 +240,67 @@ func (c *checker) step() {
 		}
 		holders[i] = cl
 	}
+}
+
+// watchDelivered checks a batch of events that reached watch client w
+// from node n, revision by revision: each revision is above the last it
+// received (not twice, not out of order), no revision between holds a
+// committed event of its keys (nothing missing since the start of its
+// span), and the revision's events are the committed ones of its keys,
+// all of them, in order, each equal in key, value, type and revision.
+func (c *checker) watchDelivered(w *watchClient, n *node, evs []statemachine.Event) {
+	c.count(invWatch)
+	for i := 0; i < len(evs); {
+		rev := evs[i].Revision
+		j := i
+		for j < len(evs) && evs[j].Revision == rev {
+			j++
+		}
+		got := evs[i:j]
+		i = j
+		if rev <= w.last {
+			c.s.fail(invWatch, "%s got revision %d from n%d after revision %d: delivered twice or out of order", w.name(), rev, n.id, w.last)
+		}
+		for q := w.last + 1; q < rev; q++ {
+			if want := c.watched(w, q); len(want) > 0 {
+				c.s.fail(invWatch, "%s (from revision %d) got revision %d from n%d after %d: revision %d, %s, is missing", w.name(), w.from, rev, n.id, w.last, q, describeEvent(want[0]))
+			}
+		}
+		want := c.watched(w, rev)
+		if len(got) != len(want) {
+			c.s.fail(invWatch, "%s got %d events of revision %d from n%d; %d were committed there for its keys", w.name(), len(got), rev, n.id, len(want))
+		}
+		for k, e := range got {
+			if !sameKeyEvent(e, want[k]) {
+				c.s.fail(invWatch, "%s got %s from n%d; the committed event is %s", w.name(), describeEvent(e), n.id, describeEvent(want[k]))
+			}
+		}
+		w.last = rev
+		c.s.stats.WatchEvents += len(got)
+	}
+}
+
+// watched is the committed events of revision rev that w watches.
+func (c *checker) watched(w *watchClient, rev int64) []statemachine.Event {
+	var evs []statemachine.Event
+	for _, e := range c.keyEvents[rev] {
+		if w.wants(e.KV.Key) {
+			e.Revision = rev // a feed names an event by its KV revision
+			evs = append(evs, e)
+		}
+	}
+	return evs
+}
+
+// sameKeyEvent compares what a watch promises of an event: key, value
+// (a deletion has none), type and revision.
+func sameKeyEvent(a, b statemachine.Event) bool {
+	return a.Type == b.Type && a.Revision == b.Revision && a.KV.ModRevision == b.KV.ModRevision &&
+		a.KV.Key == b.KV.Key && (a.Type != statemachine.EventKeyPut || a.KV.Value == b.KV.Value)
+}
+
+func describeEvent(e statemachine.Event) string {
+	return fmt.Sprintf("%s %s=%q at revision %d", e.Type, e.KV.Key, e.KV.Value, e.Revision)
 }
 
 func (c *checker) wrote(key, val string) {

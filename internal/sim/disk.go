@@ -1,285 +1,493 @@
 package sim
 
-// The simulated disk: one node's log journal, meta store and snapshot,
-// with the page cache made explicit. A write lands in pending and is
-// durable only once a sync succeeds; a crash throws pending away and may
-// leave the first pending record half written (torn). Synced records can
-// still be damaged afterwards (a flipped bit, a write the device lost),
-// which only shows when the node next reads its log at start.
+// The simulated disk: the files raftnode's own disk storage keeps its
+// state in (raftnode.DiskFiles), in the simulator's memory. raft-wal's
+// segments live in diskFS, its meta store (segment list, hard state,
+// raftnode's catch-up point and member count) in diskMeta, and the
+// snapshots in hashicorp/raft's in-memory store, written whole and at
+// once as raftnode writes and syncs its snapshot files. What runs over
+// them is the product: raft-wal, walcheck.go's verifying reader, the
+// repair and the catch-up rule's records (raftnode.OpenDisk).
 //
-// The journal mirrors the shape raftnode's WAL has (raft-wal segments
-// behind verifyingFiler, raftnode/walcheck.go): batches appended in
-// order, each with a checksum and a sequence number, replayed at start,
-// where a later batch that starts at or below the end of the log cuts
-// the tail first (raft's log matching). The rule applied to what the
-// replay finds is raftnode's, mirrored in (*disk).load.
+// The page cache is explicit. Every file has what the medium holds and
+// what reads see; a write changes the second at once and is queued as
+// in flight. Outside a Ready's write (the open, its repair, a snapshot's
+// compaction) a Sync makes what is in flight durable at once, as a
+// meta store write does. Within one, nothing is durable until the
+// simulator's sync event (synced): a Sync only marks where the write's
+// syncs fall, and a meta store write is queued too. A crash before the
+// event keeps a prefix of the write's synced steps, in order (raft-wal
+// syncs a batch before it records the segment it sealed), tears the
+// step it stopped in at 512-byte sectors landing in any order, and
+// loses the rest. A failed fsync drops the pages it was to write and
+// fails the Sync, as Linux does: raft-wal then rolls its writer back
+// and raftnode writes the whole Ready again later.
 
 import (
 	"encoding/binary"
-	"fmt"
-	"hash/crc32"
+	"errors"
+	"io"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
 	"slices"
+	"strings"
 
-	etcdraft "go.etcd.io/raft/v3"
+	"github.com/hashicorp/raft"
+	"github.com/hashicorp/raft-wal/types"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/tenurehq/tenure/raftnode"
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// segmentSize is raft-wal's segment size in the simulation: small, so
+// that a 30 s run seals, rotates and deletes segments as a long-lived
+// node does, and the damage faults, kept off the newest segment by
+// default, have sealed ones to hit (with 64 KiB a run's log seldom
+// left its first segment: a tenth of the bit flips and misdirected
+// writes).
+const segmentSize = 8 << 10
 
-// record is one appended batch of entries. declLen is the length its
-// header announces: a torn record has fewer bytes than that, which is
-// how a torn write is told from damage (raftnode tells them apart by
-// shape too: a torn batch stops short, damage has the length but not
-// the checksum).
-type record struct {
-	seq         uint64
-	first, last uint64 // the entries' index range, from the header
-	data        []byte
-	declLen     int
-	sum         uint32
+// sectorSize is the unit a crash writes whole or not at all.
+const sectorSize = 512
+
+// disk is one node's storage. Only what a crash keeps is here when the
+// node restarts; the raftnode.Disk over it is opened again.
+type disk struct {
+	fs    *diskFS
+	meta  *diskMeta
+	snaps *raft.InmemSnapshotStore
+
+	// inReady: a Ready's write is being made; its syncs and meta
+	// writes wait for the sync event.
+	inReady bool
+	// flight is what was written and is not durable yet, in order.
+	flight []step
+	// failSync makes the next Sync in a Ready's write fail.
+	failSync bool
 }
 
-func (r record) intact() bool {
-	return len(r.data) == r.declLen && r.sum == recordSum(r.seq, r.first, r.last, r.data)
+// step is one thing in flight: a write to a file, a Sync, or a meta
+// store transaction (which the meta store makes durable whole, alone).
+type step struct {
+	path string // a write
+	off  int64
+	data []byte
+	sync bool
+	meta func(*metaState)
 }
 
-func recordSum(seq, first, last uint64, data []byte) uint32 {
-	var h [24]byte
-	binary.BigEndian.PutUint64(h[:], seq)
-	binary.BigEndian.PutUint64(h[8:], first)
-	binary.BigEndian.PutUint64(h[16:], last)
-	return crc32.Update(crc32.Checksum(h[:], castagnoli), castagnoli, data)
+func newDisk() *disk {
+	d := &disk{snaps: raft.NewInmemSnapshotStore()}
+	d.fs = &diskFS{d: d, files: map[string]*file{}}
+	d.meta = &diskMeta{d: d, durable: newMetaState(), view: newMetaState()}
+	return d
 }
 
-func encodeEntries(ents []raftpb.Entry) []byte {
-	var b []byte
-	for i := range ents {
-		d, err := ents[i].Marshal()
-		if err != nil {
-			panic(err)
-		}
-		b = binary.AppendUvarint(b, uint64(len(d)))
-		b = append(b, d...)
+// files are the files raftnode opens its disk storage over.
+func (d *disk) files() raftnode.DiskFiles {
+	return raftnode.DiskFiles{WAL: d.fs, Meta: func() types.MetaStore { return d.meta }, Snapshots: d.snaps}
+}
+
+// empty reports whether nothing was ever made durable: a node never
+// started, or whose data was wiped.
+func (d *disk) empty() bool {
+	metas, _ := d.snaps.List()
+	return len(d.fs.files) == 0 && len(d.meta.durable.stable) == 0 && len(metas) == 0
+}
+
+// sync is the sync event: everything in flight is durable.
+func (d *disk) sync() {
+	for _, s := range d.flight {
+		d.land(s, nil)
 	}
+	d.flight = nil
+}
+
+// land makes one step durable, or with keep only the sectors keep
+// picks.
+func (d *disk) land(s step, keep func() bool) {
+	switch {
+	case s.meta != nil:
+		s.meta(&d.meta.durable)
+	case s.path != "":
+		f := d.fs.files[s.path]
+		if f == nil {
+			return // deleted since
+		}
+		if keep == nil {
+			f.durable = writeAt(f.durable, s.data, s.off)
+			f.extents = append(f.extents, extent{s.off, s.off + int64(len(s.data))})
+			return
+		}
+		for lo := s.off; lo < s.off+int64(len(s.data)); {
+			hi := min((lo/sectorSize+1)*sectorSize, s.off+int64(len(s.data)))
+			if keep() {
+				f.durable = writeAt(f.durable, s.data[lo-s.off:hi-s.off], lo)
+			}
+			lo = hi
+		}
+	}
+}
+
+// crash loses what is in flight but a prefix of its synced steps; with
+// tear, the sectors of the step it stopped in land at random. It reports
+// how many steps were in flight and whether any was torn.
+func (d *disk) crash(rng *rand.Rand, tear bool) (inFlight int, torn bool) {
+	inFlight = len(d.flight)
+	// The steps' ends: after each Sync and each meta transaction.
+	var ends []int
+	for i, s := range d.flight {
+		if s.sync || s.meta != nil {
+			ends = append(ends, i+1)
+		}
+	}
+	kept := 0
+	if k := rng.IntN(len(ends) + 1); k > 0 {
+		kept = ends[k-1]
+	}
+	for _, s := range d.flight[:kept] {
+		d.land(s, nil)
+	}
+	if tear {
+		for _, s := range d.flight[kept:] {
+			if s.sync || s.meta != nil {
+				break // the step the crash stopped in ends here
+			}
+			if s.path != "" {
+				torn = true
+				d.land(s, func() bool { return rng.IntN(2) == 0 })
+			}
+		}
+	}
+	d.flight = nil
+	d.inReady, d.failSync = false, false
+	d.fs.gen++
+	for _, f := range d.fs.files {
+		f.view = slices.Clone(f.durable)
+	}
+	d.meta.view = d.meta.durable.clone()
+	return inFlight, torn
+}
+
+// failedSync drops the writes since the last Sync, which the failed one
+// was to make durable, from the page cache.
+func (d *disk) failedSync() {
+	i := len(d.flight)
+	for i > 0 && d.flight[i-1].path != "" {
+		i--
+	}
+	dropped := d.flight[i:]
+	d.flight = d.flight[:i]
+	for _, s := range dropped {
+		f := d.fs.files[s.path]
+		if f == nil {
+			continue
+		}
+		f.view = slices.Clone(f.durable)
+		for _, k := range d.flight {
+			if k.path == s.path {
+				f.view = writeAt(f.view, k.data, k.off)
+			}
+		}
+	}
+}
+
+// writeAt writes p into b at off, growing b with zeros as needed.
+func writeAt(b, p []byte, off int64) []byte {
+	if end := off + int64(len(p)); end > int64(len(b)) {
+		b = append(b, make([]byte, end-int64(len(b)))...)
+	}
+	copy(b[off:], p)
 	return b
 }
 
-func decodeEntries(b []byte) ([]raftpb.Entry, error) {
-	var ents []raftpb.Entry
-	for len(b) > 0 {
-		n, k := binary.Uvarint(b)
-		if k <= 0 || uint64(len(b)-k) < n {
-			return nil, fmt.Errorf("short entry")
+// file is one segment file: what the medium holds, what reads see, and
+// where synced writes landed (for the damage faults).
+type file struct {
+	durable, view []byte
+	extents       []extent
+}
+
+type extent struct{ lo, hi int64 }
+
+// diskFS is raftnode.WALFS over the disk's files.
+type diskFS struct {
+	d     *disk
+	files map[string]*file
+	// gen counts crashes: a handle from before one writes nothing.
+	gen int
+}
+
+var _ raftnode.WALFS = (*diskFS)(nil)
+
+func (fsys *diskFS) ListDir(dir string) ([]string, error) {
+	var names []string
+	for _, p := range slices.Sorted(maps.Keys(fsys.files)) {
+		if name, ok := strings.CutPrefix(p, dir+"/"); ok {
+			names = append(names, name)
 		}
-		var e raftpb.Entry
-		if err := e.Unmarshal(b[k : k+int(n)]); err != nil {
-			return nil, err
-		}
-		ents = append(ents, e)
-		b = b[k+int(n):]
 	}
-	return ents, nil
+	return names, nil
 }
 
-// disk is one node's storage. Nothing here is lost when the node
-// crashes but pending and metaPending.
-type disk struct {
-	journal []record // durable, in order
-	pending []record // written, not yet synced
-	nextSeq uint64
-
-	hardState        raftpb.HardState // durable
-	pendingHardState *raftpb.HardState
-
-	// meta holds what raftnode keeps in its meta store beside the hard
-	// state and writes synchronously: the catch-up index and the member
-	// count (raftnode/catchup.go catchUpKey, membersKey).
-	catchUp uint64
-	// catchUpTerm is the catch-up point's term: the durable hard state's
-	// at the repair, raised by a heartbeat's term (raftnode/stores.go,
-	// catchup.go catchUpTermKey).
-	catchUpTerm uint64
-	members     uint64
-
-	snap    raftpb.Snapshot // durable; written whole and synced (raftnode/snapshot.go)
-	snapSeq uint64          // the sequence number of the last record the snapshot replaced
+// Create preallocates the file at once: raft-wal counts on a segment
+// reading as zeros past what it wrote, crash or not.
+func (fsys *diskFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
+	p := dir + "/" + name
+	if _, ok := fsys.files[p]; ok {
+		return nil, &fs.PathError{Op: "create", Path: p, Err: fs.ErrExist}
+	}
+	fsys.files[p] = &file{durable: make([]byte, size), view: make([]byte, size)}
+	return &handle{fsys: fsys, path: p, gen: fsys.gen}, nil
 }
 
-// empty reports whether nothing was ever made durable: a node that was
-// never started, or whose data was wiped.
-func (d *disk) empty() bool {
-	return len(d.journal) == 0 && etcdraft.IsEmptyHardState(d.hardState) && etcdraft.IsEmptySnap(d.snap)
+func (fsys *diskFS) Delete(dir, name string) error {
+	delete(fsys.files, dir+"/"+name)
+	return nil
 }
 
-func (d *disk) appendEntries(ents []raftpb.Entry) {
-	if len(ents) == 0 {
+func (fsys *diskFS) open(dir, name string) (*handle, error) {
+	p := dir + "/" + name
+	if _, ok := fsys.files[p]; !ok {
+		return nil, &fs.PathError{Op: "open", Path: p, Err: fs.ErrNotExist}
+	}
+	return &handle{fsys: fsys, path: p, gen: fsys.gen}, nil
+}
+
+func (fsys *diskFS) OpenReader(dir, name string) (types.ReadableFile, error) {
+	return fsys.open(dir, name)
+}
+
+func (fsys *diskFS) OpenWriter(dir, name string) (types.WritableFile, error) {
+	return fsys.open(dir, name)
+}
+
+func (fsys *diskFS) Size(dir, name string) (int64, error) {
+	h, err := fsys.open(dir, name)
+	if err != nil {
+		return 0, err
+	}
+	return int64(len(fsys.files[h.path].view)), nil
+}
+
+// ZeroFrom is the repair's cut, synced: the open makes it, never a
+// Ready's write.
+func (fsys *diskFS) ZeroFrom(dir, name string, offset int64) error {
+	h, err := fsys.open(dir, name)
+	if err != nil {
+		return err
+	}
+	f := fsys.files[h.path]
+	fsys.d.sync()
+	if offset > int64(len(f.durable)) {
+		f.durable = append(f.durable, make([]byte, offset-int64(len(f.durable)))...)
+	}
+	clear(f.durable[offset:])
+	f.view = slices.Clone(f.durable)
+	f.extents = slices.DeleteFunc(f.extents, func(e extent) bool { return e.lo >= offset })
+	for i := range f.extents {
+		f.extents[i].hi = min(f.extents[i].hi, offset)
+	}
+	return nil
+}
+
+// handle is an open file.
+type handle struct {
+	fsys *diskFS
+	path string
+	gen  int
+}
+
+var errStale = errors.New("sim: a file handle from before the crash")
+
+func (h *handle) file() (*file, error) {
+	f := h.fsys.files[h.path]
+	if h.gen != h.fsys.gen || f == nil {
+		return nil, errStale
+	}
+	return f, nil
+}
+
+func (h *handle) ReadAt(p []byte, off int64) (int, error) {
+	f, err := h.file()
+	if err != nil {
+		return 0, err
+	}
+	if off >= int64(len(f.view)) {
+		return 0, io.EOF
+	}
+	n := copy(p, f.view[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (h *handle) WriteAt(p []byte, off int64) (int, error) {
+	f, err := h.file()
+	if err != nil {
+		return 0, err
+	}
+	f.view = writeAt(f.view, p, off)
+	h.fsys.d.flight = append(h.fsys.d.flight, step{path: h.path, off: off, data: slices.Clone(p)})
+	return len(p), nil
+}
+
+func (h *handle) Sync() error {
+	if _, err := h.file(); err != nil {
+		return err
+	}
+	d := h.fsys.d
+	switch {
+	case !d.inReady:
+		d.sync()
+	case d.failSync:
+		d.failSync = false
+		d.failedSync()
+		return errSyncFailed
+	default:
+		d.flight = append(d.flight, step{sync: true})
+	}
+	return nil
+}
+
+func (h *handle) Close() error { return nil }
+
+// metaState is what raft-wal's meta store holds.
+type metaState struct {
+	state  types.PersistentState
+	stable map[string][]byte
+}
+
+func newMetaState() metaState { return metaState{stable: map[string][]byte{}} }
+
+func (m metaState) clone() metaState {
+	c := metaState{state: m.state, stable: maps.Clone(m.stable)}
+	c.state.Segments = slices.Clone(m.state.Segments)
+	return c
+}
+
+// diskMeta is raft-wal's meta store: a transaction is durable when it
+// returns (BoltDB syncs it), but within a Ready's write it waits, with
+// the rest of the write, for the sync event.
+type diskMeta struct {
+	d       *disk
+	durable metaState
+	view    metaState
+}
+
+var _ types.MetaStore = (*diskMeta)(nil)
+
+func (m *diskMeta) commit(tx func(*metaState)) {
+	tx(&m.view)
+	if m.d.inReady {
+		m.d.flight = append(m.d.flight, step{meta: tx})
 		return
 	}
-	data := encodeEntries(ents)
-	d.nextSeq++
-	first, last := ents[0].Index, ents[len(ents)-1].Index
-	d.pending = append(d.pending, record{seq: d.nextSeq, first: first, last: last, data: data, declLen: len(data), sum: recordSum(d.nextSeq, first, last, data)})
+	tx(&m.durable)
 }
 
-func (d *disk) setHardState(hs raftpb.HardState) { d.pendingHardState = &hs }
+func (m *diskMeta) Load(string) (types.PersistentState, error) { return m.view.clone().state, nil }
 
-// sync makes pending writes durable.
-func (d *disk) sync() {
-	d.journal = append(d.journal, d.pending...)
-	d.pending = nil
-	if d.pendingHardState != nil {
-		d.hardState = *d.pendingHardState
-		d.pendingHardState = nil
-	}
+func (m *diskMeta) CommitState(s types.PersistentState) error {
+	s.Segments = slices.Clone(s.Segments)
+	m.commit(func(ms *metaState) { ms.state = s })
+	return nil
 }
 
-// dropPending is what a failed fsync may leave: the kernel dropped the
-// dirty pages it could not write (the "fsyncgate" behaviour of Linux), so
-// a retry must write everything again, as raftnode's persist does.
-func (d *disk) dropPending() {
-	d.pending = nil
-	d.pendingHardState = nil
-	d.nextSeq = d.lastSeq()
+func (m *diskMeta) GetStable(key []byte) ([]byte, error) {
+	return slices.Clone(m.view.stable[string(key)]), nil
 }
 
-func (d *disk) lastSeq() uint64 {
-	if n := len(d.journal); n > 0 {
-		return d.journal[n-1].seq
-	}
-	return d.snapSeq
+func (m *diskMeta) SetStable(key, value []byte) error {
+	k, v := string(key), slices.Clone(value)
+	m.commit(func(ms *metaState) { ms.stable[k] = v })
+	return nil
 }
 
-// crash loses every unsynced write; with tear, the first pending record
-// reaches the disk half written.
-func (d *disk) crash(tear bool, cut int) {
-	if tear && len(d.pending) > 0 {
-		r := d.pending[0]
-		r.data = slices.Clone(r.data[:min(cut, len(r.data)-1)])
-		d.journal = append(d.journal, r)
-	}
-	d.dropPending()
+func (m *diskMeta) Close() error { return nil }
+
+// discard is the log of raftnode's disk storage in the simulation: what
+// it decides shows in the trace.
+var discard = slog.New(slog.DiscardHandler)
+
+// The snapshots raftnode writes name their members as Tenure node IDs,
+// which the simulation has none of: its node IDs are raft IDs, not
+// hashes of names. The simulation's snapshot data carries the
+// ConfState ahead of the state instead, and takes it back at start.
+
+func wrapSnapshot(snap raftpb.Snapshot) raftpb.Snapshot {
+	cs, err := snap.Metadata.ConfState.Marshal()
+	must(err)
+	data := binary.AppendUvarint(nil, uint64(len(cs)))
+	snap.Data = append(append(data, cs...), snap.Data...)
+	return snap
 }
 
-// saveSnapshot stores a snapshot durably and drops the journal's prefix
-// of records it covers whole, as raftnode compacts its WAL after a
-// snapshot. Only a prefix: a later record may have cut an earlier one's
-// tail, and dropping it would bring that tail back. snapSeq remembers
-// the last dropped sequence number, so that the check at load still sees
-// a gapless journal.
-func (d *disk) saveSnapshot(s raftpb.Snapshot) {
-	d.snap = s
-	n := 0
-	for n < len(d.journal) && d.journal[n].last <= s.Metadata.Index && d.journal[n].intact() {
-		n++
+func unwrapSnapshot(snap raftpb.Snapshot) raftpb.Snapshot {
+	n, k := binary.Uvarint(snap.Data)
+	if k <= 0 || uint64(len(snap.Data)-k) < n {
+		panic("sim: a snapshot without its ConfState")
 	}
-	if n > 0 {
-		d.snapSeq = d.journal[n-1].seq
-		d.journal = slices.Clone(d.journal[n:])
-	}
+	var cs raftpb.ConfState
+	must(cs.Unmarshal(snap.Data[k : k+int(n)]))
+	snap.Metadata.ConfState = cs
+	snap.Data = snap.Data[k+int(n):]
+	return snap
 }
 
-// loaded is what a node restarts from.
-type loaded struct {
-	snap    raftpb.Snapshot
-	hs      raftpb.HardState
-	ents    []raftpb.Entry
-	damaged bool   // damage was found (and cut off, unless refused)
-	owed    uint64 // the highest index the cut removed
-	refused string // non-empty: the node must not start, and why
+// The damage faults harm what a synced write left on the medium (and
+// the page cache's copy of it), which a node meets when it next reads
+// its log at start. They pick among the synced writes still on the
+// disk, in the order of the files' names and of their writing.
+
+// written is one synced write: its file and its place in the file's
+// extents.
+type written struct {
+	path string
+	i    int
 }
 
-// load replays the disk as raftnode's open does (stores.go openDiskWAL,
-// storage.go load): a torn last record is dropped silently, since
-// nothing in it was acknowledged; any other record that fails its
-// checksum, or a gap in the sequence numbers, is damage to synced data.
-// A node with fewer than two members refuses to start on damage; a
-// member cuts the journal at the damage and owes the entries it cut
-// (catch-up index, raftnode/catchup.go). skipRepair is the test-only
-// knob that cuts without recording what is owed.
-func (d *disk) load(skipRepair bool) loaded {
-	l := loaded{snap: d.snap, hs: d.hardState}
-	var ents []raftpb.Entry
-	expect := d.snapSeq + 1
-	cutAt := -1
-	for i, r := range d.journal {
-		if len(r.data) != r.declLen && i == len(d.journal)-1 {
-			// A torn write: cleared, as if never written.
-			d.journal = d.journal[:i]
-			break
-		}
-		if !r.intact() || r.seq != expect {
-			cutAt = i
-			break
-		}
-		expect++
-		batch, err := decodeEntries(r.data)
-		if err != nil {
-			cutAt = i
-			break
-		}
-		ents = appendReplay(ents, r.first, batch)
-	}
-	if cutAt >= 0 {
-		l.damaged = true
-		if d.members < 2 {
-			l.refused = fmt.Sprintf("log damaged at record %d and the node has %d member(s): refusing to start", cutAt, d.members)
-			return l
-		}
-		// What the cut records did to the log's tail stands: raft-wal
-		// keeps a truncation in its meta store, apart from the segment
-		// that holds the new entries, so cutting those entries must not
-		// bring back the ones they replaced. Record headers (index range)
-		// stand for that meta: damage hits the data only.
-		owed := uint64(0)
-		if n := len(ents); n > 0 {
-			owed = ents[n-1].Index
-		}
-		for _, r := range d.journal[cutAt:] {
-			owed = max(owed, r.last)
-			for len(ents) > 0 && ents[len(ents)-1].Index >= r.first {
-				ents = ents[:len(ents)-1]
-			}
-		}
-		d.journal = d.journal[:cutAt]
-		d.nextSeq = d.lastSeq()
-		// The repair's own truncation is durable too (raftnode's
-		// repairWAL deletes the range through the WAL): a marker record
-		// that cuts the replayed log back to where the repair left it.
-		end := d.snap.Metadata.Index
-		if n := len(ents); n > 0 {
-			end = ents[n-1].Index
-		}
-		d.nextSeq++
-		d.journal = append(d.journal, record{seq: d.nextSeq, first: end + 1, last: end, sum: recordSum(d.nextSeq, end+1, end, nil)})
-		l.owed = owed
-		if !skipRepair && owed > d.catchUp {
-			d.catchUp = owed
-			d.catchUpTerm = max(d.catchUpTerm, d.hardState.Term)
+func (d *disk) synced() []written {
+	var all []written
+	for _, p := range slices.Sorted(maps.Keys(d.fs.files)) {
+		for i := range d.fs.files[p].extents {
+			all = append(all, written{p, i})
 		}
 	}
-	d.nextSeq = d.lastSeq()
-	si := l.snap.Metadata.Index
-	for len(ents) > 0 && ents[0].Index <= si {
-		ents = ents[1:]
-	}
-	l.ents = ents
-	// raftnode/storage.go: a commit index from before a snapshot or
-	// beyond the log (which a repair may have cut) is clamped.
-	l.hs.Commit = max(l.hs.Commit, si)
-	if n := len(ents); n > 0 {
-		l.hs.Commit = min(l.hs.Commit, ents[n-1].Index)
-	} else {
-		l.hs.Commit = min(l.hs.Commit, si)
-	}
-	return l
+	return all
 }
 
-// appendReplay applies one record to the replayed log as a WAL replay
-// does: the log is first cut back to before the record's first index
-// (raft's log matching, or a repair's marker), then the batch appended.
-func appendReplay(ents []raftpb.Entry, first uint64, batch []raftpb.Entry) []raftpb.Entry {
-	for len(ents) > 0 && ents[len(ents)-1].Index >= first {
-		ents = ents[:len(ents)-1]
-	}
-	return append(ents, batch...)
+func (d *disk) extent(w written) (*file, extent) {
+	f := d.fs.files[w.path]
+	return f, f.extents[w.i]
+}
+
+// flip flips one bit of the byte at off within w.
+func (d *disk) flip(w written, off int64, bit int) {
+	f, e := d.extent(w)
+	f.durable[e.lo+off] ^= 1 << bit
+	f.view[e.lo+off] ^= 1 << bit
+}
+
+// lose is a write the device acknowledged and never made: its place
+// reads as the preallocated zeros.
+func (d *disk) lose(w written) {
+	f, e := d.extent(w)
+	clear(f.durable[e.lo:e.hi])
+	clear(f.view[e.lo:e.hi])
+}
+
+// misdirect is a write the device put in the wrong place: from's bytes
+// land where to's write starts, in the same file, and from's own place
+// keeps the zeros it had before.
+func (d *disk) misdirect(from, to written) {
+	f, e := d.extent(from)
+	data := slices.Clone(f.durable[e.lo:e.hi])
+	d.lose(from)
+	_, t := d.extent(to)
+	f.durable = writeAt(f.durable, data, t.lo)
+	f.view = writeAt(f.view, data, t.lo)
 }

@@ -43,10 +43,11 @@ func (s *Sim) scheduleFaults() {
 	s.every(f.FsyncError, func() {
 		if n := s.pickNode(true); n != nil {
 			s.stats.Faults["fsync error"]++
-			n.failSync = true
+			n.disk.failSync = true
 		}
 	})
 	s.every(f.Damage, s.damage)
+	s.every(f.WatchCut, s.cutWatch)
 	s.every(s.opts.Membership, s.membership)
 }
 
@@ -124,37 +125,48 @@ func (s *Sim) partition() {
 	})
 }
 
-// damage harms the data of a synced record of a node's journal, a bit
-// flip or a write the device lost, and crashes the node soon after, so that it
-// meets the damage at restart. A lost write is only done to a record
-// with a successor: the loss of the newest synced record leaves a log
-// that reads as whole, which no per-record checksum can see (see
-// docs/testing.md).
+// damage harms a synced write on a node's disk, a bit flip, a write
+// the device lost or one it put in the wrong place, and crashes the node
+// soon after, so that it meets the damage at restart (disk.go). A lost
+// write is only done to one with a later write in its file: the loss of
+// the newest synced batch leaves a log that reads as whole, and shorter,
+// which no checksum can see (raftnode/walcheck.go afterLastBatch; a
+// member is caught out by its leader's next heartbeat, loglost.go).
 func (s *Sim) damage() {
 	n := s.pickNode(true)
-	if n == nil || len(n.disk.journal) < 2 {
+	if n == nil {
 		return
 	}
-	j := n.disk.journal
-	if s.rng.IntN(2) == 0 {
-		i := s.rng.IntN(len(j))
-		r := j[i]
-		if len(r.data) == 0 {
+	d := n.disk
+	all := d.synced()
+	if len(all) < 2 {
+		return
+	}
+	kind := s.rng.IntN(3)
+	w := all[s.rng.IntN(len(all))]
+	f, e := d.extent(w)
+	switch kind {
+	case 0:
+		off := s.rng.Int64N(e.hi - e.lo)
+		d.flip(w, off, s.rng.IntN(8))
+		s.stats.Faults["bit flip"]++
+		s.tracef(n.id, "disk: bit flip in %s at offset %d", w.path, e.lo+off)
+	case 1:
+		if w.i == len(f.extents)-1 {
 			return
 		}
-		data := append([]byte(nil), r.data...)
-		b := s.rng.IntN(len(data))
-		data[b] ^= 1 << s.rng.IntN(8)
-		j[i].data = data
-		s.stats.Faults["bit flip"]++
-		s.tracef(n.id, "disk: bit flip in synced record %d (entries %d..%d)", i, r.first, r.last)
-	} else {
-		// The write never reached the medium: the preallocated zeros
-		// stay where it should be.
-		i := s.rng.IntN(len(j) - 1)
-		s.tracef(n.id, "disk: lost synced record %d (entries %d..%d)", i, j[i].first, j[i].last)
-		j[i].data = make([]byte, len(j[i].data))
+		d.lose(w)
 		s.stats.Faults["lost write"]++
+		s.tracef(n.id, "disk: the synced write to %s at %d..%d was lost", w.path, e.lo, e.hi)
+	default:
+		if len(f.extents) < 2 {
+			return
+		}
+		to := written{w.path, (w.i + 1 + s.rng.IntN(len(f.extents)-1)) % len(f.extents)}
+		_, t := d.extent(to)
+		d.misdirect(w, to)
+		s.stats.Faults["misdirected write"]++
+		s.tracef(n.id, "disk: the synced write to %s at %d..%d landed at %d", w.path, e.lo, e.hi, t.lo)
 	}
 	s.after(s.randDur(500*time.Millisecond), func() {
 		if n.up {
@@ -215,7 +227,7 @@ func (s *Sim) membership() {
 			s.tracef(spare.id, "operator stops the removed node and wipes its data")
 			spare.crash()
 			spare.failed, spare.refused = "", ""
-			spare.disk = &disk{}
+			spare.disk = newDisk()
 		}
 		if spare.refused == "" {
 			spare.incarnation++
@@ -237,7 +249,7 @@ func (s *Sim) heal() {
 	s.tracef(0, "heal: faults off, partitions healed, crashed nodes restart")
 	for _, n := range s.nodes {
 		n.pausedUntil = 0
-		n.failSync = false
+		n.disk.failSync = false
 		// The spare, wiped, waits for the operator to add it again.
 		if !n.up && n.refused == "" && (n.id <= uint64(s.opts.Nodes) || !n.disk.empty()) {
 			n.incarnation++

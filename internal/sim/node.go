@@ -1,18 +1,29 @@
 package sim
 
-// A simulated node: etcd raft's RawNode, configured as raftnode
-// configures its Node (raftnode/engine.go startEngine), its Ready handled
-// in the order raftnode's Ready loop handles it (raftnode/ready.go), its
-// committed entries applied to a real statemachine.Machine the way
-// raftnode's applier decodes them (raftnode/apply.go, applier.go), and
-// the catch-up rule after a damaged log (raftnode/catchup.go). The one
-// difference in kind: raftnode runs three goroutines around a
-// goroutine-driven etcdraft.Node; here the scheduler calls RawNode
-// directly, so one step of the simulation is one thing that happens.
+// A simulated node: etcd raft's RawNode, with raftnode's own
+// configuration (raftnode.RaftConfig), each Ready's work done by
+// raftnode's own ReadyCore (the order the engine's Ready loop does it
+// in: messages split around the write by SplitMessages, committed
+// entries applied while the write is under way, a snapshot first, a
+// failed write retried whole), its committed entries read with
+// raftnode's framing and decoding (ParseProposal, DecodeCommand) and
+// applied to a real statemachine.Machine, and raftnode's catch-up rule
+// after a damaged log (CatchUp, HandOvers, HandOverTarget) and lost-log
+// proof (LogLost) deciding what happens to each message. What this file
+// does itself is the driving: raftnode runs goroutines around a
+// goroutine-driven etcdraft.Node; here the scheduler calls RawNode and
+// the ReadyCore directly, so one step of the simulation is one thing
+// that happens, and a Ready's write waits in the disk's page cache until
+// a later event syncs it. Each batch of committed entries is applied by
+// raftnode's own rule (ApplyEntries: entries a snapshot covers skipped,
+// this node's proposals answered, configuration changes applied); what
+// is the simulator's is what applying an entry does to its calls and
+// its record of the run.
 
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -24,19 +35,8 @@ import (
 	etcdraft "go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
+	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/statemachine"
-)
-
-// proposalHeader is raftnode/propose.go's: every normal entry starts
-// with the proposing node's raft ID and its request number, so that
-// apply can answer the proposer.
-const proposalHeader = 16
-
-// maxSizePerMsg is raftnode/config.go's maxSizePerMsg; maxLogMemory its
-// defaultMaxLogMemoryBytes, from which engine.go sets raft's byte limits.
-const (
-	maxSizePerMsg = 1 << 20
-	maxLogMemory  = 64 << 20
 )
 
 var quiet = &etcdraft.DefaultLogger{Logger: log.New(io.Discard, "", 0)}
@@ -50,10 +50,12 @@ type node struct {
 	refused     string
 	failed      string // set when the node stops on a lost log (raftnode/loglost.go)
 
-	disk *disk
-	ms   *etcdraft.MemoryStorage
-	rn   *etcdraft.RawNode
-	m    *statemachine.Machine
+	disk  *disk
+	store *raftnode.Disk // raftnode's disk storage over disk; nil while down
+	ms    *etcdraft.MemoryStorage
+	rn    *etcdraft.RawNode
+	core  *raftnode.ReadyCore // raftnode's order of a Ready's work, driven by process and synced
+	m     *statemachine.Machine
 
 	applied   uint64
 	confState raftpb.ConfState
@@ -62,46 +64,31 @@ type node struct {
 	term      uint64
 	writing   bool // a Ready's write is in flight: no ticks, no next Ready
 	lastSnap  uint64
+	writeErr  error // the Ready's write failed (a failed fsync); synced reports it
+	// catchUp is the catch-up point, as the meta store holds it; members
+	// the member count last recorded there.
+	catchUp raftnode.CatchUp
+	members uint64
+	// snapWanted: raft asked for a snapshot naming every member now
+	// (raftStorage); the next apply takes one.
+	snapWanted bool
 
-	catchUp      uint64 // raftnode/catchup.go: the index the log must reach before the node votes
-	lastHandOver int64
+	handOvers *raftnode.HandOvers   // the leader's side of the catch-up rule
+	lease     *raftnode.LeaderLease // the leader's lease, which heartbeats need
 
 	clockOffset int64 // wall clock minus simulated time: jumps move it
 	pausedUntil int64
-	lastTick    int64
-	stallUntil  int64 // lessor/stall.go: heartbeats refused until then
-	failSync    bool  // the next sync fails
 
 	proposals map[uint64]*call // request number → the call waiting for its entry
 	reqSeq    uint64
 	reads     []*call // linearizable reads waiting for their ReadState and apply
 	readSeq   uint64
 	waiters   map[int64]*call // session → a queued acquire waiting for its grant
-	lessor    lessor
+	lessor    lessorDriver
 }
 
 func newNode(s *Sim, id uint64) *node {
-	return &node{s: s, id: id, disk: &disk{}}
-}
-
-// config mirrors raftnode/engine.go's etcdraft.Config, field by field.
-func (n *node) config(applied uint64) *etcdraft.Config {
-	return &etcdraft.Config{
-		ID:                        n.id,
-		ElectionTick:              10, // electionTicks
-		HeartbeatTick:             1,
-		Storage:                   n.ms,
-		Applied:                   applied,
-		MaxSizePerMsg:             maxSizePerMsg,
-		MaxInflightMsgs:           256,
-		MaxInflightBytes:          maxLogMemory / 4,
-		MaxUncommittedEntriesSize: maxLogMemory,
-		CheckQuorum:               true,
-		PreVote:                   true,
-		DisableProposalForwarding: true,
-		StepDownOnRemoval:         true,
-		Logger:                    quiet,
-	}
+	return &node{s: s, id: id, disk: newDisk()}
 }
 
 // boot starts the node from its disk, or bootstraps the cluster's first
@@ -109,42 +96,68 @@ func (n *node) config(applied uint64) *etcdraft.Config {
 func (n *node) boot() {
 	n.up = true
 	n.writing = false
-	n.failSync = false
+	n.snapWanted = false
+	n.writeErr = nil
 	n.role, n.lead, n.term = etcdraft.StateFollower, 0, 0
 	n.proposals = map[uint64]*call{}
 	n.waiters = map[int64]*call{}
 	n.reads = nil
-	n.lessor = lessor{}
+	n.lease = raftnode.NewLeaderLease(tickInterval, n.lessorNow())
+	n.lessorBoot()
+	n.handOvers = raftnode.NewHandOvers(electionTimeout)
 	n.m = statemachine.New()
 	n.applied = 0
 	n.confState = raftpb.ConfState{}
 	n.ms = etcdraft.NewMemoryStorage()
-	l := n.disk.load(n.s.opts.Bugs.SkipCatchUp)
-	if l.refused != "" {
+	// raftnode's open: the verifying reader, the repair of damage (the
+	// entries cut owed, in the catch-up point) or a refusal, over what
+	// the crash left of the disk.
+	store, l, err := raftnode.OpenDisk(n.disk.files(), segmentSize, discard)
+	n.s.check.count(invRepairs)
+	if err != nil {
 		n.up = false
-		n.refused = l.refused
+		n.refused = err.Error()
 		n.s.stats.Refused++
-		n.s.tracef(n.id, "refuses to start: %s", l.refused)
+		n.s.tracef(n.id, "refuses to start: %s", n.refused)
+		// Every simulated node is a member with peers to catch up from:
+		// raftnode cuts damage off and owes it (CutDamage), and refuses
+		// only a node alone.
+		n.s.fail(invRepairs, "n%d refuses to start: %s", n.id, n.refused)
 		return
 	}
-	if l.damaged {
-		n.s.tracef(n.id, "log damaged: cut the damage off, owes entries up to %d", l.owed)
+	n.store = store
+	n.catchUp, err = store.CatchUp()
+	must(err)
+	n.members = 0
+	if !etcdraft.IsEmptySnap(l.Snap) {
+		l.Snap = unwrapSnapshot(l.Snap)
+		must(n.ms.ApplySnapshot(l.Snap))
+		n.restore(l.Snap)
 	}
-	if !etcdraft.IsEmptySnap(l.snap) {
-		must(n.ms.ApplySnapshot(l.snap))
-		n.restore(l.snap)
+	must(n.ms.Append(l.Entries))
+	if !etcdraft.IsEmptyHardState(l.HardState) {
+		must(n.ms.SetHardState(l.HardState))
 	}
-	must(n.ms.Append(l.ents))
-	if !etcdraft.IsEmptyHardState(l.hs) {
-		must(n.ms.SetHardState(l.hs))
-	}
-	n.term = l.hs.Term
-	n.catchUp = n.disk.catchUp
-	n.lastTick = n.s.now
-	fresh := etcdraft.IsEmptySnap(l.snap) && len(l.ents) == 0 && etcdraft.IsEmptyHardState(l.hs)
-	rn, err := etcdraft.NewRawNode(n.config(l.snap.Metadata.Index))
+	n.term = l.HardState.Term
+	fresh := etcdraft.IsEmptySnap(l.Snap) && len(l.Entries) == 0 && etcdraft.IsEmptyHardState(l.HardState)
+	cfg := raftnode.RaftConfig(n.id, raftStorage{n.ms, n}, l.Snap.Metadata.Index, 0)
+	cfg.Logger = quiet
+	rn, err := etcdraft.NewRawNode(&cfg)
 	must(err)
 	n.rn = rn
+	fx := readyFx{n}
+	n.core = raftnode.NewReadyCore(raftnode.ReadyEffects{
+		Log:   fx,
+		Raft:  n.ms,
+		Send:  fx,
+		Apply: fx,
+		Host:  fx,
+		Advance: func(rd etcdraft.Ready) bool {
+			rn.Advance(rd)
+			return true
+		},
+		Split: fx.split,
+	}, l.HardState.Term)
 	if fresh && n.id <= uint64(n.s.opts.Nodes) {
 		var peers []etcdraft.Peer
 		for i := range n.s.opts.Nodes {
@@ -152,7 +165,7 @@ func (n *node) boot() {
 		}
 		must(rn.Bootstrap(peers))
 	}
-	n.s.tracef(n.id, "starts: last index %d, commit %d, term %d, catch-up %d", lastIndex(n.ms), l.hs.Commit, l.hs.Term, n.catchUp)
+	n.s.tracef(n.id, "starts: last index %d, commit %d, term %d, catch-up %d", lastIndex(n.ms), l.HardState.Commit, l.HardState.Term, n.catchUp.Index)
 	inc := n.incarnation
 	n.s.after(n.s.randDur(tickInterval), func() { n.tick(inc) })
 }
@@ -185,22 +198,40 @@ func (n *node) tick(inc int) {
 		return
 	}
 	n.s.after(int64(tickInterval), func() { n.tick(inc) })
-	if n.s.now-n.lastTick > int64(electionTimeout) {
-		// lessor/stall.go: a node that did not run for an election
-		// timeout refuses heartbeats for two more, until raft has ended
-		// or confirmed its leadership.
-		n.stallUntil = n.s.now + 2*int64(electionTimeout)
-	}
-	n.lastTick = n.s.now
+	// The lessor's pulse (lessor/stall.go): a goroutine of its own in
+	// the server, so it beats while persist blocks the Ready loop.
+	n.lessor.l.Pulse()
 	if n.writing || n.failed != "" {
 		return
 	}
-	if n.catchUp == 0 || n.s.opts.Bugs.SkipCatchUp {
+	if p := n.catchUpPoint(); !p.Owes() || n.s.opts.Bugs.SkipCatchUp {
 		n.rn.Tick()
-	} else {
-		n.catchUpAlone()
+	} else if p.EndsAlone(n.applied, lastIndex(n.ms), raftnode.Members(n.confState)) {
+		n.setCatchUp(raftnode.CatchUp{})
 	}
+	n.renewLease()
 	n.lessorTick()
+}
+
+// renewLease begins a ReadIndex round for the leader's lease when it
+// wants renewing, as the engine's tick does (raftnode/ready.go).
+func (n *node) renewLease() {
+	if n.role == etcdraft.StateLeader && n.lease.Due(n.lessorNow()) {
+		n.readIndex()
+	}
+}
+
+// readIndex begins a ReadIndex round and returns its ID; a leader's
+// round counts for its lease (raftnode/readindex.go readRound).
+func (n *node) readIndex() uint64 {
+	n.readSeq++
+	if n.role == etcdraft.StateLeader && !n.s.opts.Bugs.NoLeaderLease {
+		n.lease.Begin(n.readSeq, n.term, n.lessorNow())
+	}
+	var ctx [8]byte
+	binary.BigEndian.PutUint64(ctx[:], n.readSeq)
+	n.rn.ReadIndex(ctx[:])
+	return n.readSeq
 }
 
 // receive is the transport's Process (raftnode/engine.go).
@@ -221,135 +252,163 @@ func (n *node) receive(m raftpb.Message) {
 	if n.handOverRequest(m) || n.catchingUp(&m) {
 		return
 	}
-	if m.Type == raftpb.MsgHeartbeat && m.Commit > lastIndex(n.ms) {
-		// raftnode/loglost.go checkLog: the leader knows this log reached
-		// further than it does; the data was lost. The node stops.
+	if raftnode.LogLost(m, lastIndex(n.ms)) {
+		// The leader knows this log reached further than it does; the
+		// data was lost. The node stops, as raftnode's checkLog stops it.
 		n.failed = fmt.Sprintf("log lost: leader %d knows index %d, log ends at %d", m.From, m.Commit, lastIndex(n.ms))
 		n.s.stats.Failed++
 		n.s.tracef(n.id, "stops: %s", n.failed)
 		return
 	}
 	if n.s.opts.Bugs.VoteIgnoresLog && (m.Type == raftpb.MsgVote || m.Type == raftpb.MsgPreVote) {
+		// The wrong build, around raft itself: the request claims a log
+		// no voter's beats.
 		m.LogTerm, m.Index = math.MaxUint32, math.MaxUint32
 	}
 	_ = n.rn.Step(m)
 }
 
-// process handles one Ready, if there is one and no write is in flight
-// (raftnode/ready.go handleReady).
+// process starts one Ready's work, if there is one and no write is in
+// flight, through raftnode's own ReadyCore: the messages that need
+// nothing durable sent, committed entries applied, the write put in the
+// disk's page cache, which a later event syncs (synced).
 func (n *node) process() {
 	if !n.up || n.failed != "" || n.writing || n.paused() || !n.rn.HasReady() {
 		return
 	}
-	rd := n.rn.Ready()
-	if rd.SoftState != nil {
-		n.setRole(rd.SoftState.RaftState, rd.SoftState.Lead)
-	}
-	if !etcdraft.IsEmptyHardState(rd.HardState) && rd.HardState.Term > n.term {
-		n.term = rd.HardState.Term
-		n.failProposals("term moved on")
-	}
-	later := n.sendBeforeWrite(rd.Messages)
-	if etcdraft.IsEmptySnap(rd.Snapshot) {
-		// Committed entries are durable on a quorum: applied while this
-		// Ready's write is under way.
-		n.applyEntries(rd.CommittedEntries)
-	}
+	n.core.Begin(n.rn.Ready())
 	n.writing = true
-	n.write(rd)
+	n.write()
+	n.syncLater(0)
+}
+
+// write makes the Ready's write, which stays in flight in the disk's
+// page cache until the sync event; an error (a failed fsync) waits for
+// that event too, when the fsync would have returned.
+func (n *node) write() {
+	n.disk.inReady = true
+	n.writeErr = n.core.Write()
+	n.disk.inReady = false
+}
+
+// syncLater schedules the sync of the write in flight, after the disk's
+// latency.
+func (n *node) syncLater(attempt int) {
 	inc := n.incarnation
-	n.s.after(n.s.randDur(n.s.opts.Faults.MaxDiskLatency)+int64(50_000), func() { n.synced(inc, rd, later, 0) })
+	n.s.after(n.s.randDur(n.s.opts.Faults.MaxDiskLatency)+int64(50_000), func() { n.synced(inc, attempt) })
 }
 
-// sendBeforeWrite mirrors raftnode: votes and append acknowledgements
-// wait for the write; everything else leaves now.
-func (n *node) sendBeforeWrite(msgs []raftpb.Message) (later []raftpb.Message) {
-	var now []raftpb.Message
-	for _, m := range msgs {
-		switch m.Type {
-		case raftpb.MsgAppResp, raftpb.MsgVoteResp, raftpb.MsgPreVoteResp:
-			if !n.s.opts.Bugs.AckBeforeSync {
-				later = append(later, m)
-				continue
-			}
-		}
-		now = append(now, m)
-	}
-	n.s.net.send(n, now)
-	return later
-}
+var errSyncFailed = errors.New("fsync failed")
 
-// write puts a Ready's snapshot, hard state and entries in the page
-// cache (raftnode/ready.go write); synced makes them durable.
-func (n *node) write(rd etcdraft.Ready) {
-	if !etcdraft.IsEmptySnap(rd.Snapshot) {
-		n.disk.saveSnapshot(rd.Snapshot) // raftnode writes and syncs snapshot files whole
-	}
-	if !etcdraft.IsEmptyHardState(rd.HardState) {
-		hs := rd.HardState
-		if n.s.opts.Bugs.ForgetVote {
-			hs.Vote = 0
-		}
-		n.disk.setHardState(hs)
-	}
-	n.disk.appendEntries(rd.Entries)
-}
-
-// synced completes a Ready's write: on success the entries go to raft's
-// storage, the held-back messages leave, and raft is told to advance. A
-// failed sync is retried a second later, with the whole Ready written
-// again, and nothing is acknowledged meanwhile (raftnode/ready.go
-// persist).
-func (n *node) synced(inc int, rd etcdraft.Ready, later []raftpb.Message, attempt int) {
+// synced completes the write in flight: on success the core hands raft
+// the write, sends the held-back messages and advances. A failed sync
+// drops what was written, and the core writes the whole Ready again
+// after raftnode.RetryWrite, acknowledging nothing meanwhile.
+func (n *node) synced(inc, attempt int) {
 	if !n.up || inc != n.incarnation {
 		return
 	}
-	if n.failSync {
-		n.failSync = false
-		n.disk.dropPending()
-		n.s.tracef(n.id, "fsync fails (attempt %d): nothing acknowledged, retry in 1s", attempt)
-		if attempt == 0 {
-			n.setRole(etcdraft.StateFollower, 0)
-			n.failProposals("disk failed")
-			n.failReads()
+	if err := n.writeErr; err != nil {
+		n.writeErr = nil
+		if errors.Is(err, raftnode.ErrLogDamaged) {
+			// The engine stops the node (Node.Failed), and the server
+			// exits; a supervisor starts it again, which repairs the log.
+			n.s.tracef(n.id, "stops: %v", err)
+			n.crash()
+			n.s.restartLater(n)
+			return
 		}
-		n.s.after(int64(1e9), func() {
+		n.core.Failed(err)
+		n.s.after(int64(raftnode.RetryWrite), func() {
 			if !n.up || inc != n.incarnation {
 				return
 			}
-			n.write(rd)
-			n.s.after(n.s.randDur(n.s.opts.Faults.MaxDiskLatency)+int64(50_000), func() { n.synced(inc, rd, later, attempt+1) })
+			n.write()
+			n.syncLater(attempt + 1)
 		})
 		return
 	}
 	n.disk.sync()
-	if attempt > 0 {
-		st := n.rn.BasicStatus()
-		n.setRole(st.RaftState, st.Lead)
-	}
-	if !etcdraft.IsEmptySnap(rd.Snapshot) {
-		if err := n.ms.ApplySnapshot(rd.Snapshot); err == nil {
-			n.restore(rd.Snapshot)
-		}
-	}
-	must(n.ms.Append(rd.Entries))
-	if !etcdraft.IsEmptyHardState(rd.HardState) {
-		must(n.ms.SetHardState(rd.HardState))
-	}
-	if !etcdraft.IsEmptySnap(rd.Snapshot) {
-		n.applyEntries(rd.CommittedEntries)
-	}
-	n.s.net.send(n, later)
-	if n.votedNow(later) {
+	must(n.core.Synced())
+	if n.votedNow(n.core.Later()) {
 		return
 	}
-	for _, rs := range rd.ReadStates {
-		n.readState(binary.BigEndian.Uint64(rs.RequestCtx), rs.Index)
-	}
 	n.writing = false
-	n.rn.Advance(rd)
+	n.snapWanted = false
+	n.core.Advance()
 	n.maybeSnapshot()
 	n.serveReads()
+}
+
+// readyFx is what the node's ReadyCore does its work with: the simulated
+// network and disk, and apply, run at once on the scheduler's goroutine.
+type readyFx struct{ n *node }
+
+func (f readyFx) Send(msgs []raftpb.Message) { f.n.s.net.send(f.n, msgs) }
+
+// split is raftnode.SplitMessages; the AckBeforeSync bug sends
+// everything before the write, in raft's order.
+func (f readyFx) split(msgs []raftpb.Message) (now, later []raftpb.Message) {
+	if f.n.s.opts.Bugs.AckBeforeSync {
+		return msgs, nil
+	}
+	return raftnode.SplitMessages(msgs)
+}
+
+// SaveSnapshot, SaveHardState and Append are raftnode's disk storage's
+// own; their writes wait in the disk's page cache for the sync event.
+func (f readyFx) SaveSnapshot(snap raftpb.Snapshot) error {
+	return f.n.store.SaveSnapshot(wrapSnapshot(snap))
+}
+
+func (f readyFx) SaveHardState(hs raftpb.HardState) error {
+	if f.n.s.opts.Bugs.ForgetVote {
+		hs.Vote = 0
+	}
+	return f.n.store.SaveHardState(hs)
+}
+
+func (f readyFx) Append(ents []raftpb.Entry) error { return f.n.store.Append(ents) }
+
+// Apply applies a batch at once, in raftnode's order: a snapshot, the
+// entries, then the proposals of an older term failed. A step-down has
+// failed them already (setRole, which also stops the lessor).
+func (f readyFx) Apply(b raftnode.ApplyBatch) bool {
+	if b.Snapshot != nil {
+		f.n.restore(*b.Snapshot)
+	}
+	f.n.applyEntries(b.Entries)
+	if b.Term > 0 {
+		f.n.failProposals("term moved on")
+	}
+	return true
+}
+
+// Persisted needs nothing: apply is done by then, and the node
+// snapshots after the Ready (maybeSnapshot).
+func (f readyFx) Persisted() {}
+
+func (f readyFx) SetRole(role etcdraft.StateType, lead uint64) bool {
+	was := f.n.role
+	f.n.setRole(role, lead)
+	return was == etcdraft.StateLeader && role != etcdraft.StateLeader
+}
+
+func (f readyFx) HardState(hs raftpb.HardState) { f.n.term = hs.Term }
+
+func (f readyFx) ReadIndex(req, index uint64) { f.n.readState(req, index) }
+
+func (f readyFx) FailReads() { f.n.failReads() }
+
+func (f readyFx) FailProposals() { f.n.failProposals("disk failed") }
+
+func (f readyFx) WriteFailed(_ error, attempt int) {
+	f.n.s.tracef(f.n.id, "fsync fails (attempt %d): nothing acknowledged, retry in %v", attempt, raftnode.RetryWrite)
+}
+
+func (f readyFx) Resumed() {
+	st := f.n.rn.BasicStatus()
+	f.n.setRole(st.RaftState, st.Lead)
 }
 
 // votedNow crashes the node, with the chance Faults.CrashAfterVote, if
@@ -389,74 +448,88 @@ func (n *node) setRole(role etcdraft.StateType, lead uint64) {
 		n.s.check.leader(n.id, term)
 		n.s.check.leaderComplete(n, term)
 		n.lessorStart()
+		n.renewLease()
 	}
 	if was == etcdraft.StateLeader {
-		n.lessor = lessor{}
+		n.lease.End()
+		n.lessorDemote()
 		n.failProposals("stepped down")
 		n.failReads()
 	}
 }
 
-// applyEntries applies committed entries in order (raftnode/apply.go
-// applyEntries). A restored snapshot may cover some already.
+// applyEntries applies committed entries by raftnode's own rule
+// (raftnode.ApplyEntries, what the engine's apply runs). The
+// ApplyOutOfOrder bug swaps two entries of node 1's batch around the
+// real call.
 func (n *node) applyEntries(ents []raftpb.Entry) {
 	if n.s.opts.Bugs.ApplyOutOfOrder && n.id == 1 && len(ents) >= 2 {
 		ents = slices.Clone(ents)
 		ents[0], ents[1] = ents[1], ents[0]
 	}
-	for _, ent := range ents {
-		if ent.Index <= n.applied && !(n.s.opts.Bugs.ApplyOutOfOrder && n.id == 1) {
-			continue
-		}
-		var res statemachine.Result
-		var cmd statemachine.Command
-		switch ent.Type {
-		case raftpb.EntryNormal:
-			if len(ent.Data) >= proposalHeader {
-				from, req := binary.BigEndian.Uint64(ent.Data), binary.BigEndian.Uint64(ent.Data[8:])
-				if data := ent.Data[proposalHeader:]; len(data) > 0 {
-					cmd, res = n.applyData(data)
-				}
-				if from == n.id {
-					n.answer(req, ent.Index, res)
-				}
-			}
-		case raftpb.EntryConfChange:
-			var cc raftpb.ConfChange
-			must(cc.Unmarshal(ent.Data))
-			n.confState = *n.rn.ApplyConfChange(cc)
-			n.recordMembers()
-		case raftpb.EntryConfChangeV2:
-			var cc raftpb.ConfChangeV2
-			must(cc.Unmarshal(ent.Data))
-			n.confState = *n.rn.ApplyConfChange(cc)
-			n.recordMembers()
-		}
-
-		n.s.check.applied(n, ent, res, n.m.Revision())
-		n.applied = max(n.applied, ent.Index)
-		n.observe(cmd, res)
-	}
+	raftnode.ApplyEntries(ents, n.applied, n.id, &entryFx{n: n})
 	n.serveReads()
 }
 
-// applyData is raftnode/applier.go applyData: decode with the
-// statemachine codec, refuse a binary entry below BinaryVersion, apply.
-func (n *node) applyData(data []byte) (statemachine.Command, statemachine.Result) {
-	now, cmd, err := statemachine.Decode(data)
-	if err == nil && statemachine.IsBinary(data) && n.m.ClusterVersion() < statemachine.BinaryVersion {
-		err = fmt.Errorf("%w: binary entry at cluster version %d", statemachine.ErrNotSupported, n.m.ClusterVersion())
+// entryFx is what raftnode.ApplyEntries applies each entry with: the
+// machine, the node's calls, and the invariants' record of every entry
+// applied.
+type entryFx struct {
+	n   *node
+	cmd statemachine.Command // the command of the entry being applied
+}
+
+func (f *entryFx) Command(_ raftpb.Entry, data []byte) statemachine.Result {
+	cmd, res := f.n.applyData(data)
+	f.cmd = cmd
+	return res
+}
+
+func (f *entryFx) Answer(req uint64, ent raftpb.Entry, res statemachine.Result) {
+	f.n.answer(req, ent.Index, res)
+}
+
+func (f *entryFx) ConfChange(ent raftpb.Entry) {
+	n := f.n
+	if ent.Type == raftpb.EntryConfChange {
+		var cc raftpb.ConfChange
+		must(cc.Unmarshal(ent.Data))
+		n.confState = *n.rn.ApplyConfChange(cc)
+	} else {
+		var cc raftpb.ConfChangeV2
+		must(cc.Unmarshal(ent.Data))
+		n.confState = *n.rn.ApplyConfChange(cc)
 	}
+	n.recordMembers()
+}
+
+func (f *entryFx) Applied(ent raftpb.Entry, res statemachine.Result) {
+	n := f.n
+	n.s.check.applied(n, ent, res, n.m.Revision())
+	n.applied = max(n.applied, ent.Index)
+	n.observe(f.cmd, res)
+	n.s.publish(n, res.Events)
+	f.cmd = nil
+}
+
+// applyData decodes a command as raftnode's applier does
+// (raftnode.DecodeCommand: a binary entry below BinaryVersion refused)
+// and applies it.
+func (n *node) applyData(data []byte) (statemachine.Command, statemachine.Result) {
+	now, cmd, err := raftnode.DecodeCommand(data, n.m.ClusterVersion())
 	if err != nil {
 		return nil, statemachine.Result{Revision: n.m.Revision(), Err: err}
 	}
 	return cmd, n.m.Apply(now, cmd)
 }
 
-// recordMembers is raftnode/catchup.go recordMembers: the member count
-// a start that finds damage decides by.
+// recordMembers records the member count a start that finds damage
+// decides by, as raftnode's recordMembers does at every configuration.
 func (n *node) recordMembers() {
-	n.disk.members = uint64(len(n.confState.Voters) + len(n.confState.Learners))
+	if m := raftnode.Members(n.confState); m != n.members {
+		must(n.store.SetMembers(m))
+		n.members = m
+	}
 }
 
 // restore replaces the state with a snapshot's.
@@ -464,6 +537,7 @@ func (n *node) restore(snap raftpb.Snapshot) {
 	m := statemachine.New()
 	must(m.Restore(bytes.NewReader(snap.Data)))
 	n.m = m
+	n.s.restoredHub(n, m.Revision())
 	n.applied = snap.Metadata.Index
 	n.lastSnap = snap.Metadata.Index
 	n.confState = snap.Metadata.ConfState
@@ -478,9 +552,11 @@ func (n *node) restore(snap raftpb.Snapshot) {
 // and compacts the log behind it, keeping a tail for slow followers.
 func (n *node) maybeSnapshot() {
 	every := n.s.opts.SnapshotEvery
-	if every == 0 || n.applied < n.lastSnap+every || n.applied > lastIndex(n.ms) {
+	wanted := n.snapWanted && n.applied > n.lastSnap
+	if every == 0 || (n.applied < n.lastSnap+every && !wanted) || n.applied > lastIndex(n.ms) {
 		return
 	}
+	n.snapWanted = false
 	var buf bytes.Buffer
 	must(n.m.Snapshot(&buf))
 	cs := n.confState
@@ -488,13 +564,50 @@ func (n *node) maybeSnapshot() {
 	if err != nil {
 		return
 	}
-	n.disk.saveSnapshot(snap)
-	n.lastSnap = n.applied
+	var compactTo uint64
 	if keep := every / 2; n.applied > keep {
-		_ = n.ms.Compact(n.applied - keep)
+		compactTo = n.applied - keep
+	}
+	must(n.store.Snapshot(snap.Metadata, wrapSnapshot(snap).Data, compactTo))
+	n.lastSnap = n.applied
+	if compactTo > 0 {
+		_ = n.ms.Compact(compactTo)
 	}
 	n.s.stats.Snaps++
 	n.s.tracef(n.id, "snapshot at %d", n.applied)
+}
+
+// raftStorage is raftnode's raftStorage (raftnode/snapshot.go): raft's
+// MemoryStorage, except that a snapshot to send that does not name every
+// member now (raftnode.NamesEveryMember) is withheld, raft told to try
+// again, and a fresh one asked for, which maybeSnapshot takes at the
+// next apply. Without it, a learner added after the newest snapshot
+// refused that snapshot until the next one, 300 entries later (seed 2
+// with five voters: n6 was sent it 1,860 times and never promoted).
+type raftStorage struct {
+	*etcdraft.MemoryStorage
+	n *node
+}
+
+func (s raftStorage) Snapshot() (raftpb.Snapshot, error) {
+	snap, err := s.MemoryStorage.Snapshot()
+	if err != nil || etcdraft.IsEmptySnap(snap) {
+		return snap, err
+	}
+	if !raftnode.NamesEveryMember(snap.Metadata.ConfState, s.n.confState) {
+		// raftnode's apply loop takes it as soon as it is asked, not at
+		// the next entry: the cluster may be idle.
+		if n, inc := s.n, s.n.incarnation; !n.snapWanted {
+			n.snapWanted = true
+			n.s.after(0, func() {
+				if n.up && n.incarnation == inc {
+					n.maybeSnapshot()
+				}
+			})
+		}
+		return raftpb.Snapshot{}, etcdraft.ErrSnapshotTemporarilyUnavailable
+	}
+	return snap, nil
 }
 
 // crash stops the node at once: memory gone, unsynced writes lost, the
@@ -505,90 +618,73 @@ func (n *node) crash() {
 	}
 	n.up = false
 	n.incarnation++
-	tear := n.s.rng.IntN(3) == 0
-	torn := tear && len(n.disk.pending) > 0
-	unsynced := len(n.disk.pending)
-	n.disk.crash(tear, 1+n.s.rng.IntN(64))
-	n.s.tracef(n.id, "crashes: %d unsynced records lost, torn write: %v", unsynced, torn)
+	inFlight, torn := n.disk.crash(n.s.rng, n.s.rng.IntN(3) == 0)
+	// raftnode's storage goes with the process; Close only stops
+	// raft-wal's goroutine, and writes nothing (the crash made every
+	// handle it holds stale).
+	if n.store != nil {
+		_ = n.store.Close()
+		n.store = nil
+	}
+	n.s.tracef(n.id, "crashes: %d writes and syncs in flight, torn write: %v", inFlight, torn)
 	n.dropCalls()
 }
 
-// catchingUp is raftnode/catchup.go catchingUp, on the sim's clock: it
-// reports whether m is dropped, and cuts a heartbeat's commit to the
-// log's end in place.
+// catchUpPoint is the node's catch-up point, as its meta store holds it.
+func (n *node) catchUpPoint() raftnode.CatchUp {
+	return n.catchUp
+}
+
+// setCatchUp records the catch-up point; the meta store is written
+// synchronously, as raftnode writes it.
+func (n *node) setCatchUp(p raftnode.CatchUp) {
+	n.catchUp = p
+	must(n.store.SetCatchUp(p))
+}
+
+// catchingUp runs raftnode's catch-up rule (raftnode.CatchUp.Receive) on
+// m, as raftnode's engine does: it reports whether m is dropped, and
+// cuts a heartbeat's commit to the log's end in place. The SkipCatchUp
+// bug skips the rule.
 func (n *node) catchingUp(m *raftpb.Message) bool {
-	if n.catchUp == 0 || n.s.opts.Bugs.SkipCatchUp {
+	p := n.catchUpPoint()
+	if !p.Owes() || n.s.opts.Bugs.SkipCatchUp {
 		return false
 	}
-	switch m.Type {
-	case raftpb.MsgVote, raftpb.MsgPreVote:
-		t, i := n.disk.catchUpTerm, n.catchUp
-		return t == 0 || m.LogTerm < t || m.LogTerm == t && m.Index < i
-	case raftpb.MsgTimeoutNow:
-		return true
-	case raftpb.MsgHeartbeat:
-		last := lastIndex(n.ms)
-		if m.Commit > last {
-			if m.Commit > n.catchUp {
-				n.setCatchUp(m.Commit, max(n.disk.catchUpTerm, m.Term))
-			}
-			n.s.net.send(n, []raftpb.Message{{Type: raftpb.MsgUnreachable, From: n.id, To: m.From}})
-			m.Commit = last
-			return false
-		}
-		if last >= n.catchUp {
-			n.setCatchUp(0, 0)
+	last := lastIndex(n.ms)
+	lastTerm, _ := n.ms.Term(last)
+	step := p.Receive(*m, last, lastTerm)
+	if step.Next != p {
+		n.setCatchUp(step.Next)
+		if !step.Next.Owes() {
 			n.s.stats.CaughtUp++
 			n.s.tracef(n.id, "caught up past its damaged log (last index %d): votes again", last)
 		}
 	}
-	return false
+	if step.HandOver {
+		n.s.net.send(n, []raftpb.Message{raftnode.HandOverRequest(n.id, m.From)})
+	}
+	*m = step.Msg
+	return step.Drop
 }
 
-func (n *node) setCatchUp(i, term uint64) {
-	n.catchUp = i
-	n.disk.catchUp, n.disk.catchUpTerm = i, term
-}
-
-// handOverRequest is raftnode/catchup.go handOverRequest: a leader asked
-// by a catching-up member hands leadership to its most up-to-date other
-// voter, at most once an election timeout.
+// handOverRequest is the leader's side of the rule, as raftnode's engine
+// answers it: a leader asked by a catching-up member hands leadership to
+// raftnode.HandOverTarget, at most as often as raftnode.HandOvers
+// admits, on the simulated clock.
 func (n *node) handOverRequest(m raftpb.Message) bool {
-	if m.Type != raftpb.MsgUnreachable {
+	if !raftnode.IsHandOverRequest(m) {
 		return false
 	}
-	if n.role != etcdraft.StateLeader || n.s.now-n.lastHandOver < int64(electionTimeout) {
+	if n.role != etcdraft.StateLeader || !n.handOvers.Admit(time.Unix(0, n.s.now)) {
 		return true
 	}
-	n.lastHandOver = n.s.now
-	var target, best uint64
-	st := n.rn.Status()
-	ids := make([]uint64, 0, len(st.Progress))
-	for id := range st.Progress {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		pr := st.Progress[id]
-		if id != n.id && id != m.From && !pr.IsLearner && (target == 0 || pr.Match > best) {
-			target, best = id, pr.Match
-		}
-	}
-	if target != 0 {
+	if target := raftnode.HandOverTarget(n.rn.Status(), m.From); target != 0 {
 		n.s.tracef(n.id, "hands leadership to %d so that %d catches up", target, m.From)
+		n.lease.Void(n.lessorNow())
 		n.rn.TransferLeader(target)
 	}
 	return true
-}
-
-// catchUpAlone is raftnode/catchup.go catchUpAlone.
-func (n *node) catchUpAlone() {
-	if n.applied < lastIndex(n.ms) {
-		return
-	}
-	if len(n.confState.Voters)+len(n.confState.Learners) == 1 {
-		n.setCatchUp(0, 0)
-	}
 }
 
 // digest is an entry's identity for the invariants.

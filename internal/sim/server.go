@@ -9,23 +9,31 @@ package sim
 // (lessor/heartbeat.go); a blocking acquire that is queued is answered
 // when the grant's entry is applied (server/waiters.go).
 //
-// The lessor here is a mirror, not lessor.Lessor: the real one runs its
-// own goroutine on time.Now. It keeps the rules that matter to the
-// invariants: a new leader times nothing until its NewEpoch entry is
-// applied (a barrier), then gives every session TTL plus an election
-// timeout; a heartbeat renews a session to now + TTL; an expiry carries
-// the epoch; a node that did not run for an election timeout refuses
-// heartbeats for two more (lessor/stall.go). Its clock is the simulated
-// monotonic one: a wall-clock jump moves the time stamped on commands,
-// as it would move time.Now's wall reading, and not the lessor's
-// deadlines, which Go's monotonic clock keeps.
+// The lessor is the real lessor.Lessor, in its driven form
+// (lessor.NewDriven): the scheduler does what its two goroutines would.
+// It calls Due at the deadline the lessor last named, or at once when
+// the lessor asks (the wake function), proposes each Expiry through the
+// node's proposal path and reports the outcome with Proposed; the node's
+// tick is its pulse. What the server does around it is mirrored from
+// server/server.go: a new leader proposes the cluster version and its
+// NewEpoch, and promotes the lessor when NewEpoch applies (the barrier);
+// it demotes it when it steps down; it passes every applied command's
+// events to Observe. The lessor's clock is the simulated monotonic one: a
+// wall-clock jump moves the time stamped on commands, as it would move
+// time.Now's wall reading, and not the lessor's deadlines, which Go's
+// monotonic clock keeps.
 
 import (
-	"encoding/binary"
+	"errors"
+	"fmt"
 	"slices"
+	"strings"
+	"time"
 
 	etcdraft "go.etcd.io/raft/v3"
 
+	"github.com/tenurehq/tenure/lessor"
+	"github.com/tenurehq/tenure/raftnode"
 	"github.com/tenurehq/tenure/statemachine"
 )
 
@@ -113,13 +121,9 @@ func (n *node) handle(c *call) {
 			n.reply(c, reply{notLeader: true})
 			return
 		}
-		n.readSeq++
-		c.readID = n.readSeq
 		c.term = n.term
+		c.readID = n.readIndex()
 		n.reads = append(n.reads, c)
-		var ctx [8]byte
-		binary.BigEndian.PutUint64(ctx[:], c.readID)
-		n.rn.ReadIndex(ctx[:])
 	case opWrite:
 		if n.role != etcdraft.StateLeader {
 			n.reply(c, reply{notLeader: true})
@@ -144,11 +148,7 @@ func (n *node) propose(c *call) bool {
 		return false
 	}
 	n.reqSeq++
-	buf := make([]byte, proposalHeader+len(data))
-	binary.BigEndian.PutUint64(buf, n.id)
-	binary.BigEndian.PutUint64(buf[8:], n.reqSeq)
-	copy(buf[proposalHeader:], data)
-	if n.rn.Propose(buf) != nil {
+	if n.rn.Propose(raftnode.FrameProposal(n.id, n.reqSeq, data)) != nil {
 		return false
 	}
 	c.term = n.term
@@ -205,17 +205,21 @@ func (n *node) observe(cmd statemachine.Command, res statemachine.Result) {
 				n.reply(c, reply{unknown: true})
 			}
 		}
-		n.lessorObserve(ev)
 	}
+	n.lessorObserve(res.Events)
 }
 
 // failProposals answers every open proposal and queued acquire with an
-// unknown outcome: the entry may still commit under the next leader.
+// unknown outcome: the entry may still commit under the next leader. The
+// node's own proposals get it as an error, as raftnode's Propose returns
+// one to the lessor.
 func (n *node) failProposals(why string) {
 	for _, req := range sortedKeys(n.proposals) {
 		c := n.proposals[req]
 		delete(n.proposals, req)
-		if c.internal == nil {
+		if c.internal != nil {
+			c.internal(statemachine.Result{Err: errors.New(why)})
+		} else {
 			n.reply(c, reply{unknown: true})
 		}
 	}
@@ -240,6 +244,9 @@ func (n *node) dropCalls() {
 }
 
 func (n *node) readState(id, index uint64) {
+	if n.role == etcdraft.StateLeader {
+		n.lease.Confirmed(id, n.term)
+	}
 	for _, c := range n.reads {
 		if c.readID == id {
 			c.readIdx, c.ready = index, true
@@ -275,90 +282,180 @@ func sortedKeys[K int64 | uint64, V any](m map[K]V) []K {
 	return keys
 }
 
-// lessor is the leader's mirror of lessor.Lessor (see the file comment).
-type lessor struct {
-	active   bool
+// lessorDriver is the node's lessor, driven by the scheduler, and the
+// promotion the server makes before it times anything.
+type lessorDriver struct {
+	l        *lessor.Lessor
 	proposed bool // NewEpoch is in flight
-	epoch    int64
-	sessions map[int64]*leased
-	expiring int64 // when expiries were last proposed
+
+	// The one scheduled call of Due that counts: the lessor's loop sleeps
+	// until one deadline at a time.
+	wakeSeq uint64
+	wakeAt  int64
+	waking  bool
 }
 
-type leased struct{ deadline, ttl, heard int64 }
+// lessorBoot gives a starting node its lessor, not yet leader, as
+// server.New does.
+func (n *node) lessorBoot() {
+	n.lessor = lessorDriver{}
+	// The wake function is called under the lessor's lock: it only
+	// schedules.
+	n.lessor.l = lessor.NewDriven(lessor.Config{Now: n.lessorNow, Leased: n.leased}, func() { n.lessorWakeAt(n.s.now) })
+}
 
+// leased is the lessor's Config.Leased: the node's leader lease, or
+// always with the NoLeaderLease bug.
+func (n *node) leased(now time.Time) bool {
+	return n.s.opts.Bugs.NoLeaderLease || n.lease.Held(now)
+}
+
+// lessorNow is the node's clock as the lessor reads it: the simulated
+// time, without the wall clock's jumps, as the monotonic reading of Go's
+// time.Now would be. (A time.Time with a wall reading of its own cannot
+// be made outside package time, so the lessor's wall readings, which it
+// uses only for LastHeartbeat and for the idle time of leases the
+// simulator does not collect, do not see the jumps either.)
+func (n *node) lessorNow() time.Time { return time.Unix(0, n.wall()-n.clockOffset) }
+
+// lessorWakeAt schedules a call of Due at at, unless one is scheduled no
+// later.
+func (n *node) lessorWakeAt(at int64) {
+	ld := &n.lessor
+	if ld.waking && ld.wakeAt <= at {
+		return
+	}
+	ld.wakeSeq++
+	ld.wakeAt, ld.waking = at, true
+	seq, inc := ld.wakeSeq, n.incarnation
+	n.s.after(at-n.s.now, func() { n.lessorRun(inc, seq) })
+}
+
+// lessorRun is one round of the lessor's expiry loop (lessor/expiry.go
+// run): what is due is proposed, and the next round is set for the next
+// deadline. A paused node's loop runs when it resumes.
+func (n *node) lessorRun(inc int, seq uint64) {
+	ld := &n.lessor
+	if !n.up || inc != n.incarnation || seq != ld.wakeSeq || n.failed != "" {
+		return
+	}
+	ld.waking = false
+	if n.paused() {
+		n.lessorWakeAt(n.pausedUntil)
+		return
+	}
+	due, wait := ld.l.Due()
+	if wait >= 0 {
+		n.lessorWakeAt(n.s.now + int64(wait))
+	}
+	for _, e := range due {
+		n.proposeExpiry(e)
+	}
+}
+
+// proposeExpiry proposes e and reports the outcome to the lessor when
+// the entry applies, or when raft drops it or the leadership ends.
+func (n *node) proposeExpiry(e *lessor.Expiry) {
+	l := n.lessor.l
+	cmd, items := n.expiryCommand(e)
+	n.s.tracef(n.id, "lessor proposes %s of %v (epoch %d)", strings.TrimPrefix(fmt.Sprintf("%T", cmd), "statemachine."), items, e.Epoch)
+	c := &call{kind: opWrite, cmd: cmd, internal: func(res statemachine.Result) { l.Proposed(e, res.Err) }}
+	if !n.propose(c) {
+		l.Proposed(e, errors.New("proposal dropped"))
+	}
+}
+
+// expiryCommand is the lessor's command for e (lessor.Command, what the
+// server proposes), and e's items for the trace. The last heartbeats it
+// logs are read on the lessor's clock, which does not see the simulated
+// wall clock's jumps (lessorNow): they are moved by the node's offset, as
+// time.Now's wall reading would have them.
+func (n *node) expiryCommand(e *lessor.Expiry) (statemachine.Command, any) {
+	cmd := n.lessor.l.Command(e)
+	switch c := cmd.(type) {
+	case statemachine.ExpireSessions:
+		for i, t := range c.Renewed {
+			if t != 0 {
+				c.Renewed[i] = t + n.clockOffset
+			}
+		}
+		return c, e.Sessions
+	case statemachine.ExpireKeys:
+		return c, e.Keys
+	case statemachine.EndLockDelays:
+		return c, e.Delays
+	default:
+		return c, e.Leases
+	}
+}
+
+// lessorStart begins a leadership: the lessor times nothing until the
+// NewEpoch entry applies.
 func (n *node) lessorStart() {
-	n.lessor = lessor{}
+	n.lessor.proposed = false
 	n.lessorTick()
 }
 
-// lessorTick proposes what the leader owes: the cluster version, its
-// NewEpoch, and the expiries that are due.
+// lessorDemote ends a leadership, as the server does when raft reports
+// it lost (server/server.go).
+func (n *node) lessorDemote() {
+	n.lessor.proposed = false
+	n.lessor.l.Demote()
+}
+
+// lessorTick proposes what a new leader owes before its lessor times
+// anything: the cluster version and its NewEpoch, again at the next tick
+// if raft dropped the proposal.
 func (n *node) lessorTick() {
-	if n.role != etcdraft.StateLeader {
+	if n.role != etcdraft.StateLeader || n.lessor.proposed {
 		return
 	}
-	l := &n.lessor
-	if !l.active {
-		if l.proposed {
+	if n.m.ClusterVersion() < statemachine.Version {
+		n.propose(&call{kind: opWrite, cmd: statemachine.SetVersion{Version: statemachine.Version}, internal: func(statemachine.Result) {}})
+	}
+	term := n.term
+	c := &call{kind: opWrite, cmd: statemachine.NewEpoch{}}
+	c.internal = func(res statemachine.Result) {
+		if n.role != etcdraft.StateLeader || n.term != term || res.Err != nil {
 			return
 		}
-		if n.m.ClusterVersion() < statemachine.Version {
-			n.propose(&call{kind: opWrite, cmd: statemachine.SetVersion{Version: statemachine.Version}, internal: func(statemachine.Result) {}})
-		}
-		term := n.term
-		c := &call{kind: opWrite, cmd: statemachine.NewEpoch{}}
-		c.internal = func(res statemachine.Result) {
-			if n.role != etcdraft.StateLeader || n.term != term || res.Err != nil {
-				return
-			}
-			n.promote(res.Epoch)
-		}
-		l.proposed = n.propose(c)
-		return
+		n.promote(res.Epoch)
 	}
-	var due []int64
-	for _, id := range sortedKeys(l.sessions) {
-		if l.sessions[id].deadline <= n.s.now {
-			due = append(due, id)
-		}
-	}
-	if len(due) == 0 || n.s.now-l.expiring < int64(tickInterval)*5 {
-		return
-	}
-	renewed := make([]int64, len(due))
-	for i, id := range due {
-		renewed[i] = l.sessions[id].heard
-	}
-	l.expiring = n.s.now
-	n.s.tracef(n.id, "lessor proposes expiry of sessions %v (epoch %d)", due, l.epoch)
-	n.propose(&call{kind: opWrite, cmd: statemachine.ExpireSessions{Epoch: l.epoch, IDs: due, Renewed: renewed}, internal: func(statemachine.Result) {}})
+	n.lessor.proposed = n.propose(c)
 }
 
-// promote starts timing: every session gets TTL plus an election timeout
-// from now (lessor/promote.go).
+// promote starts the lessor timing, with the deadlines read from the
+// state at NewEpoch's apply and an election timeout of grace
+// (server/server.go promote).
 func (n *node) promote(epoch int64) {
-	l := &n.lessor
-	l.active, l.epoch = true, epoch
-	l.sessions = map[int64]*leased{}
-	for _, st := range n.m.Deadlines().Sessions {
-		l.sessions[st.ID] = &leased{deadline: n.s.now + st.TTL + int64(electionTimeout), ttl: st.TTL}
+	d := n.m.Deadlines()
+	if n.s.opts.Bugs.EarlyExpiry { // the lessor is told a quarter of each TTL
+		d.Sessions = slices.Clone(d.Sessions)
+		for i := range d.Sessions {
+			d.Sessions[i].TTL /= 4
+		}
 	}
-	n.s.tracef(n.id, "lessor promoted: epoch %d, %d sessions", epoch, len(l.sessions))
+	stallLimit := electionTimeout
+	if n.s.opts.Bugs.NoLeaderLease {
+		stallLimit = 0
+	}
+	n.lessor.l.Promote(epoch, d, stallLimit)
+	n.s.tracef(n.id, "lessor promoted: epoch %d, %d sessions", epoch, len(d.Sessions))
 }
 
-func (n *node) lessorObserve(ev statemachine.Event) {
-	l := &n.lessor
-	if !l.active {
-		return
-	}
-	switch ev.Type {
-	case statemachine.EventSessionOpened:
-		if ev.Session != nil {
-			l.sessions[ev.SessionID] = &leased{deadline: n.s.now + ev.Session.TTL, ttl: ev.Session.TTL, heard: n.wall()}
+// lessorObserve passes an applied command's events to the lessor.
+func (n *node) lessorObserve(events []statemachine.Event) {
+	if n.s.opts.Bugs.EarlyExpiry { // the lessor is told a quarter of each TTL
+		events = slices.Clone(events)
+		for i := range events {
+			if s := events[i].Session; events[i].Type == statemachine.EventSessionOpened && s != nil {
+				short := *s
+				short.TTL /= 4
+				events[i].Session = &short
+			}
 		}
-	case statemachine.EventSessionClosed, statemachine.EventSessionExpired:
-		delete(l.sessions, ev.SessionID)
 	}
+	n.lessor.l.Observe(events)
 }
 
 const (
@@ -367,20 +464,15 @@ const (
 	beatGone    // the session is not open
 )
 
-// heartbeat renews a session.
+// heartbeat renews a session in the lessor (server/frontnode.go).
 func (n *node) heartbeat(id int64) int {
-	l := &n.lessor
-	if !l.active || n.s.now < n.stallUntil {
+	_, err := n.lessor.l.Heartbeat(id)
+	switch {
+	case err == nil:
+		return beatRenewed
+	case errors.Is(err, lessor.ErrNotLeader):
 		return beatRefused
-	}
-	ls, ok := l.sessions[id]
-	if !ok {
+	default:
 		return beatGone
 	}
-	ls.deadline = n.s.now + ls.ttl
-	if n.s.opts.Bugs.EarlyExpiry {
-		ls.deadline = n.s.now + ls.ttl/4
-	}
-	ls.heard = n.wall()
-	return beatRenewed
 }

@@ -17,6 +17,8 @@ import (
 type Options struct {
 	Seed  uint64
 	Nodes int // voters at bootstrap; default 3
+	// Watchers is how many watch clients run (watch.go); default 3.
+	Watchers int
 	// Membership, when set, adds one more node that is not in the first
 	// configuration, and an operator that cycles it through the cluster:
 	// added as a learner, promoted to voter, removed, its data wiped,
@@ -46,8 +48,9 @@ type Faults struct {
 	Pause           time.Duration // a node pauses (a long GC, a frozen VM)
 	ClockJump       time.Duration // a node's wall clock jumps
 	FsyncError      time.Duration // a node's next sync fails
-	Damage          time.Duration // a synced record of a node is damaged (bit flip or lost write), and the node crashes soon after
+	Damage          time.Duration // a synced write of a node is damaged (bit flip, lost or misdirected write), and the node crashes soon after
 	MaxDiskLatency  time.Duration // a sync takes uniformly up to this
+	WatchCut        time.Duration // a watch client is cut off from its node for a while
 	// CrashAfterVote is the chance that a node crashes right after it
 	// sends a granted vote, to restart soon: the moment at which a vote
 	// that was not durable would be forgotten.
@@ -59,7 +62,7 @@ var DefaultFaults = Faults{
 	Loss: 0.02, Duplicate: 0.01, MaxDelay: 30 * time.Millisecond,
 	Partition: 6 * time.Second, Crash: 5 * time.Second, Pause: 9 * time.Second,
 	ClockJump: 10 * time.Second, FsyncError: 7 * time.Second, Damage: 20 * time.Second,
-	MaxDiskLatency: 8 * time.Millisecond, CrashAfterVote: 0.02,
+	MaxDiskLatency: 8 * time.Millisecond, CrashAfterVote: 0.02, WatchCut: 5 * time.Second,
 }
 
 // Bugs are deliberately wrong builds, each a test-only knob that breaks
@@ -71,16 +74,23 @@ type Bugs struct {
 	VoteIgnoresLog   bool // grant votes whatever the candidate's log
 	SkipCatchUp      bool // a member that cut damage votes at once (no catch-up rule)
 	ApplyOutOfOrder  bool // node 1 applies the first two entries of a batch swapped
-	EarlyExpiry      bool // the lessor expires a session TTL/4 after its heartbeat
+	EarlyExpiry      bool // the lessor is told a quarter of each session's TTL (server.go), so it expires a session TTL/4 after its heartbeat
 	TokenFromSession bool // the server answers an acquire with the session ID as token
 	StaleRead        bool // any node answers reads from its own state, no ReadIndex
 	AckOnPropose     bool // the leader acknowledges a Put when it proposes it
 	TrustPastTTL     bool // a client trusts its grant until two TTLs after its heartbeat, not 0.75 TTL
+	NoLeaderLease    bool // the lessor answers heartbeats whenever raft says the node leads: no leader lease (raftnode/lease.go), no stall guard (lessor/stall.go)
+	// WatchResumeAtLast: a watch client resumes from the last revision it
+	// received, not the one after; WatchResumePastNext: from the one
+	// after that.
+	WatchResumeAtLast   bool
+	WatchResumePastNext bool
 }
 
 // Defaults fills in zero fields.
 func (o Options) Defaults() Options {
 	o.Nodes = cmp.Or(o.Nodes, 3)
+	o.Watchers = cmp.Or(o.Watchers, 3)
 	o.Duration = cmp.Or(o.Duration, 30*time.Second)
 	o.HealFor = cmp.Or(o.HealFor, 15*time.Second)
 	o.TraceTail = cmp.Or(o.TraceTail, 60)
@@ -126,11 +136,14 @@ type Sim struct {
 	queue eventQueue
 	seq   uint64
 
-	nodes   []*node
-	clients []*client
-	net     network
-	check   *checker
-	trace   *trace
+	nodes    []*node
+	clients  []*client
+	watchers []*watchClient
+	streams  []*stream           // open watch streams, in the order they opened
+	hubs     map[uint64]*nodeHub // each node's watch hub
+	net      network
+	check    *checker
+	trace    *trace
 
 	healing bool
 	stats   Stats
@@ -153,6 +166,11 @@ type Stats struct {
 	CaughtUp int // members that caught up past a damaged log
 	Snaps    int // snapshots taken
 	Restores int // snapshots restored (at start, or sent by a leader)
+
+	WatchEvents    int // events watch clients received
+	WatchResumes   int // watches resumed on another node
+	WatchCompacted int // watches refused as compacted, started again from a fresh read
+	Compactions    int // compactions the leader proposed
 }
 
 func (s *Stats) add(o Stats) {
@@ -166,6 +184,10 @@ func (s *Stats) add(o Stats) {
 	s.CaughtUp += o.CaughtUp
 	s.Snaps += o.Snaps
 	s.Restores += o.Restores
+	s.WatchEvents += o.WatchEvents
+	s.WatchResumes += o.WatchResumes
+	s.WatchCompacted += o.WatchCompacted
+	s.Compactions += o.Compactions
 	for k, v := range o.Faults {
 		s.Faults[k] += v
 	}
@@ -204,6 +226,7 @@ func Run(opts Options) (res Result) {
 		rng:   rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15)),
 		trace: newTrace(opts.TraceTail),
 		stats: newStats(),
+		hubs:  map[uint64]*nodeHub{},
 	}
 	s.check = newChecker(s)
 	s.net = newNetwork(s)
@@ -252,6 +275,7 @@ func (s *Sim) runUntil(end int64) {
 		for _, n := range s.nodes {
 			n.process()
 		}
+		s.pumpWatches()
 		s.stats.Steps++
 		s.check.step()
 	}
@@ -271,6 +295,7 @@ func (s *Sim) start() {
 		}
 	}
 	s.startClients()
+	s.startWatches()
 	s.scheduleFaults()
 }
 
