@@ -30,6 +30,8 @@ type Config struct {
 	Workloads []int
 	// Short bounds every workload to a second or two, with small sizes.
 	Short bool
+	// Growth overrides workload 13's steps and fill bound.
+	Growth GrowthSteps
 	// Servers says how to start the servers.
 	Servers ServerSpec
 	// Log receives progress (nil: slog.Default()).
@@ -186,7 +188,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.Servers.EtcdAPI = cfg.Client == ClientEtcd
 	if len(ids) == 0 {
 		for _, w := range Workloads {
-			ids = append(ids, w.ID)
+			if !w.optIn {
+				ids = append(ids, w.ID)
+			}
 		}
 	}
 	rep := &Report{
@@ -201,7 +205,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Servers.SyncDelay > 0 {
 		rep.SyncDelay = cfg.Servers.SyncDelay.String()
 	}
+	if err := cfg.Growth.Check(); err != nil {
+		return nil, err
+	}
 	sz := sizesFor(cfg.Short, cfg.Duration)
+	sz.growth = sz.growth.with(cfg.Growth)
 	var errs []error
 	for round := 1; round <= cfg.Rounds; round++ {
 		// Tenure first in odd rounds, etcd first in even ones, so that
@@ -221,7 +229,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 					return rep, errors.Join(append(errs, ctx.Err())...)
 				}
 				log.Info("bench: running", "round", round, "workload", fmt.Sprintf("(%d) %s", w.ID, w.Title), "system", sys)
-				results := runOne(ctx, cfg.Servers, sys, cfg.Client, w, sz, log)
+				results := runOne(ctx, cfg.Servers, sys, cfg.Client, w, round, sz, log)
 				for i := range results {
 					results[i].Round = round
 					if results[i].Err != "" {
@@ -256,21 +264,34 @@ func (r *Report) finish() {
 }
 
 // runOne starts a fresh server, runs w against it, and stops it. A
-// workload has a hard bound of ten minutes; a workload still running
-// then has hung.
-func runOne(ctx context.Context, spec ServerSpec, sys System, client Client, w workload, sz sizes, log *slog.Logger) []Result {
+// workload has a hard bound of ten minutes (or its own timeout); a
+// workload still running then has hung.
+func runOne(ctx context.Context, spec ServerSpec, sys System, client Client, w workload, round int, sz sizes, log *slog.Logger) []Result {
 	start := time.Now()
 	fail := func(err error) []Result {
 		return []Result{{Workload: w.ID, System: sys, Err: err.Error(), Seconds: time.Since(start).Seconds()}}
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	timeout := 10 * time.Minute
+	if w.timeout > 0 {
+		timeout = w.timeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	srv, err := spec.Start(ctx, sys, w.nodes)
 	if err != nil {
 		return fail(err)
 	}
 	defer srv.Stop()
-	results, err := w.run(ctx, &env{sys: sys, client: client, srv: srv, sz: sz, log: log})
+	e := &env{sys: sys, client: client, srv: srv, sz: sz, log: log, spec: spec}
+	if spec.ProfileDir != "" {
+		e.prof = &profiler{dir: spec.ProfileDir, srv: srv, name: fmt.Sprintf("%d-%s-%s-round%d", w.ID, w.Name, sys, round)}
+	}
+	results, err := w.run(ctx, e)
+	if e.prof != nil {
+		for _, perr := range e.prof.wait() {
+			log.Warn("bench: profile", "err", perr)
+		}
+	}
 	if rerr := srv.Running(); rerr != nil {
 		err = errors.Join(err, rerr)
 	}

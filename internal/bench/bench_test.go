@@ -93,7 +93,7 @@ func TestShortRunAgainstTenure(t *testing.T) {
 		}
 	}
 	for _, w := range Workloads {
-		if !seen[w.ID] {
+		if !seen[w.ID] && !w.optIn { // growth has a test of its own
 			t.Errorf("workload %d (%s): no result", w.ID, w.Name)
 		}
 	}
@@ -309,4 +309,66 @@ func TestShortRunFailover(t *testing.T) {
 	if f, ok := r.figure("kill→first write p50"); !ok || f.Value < least {
 		t.Errorf("kill→first write p50 got = %vms (present %v), expected: at least %vms, the election timeout less a heartbeat and a tick", f.Value, ok, least)
 	}
+}
+
+// TestShortGrowth runs workload 13 in short mode against Tenure and
+// checks that every dimension measured every step, that workloads 1 and
+// 2 ran at each, and that the server's RSS grew with its state: each
+// short step adds thousands of keys, sessions, watchers or revisions,
+// megabytes more than the noise between two readings.
+func TestShortGrowth(t *testing.T) {
+	t.Parallel() // beside the other short runs (TestShortRunAgainstTenure says why)
+	if testing.Short() {
+		t.Skip("starts four servers; skipped with -short")
+	}
+	rep := runShort(t, Config{Workloads: []int{13}})
+	gz := sizesFor(true, time.Second).growth
+	dims := gz.dimensions()
+	byVariant := map[string]Result{}
+	for _, r := range rep.Results {
+		if r.Err != "" {
+			t.Errorf("growth %s: %s", r.Variant, r.Err)
+		}
+		byVariant[r.Variant] = r
+	}
+	for _, d := range dims {
+		var rss []float64
+		for _, step := range d.steps {
+			v := d.name + " " + thousands(int64(step))
+			r, ok := byVariant[v]
+			if !ok {
+				t.Errorf("growth: no result for %q", v)
+				continue
+			}
+			if f, _ := r.figure("size"); f.Value != float64(step) {
+				t.Errorf("growth %s: size got = %v, expected: %d", v, f.Value, step)
+			}
+			for _, name := range []string{"server RSS", "(1) pairs/s", "(1) pair p50", "(1) pair p99", "(2) pairs/s", "(2) pair p50", "(2) pair p99", d.name + " made/s"} {
+				if f, ok := r.figure(name); !ok || f.Value <= 0 {
+					t.Errorf("growth %s: %s got = %v (present %v), expected: above 0", v, name, f.Value, ok)
+				}
+			}
+			f, _ := r.figure("server RSS")
+			rss = append(rss, f.Value)
+		}
+		if len(rss) == len(d.steps) && rss[len(rss)-1] <= rss[0] {
+			t.Errorf("growth %s: server RSS got = %v MiB at steps %v, expected: more at the largest step than at the smallest", d.name, rss, d.steps)
+		}
+		s, ok := byVariant[d.name]
+		if !ok {
+			t.Errorf("growth: no summary for %s", d.name)
+			continue
+		}
+		if f, _ := s.figure("largest step reached"); f.Value != float64(d.steps[len(d.steps)-1]) {
+			t.Errorf("growth %s: largest step reached got = %v, expected: %d (note %q)", d.name, f.Value, d.steps[len(d.steps)-1], s.Note)
+		}
+		if f, ok := s.figure("RSS per " + d.unit + " (slope)"); !ok || f.Value <= 0 {
+			t.Errorf("growth %s: RSS per %s got = %v (present %v), expected: above 0", d.name, d.unit, f.Value, ok)
+		}
+	}
+	var b strings.Builder
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s", b.String())
 }

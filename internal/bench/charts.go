@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"image/color"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 // The systems' colours in every chart.
@@ -52,8 +55,9 @@ var latencyCharts = []struct {
 
 // WriteCharts draws the report's charts as SVG files into dir (made if
 // need be) and returns their paths: throughput bars per workload, the
-// latency distributions of workloads 1, 3 and 5, and workload 9's
-// scaling. A chart whose workload did not run is left out.
+// latency distributions of workloads 1, 3 and 5, workload 9's scaling,
+// and workload 13's growth (growth-<dimension>-latency, -throughput and
+// -rss.svg). A chart whose workload did not run is left out.
 func (r *Report) WriteCharts(dir string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -78,6 +82,10 @@ func (r *Report) WriteCharts(dir string) ([]string, error) {
 	}
 	if p, ok := r.scalingChart(); ok {
 		save(p, 6*vg.Inch, "scaling.svg")
+	}
+	growth := r.growthCharts()
+	for _, name := range slices.Sorted(maps.Keys(growth)) {
+		save(growth[name], 7*vg.Inch, name)
 	}
 	return files, errors.Join(errs...)
 }
@@ -277,4 +285,136 @@ func systemLabel(s System) string {
 		return "etcd 3.4"
 	}
 	return "Tenure"
+}
+
+// growthDimensions are workload 13's dimensions as the charts name them:
+// the variant's prefix, and the unit of the x axis.
+var growthDimensions = []struct{ name, axis string }{
+	{"keys", "live keys"},
+	{"sessions", "idle sessions"},
+	{"watchers", "idle watchers"},
+	{"history", "retained revisions"},
+}
+
+// growthPoints are (size, figure) at each of workload 13's steps of dim
+// that system s measured, by size.
+func (r *Report) growthPoints(s System, dim, figure string) plotter.XYs {
+	var pts plotter.XYs
+	seen := map[string]bool{}
+	for _, res := range r.Results {
+		if res.System != s || res.Workload != 13 || !strings.HasPrefix(res.Variant, dim+" ") || seen[res.Variant] {
+			continue
+		}
+		seen[res.Variant] = true
+		size, ok1 := r.median(s, 13, res.Variant, "size")
+		v, ok2 := r.median(s, 13, res.Variant, figure)
+		if ok1 && ok2 && size > 0 {
+			pts = append(pts, plotter.XY{X: size, Y: v})
+		}
+	}
+	slices.SortFunc(pts, func(a, b plotter.XY) int {
+		if a.X < b.X {
+			return -1
+		}
+		if a.X > b.X {
+			return 1
+		}
+		return 0
+	})
+	return pts
+}
+
+// growthCharts are workload 13's charts, three per dimension it ran:
+// p50 latency and throughput of workloads 1 and 2, and server RSS,
+// against the state's size.
+func (r *Report) growthCharts() map[string]*plot.Plot {
+	out := map[string]*plot.Plot{}
+	for _, d := range growthDimensions {
+		for _, c := range []struct {
+			file, title, ylabel string
+			figures             []string
+		}{
+			{"latency", "p50 latency of a Lock+Unlock pair (lower is better)", "milliseconds (log scale)", []string{"(1) pair p50", "(2) pair p50"}},
+			{"throughput", "Lock+Unlock pairs per second (higher is better)", "pairs per second (log scale)", []string{"(1) pairs/s", "(2) pairs/s"}},
+		} {
+			p := plot.New()
+			p.Title.Text = fmt.Sprintf("(13) %s as %s grow", c.title, d.axis)
+			p.X.Label.Text = d.axis + " (log scale)"
+			p.Y.Label.Text = c.ylabel
+			p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+			p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+			p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+			drawn := false
+			for _, s := range r.Systems {
+				for k, fig := range c.figures {
+					pts := slices.DeleteFunc(r.growthPoints(s, d.name, fig), func(p plotter.XY) bool { return p.Y <= 0 })
+					if len(pts) == 0 {
+						continue
+					}
+					line, points, err := plotter.NewLinePoints(pts)
+					if err != nil {
+						continue
+					}
+					line.Color, points.Color = colours[s], colours[s]
+					line.Width = vg.Points(1.5)
+					label := "(1) one client"
+					if k == 1 {
+						line.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+						points.Shape = draw.BoxGlyph{}
+						label = "(2) 64 goroutines"
+					}
+					p.Add(line, points)
+					p.Legend.Add(systemLabel(s)+", "+label, line, points)
+					drawn = true
+				}
+			}
+			if drawn {
+				p.Legend.Top, p.Legend.Left = true, true
+				p.Add(plotter.NewGrid())
+				out["growth-"+d.name+"-"+c.file+".svg"] = p
+			}
+		}
+		p := plot.New()
+		p.Title.Text = fmt.Sprintf("(13) server RSS as %s grow (lower is better)", d.axis)
+		p.X.Label.Text = d.axis
+		p.Y.Label.Text = "MiB"
+		p.X.Tick.Marker = wholeTicks{}
+		p.Y.Tick.Marker = wholeTicks{}
+		p.X.Min, p.Y.Min = 0, 0
+		drawn := false
+		for _, s := range r.Systems {
+			pts := r.growthPoints(s, d.name, "server RSS")
+			if len(pts) == 0 {
+				continue
+			}
+			if v, ok := r.median(s, 13, d.name, "server RSS at start"); ok {
+				pts = append(plotter.XYs{{X: 0, Y: v}}, pts...)
+			}
+			line, points, err := plotter.NewLinePoints(pts)
+			if err != nil {
+				continue
+			}
+			line.Color, points.Color = colours[s], colours[s]
+			line.Width = vg.Points(1.5)
+			p.Add(line, points)
+			label := systemLabel(s)
+			for _, res := range r.Results {
+				if res.System == s && res.Workload == 13 && res.Variant == d.name {
+					for _, f := range res.Figures {
+						if strings.HasPrefix(f.Name, "RSS per ") {
+							label += fmt.Sprintf(" (slope %s B per %s)", thousands(int64(math.Round(f.Value))), strings.TrimSuffix(strings.TrimPrefix(f.Name, "RSS per "), " (slope)"))
+						}
+					}
+				}
+			}
+			p.Legend.Add(label, line, points)
+			drawn = true
+		}
+		if drawn {
+			p.Legend.Top, p.Legend.Left = true, true
+			p.Add(plotter.NewGrid())
+			out["growth-"+d.name+"-rss.svg"] = p
+		}
+	}
+	return out
 }

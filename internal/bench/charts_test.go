@@ -51,3 +51,32 @@ func TestCDF(t *testing.T) {
 		t.Errorf("cdf of 1000 samples into 100 points got = %d points ending at %v, expected: at most 101 ending at 1", len(pts), pts[len(pts)-1])
 	}
 }
+
+func TestWriteChartsDrawsGrowth(t *testing.T) {
+	rep := &Report{Rounds: 1, Systems: []System{Tenure, Etcd}}
+	for _, s := range []System{Tenure, Etcd} {
+		for _, n := range []int{1000, 10000} {
+			rep.Results = append(rep.Results, Result{Workload: 13, Variant: "keys " + thousands(int64(n)), System: s, Round: 1, Figures: []Figure{
+				{Name: "size", Value: float64(n)}, {Name: "server RSS", Value: float64(n) / 1000, Unit: "MiB"},
+				{Name: "(1) pairs/s", Value: 500, Unit: "/s"}, {Name: "(1) pair p50", Value: 1.5, Unit: "ms"},
+				{Name: "(2) pairs/s", Value: 3000, Unit: "/s"}, {Name: "(2) pair p50", Value: 15, Unit: "ms"},
+			}})
+		}
+		rep.Results = append(rep.Results, Result{Workload: 13, Variant: "keys", System: s, Round: 1, Figures: []Figure{
+			{Name: "server RSS at start", Value: 30, Unit: "MiB"}, {Name: "RSS per key (slope)", Value: 1000, Unit: "B"},
+		}})
+	}
+	files, err := rep.WriteCharts(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range files {
+		names = append(names, filepath.Base(f))
+	}
+	// Only the keys ran: the other dimensions' charts are left out.
+	want := []string{"growth-keys-latency.svg", "growth-keys-rss.svg", "growth-keys-throughput.svg"}
+	if !slices.Equal(names, want) {
+		t.Errorf("charts got = %v, expected: %v", names, want)
+	}
+}

@@ -70,6 +70,17 @@
 // a new leader acknowledges: the election timeout, mostly, which is why
 // its figure is p50 and max over a few kills, not a throughput.
 //
+// # How cost grows
+//
+// Workload 13 (growth.go) asks issue 32's question: not how fast an
+// empty server is, but how its latency, throughput and memory change as
+// it holds more keys, sessions, watchers or history. Each kind of state
+// gets a fresh server, grown in steps; at each step the server's RSS and
+// live Go heap are read and workloads 1 and 2 run for a short window.
+// Filling is bounded in time, so a system that cannot reach a step is
+// recorded with the largest it reached rather than failing the run. It
+// runs only when named: at full size it takes most of half an hour.
+//
 // # What the caller must do
 //
 // Run needs the tenure binary (its serve command is what is measured)

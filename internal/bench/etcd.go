@@ -86,6 +86,17 @@ func (e *etcdConn) cas(ctx context.Context, key string, rev int64, value string)
 	return resp.Header.Revision, nil
 }
 
+func (e *etcdConn) put(ctx context.Context, key, value string) error {
+	_, err := e.c.Put(ctx, key, value)
+	return err
+}
+
+// idleSession grants a lease and keeps nothing alive: LeaseGrant alone.
+func (e *etcdConn) idleSession(ctx context.Context, ttl time.Duration) error {
+	_, err := e.c.Grant(ctx, int64(ttl/time.Second))
+	return err
+}
+
 func (e *etcdConn) campaigners(ctx context.Context, name string) (int, error) {
 	resp, err := e.c.Get(ctx, etcdElectionPrefix+name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {

@@ -25,8 +25,16 @@ type env struct {
 	sys    System
 	client Client // what drives Tenure
 	srv    *Server
+	spec   ServerSpec // how srv was started, for a workload that starts more
 	sz     sizes
 	log    *slog.Logger
+	prof   *profiler // nil unless ServerSpec.ProfileDir is set
+}
+
+// floor measures the commit floor on the server's disk (floor.go).
+func (e *env) floor(ctx context.Context) (floor, time.Duration, error) {
+	f, err := measureFloor(ctx, e.srv.dataDir(), e.spec.TenureBinary)
+	return f, f.commit(e.spec, e.sys, len(e.srv.procs)), err
 }
 
 func (e *env) dial(ctx context.Context, o dialOptions) (conn, error) {
@@ -116,6 +124,9 @@ func (e *env) openWindow(ctx context.Context, warm, dur time.Duration) *window {
 		}
 		w.u0, w.err = e.srv.Usage()
 		w.h0, w.m0 = harnessCPU(), machineBusy()
+		if e.prof != nil {
+			e.prof.window(ctx, dur)
+		}
 		if !sleepUntil(ctx, w.end) && w.err == nil {
 			w.err = ctx.Err()
 			return

@@ -29,13 +29,7 @@ func runMemory(ctx context.Context, e *env) ([]Result, error) {
 		}
 		conns[i] = c
 	}
-	settle := func() (int64, error) {
-		if !sleepUntil(ctx, time.Now().Add(time.Second)) {
-			return 0, ctx.Err()
-		}
-		u, err := e.srv.Usage()
-		return u.RSS, err
-	}
+	settle := func() (int64, error) { return e.settledRSS(ctx, time.Second) }
 	rss0, err := settle()
 	if err != nil {
 		return nil, err
@@ -89,3 +83,13 @@ func runMemory(ctx context.Context, e *env) ([]Result, error) {
 // the heartbeats (every 20s) are a sixth as many and far from their
 // deadline, and what the server keeps per session is the same.
 const memoryTTL = time.Minute
+
+// settledRSS waits d for the server to settle (a collection, memory
+// given back) and reads its resident memory.
+func (e *env) settledRSS(ctx context.Context, d time.Duration) (int64, error) {
+	if !sleepUntil(ctx, time.Now().Add(d)) {
+		return 0, ctx.Err()
+	}
+	u, err := e.srv.Usage()
+	return u.RSS, err
+}

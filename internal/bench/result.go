@@ -38,6 +38,8 @@ type Result struct {
 	// ("pair", "handoff", "resign→next"), for the charts.
 	Samples map[string][]float64 `json:"samples_ms,omitempty"`
 	Err     string               `json:"error,omitempty"`
+	// Note says what the figures cannot: a step not reached, and why.
+	Note string `json:"note,omitempty"`
 	// Seconds is the run's wall time, starting and stopping the server
 	// included.
 	Seconds float64 `json:"seconds"`

@@ -54,6 +54,15 @@ type ServerSpec struct {
 	// log store (TENURE_BENCH_SYNC_DELAY). TenureBinary must be a
 	// benchsync build (CheckBenchSync); etcd's disk is left as it is.
 	SyncDelay time.Duration
+	// ProfileDir, when set, has both servers serve Go's profiles
+	// (--enable-pprof) and the harness save a CPU profile and an
+	// execution trace of every node across each measured window there
+	// (profile.go).
+	ProfileDir string
+	// TenureArgs are more flags for every tenure serve, after the
+	// harness's own: a workload's settings (the growth workload lifts
+	// the history retention and the watch limit).
+	TenureArgs []string
 }
 
 // Start starts sys with nodes nodes (1 or 3) and returns once every node
@@ -132,6 +141,10 @@ func (sp ServerSpec) start(ctx context.Context, sys System, nodes int) (*Server,
 			if sp.EtcdAPI {
 				args = append(args, "--etcd-listen", etcdAPI(i))
 			}
+			if sp.ProfileDir != "" {
+				args = append(args, "--enable-pprof")
+			}
+			args = append(args, sp.TenureArgs...)
 			if nodes > 1 {
 				var others []string
 				for j := range nodes {
@@ -154,6 +167,9 @@ func (sp ServerSpec) start(ctx context.Context, sys System, nodes int) (*Server,
 				"--initial-cluster", strings.Join(cluster, ","),
 				"--initial-cluster-state", "new", "--initial-cluster-token", filepath.Base(dir),
 				"--logger", "zap", "--log-level", "warn",
+			}
+			if sp.ProfileDir != "" {
+				args = append(args, "--enable-pprof")
 			}
 		default:
 			s.Stop()

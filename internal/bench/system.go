@@ -46,6 +46,12 @@ type conn interface {
 	// cas writes value if key's mod revision is rev (0: absent) and
 	// returns the write's revision; errCompareFailed when it is not.
 	cas(ctx context.Context, key string, rev int64, value string) (int64, error)
+	// put writes key, for the growth workload's keys and history.
+	put(ctx context.Context, key, value string) error
+	// idleSession opens a session (Tenure) or grants a lease (etcd) with
+	// this TTL that nobody keeps alive: what the server keeps per
+	// session, with no heartbeat traffic.
+	idleSession(ctx context.Context, ttl time.Duration) error
 	// campaigners reports how many sessions campaign for (lead or wait
 	// in) the election name.
 	campaigners(ctx context.Context, name string) (int, error)

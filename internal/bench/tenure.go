@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	tenurev1 "github.com/tenurehq/tenure/api/tenure/v1"
 	"github.com/tenurehq/tenure/api/tenure/v1/tenurev1connect"
@@ -23,9 +24,10 @@ const validityFactor = 0.75
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 type tenureConn struct {
-	c      *client.Client
-	leases tenurev1connect.LeaseServiceClient // for grant only
-	http   *http.Transport
+	c        *client.Client
+	leases   tenurev1connect.LeaseServiceClient   // for grant only
+	sessions tenurev1connect.SessionServiceClient // for idleSession only
+	http     *http.Transport
 }
 
 func dialTenure(ctx context.Context, endpoints []string) (conn, error) {
@@ -33,11 +35,15 @@ func dialTenure(ctx context.Context, endpoints []string) (conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tenure client: %w", err)
 	}
-	tr := &http.Transport{MaxIdleConnsPerHost: 64}
+	// As many idle connections as the growth workload's fill runs calls
+	// at once on a conn, so that none is closed and dialled again.
+	tr := &http.Transport{MaxIdleConnsPerHost: fillParallel}
+	hc := &http.Client{Transport: tr}
 	return &tenureConn{
-		c:      c,
-		http:   tr,
-		leases: tenurev1connect.NewLeaseServiceClient(&http.Client{Transport: tr}, "http://"+endpoints[0]),
+		c:        c,
+		http:     tr,
+		leases:   tenurev1connect.NewLeaseServiceClient(hc, "http://"+endpoints[0]),
+		sessions: tenurev1connect.NewSessionServiceClient(hc, "http://"+endpoints[0]),
 	}, nil
 }
 
@@ -63,6 +69,20 @@ func (t *tenureConn) cas(ctx context.Context, key string, rev int64, value strin
 		return 0, fmt.Errorf("%w: %w", errCompareFailed, err)
 	}
 	return kv.ModRevision, err
+}
+
+func (t *tenureConn) put(ctx context.Context, key, value string) error {
+	_, err := t.c.KV().Put(ctx, key, value)
+	return err
+}
+
+// idleSession opens a session with the generated API client, not the Go
+// client's NewSession, which heartbeats on a stream of its own: the
+// server keeps the same session either way, and a million streams are
+// the client's cost, not the server's.
+func (t *tenureConn) idleSession(ctx context.Context, ttl time.Duration) error {
+	_, err := t.sessions.Open(ctx, connect.NewRequest(&tenurev1.OpenSessionRequest{Ttl: durationpb.New(ttl)}))
+	return err
 }
 
 func (t *tenureConn) campaigners(ctx context.Context, name string) (int, error) {

@@ -32,6 +32,8 @@ type sizes struct {
 	scalingDuration time.Duration
 
 	failoverIterations int // workload 12: leaders killed per run
+
+	growth growthSizes // workload 13
 }
 
 // sizesFor returns the full run's sizes, or the short mode's, which
@@ -60,6 +62,7 @@ func sizesFor(short bool, d time.Duration) sizes {
 			idleSessions: 500, heldLeases: 2000, heldSessions: 20,
 			scaling: []int{1, 16}, scalingDuration: d,
 			failoverIterations: 1,
+			growth:             growthSizesFor(true, d),
 		}
 	}
 	return sizes{
@@ -71,6 +74,7 @@ func sizesFor(short bool, d time.Duration) sizes {
 		idleSessions: 10000, heldLeases: 100000, heldSessions: 1000,
 		scaling: []int{1, 4, 16, 64, 256}, scalingDuration: max(d/2, time.Second),
 		failoverIterations: 5,
+		growth:             growthSizesFor(false, d),
 	}
 }
 
@@ -96,6 +100,11 @@ type workload struct {
 	// etcd API have not been checked, so they are refused rather than
 	// published unexamined.
 	etcdClient bool
+	// optIn marks a workload that runs only when --workloads names it:
+	// one that takes most of half an hour at full size.
+	optIn bool
+	// timeout bounds one run of the workload (0: runOne's ten minutes).
+	timeout time.Duration
 }
 
 // Workloads are the harness's workloads, in order.
@@ -112,6 +121,7 @@ var Workloads = []workload{
 	{ID: 10, Name: "cluster", Title: "workloads 1-3 and 5 on a 3-node cluster", nodes: 3, run: runCluster, etcdClient: true},
 	{ID: 11, Name: "commit", Title: "commit latency: one client's sequential writes on a 3-node cluster", nodes: 3, run: runCommits, etcdClient: true},
 	{ID: 12, Name: "failover", Title: "leader killed → first acknowledged write on a 3-node cluster", nodes: 3, run: runFailover},
+	{ID: 13, Name: "growth", Title: "how cost grows with keys, sessions, watchers and history", nodes: 1, run: runGrowth, once: true, optIn: true, timeout: 30 * time.Minute},
 }
 
 func closeConns(conns []conn) {

@@ -32,6 +32,8 @@ type benchOptions struct {
 	quiet        bool
 	peerRTT      time.Duration
 	syncDelay    time.Duration
+	profile      string
+	growth       bench.GrowthSteps
 }
 
 // NewBenchCommand builds `tenure bench`, the side-by-side benchmark of
@@ -70,6 +72,13 @@ Workloads (names or numbers for --workloads):
   9 scaling      workload 2 at 1, 4, 16, 64 and 256 goroutines
   10 cluster     workloads 1-3 on 3-node clusters
   11 commit      one client's sequential writes on 3-node clusters: commit latency
+  12 failover    leader killed → first acknowledged write on 3-node clusters
+  13 growth      how cost grows: workloads 1 and 2 and server RSS at each step
+                 of live keys (10^3 to 10^6), idle sessions (10^3 to 10^6),
+                 idle watchers (10^2 to 10^5) and retained history (10^4 to
+                 10^6 revisions), each on a fresh server; runs only when
+                 named, in the first round only, and takes about 25 minutes
+                 with --against etcd (--growth-* set the steps and the bound)
 
 With --peer-rtt, every 3-node cluster's nodes (Tenure's and etcd's alike)
 reach each other through delaying proxies that add that round trip to
@@ -93,6 +102,9 @@ an hour on two cores; --short takes under a minute, Tenure only.`,
   # Tenure alone, about a second per workload
   tenure bench --short
 
+  # How cost grows with keys, sessions, watchers and history (~25 min)
+  tenure bench --against etcd --workloads growth --rounds 1 --charts /tmp/growth
+
   # Commits on 3-node clusters with a cloud disk and a same-zone network
   go build -tags benchsync -o tenure-bench ./cmd/tenure
   tenure bench --tenure-binary ./tenure-bench --workloads commit,cluster \
@@ -102,6 +114,21 @@ an hour on two cores; --short takes under a minute, Tenure only.`,
 			return runBench(cmd, o)
 		},
 	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "echo",
+		Short: "Echo one loopback connection: the other end of the commit floor's round trip",
+		Long: `Listen on a free 127.0.0.1 port, print its address, echo the first
+connection until it closes, and exit. tenure bench starts it to time a
+loopback round trip between two processes for the commit floor it compares
+one client's pairs with. It gives up after 30 seconds without a connection.`,
+		Example: `  # What tenure bench does: read the address, then send and read back
+  tenure bench echo`,
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return bench.ServeEcho(cmd.OutOrStdout())
+		},
+	})
 	f := cmd.Flags()
 	f.StringVar(&o.against, "against", "", `compare with this system: "etcd" (default: Tenure only)`)
 	f.StringVar(&o.client, "client", string(bench.ClientTenure), `drive Tenure through "tenure" (its own Go client) or "etcd" (etcd's clientv3 on its etcd API)`)
@@ -116,6 +143,12 @@ an hour on two cores; --short takes under a minute, Tenure only.`,
 	f.StringVar(&o.tenureBinary, "tenure-binary", "", "the tenure binary whose serve is measured (default: this one)")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "print no progress lines")
 	f.DurationVar(&o.peerRTT, "peer-rtt", 0, "add this round trip between the nodes of 3-node clusters, Tenure's and etcd's (e.g. 300us)")
+	f.StringVar(&o.profile, "profile", "", "save a CPU profile and a 1s execution trace of every server node across each measured window into this directory (servers run with --enable-pprof; go tool pprof / go tool trace read them)")
+	f.IntSliceVar(&o.growth.Keys, "growth-keys", nil, "workload 13's steps of live keys (default 1000,10000,100000,300000,1000000; --short 1000,10000)")
+	f.IntSliceVar(&o.growth.Sessions, "growth-sessions", nil, "workload 13's steps of idle sessions (default 1000,10000,100000,300000,1000000)")
+	f.IntSliceVar(&o.growth.Watchers, "growth-watchers", nil, "workload 13's steps of idle watchers (default 100,1000,10000,30000,100000)")
+	f.IntSliceVar(&o.growth.History, "growth-history", nil, "workload 13's steps of retained revisions (default 10000,100000,300000,1000000)")
+	f.DurationVar(&o.growth.Fill, "growth-fill", 0, "workload 13: longest time to fill one kind of state's steps on one system; the largest step reached within it is recorded (default 3m)")
 	f.DurationVar(&o.syncDelay, "sync-delay", 0, "add this to every sync of Tenure's log store (e.g. 1ms); needs a tenure binary built with -tags benchsync")
 	return cmd
 }
@@ -155,6 +188,10 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 		return usage("--client %s: %v", o.client, err)
 	}
 	cfg.Workloads = ids
+	if err := o.growth.Check(); err != nil {
+		return usage("%v", err)
+	}
+	cfg.Growth = o.growth
 	if o.peerRTT < 0 {
 		return usage("--peer-rtt %v must not be negative", o.peerRTT)
 	}
@@ -162,6 +199,12 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 		return usage("--sync-delay %v must not be negative", o.syncDelay)
 	}
 	cfg.Servers.PeerRTT, cfg.Servers.SyncDelay = o.peerRTT, o.syncDelay
+	if o.profile != "" {
+		if err := os.MkdirAll(o.profile, 0o755); err != nil {
+			return fmt.Errorf("--profile: %w", err)
+		}
+		cfg.Servers.ProfileDir = o.profile
+	}
 	cfg.Servers.TenureBinary = o.tenureBinary
 	if cfg.Servers.TenureBinary == "" {
 		if cfg.Servers.TenureBinary, err = os.Executable(); err != nil {

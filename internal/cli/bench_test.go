@@ -30,6 +30,8 @@ func TestBenchUsageErrors(t *testing.T) {
 			[]string{"bench", "--peer-rtt", "-1ms"}, "--peer-rtt -1ms must not be negative"},
 		{"a sync delay asked of a binary that cannot add it",
 			[]string{"bench", "--sync-delay", "1ms"}, "not built with -tags benchsync"},
+		{"growth steps that shrink",
+			[]string{"bench", "--workloads", "growth", "--growth-keys", "1000,10"}, "growth keys steps [1000 10]: each must be positive and larger than the one before"},
 		{"an etcd binary that is not there",
 			[]string{"bench", "--against", "etcd", "--etcd", "/nonexistent/etcd"}, "install it with scripts/install-etcd.sh"},
 	}

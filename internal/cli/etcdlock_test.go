@@ -10,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.uber.org/zap"
 
 	"github.com/tenurehq/tenure/client"
 	"github.com/tenurehq/tenure/internal/cluster"
@@ -28,14 +26,7 @@ func TestGetLeaseAllNamespacesShowsEtcdLocks(t *testing.T) {
 	c := cluster.New(t, 1, cluster.WithEtcd(server.Compaction{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := c.Leader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Node(0).EtcdAddr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ec.Close()
+	ec := c.EtcdClient(ctx)
 	s1, err := concurrency.NewSession(ec, concurrency.WithTTL(60))
 	if err != nil {
 		t.Fatal(err)

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/tenurehq/tenure/client"
 	"github.com/tenurehq/tenure/internal/cluster"
 	"github.com/tenurehq/tenure/server"
@@ -27,14 +24,7 @@ func TestGetLeaseAllNamespacesShowsKubernetesLeases(t *testing.T) {
 	c := cluster.New(t, 1, cluster.WithEtcd(server.Compaction{}), cluster.WithKubernetesPrefix("/registry"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := c.Leader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Node(0).EtcdAddr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ec.Close()
+	ec := c.EtcdClient(ctx)
 	now := time.Now()
 	put, err := ec.Put(ctx, "/registry/leases/kube-system/kube-scheduler", cluster.KubeLeaseJSON("kube-system", "kube-scheduler", "node-1_6f1f", 15, 3, now.Add(-90*time.Second), now))
 	if err != nil {

@@ -42,6 +42,7 @@ type serveOptions struct {
 	etcdListen, etcdAdvertise                               string
 	bcryptCost                                              int
 	kubernetesPrefix                                        string
+	pprof                                                   bool
 	autoCompactionMode, autoCompactionRetention             string
 	limits                                                  server.Limits
 	sources                                                 settingSources // where --config and TENURE_* set flags
@@ -137,6 +138,7 @@ variables (TENURE_ENDPOINTS, TENURE_TOKEN, ...) do not apply to serve.`,
 	f.StringVar(&o.etcdListen, "etcd-listen", "", "also serve the etcd v3 API (gRPC) on this address, for etcdctl and every etcd client (docs/etcd.md); off when empty")
 	f.IntVar(&o.bcryptCost, "bcrypt-cost", 10, "cost of the password hashes etcd's users get (etcdctl user add, passwd), as etcd's flag: each login pays it (10 is tens of milliseconds; 4 to 31)")
 	f.StringVar(&o.etcdAdvertise, "etcd-advertise", "", "etcd API address clients and other nodes reach this node at (default --etcd-listen; required when it is 0.0.0.0)")
+	f.BoolVar(&o.pprof, "enable-pprof", false, "serve Go's runtime profiles at /debug/pprof/ on --listen (CPU, heap, goroutines, execution trace); with --policy only an admin may read them")
 	f.StringVar(&o.kubernetesPrefix, "kubernetes-prefix", "/registry", `the --etcd-prefix of a kube-apiserver storing its objects here: its coordination.k8s.io Leases (<prefix>/leases/<namespace>/<name>) show on the page, in tenure get lease -A and the per-lease metrics, and each holder change is audited (docs/kubernetes.md); "off" (or empty) turns that off`)
 	f.StringVar(&o.autoCompactionMode, "auto-compaction-mode", "revision", `how the keys' history is compacted, as etcd's flag: "revision" keeps the last --auto-compaction-retention revisions, "periodic" those of the last --auto-compaction-retention duration`)
 	f.StringVar(&o.autoCompactionRetention, "auto-compaction-retention", "10000", `revisions to keep ("revision" mode) or a duration ("periodic" mode: 1h, or a bare number of hours as etcd takes it); 0 keeps everything until a client compacts`)
@@ -309,6 +311,7 @@ func runServe(cmd *cobra.Command, o serveOptions) error {
 		Etcd:             server.EtcdConfig{Listener: etcdLn, Advertise: o.etcdAdvertise, Compaction: compaction, BcryptCost: o.bcryptCost},
 		Quota:            server.StorageQuota{Bytes: int64(o.quotaBackendBytes)},
 		KubernetesPrefix: o.kubernetesView(),
+		Pprof:            o.pprof,
 		Listener:         ln,
 		Advertise:        o.advertise,
 		Join:             o.join,
