@@ -2,6 +2,7 @@
 # The contributor's test run, what the README gives: formatting, vet,
 # every test under the race detector (but those that only drive tenure
 # processes, built without it: e2e, e2e/cluster, e2e/etcd, e2e/kube,
+# the benchmark harness, internal/bench (CI runs it under -race too),
 # the web page's browser tests, e2e/web, and the one-goroutine
 # simulator, internal/sim),
 # and a short fuzzing pass on each fuzz target. Every stage runs even when an earlier one failed, and the
@@ -43,7 +44,9 @@ gofmt_check() {
 # use stays out of the core module's graph, and so is e2e/kube
 # (k8s.io/apiserver's storage conformance tests on its etcd3 store,
 # against etcd and Tenure), for k8s.io/apiserver and etcd's 3.7 client.
-submodules="api client fence clientgo e2e/etcd e2e/kube"
+# tools/tracestat (the trace counter behind docs/benchmarks.md's
+# breakdowns) is one so that its trace reader stays out of the core's.
+submodules="api client fence clientgo e2e/etcd e2e/kube tools/tracestat"
 # The light ones run beside the core's tests; e2e/etcd (real processes,
 # a failover) beside the benchmark harness's short run and the fuzzing,
 # whose timing it does not disturb, nor they its.
@@ -146,8 +149,9 @@ beside etcd etcd_modules
 # core's tests, and mostly wait. Under -race they cost the core's stage
 # their compile and half its CPU.
 # internal/sim (the cluster simulator) is one goroutine by design: the
-# race detector has nothing to find in it and made it six times slower
-# (49 s against 8 s), so it runs here too. So does e2e/web: its own code
+# race detector has nothing to find in it and made it six times slower,
+# so it runs here too; its budget of seeds is about a minute of one core
+# (docs/testing.md), spent while the others wait. So does e2e/web: its own code
 # drives a browser, and the server it drives runs the same paths as
 # server's tests, which run under the race detector; under it, e2e/web
 # was the second heaviest package of the core's stage (151 s).
@@ -181,22 +185,26 @@ core_packages() {
 # The benchmark harness's test binary is built beside the core's tests,
 # which mostly wait once compiled, so that only its run is left after
 # them: its go test took 81 s after the core's, its tests 62 s of it.
-beside benchbuild go test -race -c -o "$bindir/bench.test" ./internal/bench
+# It is built without the race detector, as e2e's are: what it measures
+# runs in tenure processes, and under -race its build and run cost about
+# 70 s of CPU on a machine the whole command keeps busy (a 389 s run).
+# CI runs it under -race too, after this command (.ci/run).
+beside benchbuild go test -c -o "$bindir/bench.test" ./internal/bench
 stage "go test -race" go test -race -count=1 -p 4 -timeout 15m $(core_packages)
 stage "go vet (beside the core's)" done_beside vet
 stage "api, client, fence and clientgo modules (go test -race, beside the core's)" done_beside light
 stage "e2e, e2e/cluster, e2e/web and internal/sim (processes, the browser, the simulator; go test, beside the core's)" done_beside procs
-stage "build internal/bench's tests (go test -race -c, beside the core's)" done_beside benchbuild
+stage "build internal/bench's tests (go test -c, beside the core's)" done_beside benchbuild
 bench_tests() {
   if [ -x "$bindir/bench.test" ]; then
     (cd internal/bench && "$bindir/bench.test" -test.count=1 -test.timeout=10m)
   else
-    go test -race -count=1 -timeout 10m ./internal/bench
+    go test -count=1 -timeout 10m ./internal/bench
   fi
 }
 beside bench bench_tests
 stage "fuzz (${fuzztime} each)" fuzz_all
-stage "go test -race ./internal/bench (after the core's fault tests, beside the fuzzing)" done_beside bench
+stage "go test ./internal/bench (after the core's fault tests, beside the fuzzing)" done_beside bench
 stage "e2e/etcd and e2e/kube modules (go test, beside the core's)" done_beside etcd
 
 echo "== the run took ${SECONDS}s"

@@ -99,7 +99,11 @@ type ctl struct {
 
 func (c *ctl) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, "etcdctl", append([]string{"--endpoints", c.tg.addr}, args...)...)
-	cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
+	// etcdctl's 5 s for a request is short for a real etcd on a machine
+	// the whole test run keeps busy: one timed out on a bcrypt hash while
+	// Tenure answered, and the transcripts differed (etcd's flake, not a
+	// difference). Each test's own context still bounds the command.
+	cmd.Env = append(os.Environ(), "ETCDCTL_API=3", "ETCDCTL_COMMAND_TIMEOUT=30s")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd
 }

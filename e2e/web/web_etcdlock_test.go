@@ -9,9 +9,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.uber.org/zap"
 
 	"github.com/tenurehq/tenure/internal/cluster"
 	"github.com/tenurehq/tenure/internal/e2etest"
@@ -30,14 +28,7 @@ func TestWebPageShowsEtcdLocks(t *testing.T) {
 	c := cluster.New(t, 1, cluster.WithEtcd(server.Compaction{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := c.Leader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Node(0).EtcdAddr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ec.Close()
+	ec := c.EtcdClient(ctx)
 	session := func() *concurrency.Session {
 		s, err := concurrency.NewSession(ec, concurrency.WithTTL(60))
 		if err != nil {

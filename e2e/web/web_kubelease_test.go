@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/tenurehq/tenure/internal/cluster"
 	"github.com/tenurehq/tenure/internal/e2etest"
@@ -27,14 +25,7 @@ func TestWebPageShowsKubernetesLeases(t *testing.T) {
 	c := cluster.New(t, 1, cluster.WithEtcd(server.Compaction{}), cluster.WithKubernetesPrefix("/registry"))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := c.Leader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Node(0).EtcdAddr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ec.Close()
+	ec := c.EtcdClient(ctx)
 	const key = "/registry/leases/kube-system/kube-scheduler"
 	now := time.Now()
 	if _, err := ec.Put(ctx, key, cluster.KubeLeaseJSON("kube-system", "kube-scheduler", "node-1_a", 60, 3, now.Add(-90*time.Second), now)); err != nil {
