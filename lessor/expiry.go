@@ -3,6 +3,7 @@ package lessor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/tenurehq/tenure/statemachine"
@@ -22,12 +23,12 @@ type batch struct {
 
 // of returns the part of b that holds items of the same kind as it.
 func (b *batch) of(it item) *[]item {
-	switch {
-	case it.s != nil:
+	switch it.e.(type) {
+	case *session:
 		return &b.sessions
-	case it.k != nil:
+	case *keyEntry:
 		return &b.keys
-	case it.d != nil:
+	case *delayEntry:
 		return &b.delays
 	default:
 		return &b.idle
@@ -122,14 +123,15 @@ func (l *Lessor) collect(b *batch) (wait time.Duration) {
 		l.compactLocked()
 	}
 	b.term, b.epoch, b.ctx = l.term, l.epoch, l.ctx
-	now := l.now()
-	if hold := l.holdLeft(now); hold > 0 {
+	wall := l.now()
+	if hold := l.holdLeft(wall); hold > 0 {
 		return hold // see stall.go
 	}
+	now := l.instant(wall)
 	for n := 0; len(l.heap) > 0; n++ {
 		it := l.heap[0]
-		if now.Before(it.at) {
-			return it.at.Sub(now)
+		if now < it.at {
+			return time.Duration(it.at - now)
 		}
 		if n >= maxExamine || len(*b.of(it)) >= maxBatch {
 			return 0
@@ -138,7 +140,7 @@ func (l *Lessor) collect(b *batch) (wait time.Duration) {
 		if it.stale() {
 			continue
 		}
-		if deadline := l.deadlineLocked(it, now); now.Before(deadline) {
+		if deadline := l.deadlineLocked(it, now); now < deadline {
 			it.at = deadline
 			l.heap.push(it)
 			continue
@@ -153,23 +155,24 @@ func (l *Lessor) collect(b *batch) (wait time.Duration) {
 // A session's moves with heartbeats, under its shard's mutex; one due at
 // now is marked expiring under the same lock, so that no heartbeat renews
 // it while its expiry is proposed.
-func (l *Lessor) deadlineLocked(it item, now time.Time) time.Time {
-	switch {
-	case it.s != nil:
-		sh := l.shard(it.s.id)
+func (l *Lessor) deadlineLocked(it item, now instant) instant {
+	switch e := it.e.(type) {
+	case *session:
+		sh := l.shard(e.id)
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
-		if !now.Before(it.s.deadline) {
-			it.s.expiring = true
+		if now >= e.deadline {
+			e.expiring = true
 		}
-		return it.s.deadline
-	case it.k != nil:
-		return it.k.deadline
-	case it.d != nil:
-		return it.d.deadline
-	default:
-		return it.g.deadline
+		return e.deadline
+	case *keyEntry:
+		return e.deadline
+	case *delayEntry:
+		return e.deadline
+	case *idleEntry:
+		return e.deadline
 	}
+	panic(fmt.Sprintf("lessor: a heap item of kind %T", it.e))
 }
 
 // expiries turns b into one Expiry per kind that has items.
@@ -184,16 +187,16 @@ func (b *batch) expiries() []*Expiry {
 		due = append(due, e)
 	}
 	add("session", b.sessions, func(e *Expiry) {
-		e.Sessions = wire(b.sessions, func(it item) int64 { return it.s.id })
+		e.Sessions = wire(b.sessions, func(it item) int64 { return it.e.(*session).id })
 	})
 	add("key", b.keys, func(e *Expiry) {
-		e.Keys = wire(b.keys, func(it item) statemachine.KeyTTL { return it.k.kt })
+		e.Keys = wire(b.keys, func(it item) statemachine.KeyTTL { return it.e.(*keyEntry).kt })
 	})
 	add("lock_delay", b.delays, func(e *Expiry) {
-		e.Delays = wire(b.delays, func(it item) statemachine.LockDelay { return it.d.ld })
+		e.Delays = wire(b.delays, func(it item) statemachine.LockDelay { return it.e.(*delayEntry).ld })
 	})
 	add("lease_gc", b.idle, func(e *Expiry) {
-		e.Leases = wire(b.idle, func(it item) statemachine.IdleLease { return it.g.il })
+		e.Leases = wire(b.idle, func(it item) statemachine.IdleLease { return it.e.(*idleEntry).il })
 	})
 	return due
 }
@@ -271,7 +274,7 @@ func (l *Lessor) Proposed(e *Expiry, err error) {
 		l.logger.Warn("lessor: proposing expiry failed; will retry", "kind", e.kind, "n", n,
 			"epoch", e.Epoch, "retry_in", retry, "err", err)
 	}
-	at := l.now().Add(retry)
+	at := l.instant(l.now()).add(retry)
 	for _, it := range e.items {
 		if !it.stale() {
 			it.at = at

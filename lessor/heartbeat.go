@@ -8,13 +8,15 @@ import (
 
 // A session's deadline moves only under its shard's mutex, which keeps
 // Heartbeat off the heap and off Lessor.mu.
+// The fields are ordered to fit Go's 48-byte size class.
 type session struct {
 	id  int64
 	ttl time.Duration
 
 	// guarded by the shard's mu
-	deadline time.Time
-	renewed  time.Time // zero until this leader hears from the session
+	deadline instant
+	renewed  instant // when this leader last heard from the session, if heard
+	heard    bool
 	expiring bool
 
 	removed bool // guarded by Lessor.mu; set when forgotten, making its heap item stale
@@ -58,10 +60,11 @@ func (l *Lessor) setShards(maps [shardCount]map[int64]*session, active bool) {
 // later, so that a heartbeat right after Promote keeps the election
 // timeout's grace rather than cutting it short.
 func (l *Lessor) Heartbeat(id int64) (time.Duration, error) {
-	now := l.now()
-	if !l.leased(now) {
+	wall := l.now()
+	if !l.leased(wall) {
 		return 0, ErrNotLeader // doc.go: only under the leader's lease
 	}
+	now := l.instant(wall)
 	sh := l.shard(id)
 	sh.mu.Lock()
 	if !sh.active {
@@ -69,17 +72,15 @@ func (l *Lessor) Heartbeat(id int64) (time.Duration, error) {
 		return 0, ErrNotLeader
 	}
 	s := sh.m[id]
-	if s == nil || s.expiring || !now.Before(s.deadline) {
+	if s == nil || s.expiring || now >= s.deadline {
 		if s != nil {
 			s.expiring = true
 		}
 		sh.mu.Unlock()
 		return 0, ErrSessionExpired
 	}
-	if d := now.Add(s.ttl); s.deadline.Before(d) {
-		s.deadline = d
-	}
-	s.renewed = now
+	s.deadline = max(s.deadline, now.add(s.ttl))
+	s.renewed, s.heard = now, true
 	ttl := s.ttl
 	sh.mu.Unlock()
 	sh.beats.Add(1)
@@ -105,8 +106,8 @@ func (l *Lessor) LastHeartbeat(id int64) time.Time {
 	sh := l.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if s := sh.m[id]; s != nil {
-		return s.renewed.Round(0)
+	if s := sh.m[id]; s != nil && s.heard {
+		return l.time(s.renewed).Round(0)
 	}
 	return time.Time{}
 }
@@ -115,7 +116,7 @@ func (l *Lessor) LastHeartbeat(id int64) time.Time {
 // for display (EXPIRES-IN); zero once the deadline has passed, and false
 // when the session is unknown or this node is not leader.
 func (l *Lessor) Remaining(id int64) (time.Duration, bool) {
-	now := l.now()
+	now := l.instant(l.now())
 	sh := l.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -123,5 +124,5 @@ func (l *Lessor) Remaining(id int64) (time.Duration, bool) {
 	if s == nil {
 		return 0, false
 	}
-	return max(s.deadline.Sub(now), 0), true
+	return max(time.Duration(s.deadline-now), 0), true
 }

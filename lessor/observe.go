@@ -8,19 +8,19 @@ import (
 
 type keyEntry struct {
 	kt       statemachine.KeyTTL
-	deadline time.Time
+	deadline instant
 	removed  bool // guarded by Lessor.mu
 }
 
 type delayEntry struct {
 	ld       statemachine.LockDelay
-	deadline time.Time
+	deadline instant
 	removed  bool // guarded by Lessor.mu
 }
 
 type idleEntry struct {
 	il       statemachine.IdleLease
-	deadline time.Time
+	deadline instant
 	removed  bool // guarded by Lessor.mu
 }
 
@@ -40,7 +40,7 @@ func (l *Lessor) Observe(events []statemachine.Event) {
 	}
 	// One reading for the whole command: its events happened together, and
 	// sessions opened together then expire in one batch.
-	now := l.now()
+	now := l.instant(l.now())
 	sessions := l.sessions
 	for i := range events {
 		ev := &events[i]
@@ -50,7 +50,7 @@ func (l *Lessor) Observe(events []statemachine.Event) {
 				continue
 			}
 			ttl := time.Duration(ev.Session.TTL)
-			l.addSessionLocked(&session{id: ev.Session.ID, ttl: ttl, deadline: now.Add(ttl), renewed: now})
+			l.addSessionLocked(&session{id: ev.Session.ID, ttl: ttl, deadline: now.add(ttl), renewed: now, heard: true})
 		case statemachine.EventSessionClosed, statemachine.EventSessionExpired:
 			id := ev.SessionID
 			if id == 0 && ev.Session != nil {
@@ -64,7 +64,7 @@ func (l *Lessor) Observe(events []statemachine.Event) {
 			l.forgetKeyLocked(ev.KV.Key)
 			if ev.KV.TTL > 0 {
 				kt := statemachine.KeyTTL{Key: ev.KV.Key, ModRevision: ev.KV.ModRevision, TTL: ev.KV.TTL}
-				l.pushLocked(l.trackKeyLocked(kt, now.Add(time.Duration(kt.TTL))))
+				l.pushLocked(l.trackKeyLocked(kt, now.add(time.Duration(kt.TTL))))
 			}
 		case statemachine.EventKeyDeleted, statemachine.EventKeyExpired:
 			if kv := eventKey(ev); kv != nil {
@@ -76,7 +76,7 @@ func (l *Lessor) Observe(events []statemachine.Event) {
 			if ev.LockDelay > 0 {
 				l.forgetDelayLocked(ev.Lease)
 				ld := statemachine.LockDelay{Lease: ev.Lease, Revision: ev.Revision, Delay: ev.LockDelay}
-				l.pushLocked(l.trackDelayLocked(ld, now.Add(time.Duration(ld.Delay))))
+				l.pushLocked(l.trackDelayLocked(ld, now.add(time.Duration(ld.Delay))))
 			}
 		case statemachine.EventLockDelayEnded:
 			l.forgetDelayLocked(ev.Lease)
@@ -87,7 +87,7 @@ func (l *Lessor) Observe(events []statemachine.Event) {
 			l.forgetIdleLocked(ev.Lease)
 			if ev.GCAfter > 0 {
 				il := statemachine.IdleLease{Lease: ev.Lease, Revision: ev.Revision}
-				l.pushLocked(l.trackIdleLocked(il, now.Add(time.Duration(ev.GCAfter))))
+				l.pushLocked(l.trackIdleLocked(il, now.add(time.Duration(ev.GCAfter))))
 			}
 		}
 	}
@@ -125,31 +125,31 @@ func (l *Lessor) trackSessionLocked(m map[int64]*session, s *session) item {
 		l.sessions++
 	}
 	m[s.id] = s
-	return item{at: s.deadline, s: s}
+	return item{at: s.deadline, e: s}
 }
 
 // trackKeyLocked times kt until deadline and returns its item to queue.
 // The caller forgets the key's previous entry first, if it may have one.
-func (l *Lessor) trackKeyLocked(kt statemachine.KeyTTL, deadline time.Time) item {
+func (l *Lessor) trackKeyLocked(kt statemachine.KeyTTL, deadline instant) item {
 	k := &keyEntry{kt: kt, deadline: deadline}
 	l.keys[kt.Key] = k
-	return item{at: deadline, k: k}
+	return item{at: deadline, e: k}
 }
 
 // trackDelayLocked times ld until deadline and returns its item to queue.
 // The caller forgets the lease's previous entry first, if it may have one.
-func (l *Lessor) trackDelayLocked(ld statemachine.LockDelay, deadline time.Time) item {
+func (l *Lessor) trackDelayLocked(ld statemachine.LockDelay, deadline instant) item {
 	e := &delayEntry{ld: ld, deadline: deadline}
 	l.delays[ld.Lease] = e
-	return item{at: deadline, d: e}
+	return item{at: deadline, e: e}
 }
 
 // trackIdleLocked times il's collection until deadline and returns its
 // item to queue. The caller forgets the lease's previous entry first.
-func (l *Lessor) trackIdleLocked(il statemachine.IdleLease, deadline time.Time) item {
+func (l *Lessor) trackIdleLocked(il statemachine.IdleLease, deadline instant) item {
 	e := &idleEntry{il: il, deadline: deadline}
 	l.idle[il.Lease] = e
-	return item{at: deadline, g: e}
+	return item{at: deadline, e: e}
 }
 
 func (l *Lessor) forgetIdleLocked(id statemachine.LeaseID) {

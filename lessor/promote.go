@@ -17,7 +17,8 @@ import (
 // before it lost touch, so a failover may lengthen a lease but never
 // shorten it. Promote replaces whatever was tracked and starts expiring.
 func (l *Lessor) Promote(epoch int64, d statemachine.Deadlines, extra time.Duration) {
-	now := l.now()
+	wallNow := l.now()
+	now := l.instant(wallNow)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.stopped {
@@ -28,7 +29,7 @@ func (l *Lessor) Promote(epoch int64, d statemachine.Deadlines, extra time.Durat
 	l.leader = true
 	l.epoch = epoch
 	l.ctx, l.cancel = context.WithCancel(context.Background())
-	l.resetPulse(now, extra)
+	l.resetPulse(wallNow, extra)
 
 	// Sessions fill maps of their own, so that each shard is locked once
 	// rather than once a session, and items are heaped once at the end
@@ -40,27 +41,27 @@ func (l *Lessor) Promote(epoch int64, d statemachine.Deadlines, extra time.Durat
 	}
 	for _, st := range d.Sessions {
 		ttl := time.Duration(st.TTL)
-		s := &session{id: st.ID, ttl: ttl, deadline: now.Add(ttl + extra)}
+		s := &session{id: st.ID, ttl: ttl, deadline: now.add(ttl + extra)}
 		l.heap = append(l.heap, l.trackSessionLocked(maps[shardOf(st.ID)], s))
 	}
 	l.setShards(maps, true)
 	l.keys = make(map[string]*keyEntry, len(d.Keys))
 	for _, kt := range d.Keys {
-		l.heap = append(l.heap, l.trackKeyLocked(kt, now.Add(time.Duration(kt.TTL)+extra)))
+		l.heap = append(l.heap, l.trackKeyLocked(kt, now.add(time.Duration(kt.TTL)+extra)))
 	}
 	l.delays = make(map[statemachine.LeaseID]*delayEntry, len(d.Delays))
 	for _, ld := range d.Delays {
-		l.heap = append(l.heap, l.trackDelayLocked(ld, now.Add(time.Duration(ld.Delay)+extra)))
+		l.heap = append(l.heap, l.trackDelayLocked(ld, now.add(time.Duration(ld.Delay)+extra)))
 	}
 	// A collection is no safety matter: it deletes a record nobody holds
 	// or waits for. Its deadline comes from the logged idle time, so that
 	// leader changes do not put it off, and a clock that jumped makes it
 	// early or late, never wrong.
 	l.idle = make(map[statemachine.LeaseID]*idleEntry, len(d.Idle))
-	wall := now.UnixNano()
+	wall := wallNow.UnixNano()
 	for _, il := range d.Idle {
 		left := time.Duration(max(il.IdleSince+il.GCAfter-wall, 0))
-		l.heap = append(l.heap, l.trackIdleLocked(statemachine.IdleLease{Lease: il.Lease, Revision: il.Revision}, now.Add(left)))
+		l.heap = append(l.heap, l.trackIdleLocked(statemachine.IdleLease{Lease: il.Lease, Revision: il.Revision}, now.add(left)))
 	}
 	l.heap.init()
 	l.metrics.sessions.Set(float64(l.sessions))

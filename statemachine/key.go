@@ -38,7 +38,7 @@ func (m *Machine) putKey(key, value string, ttl, sessionID int64) (kv, prev *Key
 		next.CreateRevision = old.CreateRevision
 		next.Version = old.Version + 1
 		if old.SessionID != 0 && old.SessionID != sessionID {
-			delete(m.sessions[old.SessionID].keys, key)
+			m.sessions[old.SessionID].unbind(key)
 		}
 	}
 	if sessionID != 0 {
@@ -66,7 +66,7 @@ func (m *Machine) deleteKey(kv *KeyValue, typ EventType) {
 	m.usage.Keys -= keyCost(kv)
 	if kv.SessionID != 0 {
 		if s, ok := m.sessions[kv.SessionID]; ok {
-			delete(s.keys, kv.Key)
+			s.unbind(kv.Key)
 		}
 	}
 	rev, sub := m.nextKeyRevision()

@@ -24,7 +24,7 @@ func (m *Machine) acquire(c Acquire) Result {
 			g := l.Holders[i]
 			return Result{Lease: cloneLease(l), Grant: &g}
 		}
-		if _, waiting := s.waiting[c.Lease]; waiting {
+		if s.isWaiting(c.Lease) {
 			return Result{Lease: cloneLease(l), Queued: true}
 		}
 		busy := len(l.Holders) > 0 || len(l.Waiters) > 0
@@ -110,7 +110,7 @@ func (m *Machine) grantWaiters(l *Lease) {
 		}
 		l.Waiters = slices.Delete(l.Waiters, i, i+1)
 		s := m.sessions[w.SessionID]
-		delete(s.waiting, l.LeaseID)
+		s.unwait(l.LeaseID)
 		m.grant(l, s, w.Value, w.Exclusive, w.MaxHold, true)
 	}
 }
@@ -235,7 +235,7 @@ func (m *Machine) release(c Release) Result {
 func (m *Machine) removeHolder(l *Lease, i int, typ EventType, reason string) Grant {
 	g := l.Holders[i]
 	l.Holders = slices.Delete(l.Holders, i, i+1)
-	delete(m.sessions[g.SessionID].held, l)
+	m.sessions[g.SessionID].unhold(l)
 	how := EndReleased
 	if typ == EventLeaseRevoked {
 		how = EndRevoked
@@ -308,8 +308,8 @@ func (m *Machine) cancelWait(c CancelWait) Result {
 	if err := m.actAs(c.Actor, s, "cancel the wait of", false); err != nil {
 		return Result{Err: err}
 	}
-	if _, waiting := s.waiting[c.Lease]; waiting {
-		delete(s.waiting, c.Lease)
+	if s.isWaiting(c.Lease) {
+		s.unwait(c.Lease)
 		l.Waiters = slices.DeleteFunc(l.Waiters, func(w Waiter) bool { return w.SessionID == s.ID })
 		l.ModRevision = m.emit(Event{Type: EventLeaseWaitEnded, Lease: c.Lease, SessionID: s.ID, Holder: s.Identity, Reason: "wait cancelled"})
 		if m.atLeast(2) {

@@ -68,7 +68,7 @@ func (m *Machine) RecipeLocks() []RecipeLock {
 	byPrefix := map[string][]RecipeContender{}
 	for _, s := range m.sessions {
 		lease := s.EtcdLeaseID() // every key bound to s is attached to it
-		for key := range s.keys {
+		for key := range s.keySet() {
 			pfx, ok := RecipePrefix(key, lease)
 			if !ok {
 				continue // most keys: no lookup
