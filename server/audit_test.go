@@ -81,10 +81,16 @@ func TestRefusedPipelinedOpsAreFoldedWithPrincipalAndRemote(t *testing.T) {
 		done <- nil
 	}()
 	_ = pipe.conn.SetReadDeadline(time.Now().Add(2 * time.Minute))
+	answered := make([]bool, n+1)
 	for i := range n {
 		resp, err := pipe.receive()
 		if err != nil {
 			t.Fatalf("answer %d of %d: %v", i+1, n, err)
+		}
+		if id := resp.GetId(); id == 0 || id > n || answered[id] {
+			t.Fatalf("answer %d of %d: got = request ID %d, expected: each of 1..%d answered once", i+1, n, id, n)
+		} else {
+			answered[id] = true
 		}
 		if e := resp.GetError(); connect.Code(e.GetCode()) != connect.CodePermissionDenied {
 			t.Fatalf("answer %d: got = %v, expected: permission_denied", i+1, resp)

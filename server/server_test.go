@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -436,7 +437,10 @@ func TestCompareAndSwapFailureLeavesStateUnchanged(t *testing.T) {
 func TestWatchSeesEveryEventInOrder(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, t.TempDir(), testLimits())
-	ctx := ctxT(t)
+	// 300 writes under -race on a loaded machine can take longer than
+	// ctxT's 20 s: the bound here is for a watch that stopped.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	first, err := ts.KV.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: "jobs/0", Value: "0"}))
 	if err != nil {
 		t.Fatal(err)
@@ -447,16 +451,27 @@ func TestWatchSeesEveryEventInOrder(t *testing.T) {
 	}
 	defer stream.Close()
 	const n = 200
+	// The writer's first failure, so that a watch left waiting for
+	// writes that never happened says so.
+	wrote := make(chan error, 1)
 	go func() {
+		var first error
 		for i := 1; i < n; i++ {
 			key := "jobs/" + string(rune('a'+i%26))
+			var err error
 			if i%3 == 0 {
-				_, _ = ts.KV.Delete(ctx, connect.NewRequest(&tenurev1.DeleteRequest{Key: key}))
+				_, err = ts.KV.Delete(ctx, connect.NewRequest(&tenurev1.DeleteRequest{Key: key}))
 			} else {
-				_, _ = ts.KV.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: key, Value: "v"}))
+				_, err = ts.KV.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: key, Value: "v"}))
 			}
-			_, _ = ts.KV.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: "other/" + key, Value: "v"}))
+			if _, err2 := ts.KV.Put(ctx, connect.NewRequest(&tenurev1.PutRequest{Key: "other/" + key, Value: "v"})); err == nil {
+				err = err2
+			}
+			if err != nil && first == nil {
+				first = fmt.Errorf("write %d: %w", i, err)
+			}
 		}
+		wrote <- first
 	}()
 	var last int64
 	seen := 0
@@ -472,7 +487,15 @@ func TestWatchSeesEveryEventInOrder(t *testing.T) {
 		seen++
 	}
 	if err := stream.Err(); err != nil {
-		t.Fatal(err)
+		select {
+		case werr := <-wrote:
+			t.Fatalf("after %d events: %v; the writer: %v", seen, err, werr)
+		default:
+			t.Fatalf("after %d events: %v; the writer had not finished", seen, err)
+		}
+	}
+	if seen < n/2 {
+		t.Fatalf("the watch ended after %d events, expected: %d", seen, n/2)
 	}
 }
 
