@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -181,6 +182,10 @@ type watcher struct {
 
 	feed *keyfeed.Feed
 	stop context.CancelFunc // ends the pump
+	ctx  context.Context    // the pump's, ended by stop
+	// pump is the state of the goroutine that reads feed (pumpParked,
+	// pumpRunning, pumpWoken, pumpStopped); see pump.
+	pump atomic.Int32
 	// level is the global revision up to which every event the watch is
 	// owed has been sent (keyfeed.Batch.Level).
 	level int64
@@ -223,31 +228,105 @@ type watchStream struct {
 	nextID  int64 // the next ID to try for a watch the server names
 
 	fed      chan fed
-	wg       sync.WaitGroup // the pumps
 	progress []progressWant
+
+	// pumpMu orders starting a pump (wake, on the hub's goroutine)
+	// before the stream's end waits for them: once closing is set, no
+	// pump starts, so wg.Add never races wg.Wait.
+	pumpMu  sync.Mutex
+	closing bool
+	wg      sync.WaitGroup // the pumps
 }
 
-// pump hands w's batches to the owner until ctx (w.stop) ends or the
-// feed fails; it closes the feed.
-func (st *watchStream) pump(ctx context.Context, w *watcher) {
-	defer st.wg.Done()
-	defer w.feed.Close()
+// The states of a watch's pump. A watch has a goroutine only while its
+// feed has something to hand over: an idle watch is parked, with no
+// goroutine, and its feed calls wake when an event of its keys (or a
+// Level it was asked for, or a reset) comes. A goroutine blocked for
+// every watch cost about 4 KiB of stack each, more than the rest of the
+// watch; etcd, too, serves a stream's watches without one each.
+const (
+	pumpParked  int32 = iota // no goroutine; wake starts one
+	pumpRunning              // a goroutine reads the feed
+	pumpWoken                // running, and woken since it last looked: it looks again before parking
+	pumpStopped              // stopped: the feed is closed, or its goroutine will close it
+)
+
+// wake asks w's pump to read its feed again: it starts a goroutine for a
+// parked watch. It is the feed's OnWake, so it may run with the hub's
+// locks held: it only changes state and starts a goroutine.
+func (st *watchStream) wake(w *watcher) {
 	for {
-		b, err := w.feed.Next(ctx)
-		select {
-		case st.fed <- fed{w: w, b: b, err: err}:
-		case <-ctx.Done():
-			return
-		}
-		if err != nil {
+		switch w.pump.Load() {
+		case pumpParked:
+			st.pumpMu.Lock()
+			started := !st.closing && w.pump.CompareAndSwap(pumpParked, pumpRunning)
+			if started {
+				st.wg.Add(1)
+			}
+			st.pumpMu.Unlock()
+			if started {
+				go st.pump(w)
+				return
+			}
+			if st.closing {
+				return // close stops every watch; its feed is closed there
+			}
+		case pumpRunning:
+			if w.pump.CompareAndSwap(pumpRunning, pumpWoken) {
+				return
+			}
+		default: // woken already, or stopped
 			return
 		}
 	}
 }
 
+// pump hands w's batches to the owner while its feed has any, then parks
+// (wake starts it again), until w.ctx (w.stop) ends or the feed fails;
+// whoever finds the pump stopped with no goroutine closes the feed
+// (stopPump, or here).
+func (st *watchStream) pump(w *watcher) {
+	defer st.wg.Done()
+	for {
+		b, err := w.feed.TryNext(w.ctx)
+		if errors.Is(err, keyfeed.ErrWouldWait) {
+			if w.pump.CompareAndSwap(pumpRunning, pumpParked) {
+				return
+			}
+			if w.pump.CompareAndSwap(pumpWoken, pumpRunning) {
+				continue // woken while it looked: something may have come
+			}
+			w.feed.Close() // stopped while it ran
+			return
+		}
+		select {
+		case st.fed <- fed{w: w, b: b, err: err}:
+		case <-w.ctx.Done():
+			err = w.ctx.Err()
+		}
+		if err != nil {
+			w.pump.Store(pumpStopped)
+			w.feed.Close()
+			return
+		}
+	}
+}
+
+// stopPump ends w's pump: its goroutine's, which closes the feed, or,
+// parked, the feed here. Only the stream's goroutine calls it.
+func (st *watchStream) stopPump(w *watcher) {
+	w.stop()
+	if w.pump.Swap(pumpStopped) == pumpParked {
+		w.feed.Close()
+	}
+}
+
 func (st *watchStream) close() {
+	st.pumpMu.Lock()
+	st.closing = true
+	st.pumpMu.Unlock()
 	for _, w := range st.watches {
-		w.stop()
+		st.stopPump(w)
 		w.release()
 	}
 	st.wg.Wait()
@@ -374,8 +453,9 @@ func (st *watchStream) create(cr *pb.WatchCreateRequest) error {
 		w.release()
 		return err
 	}
-	var ctx context.Context
-	ctx, w.stop = context.WithCancel(st.ctx)
+	w.ctx, w.stop = context.WithCancel(st.ctx)
+	w.pump.Store(pumpRunning) // this goroutine reads the feed until the pump starts
+	w.feed.OnWake(func() { st.wake(w) })
 	st.watches[w.id] = w
 	if err := st.send(&pb.WatchResponse{Header: header(st.b, w.feed.Revision()), WatchId: w.id, Created: true}, false); err != nil {
 		w.feed.Close()
@@ -385,14 +465,17 @@ func (st *watchStream) create(cr *pb.WatchCreateRequest) error {
 	// anything else, each response at most keyfeed.MaxRevisions
 	// revisions at the revision current when it was read.
 	for w.feed.Replaying() {
-		b, err := w.feed.Next(ctx)
+		b, err := w.feed.Next(w.ctx)
 		if err := st.took(fed{w: w, b: b, err: err}); err != nil || st.watches[w.id] != w {
+			w.pump.Store(pumpStopped)
 			w.feed.Close()
 			return err
 		}
 	}
+	st.pumpMu.Lock()
 	st.wg.Add(1)
-	go st.pump(ctx, w)
+	st.pumpMu.Unlock()
+	go st.pump(w)
 	return nil
 }
 
@@ -465,7 +548,7 @@ func (st *watchStream) sendEvents(w *watcher, rev int64, evs []*mvccpb.Event) (e
 // remove forgets watch id and its owed progress, and stops its pump.
 func (st *watchStream) remove(id int64) {
 	if w := st.watches[id]; w != nil {
-		w.stop()
+		st.stopPump(w)
 		w.release()
 	}
 	delete(st.watches, id)
@@ -544,6 +627,7 @@ func (st *watchStream) level(p progressWant) bool {
 	for _, w := range st.watches {
 		if (p.id == -1 || w.id == p.id) && w.level < p.global {
 			w.feed.Mark(p.global)
+			st.wake(w) // a Mark is no wake of the hub's (keyfeed.Feed.TryNext)
 			ok = false
 		}
 	}

@@ -81,6 +81,9 @@ type Feed struct {
 	reported atomic.Int64
 	mark     atomic.Int64  // the Level asked for (Mark)
 	marked   chan struct{} // one wake-up for a Next waiting on the hub
+	// onWake is called when a feed TryNext parked should be asked
+	// again (OnWake).
+	onWake func()
 }
 
 // Open starts a feed of the key events filter accepts (nil: all) from
@@ -146,7 +149,35 @@ func (f *Feed) Revision() int64 { return f.rev }
 // nothing else to hand over. It fails with ctx.Err() when ctx ends, with
 // a *watch.CompactedError when the history the feed owes is compacted
 // (after the hub dropped it), and with the node's errors.
-func (f *Feed) Next(ctx context.Context) (Batch, error) {
+func (f *Feed) Next(ctx context.Context) (Batch, error) { return f.nextBatch(ctx, true) }
+
+// ErrWouldWait is TryNext's answer when the feed has nothing to hand
+// over yet.
+var ErrWouldWait = errors.New("keyfeed: nothing to hand over yet")
+
+// TryNext is Next without the wait for live events: when it would wait,
+// it returns ErrWouldWait, and the feed's OnWake function is called once
+// something may have come (an event of its keys, a Level reached, a
+// reset of the hub) — possibly before TryNext has returned, and then for
+// nothing. A reader with many feeds parks each between calls instead of
+// keeping a goroutine blocked in Next for every one. TryNext still reads
+// the history owed, which may wait for the state (Source.Sync, Read).
+// A Mark is not a wake: its caller calls TryNext again itself.
+func (f *Feed) TryNext(ctx context.Context) (Batch, error) { return f.nextBatch(ctx, false) }
+
+// OnWake has wake called when a feed that TryNext left parked should be
+// asked again; see TryNext. wake runs on the goroutine that publishes,
+// with the hub's locks held: it must return at once, calling nothing of
+// the hub's or the feed's. Call it before the first TryNext, on the
+// feed's goroutine.
+func (f *Feed) OnWake(wake func()) {
+	f.onWake = wake
+	if f.hub != nil {
+		f.hub.OnWake(wake)
+	}
+}
+
+func (f *Feed) nextBatch(ctx context.Context, block bool) (Batch, error) {
 	for {
 		if b := f.pending; b != nil {
 			f.pending = nil
@@ -159,7 +190,7 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 			}
 			continue
 		}
-		b, err := f.live(ctx)
+		b, err := f.live(ctx, block)
 		if errors.Is(err, watch.ErrLagged) {
 			// Whole revisions only were handed over: the history
 			// has everything from next on.
@@ -292,6 +323,9 @@ func (f *Feed) read(ctx context.Context) error {
 		} else {
 			hw.Want(f.wants)
 		}
+		if f.onWake != nil {
+			hw.OnWake(f.onWake)
+		}
 		f.hub, f.scanned = hw, follow-1
 		if kvRev != 0 {
 			f.next = max(f.next, kvRev+1)
@@ -330,7 +364,7 @@ func (f *Feed) level() int64 { return max(f.scanned, f.hub.Looked()) }
 // live gathers the hub's events of the next KV revision: once it has
 // the first, it polls until it has looked at everything published, which
 // holds the rest (or until an event of a later revision shows up).
-func (f *Feed) live(ctx context.Context) (Batch, error) {
+func (f *Feed) live(ctx context.Context, block bool) (Batch, error) {
 	var b Batch
 	for {
 		var (
@@ -368,6 +402,18 @@ func (f *Feed) live(ctx context.Context) (Batch, error) {
 			}
 			// A Mark after this is a wake-up (marked), and calls again.
 			f.hub.WakeAt(m)
+		}
+		if !block {
+			// What ended the wait before the reader parks, it reads
+			// now; what ends it later calls onWake.
+			select {
+			case <-wait:
+				continue
+			case <-f.marked:
+				continue
+			default:
+				return Batch{}, ErrWouldWait
+			}
 		}
 		select {
 		case <-wait:

@@ -267,6 +267,7 @@ func (h *Hub) wakeWaiting(should func(*Watcher) bool) {
 		close(w.wake)
 		w.wake = nil
 		delete(h.waiting, w)
+		w.woken()
 	}
 }
 
@@ -423,6 +424,8 @@ type Watcher struct {
 	indexed bool
 	keyPos  int
 	wakeAt  int64
+	// onWake is called each time a wait on wake ends (OnWake).
+	onWake func()
 
 	onWait func() // tests: called when Next is about to block
 }
@@ -562,6 +565,30 @@ func (w *Watcher) Want(wants func(*statemachine.Event) bool) {
 	w.hub.mu.Lock()
 	defer w.hub.mu.Unlock()
 	w.wants, w.key = wants, nil
+}
+
+// OnWake has f called each time the hub ends a wait of w on its own
+// channel (a watcher with Want or WantKey): the events it wants, a
+// Reset, or its WakeAt revision were published. A reader that does not
+// keep a goroutine blocked on w — one that polls (Poll) and parks when
+// it gets a channel, as an etcd watch stream's idle watches do — is told
+// by f to poll again. f runs with the hub's locks held, on the
+// publishing goroutine: it must return at once and call nothing of the
+// hub's. A wake may come while the reader is still polling; the reader
+// then polls once more for nothing.
+func (w *Watcher) OnWake(f func()) {
+	h := w.hub
+	h.waitMu.Lock()
+	defer h.waitMu.Unlock()
+	w.onWake = f
+}
+
+// woken tells w's reader, if it asked (OnWake), that its wait ended; the
+// caller holds waitMu.
+func (w *Watcher) woken() {
+	if w.onWake != nil {
+		w.onWake()
+	}
 }
 
 // Looked is the revision of the last event w has looked at, or that

@@ -127,6 +127,7 @@ func (h *Hub) release(w *Watcher, cursor int64) {
 	w.wakeAt = 0
 	delete(h.waiting, w)
 	delete(h.timed, w)
+	w.woken()
 }
 
 // releaseAll releases the watchers of one key, ws, which the caller has
