@@ -186,16 +186,49 @@ func (f *applier) snapshotBytes() ([]byte, error) {
 // to a large state's length would leave up to as much again behind as
 // garbage while it is built, and keep up to twice the length alive
 // while the snapshot is written.
+//
+// A state that can write most of its snapshot after the lock is let go
+// (splitSnapshotter: the state machine's keys and history) does so, and
+// applies go on meanwhile.
 func (f *applier) snapshotWith(also func()) (state [][]byte, applied uint64, err error) {
+	var w chunkWriter
+	rest, applied, err := f.snapshotHeadWith(also, &w)
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := rest(); err != nil {
+		return nil, 0, fmt.Errorf("raftnode: snapshot state: %w", err)
+	}
+	return w.chunks(), applied, nil
+}
+
+// snapshotHeadWith is the part of snapshotWith under the read lock.
+func (f *applier) snapshotHeadWith(also func(), w io.Writer) (rest func() error, applied uint64, err error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	also()
-	var w chunkWriter
-	if err := f.writeSnapshotLocked(&w); err != nil {
+	applied = f.applied.Load()
+	split, ok := f.st.(splitSnapshotter)
+	if !ok {
+		return func() error { return nil }, applied, f.writeSnapshotLocked(w)
+	}
+	if err := f.writeSnapshotHeader(w); err != nil {
 		return nil, 0, err
 	}
-	return w.chunks(), f.applied.Load(), nil
+	rest, err = split.SnapshotSplit(w)
+	if err != nil {
+		return nil, 0, fmt.Errorf("raftnode: snapshot state: %w", err)
+	}
+	return rest, applied, nil
 }
+
+// splitSnapshotter is a state that writes its snapshot in two steps, the
+// second without the lock (statemachine.Machine.SnapshotSplit).
+type splitSnapshotter interface {
+	SnapshotSplit(w io.Writer) (rest func() error, err error)
+}
+
+var _ splitSnapshotter = (*statemachine.Machine)(nil)
 
 // read runs fn on the state under the read lock.
 func (f *applier) read(fn func(state) error) error {
@@ -216,13 +249,22 @@ func (f *applier) snapshotLocked() ([]byte, error) {
 // writeSnapshotLocked writes the snapshot header and the state to w; the
 // caller holds mu.
 func (f *applier) writeSnapshotLocked(w io.Writer) error {
+	if err := f.writeSnapshotHeader(w); err != nil {
+		return err
+	}
+	if err := f.st.Snapshot(w); err != nil {
+		return fmt.Errorf("raftnode: snapshot state: %w", err)
+	}
+	return nil
+}
+
+// writeSnapshotHeader writes the header naming the applied index; the
+// caller holds mu.
+func (f *applier) writeSnapshotHeader(w io.Writer) error {
 	var hdr [snapshotHeaderLen]byte
 	hdr[0] = snapshotVersion
 	binary.BigEndian.PutUint64(hdr[1:], f.applied.Load())
 	if _, err := w.Write(hdr[:]); err != nil {
-		return fmt.Errorf("raftnode: snapshot state: %w", err)
-	}
-	if err := f.st.Snapshot(w); err != nil {
 		return fmt.Errorf("raftnode: snapshot state: %w", err)
 	}
 	return nil

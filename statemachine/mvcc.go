@@ -3,6 +3,7 @@ package statemachine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/google/btree"
@@ -95,6 +96,9 @@ func (m *Machine) startKVRevision() {
 		m.recordVersion(&version{Key: kv.Key, Main: kv.ModRevision, KV: kv})
 		return true
 	})
+	// Sorted as a slice of its own: a snapshot still being written may
+	// hold the old one (SnapshotSplit), which must not change under it.
+	m.history.byRev = slices.Clone(m.history.byRev)
 	sort.SliceStable(m.history.byRev, func(i, j int) bool { return revLess(m.history.byRev[i], m.history.byRev[j]) })
 }
 

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
+
+	"github.com/google/btree"
 )
 
 // A snapshot is JSON before cluster version 6 (BinaryVersion), whose
@@ -53,6 +56,13 @@ type snapshot struct {
 	// machine's own records in order, written as they are rather than
 	// copied first (Snapshot).
 	live []*Lease
+	// keyTree and versions, when frozen is set, stand for Keys and
+	// History in the binary form: a clone of the machine's key tree and
+	// its history's versions as they were, neither of which the machine
+	// changes afterwards (SnapshotSplit).
+	frozen   bool
+	keyTree  *btree.BTreeG[*KeyValue]
+	versions []*version
 }
 
 type keyVersion struct {
@@ -73,40 +83,95 @@ type keyVersion struct {
 // each weigh about as much as the state itself, for as long as the
 // snapshot takes. The machine must not change until Snapshot returns.
 func (m *Machine) Snapshot(w io.Writer) error {
-	snap := m.snapshotState()
-	if !m.atLeast(BinaryVersion) {
-		snap.Leases = m.Leases("")
-		// No command that is not UTF-8 is applied below BinaryVersion
-		// (EncodeJSON refuses it, and raftnode refuses a binary entry):
-		// should one be anyway, fail rather than let JSON rewrite it.
-		check := encoder{checkUTF8: true}
-		snap.encode(&check)
-		if check.notUTF8 {
-			return fmt.Errorf("write snapshot: %w: the state holds bytes that are not UTF-8 at cluster version %d, and JSON would rewrite them", ErrNotUTF8, m.ClusterVersion())
-		}
-		if err := json.NewEncoder(w).Encode(&snap); err != nil {
-			return fmt.Errorf("write snapshot: %w", err)
-		}
-		return nil
+	rest, err := m.snapshotSplit(w, false)
+	if err != nil {
+		return err
 	}
+	return rest()
+}
+
+// SnapshotSplit is Snapshot in two steps, so that a machine whose state
+// is large need not stop applying while most of it is encoded. The call
+// writes what the machine changes in place (sessions, leases), and takes
+// what it never changes in place — its key tree, cloned in O(1) as
+// copy-on-write, and its versions, which are only ever appended to or
+// replaced by a new slice — with the small maps copied; rest writes
+// those, and may run while the machine applies commands. The machine
+// must not change between SnapshotSplit and its return; rest must run
+// once, on one goroutine. The bytes are Snapshot's. Two SnapshotSplits
+// must not run at once (the clone changes the tree's copy-on-write
+// context); Snapshot beside one may, since it clones nothing.
+//
+// A snapshot under the lock for the whole encoding stopped every write
+// for a time that grew with the keys and their history: workload 2's
+// p99 through etcd's client fell from 25 to 17 ms with snapshots made
+// 25 times more rarely.
+func (m *Machine) SnapshotSplit(w io.Writer) (rest func() error, err error) {
+	return m.snapshotSplit(w, true)
+}
+
+// snapshotSplit is SnapshotSplit; without clone, rest reads the
+// machine's own key tree, and must run before the machine changes.
+func (m *Machine) snapshotSplit(w io.Writer, clone bool) (rest func() error, err error) {
+	if !m.atLeast(BinaryVersion) {
+		return func() error { return nil }, m.snapshotJSON(w)
+	}
+	snap := m.snapshotHead()
 	snap.live = make([]*Lease, 0, m.leases.len())
 	for l := range m.leases.all() {
 		snap.live = append(snap.live, l)
 	}
 	slices.SortFunc(snap.live, func(a, b *Lease) int { return compareLeaseID(a.LeaseID, b.LeaseID) })
-	e := encoder{b: make([]byte, 0, flushAt+flushAt/4), w: w}
+	e := &encoder{b: make([]byte, 0, flushAt+flushAt/4), w: w}
 	e.b = append(e.b, binarySnapshotMagic...)
 	e.uint(binarySnapshotFormat)
-	snap.encode(&e)
-	e.flush()
-	if e.err != nil {
-		return fmt.Errorf("write snapshot: %w", e.err)
+	snap.encodeHead(e)
+	snap.live = nil
+	snap.frozen, snap.keyTree, snap.versions = true, m.keys, m.history.byRev[:len(m.history.byRev):len(m.history.byRev)]
+	if clone {
+		snap.keyTree = m.keys.Clone()
+		snap.Members, snap.Versions, snap.EtcdAddresses = maps.Clone(snap.Members), maps.Clone(snap.Versions), maps.Clone(snap.EtcdAddresses)
+	}
+	return func() error {
+		snap.encodeTail(e)
+		e.flush()
+		if e.err != nil {
+			return fmt.Errorf("write snapshot: %w", e.err)
+		}
+		return nil
+	}, nil
+}
+
+// snapshotJSON is Snapshot below BinaryVersion.
+func (m *Machine) snapshotJSON(w io.Writer) error {
+	snap := m.snapshotState()
+	snap.Leases = m.Leases("")
+	// No command that is not UTF-8 is applied below BinaryVersion
+	// (EncodeJSON refuses it, and raftnode refuses a binary entry):
+	// should one be anyway, fail rather than let JSON rewrite it.
+	check := encoder{checkUTF8: true}
+	snap.encode(&check)
+	if check.notUTF8 {
+		return fmt.Errorf("write snapshot: %w: the state holds bytes that are not UTF-8 at cluster version %d, and JSON would rewrite them", ErrNotUTF8, m.ClusterVersion())
+	}
+	if err := json.NewEncoder(w).Encode(&snap); err != nil {
+		return fmt.Errorf("write snapshot: %w", err)
 	}
 	return nil
 }
 
 // snapshotState is the state to snapshot, but for its leases.
 func (m *Machine) snapshotState() snapshot {
+	snap := m.snapshotHead()
+	for _, v := range m.history.byRev {
+		snap.History = append(snap.History, keyVersion{Key: v.Key, Main: v.Main, Sub: v.Sub, KV: v.KV, Expired: v.Expired})
+	}
+	snap.Keys, _ = m.Range("", 0)
+	return snap
+}
+
+// snapshotHead is the state but for its leases, keys and history.
+func (m *Machine) snapshotHead() snapshot {
 	snap := snapshot{
 		Version:  snapshotVersion,
 		Revision: m.revision,
@@ -126,10 +191,6 @@ func (m *Machine) snapshotState() snapshot {
 	if len(snap.Alarms) == 0 {
 		snap.Alarms = nil
 	}
-	for _, v := range m.history.byRev {
-		snap.History = append(snap.History, keyVersion{Key: v.Key, Main: v.Main, Sub: v.Sub, KV: v.KV, Expired: v.Expired})
-	}
-	snap.Keys, _ = m.Range("", 0)
 	return snap
 }
 
@@ -161,6 +222,12 @@ func readSnapshot(r io.Reader) (snapshot, error) {
 }
 
 func (s *snapshot) encode(e *encoder) {
+	s.encodeHead(e)
+	s.encodeTail(e)
+}
+
+// encodeHead encodes the state up to its leases; encodeTail the rest.
+func (s *snapshot) encodeHead(e *encoder) {
 	e.int(s.Revision)
 	e.int(s.Epoch)
 	encodeSlice(e, s.Sessions, func(e *encoder, s *Session) {
@@ -182,22 +249,45 @@ func (s *snapshot) encode(e *encoder) {
 	} else {
 		encodeSlice(e, s.Leases, encodeLease)
 	}
-	encodeSlice(e, s.Keys, encodeKeyValue)
+}
+
+func (s *snapshot) encodeTail(e *encoder) {
+	if s.frozen {
+		e.uint(uint64(s.keyTree.Len()))
+		s.keyTree.Ascend(func(kv *KeyValue) bool {
+			encodeKeyValue(e, kv)
+			if len(e.b) >= flushAt {
+				e.flush()
+			}
+			return true
+		})
+	} else {
+		encodeSlice(e, s.Keys, encodeKeyValue)
+	}
 	e.labels(s.Members)
 	e.intMap(s.Versions)
 	e.int(int64(s.ClusterVersion))
 	e.int(s.KVRevision)
 	e.int(s.CompactRevision)
-	encodeSlice(e, s.History, func(e *encoder, v *keyVersion) {
-		e.str(v.Key)
-		e.int(v.Main)
-		e.int(v.Sub)
-		e.bool(v.KV != nil)
-		if v.KV != nil {
-			encodeKeyValue(e, v.KV)
+	encodeVersion := func(e *encoder, key string, main, sub int64, kv *KeyValue, expired bool) {
+		e.str(key)
+		e.int(main)
+		e.int(sub)
+		e.bool(kv != nil)
+		if kv != nil {
+			encodeKeyValue(e, kv)
 		}
-		e.bool(v.Expired)
-	})
+		e.bool(expired)
+	}
+	if s.frozen {
+		encodeSlice(e, s.versions, func(e *encoder, v **version) {
+			encodeVersion(e, (*v).Key, (*v).Main, (*v).Sub, (*v).KV, (*v).Expired)
+		})
+	} else {
+		encodeSlice(e, s.History, func(e *encoder, v *keyVersion) {
+			encodeVersion(e, v.Key, v.Main, v.Sub, v.KV, v.Expired)
+		})
+	}
 	e.labels(s.EtcdAddresses)
 	if len(s.Alarms) > 0 || s.Auth != nil {
 		encodeSlice(e, s.Alarms, func(e *encoder, a *AlarmMember) {

@@ -329,3 +329,46 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 type failingWriter struct{ err error }
 
 func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
+
+// TestASplitSnapshotIsTheMachineAsItWasWhateverItAppliesMeanwhile: the
+// part of a snapshot SnapshotSplit leaves for later (keys, history, the
+// members' maps) is written as it was when the split was made, while
+// the machine goes on with puts over the same keys, deletions, new keys,
+// a compaction and a member's address: the bytes are those of a
+// snapshot taken at the split. The rest runs on another goroutine while
+// the machine applies, as raftnode runs it, so that -race sees any
+// sharing.
+func TestASplitSnapshotIsTheMachineAsItWasWhateverItAppliesMeanwhile(t *testing.T) {
+	m := busyMachine(t)
+	applyOK(t, m, 1, v5)
+	applyOK(t, m, 1, SetVersion{Version: BinaryVersion})
+	for i := range 300 {
+		applyOK(t, m, 1, writes(putOp(fmt.Sprintf("/k/%03d", i%100), fmt.Sprint(i)), putOp("/x\xff", "\x00")))
+	}
+	applyOK(t, m, 1, writes(deleteOp("/k/05", "/k/06")))
+	want := snapshotBytes(t, m)
+
+	var got bytes.Buffer
+	rest, err := m.SnapshotSplit(&got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- rest() }()
+	for i := range 300 {
+		applyOK(t, m, 2, writes(putOp(fmt.Sprintf("/k/%03d", i), "later"), deleteOp("/x\xff", "")))
+		if i == 100 {
+			applyOK(t, m, 2, Compact{Revision: m.KVRevision() - 50})
+			applyOK(t, m, 2, SetMember{ID: "n9", APIAddress: "127.0.0.1:9"})
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Fatalf("split snapshot: got = %d bytes, expected: the %d bytes of the snapshot taken at the split", got.Len(), len(want))
+	}
+	if bytes.Equal(snapshotBytes(t, m), want) {
+		t.Fatal("the machine's snapshot after the writes is the one before them: the test changed nothing")
+	}
+}
