@@ -190,16 +190,22 @@ func (f *applier) snapshotBytes() ([]byte, error) {
 // A state that can write most of its snapshot after the lock is let go
 // (splitSnapshotter: the state machine's keys and history) does so, and
 // applies go on meanwhile.
-func (f *applier) snapshotWith(also func()) (state [][]byte, applied uint64, err error) {
+//
+// The state comes from finish, which the caller may run later, on
+// another goroutine, while applies go on: it writes what the lock did not
+// have to cover. It must run once, before the next snapshotWith.
+func (f *applier) snapshotWith(also func()) (finish func() ([][]byte, error), applied uint64, err error) {
 	var w chunkWriter
 	rest, applied, err := f.snapshotHeadWith(also, &w)
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := rest(); err != nil {
-		return nil, 0, fmt.Errorf("raftnode: snapshot state: %w", err)
-	}
-	return w.chunks(), applied, nil
+	return func() ([][]byte, error) {
+		if err := rest(); err != nil {
+			return nil, fmt.Errorf("raftnode: snapshot state: %w", err)
+		}
+		return w.chunks(), nil
+	}, applied, nil
 }
 
 // snapshotHeadWith is the part of snapshotWith under the read lock.

@@ -41,6 +41,7 @@ type snapshotter struct {
 	// taken (snapshotDue).
 	appliedBytes, atSnapshot, stateBytes atomic.Uint64
 	writing                              sync.WaitGroup  // the snapshot being written, one at a time
+	inFlight                             atomic.Bool     // a snapshot is being written
 	now                                  chan chan error // snapshotNow's requests to apply
 	wanted                               chan struct{}   // raftStorage's: a snapshot to send names a configuration that is out of date
 
@@ -94,9 +95,10 @@ func (e *engine) maybeSnapshot() {
 // weighing at least a quarter of the state the last snapshot wrote; or,
 // whatever the count, the log in memory at its bound in bytes.
 //
-// The weight keeps a snapshot's cost, which grows with the state (it is
-// copied under the state's lock, pausing apply), a constant share of the
-// writes': with a count alone, a state of 6×10^5 keys was copied every
+// The weight keeps a snapshot's cost, which grows with the state (its
+// sessions and leases are encoded between batches, pausing apply; its
+// keys and history beside apply, in CPU and garbage), a constant share
+// of the writes': with a count alone, a state of 6×10^5 keys was copied every
 // 8,192 puts, writes stalled a growing part of the time, and 256 puts in
 // flight all passed their 5 s timeout (docs/benchmarks.md, workload 13).
 // etcd, whose snapshot is its database file, takes one every 100,000
@@ -117,16 +119,27 @@ func (e *engine) snapshotDue() bool {
 // of its own, one snapshot at a time. A copy that fails is logged at
 // copyFailed: Debug for a peer's snapshot, since raft asks again with its
 // next attempt to send.
+//
+// While one is still being written (most of its encoding is done there,
+// beside apply), a snapshot due only by its count of entries is put off
+// to the check after a later batch rather than waited for, which would
+// stop apply; one due because the log in memory is at its bound waits,
+// as that bound must hold.
 func (e *engine) snapshotInBackground(what string, copyFailed slog.Level) {
+	if e.snapshots.inFlight.Load() && e.ms.Bytes() < e.snapshots.maxLogBytes {
+		return
+	}
 	e.snapshots.writing.Wait()
 	write, err := e.copyState()
 	if err != nil {
 		e.n.log.Log(context.Background(), copyFailed, what, "error", err)
 		return
 	}
+	e.snapshots.inFlight.Store(true)
 	e.snapshots.writing.Add(1)
 	go func() {
 		defer e.snapshots.writing.Done()
+		defer e.snapshots.inFlight.Store(false)
 		if err := write(); err != nil {
 			e.n.log.Error(what, "error", err)
 		}
@@ -219,8 +232,11 @@ func (e *engine) snapshotNow() error {
 	}
 }
 
-// copyState copies the state, its index and membership, and returns
-// what writes them out. It runs on the apply goroutine, between batches.
+// copyState takes the state, its index and membership, and returns what
+// writes them out. It runs on the apply goroutine, between batches; what
+// the state machine changes in place (sessions, leases) is encoded here,
+// the rest (keys, their history) by write, beside apply, from what was
+// taken here (applier.snapshotWith).
 // The MemoryStorage takes the snapshot and is compacted here and now,
 // as etcd's server does before it saves the snapshot, so that the log
 // held in memory is back under its bound before the next batch is
@@ -230,7 +246,7 @@ func (e *engine) snapshotNow() error {
 func (e *engine) copyState() (write func() error, err error) {
 	var cs raftpb.ConfState
 	var members map[uint64]memberInfo
-	state, applied, err := e.n.applier.snapshotWith(func() {
+	finish, applied, err := e.n.applier.snapshotWith(func() {
 		e.members.mu.RLock()
 		cs, members = e.members.copyLocked()
 		e.members.mu.RUnlock()
@@ -243,12 +259,11 @@ func (e *engine) copyState() (write func() error, err error) {
 		return nil, fmt.Errorf("raftnode: snapshot at %d: %w", applied, err)
 	}
 	e.snapshots.index.Store(applied)
-	e.snapshots.atSnapshot.Store(e.snapshots.appliedBytes.Load())
-	var size uint64
-	for _, piece := range state {
-		size += uint64(len(piece))
-	}
-	e.snapshots.stateBytes.Store(size)
+	// Until write measures it, the state is taken to weigh what it did
+	// plus everything applied since: no less than it does, so that
+	// snapshotDue never hurries the next snapshot.
+	weighed := e.snapshots.appliedBytes.Load()
+	e.snapshots.stateBytes.Add(weighed - e.snapshots.atSnapshot.Swap(weighed))
 	// The metadata only: the data is the file write writes
 	// (snapshotToSend reads it back for a follower that needs it).
 	if _, err := e.ms.CreateSnapshot(applied, &cs, nil); err != nil {
@@ -267,6 +282,17 @@ func (e *engine) copyState() (write func() error, err error) {
 	}
 	meta := raftpb.SnapshotMetadata{Index: applied, Term: term, ConfState: cs}
 	return func() error {
+		// Most of the state is encoded here, beside apply
+		// (statemachine.Machine.SnapshotSplit).
+		state, err := finish()
+		if err != nil {
+			return err
+		}
+		var size uint64
+		for _, piece := range state {
+			size += uint64(len(piece))
+		}
+		e.snapshots.stateBytes.Store(size)
 		if err := e.disk.writeSnapshot(meta, members, state...); err != nil {
 			return err
 		}
