@@ -437,7 +437,7 @@ func TestCompareAndSwapFailureLeavesStateUnchanged(t *testing.T) {
 func TestWatchSeesEveryEventInOrder(t *testing.T) {
 	t.Parallel()
 	ts := startServer(t, t.TempDir(), testLimits())
-	// 300 writes under -race on a loaded machine can take longer than
+	// Nearly 400 writes under -race on a loaded machine can take longer than
 	// ctxT's 20 s: the bound here is for a watch that stopped.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
