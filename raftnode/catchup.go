@@ -151,6 +151,18 @@ func (c CatchUp) Receive(m raftpb.Message, last, lastTerm uint64) CatchUpStep {
 			// not read how far the damaged segment reached owes a bound,
 			// not a count); this ends the debt all the same.
 			s.Next = CatchUp{}
+		case m.Commit == last:
+			// The log holds everything the leader has committed, and
+			// nothing it has not, yet the point lies beyond: a bound
+			// past what the cluster has written. In a cluster that
+			// writes nothing more, only a later term's entry ends the
+			// debt (the case above), so the member asks for a
+			// hand-over, whose new leader appends one at once. Without
+			// this a member stayed owing, refusing every vote, until
+			// the cluster wrote as far as the bound (e2e/cluster
+			// TestADamagedFollowerRepairsItselfFromItsPeers: a point of
+			// 325 over a log of 38).
+			s.HandOver = true
 		}
 	}
 	return s

@@ -224,3 +224,30 @@ func TestADamagedMemberVotesForACandidateThatHasWhatItLost(t *testing.T) {
 		t.Fatalf("got = catch-up index %d after voting, expected: still %d (it has not caught up)", n.engine.catchUp.Load(), point)
 	}
 }
+
+// TestAMemberOwingABoundPastTheLogEndsItsDebtInAnIdleCluster: a repair
+// that cannot tell how far a damaged segment reached owes a bound, which
+// may lie past anything the cluster has written. Once the member holds
+// everything the leader has committed, nothing more comes to end the
+// debt while the cluster is idle: the member asks for a hand-over, and
+// the new leader's first entry, of a later term, ends it (catchup.go),
+// with no write. It stayed owing, refusing every vote, before.
+func TestAMemberOwingABoundPastTheLogEndsItsDebtInAnIdleCluster(t *testing.T) {
+	t.Parallel()
+	dc := newDamagedCluster(t)
+	f := dc.writeThroughLeader(t, 5)
+	dc.closeAndDamage(t, f, 4)
+	n := dc.reopen(t, f)
+	waitFor(t, "the lost write back on the member", func() bool {
+		got, _ := localKV(t, n)
+		return got["k4"] == bigValue(4)
+	})
+	bound := CatchUp{Index: n.engine.lastIndex.Load() + 1000, Term: n.engine.term.Load()}
+	n.engine.setCatchUp(bound)
+	waitFor(t, "the member to end its debt with nothing written", func() bool {
+		return n.engine.catchUp.Load() == 0
+	})
+	if got := n.engine.lastIndex.Load(); got >= bound.Index {
+		t.Fatalf("got = a log at %d, expected: short of the bound %d (the debt ended by a later term, not by writes)", got, bound.Index)
+	}
+}

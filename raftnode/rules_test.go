@@ -70,6 +70,7 @@ func TestTheCatchUpRule(t *testing.T) {
 		{"a heartbeat past the log is stepped cut, and asks for a hand-over", point, raftpb.Message{Type: raftpb.MsgHeartbeat, Term: 4, Commit: 15}, false, last, true, point},
 		{"a heartbeat past the point raises it", point, raftpb.Message{Type: raftpb.MsgHeartbeat, Term: 5, Commit: 25}, false, last, true, CatchUp{Index: 25, Term: 5}},
 		{"a heartbeat within the log, short of the point, changes nothing", point, raftpb.Message{Type: raftpb.MsgHeartbeat, Term: 4, Commit: 10}, false, 10, false, point},
+		{"a heartbeat at the log's end, short of the point, asks for a hand-over", point, raftpb.Message{Type: raftpb.MsgHeartbeat, Term: 3, Commit: last}, false, last, true, point},
 		{"a member that owes nothing steps everything", CatchUp{}, raftpb.Message{Type: raftpb.MsgTimeoutNow}, false, 0, false, CatchUp{}},
 	}
 	for _, tc := range cases {
