@@ -119,7 +119,8 @@ type Lessor struct {
 	running  sync.WaitGroup // the goroutines of New
 	stopOnce sync.Once
 
-	// The pulse (stall.go), in nanoseconds since base by l.now.
+	// base is the reading instants count from (heap.go); the pulse
+	// (stall.go) keeps instants too.
 	base       time.Time
 	pulseAt    atomic.Int64 // when the node last ran, as far as the lessor saw
 	stallLimit atomic.Int64 // the longest gap that is not a stop; 0: no guard

@@ -60,7 +60,7 @@ func (l *Lessor) Pulse() { l.stalled(l.now()) }
 // is off): the barrier before a promotion proves that a quorum follows
 // this node now.
 func (l *Lessor) resetPulse(now time.Time, limit time.Duration) {
-	l.pulseAt.Store(int64(now.Sub(l.base)))
+	l.pulseAt.Store(int64(l.instant(now)))
 	l.holdUntil.Store(0)
 	l.stallLimit.Store(int64(limit))
 }
@@ -73,7 +73,7 @@ func (l *Lessor) stalled(now time.Time) bool {
 	if limit <= 0 {
 		return false
 	}
-	at := int64(now.Sub(l.base))
+	at := int64(l.instant(now))
 	if gap := at - l.pulseAt.Swap(at); gap > limit {
 		until := at + 2*limit
 		if until > l.holdUntil.Load() {
@@ -92,5 +92,5 @@ func (l *Lessor) holdLeft(now time.Time) time.Duration {
 	if !l.stalled(now) {
 		return 0
 	}
-	return max(time.Duration(l.holdUntil.Load()-int64(now.Sub(l.base))), time.Millisecond)
+	return max(time.Duration(l.holdUntil.Load()-int64(l.instant(now))), time.Millisecond)
 }
