@@ -56,11 +56,10 @@ type snapshot struct {
 	// machine's own records in order, written as they are rather than
 	// copied first (Snapshot).
 	live []*Lease
-	// keyTree and versions, when frozen is set, stand for Keys and
+	// keyTree and versions, when keyTree is set, stand for Keys and
 	// History in the binary form: a clone of the machine's key tree and
 	// its history's versions as they were, neither of which the machine
 	// changes afterwards (SnapshotSplit).
-	frozen   bool
 	keyTree  *btree.BTreeG[*KeyValue]
 	versions []*version
 }
@@ -102,10 +101,10 @@ func (m *Machine) Snapshot(w io.Writer) error {
 // must not run at once (the clone changes the tree's copy-on-write
 // context); Snapshot beside one may, since it clones nothing.
 //
-// A snapshot under the lock for the whole encoding stopped every write
-// for a time that grew with the keys and their history: workload 2's
-// p99 through etcd's client fell from 25 to 17 ms with snapshots made
-// 25 times more rarely.
+// A snapshot encoded whole under the lock stopped every write for a time
+// that grew with the keys and their history: through etcd's client, 64
+// goroutines' p99 was 25 ms, and 16.3–16.8 ms with the rest encoded
+// beside apply (docs/benchmarks.md).
 func (m *Machine) SnapshotSplit(w io.Writer) (rest func() error, err error) {
 	return m.snapshotSplit(w, true)
 }
@@ -127,7 +126,7 @@ func (m *Machine) snapshotSplit(w io.Writer, clone bool) (rest func() error, err
 	e.uint(binarySnapshotFormat)
 	snap.encodeHead(e)
 	snap.live = nil
-	snap.frozen, snap.keyTree, snap.versions = true, m.keys, m.history.byRev[:len(m.history.byRev):len(m.history.byRev)]
+	snap.keyTree, snap.versions = m.keys, m.history.byRev[:len(m.history.byRev):len(m.history.byRev)]
 	if clone {
 		snap.keyTree = m.keys.Clone()
 		snap.Members, snap.Versions, snap.EtcdAddresses = maps.Clone(snap.Members), maps.Clone(snap.Versions), maps.Clone(snap.EtcdAddresses)
@@ -252,7 +251,7 @@ func (s *snapshot) encodeHead(e *encoder) {
 }
 
 func (s *snapshot) encodeTail(e *encoder) {
-	if s.frozen {
+	if s.keyTree != nil {
 		e.uint(uint64(s.keyTree.Len()))
 		s.keyTree.Ascend(func(kv *KeyValue) bool {
 			encodeKeyValue(e, kv)
@@ -279,7 +278,7 @@ func (s *snapshot) encodeTail(e *encoder) {
 		}
 		e.bool(expired)
 	}
-	if s.frozen {
+	if s.keyTree != nil {
 		encodeSlice(e, s.versions, func(e *encoder, v **version) {
 			encodeVersion(e, (*v).Key, (*v).Main, (*v).Sub, (*v).KV, (*v).Expired)
 		})
