@@ -59,6 +59,17 @@ func (dc *damagedCluster) writeThroughLeader(t *testing.T, n int) int {
 	return f
 }
 
+// followerThatLostK4 writes k0..k4 through the leader, damages a
+// follower's batch of k4, and reopens it, owing k4: the cluster, the
+// follower's index, and the follower.
+func followerThatLostK4(t *testing.T) (*damagedCluster, int, *Node) {
+	t.Helper()
+	dc := newDamagedCluster(t)
+	f := dc.writeThroughLeader(t, 5)
+	dc.closeAndDamage(t, f, 4)
+	return dc, f, dc.reopen(t, f)
+}
+
 func (dc *damagedCluster) reopen(t *testing.T, i int) *Node {
 	t.Helper()
 	n := openFake(t, dc.cfgs[i], nil)
@@ -72,10 +83,7 @@ func (dc *damagedCluster) reopen(t *testing.T, i int) *Node {
 // again. Until then a vote request does not move it.
 func TestADamagedMemberCatchesUpFromTheLeader(t *testing.T) {
 	t.Parallel()
-	dc := newDamagedCluster(t)
-	f := dc.writeThroughLeader(t, 5)
-	dc.closeAndDamage(t, f, 4)
-	n := dc.reopen(t, f)
+	dc, f, n := followerThatLostK4(t)
 	owed := n.engine.catchUp.Load()
 	if owed == 0 {
 		t.Fatalf("got = no catch-up index after a repair that cut acknowledged entries, expected: the last one lost")
@@ -234,10 +242,7 @@ func TestADamagedMemberVotesForACandidateThatHasWhatItLost(t *testing.T) {
 // with no write. It stayed owing, refusing every vote, before.
 func TestAMemberOwingABoundPastTheLogEndsItsDebtInAnIdleCluster(t *testing.T) {
 	t.Parallel()
-	dc := newDamagedCluster(t)
-	f := dc.writeThroughLeader(t, 5)
-	dc.closeAndDamage(t, f, 4)
-	n := dc.reopen(t, f)
+	_, _, n := followerThatLostK4(t)
 	waitFor(t, "the lost write back on the member", func() bool {
 		got, _ := localKV(t, n)
 		return got["k4"] == bigValue(4)
