@@ -117,9 +117,9 @@ func (m *Machine) actAs(a *Actor, s *sessionState, what string, ending bool) err
 }
 
 // actOnGrant is actAs for the grant g.
-func (m *Machine) actOnGrant(a *Actor, l LeaseID, g Grant, what string, ending bool) error {
-	if a == nil || !m.ownerChecks() || a.may(g.Holder) || ending && a.Breaker {
+func (m *Machine) actOnGrant(a *Actor, l LeaseID, h *holder, what string, ending bool) error {
+	if a == nil || !m.ownerChecks() || a.may(h.identity) || ending && a.Breaker {
 		return nil
 	}
-	return fmt.Errorf("%w: %s may not %s the grant of %s held by %q (token %d)", ErrNotOwner, a.Principal, what, l, g.Holder, g.Token)
+	return fmt.Errorf("%w: %s may not %s the grant of %s held by %q (token %d)", ErrNotOwner, a.Principal, what, l, h.identity, h.token)
 }

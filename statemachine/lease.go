@@ -20,77 +20,77 @@ func (m *Machine) acquire(c Acquire) Result {
 	capacity := max(c.Capacity, 1)
 	l, exists := m.leases.get(c.Lease)
 	if exists {
-		if i := slices.IndexFunc(l.Holders, func(g Grant) bool { return g.SessionID == s.ID }); i >= 0 {
-			g := l.Holders[i]
-			return Result{Lease: cloneLease(l), Grant: &g}
+		if i := l.holderOf(s.ID); i >= 0 {
+			g := l.holders[i].grant()
+			return Result{Lease: l.public(), Grant: &g}
 		}
 		if s.isWaiting(c.Lease) {
-			return Result{Lease: cloneLease(l), Queued: true}
+			return Result{Lease: l.public(), Queued: true}
 		}
-		busy := len(l.Holders) > 0 || len(l.Waiters) > 0
-		if capacity != l.Capacity && busy {
-			return Result{Err: fmt.Errorf("%w: %s has capacity %d, the request asks for %d", ErrCapacityMismatch, c.Lease, l.Capacity, capacity)}
+		busy := len(l.holders) > 0 || len(l.waiters()) > 0
+		if capacity != l.capacity && busy {
+			return Result{Err: fmt.Errorf("%w: %s has capacity %d, the request asks for %d", ErrCapacityMismatch, c.Lease, l.capacity, capacity)}
 		}
 	}
-	free := !exists || (len(l.Waiters) == 0 && l.DelayRevision == 0 && fits(l.Holders, capacity, c.Exclusive))
+	free := !exists || (len(l.waiters()) == 0 && l.delayRevision() == 0 && fits(l.holders, capacity, c.Exclusive))
 	if !free && !c.Wait {
-		if l.DelayRevision != 0 {
+		if l.delayRevision() != 0 {
 			return Result{Err: fmt.Errorf("%w: %s is in its lock-delay after an expired holder", ErrLocked, c.Lease)}
 		}
 		return Result{Err: fmt.Errorf("%w: %s is held by %s", ErrLocked, c.Lease, holderNames(l))}
 	}
-	if !free && c.MaxWaiters > 0 && len(l.Waiters) >= c.MaxWaiters {
-		return Result{Err: fmt.Errorf("%w: %s has %d waiters (limit %d)", ErrTooManyWaiters, c.Lease, len(l.Waiters), c.MaxWaiters)}
+	if !free && c.MaxWaiters > 0 && len(l.waiters()) >= c.MaxWaiters {
+		return Result{Err: fmt.Errorf("%w: %s has %d waiters (limit %d)", ErrTooManyWaiters, c.Lease, len(l.waiters()), c.MaxWaiters)}
 	}
 
 	// From here on the command succeeds.
 	if !exists {
-		l = &Lease{LeaseID: c.Lease, Capacity: capacity, CreateRevision: m.revision + 1}
+		l = &lease{LeaseID: c.Lease, capacity: capacity, createRev: m.revision + 1}
 		m.leases.put(l)
 	}
 	if !free {
-		if len(l.Holders) == 0 && len(l.Waiters) == 0 {
+		if len(l.holders) == 0 && len(l.waiters()) == 0 {
 			// An idle lease in its lock-delay: the first waiter sets the
 			// capacity, as a grant would, so later acquires that ask for
 			// the same capacity do not fail with ErrCapacityMismatch.
-			l.Capacity = capacity
+			l.capacity = capacity
 		}
 		s.wait(l.LeaseID)
-		l.GCAfter = c.GCAfter
-		l.Waiters = append(l.Waiters, Waiter{SessionID: s.ID, Holder: s.Identity, Since: m.now, Value: c.Value, Exclusive: c.Exclusive, MaxHold: c.MaxHold})
-		l.ModRevision = m.emit(Event{Type: EventLeaseWaiting, Lease: l.LeaseID, SessionID: s.ID, Holder: s.Identity})
+		l.gcAfter = c.GCAfter
+		l.setWaiters(append(l.waiters(), Waiter{SessionID: s.ID, Holder: s.Identity, Since: m.now, Value: c.Value, Exclusive: c.Exclusive, MaxHold: c.MaxHold}))
+		l.modRev = m.emit(Event{Type: EventLeaseWaiting, Lease: l.LeaseID, SessionID: s.ID, Holder: s.Identity})
 		m.askStepDown(l)
-		return Result{Lease: cloneLease(l), Queued: true}
+		return Result{Lease: l.public(), Queued: true}
 	}
-	l.Capacity = capacity
-	l.LockDelay = c.LockDelay
-	l.GCAfter = c.GCAfter
+	l.capacity = capacity
+	l.setLockDelay(c.LockDelay)
+	l.gcAfter = c.GCAfter
 	if c.Labels != nil {
-		l.Labels = cloneLabels(c.Labels)
+		l.setLabels(cloneLabels(c.Labels))
 	}
 	g := m.grant(l, s, c.Value, c.Exclusive, c.MaxHold, exists)
-	return Result{Lease: cloneLease(l), Grant: &g}
+	return Result{Lease: l.public(), Grant: &g}
 }
 
 // fits reports whether one more grant fits beside holders: an exclusive
 // grant only on an empty lease, a shared one while no exclusive grant is
 // held and the capacity allows.
-func fits(holders []Grant, capacity int, exclusive bool) bool {
+func fits(holders []holder, capacity int, exclusive bool) bool {
 	if exclusive {
 		return len(holders) == 0
 	}
-	return len(holders) < capacity && !slices.ContainsFunc(holders, func(g Grant) bool { return g.Exclusive })
+	return len(holders) < capacity && !slices.ContainsFunc(holders, func(h holder) bool { return h.exclusive() })
 }
 
 // grant makes s a holder of l at a new revision: the fencing token.
-func (m *Machine) grant(l *Lease, s *sessionState, value string, exclusive bool, maxHold int64, transition bool) Grant {
+func (m *Machine) grant(l *lease, s *sessionState, value string, exclusive bool, maxHold int64, transition bool) Grant {
 	token := m.emit(Event{Type: EventLeaseAcquired, Lease: l.LeaseID, SessionID: s.ID, Holder: s.Identity, Value: value})
 	g := Grant{SessionID: s.ID, Holder: s.Identity, Token: token, AcquireTime: m.now, RenewTime: m.now, Value: value, Exclusive: exclusive, MaxHold: maxHold}
 	m.events[len(m.events)-1].Token = token
-	l.Holders = append(l.Holders, g)
-	l.ModRevision = token
+	l.holders = append(l.holders, holderOfGrant(g))
+	l.modRev = token
 	if transition {
-		l.Transitions++
+		l.transitions++
 	}
 	s.hold(l)
 	return g
@@ -101,14 +101,14 @@ func (m *Machine) grant(l *Lease, s *sessionState, value string, exclusive bool,
 // It stops at the first waiter that does not fit, so a waiting writer is
 // not overtaken by readers queued behind it. A waiter with the lease's
 // preferred identity is the head, wherever it queued.
-func (m *Machine) grantWaiters(l *Lease) {
-	for len(l.Waiters) > 0 && l.DelayRevision == 0 {
+func (m *Machine) grantWaiters(l *lease) {
+	for len(l.waiters()) > 0 && l.delayRevision() == 0 {
 		i := max(l.preferredWaiter(), 0)
-		w := l.Waiters[i]
-		if !fits(l.Holders, l.Capacity, w.Exclusive) {
+		w := l.waiters()[i]
+		if !fits(l.holders, l.capacity, w.Exclusive) {
 			return
 		}
-		l.Waiters = slices.Delete(l.Waiters, i, i+1)
+		l.setWaiters(slices.Delete(l.waiters(), i, i+1))
 		s := m.sessions[w.SessionID]
 		s.unwait(l.LeaseID)
 		m.grant(l, s, w.Value, w.Exclusive, w.MaxHold, true)
@@ -117,34 +117,36 @@ func (m *Machine) grantWaiters(l *Lease) {
 
 // preferredWaiter is the index of the first waiter with the preferred
 // identity, or -1.
-func (l *Lease) preferredWaiter() int {
-	if l.PreferredHolder == "" {
+func (l *lease) preferredWaiter() int {
+	preferred := l.preferredHolder()
+	if preferred == "" {
 		return -1
 	}
-	return slices.IndexFunc(l.Waiters, func(w Waiter) bool { return w.Holder == l.PreferredHolder })
+	return slices.IndexFunc(l.waiters(), func(w Waiter) bool { return w.Holder == preferred })
 }
 
 // askStepDown asks the holders in the preferred waiter's way to step
 // down, once each: the oldest grants, as many as must go for it to fit.
 // Nothing is taken from them. A holder that has the preferred identity
 // itself (another session of it) is never asked.
-func (m *Machine) askStepDown(l *Lease) {
+func (m *Machine) askStepDown(l *lease) {
 	i := l.preferredWaiter()
-	if i < 0 || slices.ContainsFunc(l.Holders, func(g Grant) bool { return g.Holder == l.PreferredHolder }) {
+	preferred := l.preferredHolder()
+	if i < 0 || slices.ContainsFunc(l.holders, func(h holder) bool { return h.identity == preferred }) {
 		return
 	}
-	in := len(l.Holders) // in the way
-	if !l.Waiters[i].Exclusive && !slices.ContainsFunc(l.Holders, func(g Grant) bool { return g.Exclusive }) {
-		in = len(l.Holders) - l.Capacity + 1
+	in := len(l.holders) // in the way
+	if !l.waiters()[i].Exclusive && !slices.ContainsFunc(l.holders, func(h holder) bool { return h.exclusive() }) {
+		in = len(l.holders) - l.capacity + 1
 	}
-	reason := "preferred holder " + l.PreferredHolder + " is waiting"
-	for j := range min(in, len(l.Holders)) {
-		g := &l.Holders[j]
-		if g.StepDown != "" {
+	reason := "preferred holder " + preferred + " is waiting"
+	for j := range min(in, len(l.holders)) {
+		h := &l.holders[j]
+		if h.stepDown() != "" {
 			continue
 		}
-		g.StepDown = reason
-		l.ModRevision = m.emit(Event{Type: EventLeaseStepDown, Lease: l.LeaseID, SessionID: g.SessionID, Holder: g.Holder, Token: g.Token, Reason: reason})
+		h.setStepDown(reason)
+		l.modRev = m.emit(Event{Type: EventLeaseStepDown, Lease: l.LeaseID, SessionID: h.sessionID, Holder: h.identity, Token: h.token, Reason: reason})
 	}
 }
 
@@ -156,12 +158,12 @@ func (m *Machine) askStepDownCmd(c AskStepDown) Result {
 	if err != nil {
 		return Result{Err: err}
 	}
-	g := &l.Holders[i]
-	if g.StepDown == "" {
-		g.StepDown = c.Reason
-		l.ModRevision = m.emit(Event{Type: EventLeaseStepDown, Lease: l.LeaseID, SessionID: g.SessionID, Holder: g.Holder, Token: g.Token, Reason: c.Reason})
+	h := &l.holders[i]
+	if h.stepDown() == "" {
+		h.setStepDown(c.Reason)
+		l.modRev = m.emit(Event{Type: EventLeaseStepDown, Lease: l.LeaseID, SessionID: h.sessionID, Holder: h.identity, Token: h.token, Reason: c.Reason})
 	}
-	return Result{Lease: cloneLease(l)}
+	return Result{Lease: l.public()}
 }
 
 func (m *Machine) setPreferred(c SetPreferred) Result {
@@ -172,19 +174,19 @@ func (m *Machine) setPreferred(c SetPreferred) Result {
 	if !ok {
 		return Result{Err: fmt.Errorf("%w: %s", ErrLeaseNotFound, c.Lease)}
 	}
-	if l.PreferredHolder == c.Identity {
-		return Result{Lease: cloneLease(l)}
+	if l.preferredHolder() == c.Identity {
+		return Result{Lease: l.public()}
 	}
-	l.PreferredHolder = c.Identity
+	l.setPreferredHolder(c.Identity)
 	reason := "preferred holder cleared"
 	if c.Identity != "" {
 		reason = "preferred holder set"
 	}
-	l.ModRevision = m.emit(Event{Type: EventLeasePreferred, Lease: l.LeaseID, Holder: c.Identity, Reason: reason})
+	l.modRev = m.emit(Event{Type: EventLeasePreferred, Lease: l.LeaseID, Holder: c.Identity, Reason: reason})
 	// Another head of the queue may fit where the old one did not.
 	m.grantWaiters(l)
 	m.askStepDown(l)
-	return Result{Lease: cloneLease(l)}
+	return Result{Lease: l.public()}
 }
 
 func (m *Machine) collectLeases(c CollectLeases) Result {
@@ -193,26 +195,26 @@ func (m *Machine) collectLeases(c CollectLeases) Result {
 	}
 	for _, il := range c.Leases {
 		l, ok := m.leases.get(il.Lease)
-		if !ok || !l.Idle() || l.GCAfter <= 0 || l.ModRevision != il.Revision {
+		if !ok || !l.Idle() || l.gcAfter <= 0 || l.modRev != il.Revision {
 			continue // gone, busy again, or changed since it was timed
 		}
 		m.leases.delete(il.Lease)
 		m.usage.Leases -= l.cost
-		ev := Event{Type: EventLeaseDeleted, Lease: il.Lease, Reason: "idle for " + time.Duration(l.GCAfter).String()}
-		if l.Last != nil {
-			ev.Holder, ev.Token = l.Last.Holder, l.Last.Token
+		ev := Event{Type: EventLeaseDeleted, Lease: il.Lease, Reason: "idle for " + time.Duration(l.gcAfter).String()}
+		if l.last != nil {
+			ev.Holder, ev.Token = l.last.Holder, l.last.Token
 		}
 		m.emit(ev)
 	}
 	return Result{}
 }
 
-func (m *Machine) findHolder(id LeaseID, token int64) (*Lease, int, error) {
+func (m *Machine) findHolder(id LeaseID, token int64) (*lease, int, error) {
 	l, ok := m.leases.get(id)
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: %s", ErrLeaseNotFound, id)
 	}
-	i := slices.IndexFunc(l.Holders, func(g Grant) bool { return g.Token == token })
+	i := slices.IndexFunc(l.holders, func(h holder) bool { return h.token == token })
 	if i < 0 {
 		return nil, 0, fmt.Errorf("%w: token %d is not a current holder of %s (%s)", ErrNotHolder, token, id, currentTokens(l))
 	}
@@ -224,25 +226,25 @@ func (m *Machine) release(c Release) Result {
 	if err != nil {
 		return Result{Err: err}
 	}
-	if err := m.actOnGrant(c.Actor, l.LeaseID, l.Holders[i], "release", true); err != nil {
+	if err := m.actOnGrant(c.Actor, l.LeaseID, &l.holders[i], "release", true); err != nil {
 		return Result{Err: err}
 	}
 	m.removeHolder(l, i, EventLeaseReleased, "released")
 	m.grantWaiters(l)
-	return Result{Lease: cloneLease(l)}
+	return Result{Lease: l.public()}
 }
 
-func (m *Machine) removeHolder(l *Lease, i int, typ EventType, reason string) Grant {
-	g := l.Holders[i]
-	l.Holders = slices.Delete(l.Holders, i, i+1)
-	m.sessions[g.SessionID].unhold(l)
+func (m *Machine) removeHolder(l *lease, i int, typ EventType, reason string) holder {
+	h := l.holders[i]
+	l.removeHolderAt(i)
+	m.sessions[h.sessionID].unhold(l)
 	how := EndReleased
 	if typ == EventLeaseRevoked {
 		how = EndRevoked
 	}
-	l.Last = ended(g, how, reason, m.now, m.now)
-	l.ModRevision = m.emit(Event{Type: typ, Lease: l.LeaseID, SessionID: g.SessionID, Holder: g.Holder, Token: g.Token, Reason: reason})
-	return g
+	l.last = ended(&h, how, reason, m.now, m.now)
+	l.modRev = m.emit(Event{Type: typ, Lease: l.LeaseID, SessionID: h.sessionID, Holder: h.identity, Token: h.token, Reason: reason})
+	return h
 }
 
 func (m *Machine) setValue(c SetValue) Result {
@@ -250,14 +252,14 @@ func (m *Machine) setValue(c SetValue) Result {
 	if err != nil {
 		return Result{Err: err}
 	}
-	if err := m.actOnGrant(c.Actor, l.LeaseID, l.Holders[i], "set the value of", false); err != nil {
+	h := &l.holders[i]
+	if err := m.actOnGrant(c.Actor, l.LeaseID, h, "set the value of", false); err != nil {
 		return Result{Err: err}
 	}
-	g := &l.Holders[i]
-	g.Value = c.Value
-	g.RenewTime = m.now
-	l.ModRevision = m.emit(Event{Type: EventLeaseValueSet, Lease: l.LeaseID, SessionID: g.SessionID, Holder: g.Holder, Token: g.Token, Value: c.Value})
-	return Result{Lease: cloneLease(l)}
+	h.value = c.Value
+	h.renewTime = m.now
+	l.modRev = m.emit(Event{Type: EventLeaseValueSet, Lease: l.LeaseID, SessionID: h.sessionID, Holder: h.identity, Token: h.token, Value: c.Value})
+	return Result{Lease: l.public()}
 }
 
 func (m *Machine) revoke(c Revoke) Result {
@@ -269,7 +271,7 @@ func (m *Machine) revoke(c Revoke) Result {
 		if _, _, err := m.findHolder(c.Lease, c.Token); err != nil {
 			return Result{Err: err}
 		}
-	} else if len(l.Holders) == 0 {
+	} else if len(l.holders) == 0 {
 		return Result{Err: fmt.Errorf("%w: %s has no holders to revoke", ErrNotHolder, c.Lease)}
 	}
 	reason := c.Reason
@@ -277,23 +279,23 @@ func (m *Machine) revoke(c Revoke) Result {
 		reason = "revoked"
 	}
 	var revoked []int64
-	for i := 0; i < len(l.Holders); {
-		if c.Token != 0 && l.Holders[i].Token != c.Token {
+	for i := 0; i < len(l.holders); {
+		if c.Token != 0 && l.holders[i].token != c.Token {
 			i++
 			continue
 		}
-		g := m.removeHolder(l, i, EventLeaseRevoked, reason)
-		revoked = append(revoked, g.Token)
+		h := m.removeHolder(l, i, EventLeaseRevoked, reason)
+		revoked = append(revoked, h.token)
 		// A revoked holder did not stop by itself and may still be
 		// working: like an expired one, it gets the lease's lock-delay
 		// to notice before anyone else is granted.
-		if l.LockDelay > 0 {
-			l.DelayRevision = l.ModRevision
-			m.events[len(m.events)-1].LockDelay = l.LockDelay
+		if d := l.lockDelay(); d > 0 {
+			l.setDelayRevision(l.modRev)
+			m.events[len(m.events)-1].LockDelay = d
 		}
 	}
 	m.grantWaiters(l)
-	return Result{Lease: cloneLease(l), Revoked: revoked}
+	return Result{Lease: l.public(), Revoked: revoked}
 }
 
 func (m *Machine) cancelWait(c CancelWait) Result {
@@ -310,24 +312,24 @@ func (m *Machine) cancelWait(c CancelWait) Result {
 	}
 	if s.isWaiting(c.Lease) {
 		s.unwait(c.Lease)
-		l.Waiters = slices.DeleteFunc(l.Waiters, func(w Waiter) bool { return w.SessionID == s.ID })
-		l.ModRevision = m.emit(Event{Type: EventLeaseWaitEnded, Lease: c.Lease, SessionID: s.ID, Holder: s.Identity, Reason: "wait cancelled"})
+		l.dropWaiter(s.ID)
+		l.modRev = m.emit(Event{Type: EventLeaseWaitEnded, Lease: c.Lease, SessionID: s.ID, Holder: s.Identity, Reason: "wait cancelled"})
 		if m.atLeast(2) {
 			m.grantWaiters(l) // the waiter may have been the head
 		}
-		return Result{Lease: cloneLease(l)}
+		return Result{Lease: l.public()}
 	}
-	i := slices.IndexFunc(l.Holders, func(g Grant) bool { return g.SessionID == s.ID })
+	i := l.holderOf(s.ID)
 	if i < 0 {
 		return Result{Err: fmt.Errorf("%w: session %d is not queued for %s", ErrNotWaiting, s.ID, c.Lease)}
 	}
 	if !c.ReleaseIfHeld {
-		g := l.Holders[i]
-		return Result{Lease: cloneLease(l), Grant: &g}
+		g := l.holders[i].grant()
+		return Result{Lease: l.public(), Grant: &g}
 	}
 	m.removeHolder(l, i, EventLeaseReleased, "wait cancelled")
 	m.grantWaiters(l)
-	return Result{Lease: cloneLease(l)}
+	return Result{Lease: l.public()}
 }
 
 func (m *Machine) endLockDelays(c EndLockDelays) Result {
@@ -336,11 +338,11 @@ func (m *Machine) endLockDelays(c EndLockDelays) Result {
 	}
 	for _, d := range c.Delays {
 		l, ok := m.leases.get(d.Lease)
-		if !ok || l.DelayRevision == 0 || l.DelayRevision != d.Revision {
+		if !ok || l.delayRevision() == 0 || l.delayRevision() != d.Revision {
 			continue
 		}
-		l.DelayRevision = 0
-		l.ModRevision = m.emit(Event{Type: EventLockDelayEnded, Lease: l.LeaseID})
+		l.setDelayRevision(0)
+		l.modRev = m.emit(Event{Type: EventLockDelayEnded, Lease: l.LeaseID})
 		m.grantWaiters(l)
 	}
 	return Result{}
@@ -352,7 +354,7 @@ func (m *Machine) Lease(id LeaseID) (Lease, bool) {
 	if !ok {
 		return Lease{}, false
 	}
-	return *cloneLease(l), true
+	return *l.public(), true
 }
 
 // Leases returns copies of the leases in a namespace ("" for all), sorted
@@ -360,32 +362,19 @@ func (m *Machine) Lease(id LeaseID) (Lease, bool) {
 func (m *Machine) Leases(namespace string) []Lease {
 	var out []Lease
 	for l := range m.leases.in(namespace) {
-		out = append(out, *cloneLease(l))
+		out = append(out, *l.public())
 	}
 	slices.SortFunc(out, func(a, b Lease) int { return compareLeaseID(a.LeaseID, b.LeaseID) })
 	return out
 }
 
-func cloneLease(l *Lease) *Lease {
-	out := *l
-	out.cost = 0
-	out.Holders = slices.Clone(l.Holders)
-	out.Waiters = slices.Clone(l.Waiters)
-	out.Labels = cloneLabels(l.Labels)
-	if l.Last != nil {
-		last := *l.Last
-		out.Last = &last
-	}
-	return &out
-}
-
-// ended records how grant g ended.
-func ended(g Grant, how Ending, reason string, renew, end int64) *EndedGrant {
+// ended records how grant h ended.
+func ended(h *holder, how Ending, reason string, renew, end int64) *EndedGrant {
 	return &EndedGrant{
-		SessionID:   g.SessionID,
-		Holder:      g.Holder,
-		Token:       g.Token,
-		AcquireTime: g.AcquireTime,
+		SessionID:   h.sessionID,
+		Holder:      h.identity,
+		Token:       h.token,
+		AcquireTime: h.acquireTime,
 		RenewTime:   renew,
 		EndTime:     end,
 		Ended:       how,
@@ -401,21 +390,21 @@ func sortedLeaseIDs(set map[LeaseID]struct{}) []LeaseID {
 	return slices.SortedFunc(maps.Keys(set), compareLeaseID)
 }
 
-func holderNames(l *Lease) string {
-	names := make([]string, len(l.Holders))
-	for i, g := range l.Holders {
-		names[i] = g.Holder
+func holderNames(l *lease) string {
+	names := make([]string, len(l.holders))
+	for i, h := range l.holders {
+		names[i] = h.identity
 	}
 	return strings.Join(names, ", ")
 }
 
-func currentTokens(l *Lease) string {
-	if len(l.Holders) == 0 {
+func currentTokens(l *lease) string {
+	if len(l.holders) == 0 {
 		return "it has no holder"
 	}
-	toks := make([]string, len(l.Holders))
-	for i, g := range l.Holders {
-		toks[i] = fmt.Sprint(g.Token)
+	toks := make([]string, len(l.holders))
+	for i, h := range l.holders {
+		toks[i] = fmt.Sprint(h.token)
 	}
 	return "current token " + strings.Join(toks, ", ")
 }
@@ -435,9 +424,9 @@ type MaxHoldGrant struct {
 func (m *Machine) MaxHoldGrants() []MaxHoldGrant {
 	var out []MaxHoldGrant
 	for l := range m.leases.all() {
-		for _, g := range l.Holders {
-			if g.MaxHold > 0 {
-				out = append(out, MaxHoldGrant{Lease: l.LeaseID, Token: g.Token, Holder: g.Holder, AcquireTime: g.AcquireTime, MaxHold: g.MaxHold, AskedToStep: g.StepDown != ""})
+		for i := range l.holders {
+			if h := &l.holders[i]; h.maxHold() > 0 {
+				out = append(out, MaxHoldGrant{Lease: l.LeaseID, Token: h.token, Holder: h.identity, AcquireTime: h.acquireTime, MaxHold: h.maxHold(), AskedToStep: h.stepDown() != ""})
 			}
 		}
 	}
@@ -450,6 +439,6 @@ func (m *Machine) LeaseLabel(id LeaseID, key string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	v, ok := l.Labels[key]
+	v, ok := l.labels()[key]
 	return v, ok
 }

@@ -1,6 +1,9 @@
 package statemachine
 
-import "iter"
+import (
+	"iter"
+	"slices"
+)
 
 // leaseIndex holds the machine's lease records by namespace, then by
 // name. One map keyed by LeaseID spent a 32-byte key per lease, beside
@@ -16,12 +19,12 @@ type leaseIndex struct {
 
 type namespaceLeases struct {
 	name   string
-	byName map[string]*Lease
+	byName map[string]*lease
 }
 
 func newLeaseIndex() leaseIndex { return leaseIndex{byNS: map[string]*namespaceLeases{}} }
 
-func (x *leaseIndex) get(id LeaseID) (*Lease, bool) {
+func (x *leaseIndex) get(id LeaseID) (*lease, bool) {
 	ns, ok := x.byNS[id.Namespace]
 	if !ok {
 		return nil, false
@@ -32,10 +35,10 @@ func (x *leaseIndex) get(id LeaseID) (*Lease, bool) {
 
 // put adds l, whose ID the index does not hold yet, and points its
 // namespace at the index's own string for it.
-func (x *leaseIndex) put(l *Lease) {
+func (x *leaseIndex) put(l *lease) {
 	ns, ok := x.byNS[l.Namespace]
 	if !ok {
-		ns = &namespaceLeases{name: l.Namespace, byName: map[string]*Lease{}}
+		ns = &namespaceLeases{name: l.Namespace, byName: map[string]*lease{}}
 		x.byNS[l.Namespace] = ns
 	}
 	l.Namespace = ns.name
@@ -62,11 +65,11 @@ func (x *leaseIndex) delete(id LeaseID) {
 func (x *leaseIndex) len() int { return x.n }
 
 // in yields the lease records of namespace ("" for all), in no order.
-func (x *leaseIndex) in(namespace string) iter.Seq[*Lease] {
+func (x *leaseIndex) in(namespace string) iter.Seq[*lease] {
 	if namespace == "" {
 		return x.all()
 	}
-	return func(yield func(*Lease) bool) {
+	return func(yield func(*lease) bool) {
 		if ns, ok := x.byNS[namespace]; ok {
 			for _, l := range ns.byName {
 				if !yield(l) {
@@ -78,8 +81,8 @@ func (x *leaseIndex) in(namespace string) iter.Seq[*Lease] {
 }
 
 // all yields every lease record, in no order.
-func (x *leaseIndex) all() iter.Seq[*Lease] {
-	return func(yield func(*Lease) bool) {
+func (x *leaseIndex) all() iter.Seq[*lease] {
+	return func(yield func(*lease) bool) {
 		for _, ns := range x.byNS {
 			for _, l := range ns.byName {
 				if !yield(l) {
@@ -88,4 +91,14 @@ func (x *leaseIndex) all() iter.Seq[*Lease] {
 			}
 		}
 	}
+}
+
+// sorted is every lease record, by namespace and name.
+func (x *leaseIndex) sorted() []*lease {
+	out := make([]*lease, 0, x.n)
+	for l := range x.all() {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b *lease) int { return compareLeaseID(a.LeaseID, b.LeaseID) })
+	return out
 }

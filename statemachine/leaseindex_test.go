@@ -8,8 +8,8 @@ import (
 
 func TestTheLeaseIndexSharesANamespaceAndForgetsAnEmptyOne(t *testing.T) {
 	x := newLeaseIndex()
-	a := &Lease{LeaseID: LeaseID{Namespace: strings.Clone("ns"), Name: "a"}}
-	b := &Lease{LeaseID: LeaseID{Namespace: strings.Clone("ns"), Name: "b"}}
+	a := &lease{LeaseID: LeaseID{Namespace: strings.Clone("ns"), Name: "a"}}
+	b := &lease{LeaseID: LeaseID{Namespace: strings.Clone("ns"), Name: "b"}}
 	x.put(a)
 	x.put(b)
 	expect(t, "leases", x.len(), 2)

@@ -197,14 +197,14 @@ func (m *Machine) settleIdle() {
 		if !ok {
 			continue
 		}
-		if !l.Idle() || l.GCAfter <= 0 {
-			l.IdleSince = 0
+		if !l.Idle() || l.gcAfter <= 0 {
+			l.idleSince = 0
 			continue
 		}
-		l.IdleSince = m.now
+		l.idleSince = m.now
 		for j := len(m.events) - 1; j >= 0; j-- {
 			if e := &m.events[j]; e.Type.IsLease() && e.Lease == id {
-				e.GCAfter = l.GCAfter
+				e.GCAfter = l.gcAfter
 				break
 			}
 		}
@@ -286,12 +286,12 @@ func (m *Machine) Deadlines() Deadlines {
 		}
 		return true
 	})
-	for _, l := range m.Leases("") {
-		if l.DelayRevision != 0 {
-			d.Delays = append(d.Delays, LockDelay{Lease: l.LeaseID, Revision: l.DelayRevision, Delay: l.LockDelay})
+	for _, l := range m.leases.sorted() {
+		if l.delayRevision() != 0 {
+			d.Delays = append(d.Delays, LockDelay{Lease: l.LeaseID, Revision: l.delayRevision(), Delay: l.lockDelay()})
 		}
-		if l.IdleSince != 0 {
-			d.Idle = append(d.Idle, IdleLease{Lease: l.LeaseID, Revision: l.ModRevision, GCAfter: l.GCAfter, IdleSince: l.IdleSince})
+		if l.idleSince != 0 {
+			d.Idle = append(d.Idle, IdleLease{Lease: l.LeaseID, Revision: l.modRev, GCAfter: l.gcAfter, IdleSince: l.idleSince})
 		}
 	}
 	return d

@@ -362,10 +362,11 @@ func checkInvariants(t tb, m *Machine) {
 			seen[wt.SessionID] = true
 			waiting[wt.SessionID] = append(waiting[wt.SessionID], l.LeaseID)
 		}
-		head := max(l.preferredWaiter(), 0)
+		r, _ := m.leases.get(l.LeaseID)
+		head := max(r.preferredWaiter(), 0)
 		// Version 1 let a waiter leave the head of a queue without
 		// letting the next one in; version 2 fixed it.
-		if m.atLeast(2) && len(l.Waiters) > 0 && fits(l.Holders, l.Capacity, l.Waiters[head].Exclusive) && l.DelayRevision == 0 {
+		if m.atLeast(2) && len(l.Waiters) > 0 && fits(r.holders, l.Capacity, l.Waiters[head].Exclusive) && l.DelayRevision == 0 {
 			t.Fatalf("%v: waiters %v are left waiting with %d of %d places taken and no lock-delay", l.LeaseID, l.Waiters, len(l.Holders), l.Capacity)
 		}
 		if (l.IdleSince != 0) != (l.Idle() && l.GCAfter > 0) {
@@ -373,7 +374,7 @@ func checkInvariants(t tb, m *Machine) {
 		}
 		// Holders are in the preferred waiter's way when it does not fit
 		// beside them; one that fits waits only for a lock-delay.
-		if pw := l.preferredWaiter(); len(l.Holders) > 0 && pw >= 0 && !fits(l.Holders, l.Capacity, l.Waiters[pw].Exclusive) &&
+		if pw := r.preferredWaiter(); len(l.Holders) > 0 && pw >= 0 && !fits(r.holders, l.Capacity, l.Waiters[pw].Exclusive) &&
 			!slices.ContainsFunc(l.Holders, func(g Grant) bool { return g.Holder == l.PreferredHolder }) &&
 			!slices.ContainsFunc(l.Holders, func(g Grant) bool { return g.StepDown != "" }) {
 			t.Fatalf("%v: preferred holder %s waits, but no holder in its way was asked to step down: %+v", l.LeaseID, l.PreferredHolder, l.Holders)

@@ -21,7 +21,7 @@ type sessionState struct {
 }
 
 type sessionSets struct {
-	held    map[*Lease]struct{}
+	held    map[*lease]struct{}
 	waiting map[LeaseID]struct{}
 	keys    map[string]struct{}
 }
@@ -36,10 +36,10 @@ func (s *sessionState) used() *sessionSets {
 	return s.sets
 }
 
-func (s *sessionState) hold(l *Lease) {
+func (s *sessionState) hold(l *lease) {
 	u := s.used()
 	if u.held == nil {
-		u.held = map[*Lease]struct{}{}
+		u.held = map[*lease]struct{}{}
 	}
 	u.held[l] = struct{}{}
 }
@@ -61,7 +61,7 @@ func (s *sessionState) bind(key string) {
 }
 
 // The sets as they are, nil when never used; read them only.
-func (s *sessionState) heldSet() map[*Lease]struct{} {
+func (s *sessionState) heldSet() map[*lease]struct{} {
 	if s.sets == nil {
 		return nil
 	}
@@ -87,7 +87,7 @@ func (s *sessionState) isWaiting(id LeaseID) bool {
 	return ok
 }
 
-func (s *sessionState) unhold(l *Lease) {
+func (s *sessionState) unhold(l *lease) {
 	if s.sets != nil {
 		delete(s.sets.held, l)
 	}
@@ -207,8 +207,8 @@ func (m *Machine) endSession(s *sessionState, expired bool, renewed int64) []Lea
 	var freed []LeaseID
 	for _, id := range sortedLeaseIDs(s.waitingSet()) {
 		l, _ := m.leases.get(id)
-		l.Waiters = slices.DeleteFunc(l.Waiters, func(w Waiter) bool { return w.SessionID == s.ID })
-		l.ModRevision = m.emit(Event{Type: EventLeaseWaitEnded, Lease: id, SessionID: s.ID, Holder: s.Identity, Reason: reason})
+		l.dropWaiter(s.ID)
+		l.modRev = m.emit(Event{Type: EventLeaseWaitEnded, Lease: id, SessionID: s.ID, Holder: s.Identity, Reason: reason})
 		if m.atLeast(2) {
 			freed = append(freed, id) // it may have been the head
 		}
@@ -216,26 +216,26 @@ func (m *Machine) endSession(s *sessionState, expired bool, renewed int64) []Lea
 	for _, id := range s.heldIDs() {
 		freed = append(freed, id)
 		l, _ := m.leases.get(id)
-		i := slices.IndexFunc(l.Holders, func(g Grant) bool { return g.SessionID == s.ID })
-		g := l.Holders[i]
-		l.Holders = slices.Delete(l.Holders, i, i+1)
-		ev := Event{Type: EventLeaseReleasedBy, Lease: id, SessionID: s.ID, Holder: g.Holder, Token: g.Token, Reason: reason}
-		l.Last = ended(g, EndReleased, reason, m.now, m.now)
+		i := l.holderOf(s.ID)
+		h := l.holders[i]
+		l.removeHolderAt(i)
+		ev := Event{Type: EventLeaseReleasedBy, Lease: id, SessionID: s.ID, Holder: h.identity, Token: h.token, Reason: reason}
+		l.last = ended(&h, EndReleased, reason, m.now, m.now)
 		if expired {
 			ev.Type = EventLeaseExpired
-			ev.LockDelay = l.LockDelay
+			ev.LockDelay = l.lockDelay()
 			// The expiry was timed from the session's last renewal on
 			// the leader, not from the grant: renewed, when known, is
 			// the truth even if the grant came later.
-			renew := g.RenewTime
+			renew := h.renewTime
 			if renewed != 0 {
 				renew = renewed
 			}
-			l.Last = ended(g, EndExpired, reason, renew, m.now)
+			l.last = ended(&h, EndExpired, reason, renew, m.now)
 		}
-		l.ModRevision = m.emit(ev)
-		if expired && l.LockDelay > 0 {
-			l.DelayRevision = l.ModRevision
+		l.modRev = m.emit(ev)
+		if expired && l.lockDelay() > 0 {
+			l.setDelayRevision(l.modRev)
 		}
 	}
 	for _, key := range slices.Sorted(maps.Keys(s.keySet())) {

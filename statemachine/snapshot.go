@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"slices"
 
 	"github.com/google/btree"
 )
@@ -55,7 +54,7 @@ type snapshot struct {
 	// live, when set, stands for Leases in the binary form: the
 	// machine's own records in order, written as they are rather than
 	// copied first (Snapshot).
-	live []*Lease
+	live []*lease
 	// keyTree and versions, when keyTree is set, stand for Keys and
 	// History in the binary form: a clone of the machine's key tree and
 	// its history's versions as they were, neither of which the machine
@@ -116,11 +115,7 @@ func (m *Machine) snapshotSplit(w io.Writer, clone bool) (rest func() error, err
 		return func() error { return nil }, m.snapshotJSON(w)
 	}
 	snap := m.snapshotHead()
-	snap.live = make([]*Lease, 0, m.leases.len())
-	for l := range m.leases.all() {
-		snap.live = append(snap.live, l)
-	}
-	slices.SortFunc(snap.live, func(a, b *Lease) int { return compareLeaseID(a.LeaseID, b.LeaseID) })
+	snap.live = m.leases.sorted()
 	e := &encoder{b: make([]byte, 0, flushAt+flushAt/4), w: w}
 	e.b = append(e.b, binarySnapshotMagic...)
 	e.uint(binarySnapshotFormat)
@@ -246,7 +241,10 @@ func (s *snapshot) encodeHead(e *encoder) {
 			}
 		}
 	} else {
-		encodeSlice(e, s.Leases, encodeLease)
+		e.uint(uint64(len(s.Leases)))
+		for i := range s.Leases {
+			encodeLease(e, recordOf(&s.Leases[i]))
+		}
 	}
 }
 
@@ -352,21 +350,21 @@ func decodeKeyValue(d *decoder, kv *KeyValue) {
 	}
 }
 
-func encodeLease(e *encoder, l *Lease) {
+func encodeLease(e *encoder, l *lease) {
 	e.leaseID(l.LeaseID)
-	e.int(int64(l.Capacity))
-	encodeSlice(e, l.Holders, func(e *encoder, g *Grant) {
-		e.int(g.SessionID)
-		e.str(g.Holder)
-		e.int(g.Token)
-		e.int(g.AcquireTime)
-		e.int(g.RenewTime)
-		e.str(g.Value)
-		e.bool(g.Exclusive)
-		e.str(g.StepDown)
-		e.int(g.MaxHold)
+	e.int(int64(l.capacity))
+	encodeSlice(e, l.holders, func(e *encoder, h *holder) {
+		e.int(h.sessionID)
+		e.str(h.identity)
+		e.int(h.token)
+		e.int(h.acquireTime)
+		e.int(h.renewTime)
+		e.str(h.value)
+		e.bool(h.exclusive())
+		e.str(h.stepDown())
+		e.int(h.maxHold())
 	})
-	encodeSlice(e, l.Waiters, func(e *encoder, w *Waiter) {
+	encodeSlice(e, l.waiters(), func(e *encoder, w *Waiter) {
 		e.int(w.SessionID)
 		e.str(w.Holder)
 		e.int(w.Since)
@@ -374,14 +372,14 @@ func encodeLease(e *encoder, l *Lease) {
 		e.bool(w.Exclusive)
 		e.int(w.MaxHold)
 	})
-	e.int(l.Transitions)
-	e.labels(l.Labels)
-	e.int(l.LockDelay)
-	e.int(l.DelayRevision)
-	e.int(l.CreateRevision)
-	e.int(l.ModRevision)
-	e.bool(l.Last != nil)
-	if g := l.Last; g != nil {
+	e.int(l.transitions)
+	e.labels(l.labels())
+	e.int(l.lockDelay())
+	e.int(l.delayRevision())
+	e.int(l.createRev)
+	e.int(l.modRev)
+	e.bool(l.last != nil)
+	if g := l.last; g != nil {
 		e.int(g.SessionID)
 		e.str(g.Holder)
 		e.int(g.Token)
@@ -391,9 +389,9 @@ func encodeLease(e *encoder, l *Lease) {
 		e.str(string(g.Ended))
 		e.str(g.Reason)
 	}
-	e.int(l.GCAfter)
-	e.int(l.IdleSince)
-	e.str(l.PreferredHolder)
+	e.int(l.gcAfter)
+	e.int(l.idleSince)
+	e.str(l.preferredHolder())
 }
 
 func decodeLease(d *decoder, l *Lease) {
@@ -453,16 +451,16 @@ func (m *Machine) Restore(r io.Reader) error {
 		return s, nil
 	}
 	for i := range snap.Leases {
-		l := &snap.Leases[i]
+		l := recordOf(&snap.Leases[i])
 		next.leases.put(l)
-		for _, g := range l.Holders {
-			s, err := session(g.SessionID, "a grant of "+l.LeaseID.String())
+		for _, h := range l.holders {
+			s, err := session(h.sessionID, "a grant of "+l.LeaseID.String())
 			if err != nil {
 				return err
 			}
 			s.hold(l)
 		}
-		for _, w := range l.Waiters {
+		for _, w := range l.waiters() {
 			s, err := session(w.SessionID, "a waiter of "+l.LeaseID.String())
 			if err != nil {
 				return err

@@ -171,12 +171,6 @@ type Lease struct {
 	// PreferredHolder is the identity that is granted the lease ahead of
 	// the queue, and for which other holders are asked to step down.
 	PreferredHolder string `json:"preferred_holder,omitempty"`
-
-	// cost is the record's share of Usage.Leases as last counted
-	// (countLeases), kept on the machine's own record only: a copy
-	// (cloneLease) has 0. It fits in the struct's allocation, which a
-	// map beside the leases did not.
-	cost int64
 }
 
 // Idle reports whether nothing holds, waits for or delays the lease: the

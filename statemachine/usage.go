@@ -89,15 +89,16 @@ func labelsCost(l map[string]string) int64 {
 	return int64(n)
 }
 
-func leaseCost(l *Lease) int64 {
-	n := LeaseOverhead + int64(len(l.Namespace)+len(l.Name)+len(l.PreferredHolder)) + labelsCost(l.Labels)
-	for _, g := range l.Holders {
-		n += GrantOverhead + int64(len(g.Holder)+len(g.Value)+len(g.StepDown))
+func leaseCost(l *lease) int64 {
+	n := LeaseOverhead + int64(len(l.Namespace)+len(l.Name)+len(l.preferredHolder())) + labelsCost(l.labels())
+	for i := range l.holders {
+		h := &l.holders[i]
+		n += GrantOverhead + int64(len(h.identity)+len(h.value)+len(h.stepDown()))
 	}
-	for _, w := range l.Waiters {
+	for _, w := range l.waiters() {
 		n += GrantOverhead + int64(len(w.Holder)+len(w.Value))
 	}
-	if g := l.Last; g != nil {
+	if g := l.last; g != nil {
 		n += GrantOverhead + int64(len(g.Holder)+len(g.Ended)+len(g.Reason))
 	}
 	return n
