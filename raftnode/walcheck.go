@@ -235,8 +235,11 @@ func clearTornWrite(fsys WALFS, dir, name string, offset int64, log *slog.Logger
 // range (dropped by an earlier truncation) is ignored. A missing tail
 // file is left for raft-wal to handle.
 //
-// One case looks like a torn write and passes: a damaged length in the
-// tail's last batch that jumps the scan into the zeros past the end.
+// A damaged length in the tail's last batch can jump the scan into the
+// zeros past the end, where the batch looks torn: overrun (walscan.go)
+// then finds the damage by what the scan jumped over, whole batches of
+// later entries or the batch's own commit frame with every sector
+// before it written.
 func verifySegment(fsys WALFS, dir, name string, info types.SegmentInfo, sealed bool) (torn int64, err error) {
 	path := filepath.Join(dir, name)
 	file, err := fsys.OpenReader(dir, name)

@@ -255,6 +255,36 @@ func TestALengthThatJumpsOverWholeBatchesIsNotATornWrite(t *testing.T) {
 	requireOwedTo(t, logs, last)
 }
 
+// A damaged length in the tail's last batch can jump the scan over the
+// batch's own commit frame into the zeros past the end, where the batch
+// looks torn. It is not: its commit frame is there, with every sector
+// before it written, so the whole batch reached the disk and its sync
+// may have returned. Dropping it as torn lost a committed entry in
+// silence: the member owed nothing and was elected with a log that
+// ended before it (internal/sim seed 200706).
+func TestALengthThatJumpsOverItsOwnCommitIsNotATornWrite(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tail, data, vals, last := tailWithValues(t, dir, 30)
+	s, e := batchSpan(t, data, vals[len(vals)-1])
+	if data[s] != walFrameEntry || e != writtenEnd(t, tail) {
+		t.Fatalf("the batch at %d..%d starts with frame type %d and the data ends at %d, expected: the last batch, an entry frame first", s, e, data[s], writtenEnd(t, tail))
+	}
+	// The entry frame now runs over the commit into the zeros after it.
+	length := make([]byte, 4)
+	binary.LittleEndian.PutUint32(length, uint32(e+walFrameHeaderLen-(s+walFrameHeaderLen)))
+	overwrite(t, tail, s+4, length)
+
+	_, err := open(walTestConfig(t, dir), newFake(nil))
+	var ce *CorruptLogError
+	if !errors.As(err, &ce) || ce.File != tail || ce.Offset != s || !strings.Contains(err.Error(), "not a torn write") {
+		t.Fatalf("got = %v, expected: a *CorruptLogError naming the tail %s at offset %d, not a torn write dropped", err, tail, s)
+	}
+	n, logs := openRepairing(t, dir)
+	defer n.Close()
+	requireOwedTo(t, logs, last)
+}
+
 // raft-wal reads a sealed segment's index only at the place the
 // segment's record gives, and takes zeros there for offset 0, the file's
 // header, for every entry. The batch that seals a segment, its index and
