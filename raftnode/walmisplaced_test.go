@@ -223,66 +223,56 @@ func TestARepairOwesTheSyncedBatchesAfterTheDamage(t *testing.T) {
 	}
 }
 
-// A damaged length in an entry frame of the tail can jump the scan over
-// the whole batches after it into the zeros past the end, where the
-// batch it began looks torn: a last batch whose sync never finished. It
-// is not: whole batches of later entries lie inside what the scan read
-// as one frame, so the log went on past it, synced. Dropping it as torn
-// lost those entries in silence, and a member owed none of them and
-// helped elect a leader without a committed entry (internal/sim seed
-// 300312: a bit flip in a length byte, 22 entries dropped).
-func TestALengthThatJumpsOverWholeBatchesIsNotATornWrite(t *testing.T) {
+// A damaged length in an entry frame of the tail can jump the scan into
+// the zeros past the end, where the batch it began looks torn: a last
+// batch whose sync never finished. It is not when the scan jumped over
+// what only a written batch has:
+//
+//   - whole batches of later entries, so the log went on past it,
+//     synced (internal/sim seed 300312: a bit flip in a length byte, 22
+//     entries dropped, and a member that owed none of them helped elect
+//     a leader without a committed entry);
+//   - the batch's own commit frame, with every sector before it
+//     written, so the whole batch reached the disk and its sync may have
+//     returned (internal/sim seed 200706: a committed entry dropped, and
+//     the member elected with a log that ended before it).
+//
+// Either is damage, and a repair owes every entry that was written.
+func TestALengthThatJumpsOverWrittenFramesIsNotATornWrite(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	tail, data, vals, last := tailWithValues(t, dir, 30)
-	s, _ := batchSpan(t, data, vals[len(vals)-4])
-	if data[s] != walFrameEntry {
-		t.Fatalf("the batch at offset %d starts with frame type %d, expected: an entry frame", s, data[s])
-	}
-	// The frame now ends in the zeros just past the last batch written.
-	end := writtenEnd(t, tail)
-	length := make([]byte, 4)
-	binary.LittleEndian.PutUint32(length, uint32(end+walFrameHeaderLen-(s+walFrameHeaderLen)))
-	overwrite(t, tail, s+4, length)
+	for _, tt := range []struct {
+		name      string
+		fromLast  int // the damaged batch: this many before the last
+		overLater bool
+	}{
+		{"over whole batches after it", 3, true},
+		{"over its own commit", 0, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			tail, data, vals, last := tailWithValues(t, dir, 30)
+			s, e := batchSpan(t, data, vals[len(vals)-1-tt.fromLast])
+			end := writtenEnd(t, tail)
+			if data[s] != walFrameEntry || (e == end) == tt.overLater {
+				t.Fatalf("the batch at %d..%d starts with frame type %d and the data ends at %d, expected: an entry frame first, and later batches after it: %v", s, e, data[s], end, tt.overLater)
+			}
+			// The frame now ends in the zeros just past the last batch
+			// written.
+			length := make([]byte, 4)
+			binary.LittleEndian.PutUint32(length, uint32(end+walFrameHeaderLen-(s+walFrameHeaderLen)))
+			overwrite(t, tail, s+4, length)
 
-	_, err := open(walTestConfig(t, dir), newFake(nil))
-	var ce *CorruptLogError
-	if !errors.As(err, &ce) || ce.File != tail || ce.Offset != s || !strings.Contains(err.Error(), "not a torn write") {
-		t.Fatalf("got = %v, expected: a *CorruptLogError naming the tail %s at offset %d, not a torn write dropped", err, tail, s)
+			_, err := open(walTestConfig(t, dir), newFake(nil))
+			var ce *CorruptLogError
+			if !errors.As(err, &ce) || ce.File != tail || ce.Offset != s || !strings.Contains(err.Error(), "not a torn write") {
+				t.Fatalf("got = %v, expected: a *CorruptLogError naming the tail %s at offset %d, not a torn write dropped", err, tail, s)
+			}
+			n, logs := openRepairing(t, dir)
+			defer n.Close()
+			requireOwedTo(t, logs, last)
+		})
 	}
-	n, logs := openRepairing(t, dir)
-	defer n.Close()
-	requireOwedTo(t, logs, last)
-}
-
-// A damaged length in the tail's last batch can jump the scan over the
-// batch's own commit frame into the zeros past the end, where the batch
-// looks torn. It is not: its commit frame is there, with every sector
-// before it written, so the whole batch reached the disk and its sync
-// may have returned. Dropping it as torn lost a committed entry in
-// silence: the member owed nothing and was elected with a log that
-// ended before it (internal/sim seed 200706).
-func TestALengthThatJumpsOverItsOwnCommitIsNotATornWrite(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	tail, data, vals, last := tailWithValues(t, dir, 30)
-	s, e := batchSpan(t, data, vals[len(vals)-1])
-	if data[s] != walFrameEntry || e != writtenEnd(t, tail) {
-		t.Fatalf("the batch at %d..%d starts with frame type %d and the data ends at %d, expected: the last batch, an entry frame first", s, e, data[s], writtenEnd(t, tail))
-	}
-	// The entry frame now runs over the commit into the zeros after it.
-	length := make([]byte, 4)
-	binary.LittleEndian.PutUint32(length, uint32(e+walFrameHeaderLen-(s+walFrameHeaderLen)))
-	overwrite(t, tail, s+4, length)
-
-	_, err := open(walTestConfig(t, dir), newFake(nil))
-	var ce *CorruptLogError
-	if !errors.As(err, &ce) || ce.File != tail || ce.Offset != s || !strings.Contains(err.Error(), "not a torn write") {
-		t.Fatalf("got = %v, expected: a *CorruptLogError naming the tail %s at offset %d, not a torn write dropped", err, tail, s)
-	}
-	n, logs := openRepairing(t, dir)
-	defer n.Close()
-	requireOwedTo(t, logs, last)
 }
 
 // raft-wal reads a sealed segment's index only at the place the
