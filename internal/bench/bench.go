@@ -53,9 +53,12 @@ type Report struct {
 	Workloads []int     `json:"workloads"`
 	// PeerRTT and SyncDelay are the injected latencies (ServerSpec), ""
 	// when none was.
-	PeerRTT   string   `json:"peer_rtt,omitempty"`
-	SyncDelay string   `json:"sync_delay,omitempty"`
-	Results   []Result `json:"results"`
+	PeerRTT   string `json:"peer_rtt,omitempty"`
+	SyncDelay string `json:"sync_delay,omitempty"`
+	// EtcdSyncDelay: etcd's syncs were slowed by SyncDelay too (under
+	// strace, etcdsync.go); false leaves its disk as it is.
+	EtcdSyncDelay bool     `json:"etcd_sync_delay,omitempty"`
+	Results       []Result `json:"results"`
 }
 
 // Machine describes where a run ran.
@@ -204,6 +207,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.Servers.SyncDelay > 0 {
 		rep.SyncDelay = cfg.Servers.SyncDelay.String()
+		if slices.Contains(systems, Etcd) {
+			cfg.Servers.EtcdTracer = etcdSyncTracer(ctx)
+			rep.EtcdSyncDelay = cfg.Servers.EtcdTracer != ""
+		}
 	}
 	if err := cfg.Growth.Check(); err != nil {
 		return nil, err

@@ -60,7 +60,9 @@
 // ServerSpec.PeerRTT puts a delay line (internal/proccluster/delayline)
 // in front of every cluster node's peer port, for Tenure and etcd alike,
 // and ServerSpec.SyncDelay has a benchsync build of tenure sleep after
-// every log sync (raftnode's afterLogSync). With delayed peer links the
+// every log sync (raftnode's afterLogSync) and etcd run under strace,
+// which returns from each of its syncs as much later (etcdsync.go). With
+// delayed peer links the
 // cluster workloads' clients talk to the leader alone: etcd forwards a
 // follower's proposals over its peer link and Tenure over its API, which
 // is not delayed, and that hop is not what is measured. Workload 11,

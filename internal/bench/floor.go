@@ -50,11 +50,11 @@ func measureFloor(ctx context.Context, dir, binary string) (floor, error) {
 // commit is one call's floor on a cluster of nodes nodes of sys
 // started by spec: the client's round trip and a sync (the leader's, or
 // on a cluster a follower's, which the leader's own write overlaps),
-// plus what spec injects: the peer round trip on a cluster, and Tenure's
-// sync delay (etcd's disk is left as it is).
+// plus what spec injects: the peer round trip on a cluster, and the
+// sync delay (etcd's only when it runs under a tracer that adds it).
 func (f floor) commit(spec ServerSpec, sys System, nodes int) time.Duration {
 	c := f.rtt + f.sync
-	if sys == Tenure {
+	if sys == Tenure || spec.EtcdTracer != "" {
 		c += spec.SyncDelay
 	}
 	if nodes > 1 {

@@ -6,8 +6,8 @@ import (
 )
 
 // One commit's floor: a round trip and a sync, plus on a cluster the
-// peer round trip, plus Tenure's injected sync delay (never etcd's,
-// whose disk the harness leaves alone).
+// peer round trip, plus the injected sync delay: Tenure's, and etcd's
+// only when it runs under a tracer that adds it.
 func TestTheCommitFloorCountsWhatEachSystemPays(t *testing.T) {
 	f := floor{sync: 200 * time.Microsecond, rtt: 40 * time.Microsecond}
 	spec := ServerSpec{PeerRTT: 300 * time.Microsecond, SyncDelay: time.Millisecond}
@@ -24,6 +24,11 @@ func TestTheCommitFloorCountsWhatEachSystemPays(t *testing.T) {
 		if got := f.commit(spec, tt.sys, tt.nodes); got != tt.want {
 			t.Errorf("%s on %d nodes: got = %v, expected: %v", tt.sys, tt.nodes, got, tt.want)
 		}
+	}
+	// etcd under a tracer that delays its syncs pays the delay as well.
+	spec.EtcdTracer = "/usr/bin/strace"
+	if got, want := f.commit(spec, Etcd, 3), 1540*time.Microsecond; got != want {
+		t.Errorf("etcd on 3 nodes, its syncs delayed: got = %v, expected: %v", got, want)
 	}
 }
 

@@ -27,6 +27,9 @@ type proc struct {
 	logPath   string
 	exited    chan struct{} // closed once cmd.Wait has returned
 	waitErr   error         // set before exited is closed
+	// traced: the process is strace, and the server its child
+	// (etcdsync.go); signals go to the group, which holds both.
+	traced bool
 }
 
 // startProc runs bin with args and env added to the harness's
@@ -56,6 +59,25 @@ func startProc(thread *forkThread, name, bin string, args, env []string, logPath
 }
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// serverPid is the server's own process, whose CPU and memory are
+// measured: the process started, or its child when it is strace. 0 when
+// a traced server has not started yet.
+func (p *proc) serverPid() int {
+	if !p.traced {
+		return p.pid()
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", p.pid(), p.pid()))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	pid, _ := strconv.Atoi(f[0])
+	return pid
+}
 
 // running reports whether the process has not exited.
 func (p *proc) running() bool {
@@ -93,7 +115,11 @@ func (p *proc) kill() {
 // restart starts the process again as it was started, on the same data
 // and log.
 func (p *proc) restart() (*proc, error) {
-	return startProc(p.thread, p.name, p.bin, p.args, p.env, p.logPath)
+	np, err := startProc(p.thread, p.name, p.bin, p.args, p.env, p.logPath)
+	if err == nil {
+		np.traced = p.traced
+	}
+	return np, err
 }
 
 // forkThread is an OS thread that servers are started from, locked to

@@ -51,9 +51,13 @@ type ServerSpec struct {
 	// not delayed.
 	PeerRTT time.Duration
 	// SyncDelay, when positive, is added after every sync of Tenure's
-	// log store (TENURE_BENCH_SYNC_DELAY). TenureBinary must be a
-	// benchsync build (CheckBenchSync); etcd's disk is left as it is.
+	// log store (TENURE_BENCH_SYNC_DELAY); TenureBinary must be a
+	// benchsync build (CheckBenchSync). With EtcdTracer, every sync of
+	// etcd's is slowed as much (etcdsync.go); without, etcd's disk is
+	// left as it is.
 	SyncDelay time.Duration
+	// EtcdTracer is the strace that delays etcd's syncs, "" for none.
+	EtcdTracer string
 	// ProfileDir, when set, has both servers serve Go's profiles
 	// (--enable-pprof) and the harness save a CPU profile and an
 	// execution trace of every node across each measured window there
@@ -171,6 +175,10 @@ func (sp ServerSpec) start(ctx context.Context, sys System, nodes int) (*Server,
 			if sp.ProfileDir != "" {
 				args = append(args, "--enable-pprof")
 			}
+			if sp.SyncDelay > 0 && sp.EtcdTracer != "" {
+				args = append(append(straceArgs(sp.SyncDelay), bin), args...)
+				bin = sp.EtcdTracer
+			}
 		default:
 			s.Stop()
 			return nil, fmt.Errorf("unknown system %q", sys)
@@ -184,6 +192,7 @@ func (sp ServerSpec) start(ctx context.Context, sys System, nodes int) (*Server,
 			s.Stop()
 			return nil, err
 		}
+		p.traced = sys == Etcd && bin == sp.EtcdTracer
 		s.procs = append(s.procs, p)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -226,7 +235,7 @@ func (s *Server) ready(ctx context.Context) error {
 func (s *Server) Usage() (usage, error) {
 	var total usage
 	for _, p := range s.procs {
-		u, err := readUsage(p.pid())
+		u, err := readUsage(p.serverPid())
 		if err != nil {
 			return usage{}, fmt.Errorf("%s: %w", p.name, err)
 		}
