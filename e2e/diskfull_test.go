@@ -290,12 +290,17 @@ func TestABurstOfWritesCannotOutrunTheReserve(t *testing.T) {
 	// 1 MiB segments and the default reserve, two of them.
 	mnt, p := serveOnSmallDisk(t, ctx, "40m", "--wal-segment-size", "1MiB", "--snapshot-threshold", "100000")
 	pid := p.cmd.Process.Pid
-	// The node leads and has written before the disk fills: in one run on
-	// a loaded machine it was ready before its election, and the 8 MiB
-	// left were down to 1 MiB by its first write (what took them is not
-	// known yet: the test now lists the disk when that happens).
+	// The node leads and has written before the disk fills.
 	eventually(t, 20*time.Second, "a first write", func() bool { return putKey(ctx, p, 9998, "first") == nil })
 	filler := fillDisk(t, mnt, 8<<20) // room for a few segments, then the reserve
+	// A write made while the filler still took every byte (one of the
+	// node's own just after its election, by the log's times) finds the
+	// disk full,
+	// and the node refuses writes until its next measure, within a
+	// second (watchSpace): in one run every put of the burst came in that
+	// second, all refused with 860 KiB free while the disk listed 8 MiB
+	// free. The burst starts once the node takes writes again.
+	eventually(t, 10*time.Second, "a write after the fill", func() bool { return putKey(ctx, p, 9997, "second") == nil })
 
 	const writers = 8
 	value := strings.Repeat("b", 32<<10)
